@@ -1,0 +1,245 @@
+"""The command line: ``main(argv) -> int``, the only place touching argv, stdout and exit codes.
+
+Exit codes: 0 success; 1 a well-formed question with a negative answer (the plan is
+invalid; no plan fits the budget); 2 bad input, with one line on stderr naming the
+item and the value. ``--json`` prints exactly one JSON object on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from cupool.core.units import format_bytes, parse_budget
+from cupool.core.vocabulary import PERSISTENT, SolveStatus
+from cupool.errors import CupoolError, InputError
+from cupool.io import load_plan, load_trace, save_plan
+from cupool.planning import SOLVER_NAMES, SolverParams, plan, validate_plan
+
+EXIT_OK, EXIT_NO, EXIT_BAD_INPUT = 0, 1, 2
+FITTING = (SolveStatus.OPTIMAL, SolveStatus.FEASIBLE)
+
+
+class _UsageError(CupoolError):
+    """argparse's complaint, turned into our one-line bad-input error."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        raise _UsageError(f"{self.prog}: {message}")
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"(={text!r}) is not a number of seconds") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"(={text!r}) must be a number of seconds > 0")
+    return value
+
+
+def _seed(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"(={text!r}) is not an integer") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"(={text!r}) must be >= 0")
+    return value
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="cupool", description="Planned GPU memory for repeating workloads.")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    p = commands.add_parser("plan", help="plan offsets for every buffer of a trace")
+    p.add_argument("trace", help="trace v1 .json/.json.gz or MiniMalloc .csv")
+    p.add_argument("--solver", default="auto", choices=SOLVER_NAMES)
+    p.add_argument("--budget", help="capacity: bytes, 4GiB, or 70%% of the lower bound")
+    p.add_argument("--time-limit", type=_positive_float, help="seconds for search solvers")
+    p.add_argument("--seed", type=_seed, default=0)
+    p.add_argument("--out", help="write the plan: PLAN.json (plan format) or PLAN.csv")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+    v = commands.add_parser("validate", help="check a plan against its trace")
+    v.add_argument("trace")
+    v.add_argument("plan", help="plan JSON, or MiniMalloc CSV with an offset column")
+    v.add_argument("--json", action="store_true")
+
+    i = commands.add_parser("info", help="describe a trace")
+    i.add_argument("trace")
+    i.add_argument("--top", type=_seed, default=5, help="how many of the biggest buffers")
+    i.add_argument("--json", action="store_true")
+
+    d = commands.add_parser("demo", help="the main job: plan the bundled real traces")
+    d.add_argument("--out", default="cupool-demo", help="directory for the plans")
+    d.add_argument("--time-limit", type=_positive_float, default=2.0,
+                   help="seconds per search solver (genetic, exact) per trace")
+    d.add_argument("--json", action="store_true")
+    return parser
+
+
+def main(argv: list[str] | None = None, stdout=None, stderr=None) -> int:
+    stdout = stdout or sys.stdout
+    stderr = stderr or sys.stderr
+    try:
+        args = _build_parser().parse_args(argv)
+        return _COMMANDS[args.command](args, stdout)
+    except CupoolError as exc:
+        print(f"cupool: error: {exc}", file=stderr)
+        return EXIT_BAD_INPUT
+    except SystemExit as exc:  # --help
+        return int(exc.code or 0)
+
+
+def run() -> None:
+    """Console-script entry point."""
+    sys.exit(main())
+
+
+def _emit(stdout, args, document: dict, lines: list[str]) -> None:
+    if args.json:
+        print(json.dumps(document), file=stdout)
+    else:
+        print("\n".join(lines), file=stdout)
+
+
+def _cmd_plan(args, stdout) -> int:
+    trace = load_trace(args.trace)
+    lower = trace.lower_bound_bytes()
+    capacity = None if args.budget is None else parse_budget(args.budget, lower, "--budget")
+    params = SolverParams(time_limit_s=args.time_limit, seed=args.seed)
+    if args.out is not None and not Path(args.out).parent.resolve().is_dir():
+        raise InputError("the directory to write the plan into does not exist", path=args.out)
+    result = plan(trace, args.solver, capacity, params)
+    valid = bool(result.placements) and validate_plan(trace, result).valid
+    fits = result.status in FITTING
+    if args.out is not None and valid and fits:
+        save_plan(result, args.out, trace)
+    document = {
+        "trace": trace.name, "solver": args.solver, "buffers": len(trace.buffers),
+        "arena_bytes": result.arena_bytes if result.placements else None,
+        "lower_bound_bytes": lower,
+        "ratio": round(result.ratio, 6) if result.placements else None,
+        "solve_seconds": round(result.solve_seconds, 4), "valid": valid,
+        "status": result.status.value, "budget_bytes": capacity,
+        "out": args.out if args.out is not None and valid and fits else None,
+    }
+    lines = [
+        f"trace        {trace.name} ({len(trace.buffers)} buffers, {trace.num_ops} ops)",
+        f"solver       {args.solver}: {result.status.value} in {result.solve_seconds:.3f} s",
+        f"lower bound  {lower} B ({format_bytes(lower)})",
+    ]
+    if result.placements:
+        lines.append(f"arena        {result.arena_bytes} B ({format_bytes(result.arena_bytes)}), "
+                     f"ratio {result.ratio:.4f}, {'valid' if valid else 'INVALID'}")
+    if capacity is not None:
+        lines.append(f"budget       {capacity} B: {'fits' if fits else 'does not fit'}")
+    if document["out"]:
+        lines.append(f"plan written to {args.out}")
+    _emit(stdout, args, document, lines)
+    return EXIT_OK if valid and fits else EXIT_NO
+
+
+def _cmd_validate(args, stdout) -> int:
+    trace = load_trace(args.trace)
+    report = validate_plan(trace, load_plan(args.plan, trace))
+    document = {"trace": trace.name, "valid": report.valid, "rule": report.rule or None,
+                "message": report.message or None}
+    _emit(stdout, args, document,
+          ["valid" if report.valid else f"invalid ({report.rule}): {report.message}"])
+    return EXIT_OK if report.valid else EXIT_NO
+
+
+def _cmd_info(args, stdout) -> int:
+    trace = load_trace(args.trace)
+    buffers = trace.buffers
+    persistent = sum(b.size for b in buffers if b.kind == PERSISTENT)
+    durations = [op.duration_us for op in trace.ops if op.duration_us is not None]
+    biggest = sorted(buffers, key=lambda b: (-b.size, b.id))[: args.top]
+    document = {
+        "trace": trace.name, "source": trace.source, "ops": trace.num_ops,
+        "buffers": len(buffers), "lower_bound_bytes": trace.lower_bound_bytes(),
+        "total_bytes": sum(b.size for b in buffers), "persistent_bytes": persistent,
+        "persistent_buffers": sum(b.kind == PERSISTENT for b in buffers),
+        "sum_op_us": round(sum(durations), 3) if durations else None,
+        "biggest": [{"id": b.id, "size": b.size, "start": b.start, "end": b.end,
+                     "kind": b.kind, "name": b.name} for b in biggest],
+    }
+    lines = [
+        f"trace             {trace.name}",
+        f"ops               {trace.num_ops}",
+        f"buffers           {len(buffers)} ({document['persistent_buffers']} persistent)",
+        f"lower bound       {document['lower_bound_bytes']} B "
+        f"({format_bytes(document['lower_bound_bytes'])})",
+        f"persistent bytes  {persistent} B ({format_bytes(persistent)})",
+        f"sum of all sizes  {document['total_bytes']} B ({format_bytes(document['total_bytes'])})",
+    ]
+    if durations:
+        lines.append(f"sum of op times   {document['sum_op_us']:.1f} us")
+    lines.append(f"biggest {len(biggest)} buffers:")
+    lines += [f"  {b.id:>6}  {format_bytes(b.size):>12}  ops [{b.start}, {b.end})  {b.name}"
+              for b in biggest]
+    _emit(stdout, args, document, lines)
+    return EXIT_OK
+
+
+def _cmd_demo(args, stdout) -> int:
+    from cupool.data import bundled_traces
+
+    out_dir = Path(args.out)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise InputError("exists and is not a directory", path=str(out_dir))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    params = SolverParams(time_limit_s=args.time_limit, seed=0)
+    rows = []
+    header = (f"{'trace':<36} {'buffers':>7} {'lower bound':>14}  "
+              + "  ".join(f"{name:>14}" for name in SOLVER_NAMES))
+    if not args.json:
+        print("cupool demo: every solver on every bundled trace (arena bytes, ratio to the "
+              f"lower bound, seconds); search solvers get {args.time_limit:g} s", file=stdout)
+        print(header, file=stdout)
+    started = time.perf_counter()
+    for path in bundled_traces():
+        trace = load_trace(path)
+        lower = trace.lower_bound_bytes()
+        row = {"trace": trace.name, "buffers": len(trace.buffers), "lower_bound_bytes": lower,
+               "solvers": {}}
+        cells = []
+        best = None
+        for name in SOLVER_NAMES:
+            result = plan(trace, name, None, replace(params))
+            valid = validate_plan(trace, result).valid
+            row["solvers"][name] = {"arena_bytes": result.arena_bytes,
+                                    "ratio": round(result.ratio, 6),
+                                    "seconds": round(result.solve_seconds, 3),
+                                    "status": result.status.value, "valid": valid}
+            cells.append(f"{result.ratio:.4f} {result.solve_seconds:5.2f}s")
+            if valid and (best is None or result.arena_bytes < best.arena_bytes):
+                best = result
+        plan_path = out_dir / f"{trace.name}.plan.json"
+        save_plan(best, plan_path)
+        row["plan"] = str(plan_path)
+        row["best_solver"] = best.solver
+        rows.append(row)
+        if not args.json:
+            print(f"{trace.name:<36} {len(trace.buffers):>7} {lower:>14}  "
+                  + "  ".join(f"{c:>14}" for c in cells), file=stdout)
+    elapsed = time.perf_counter() - started
+    if args.json:
+        print(json.dumps({"traces": rows, "out": str(out_dir), "seconds": round(elapsed, 2)}),
+              file=stdout)
+    else:
+        print(f"\nbest plan per trace written to {out_dir}/ ({len(rows)} files, "
+              f"plan format v1; check one with `cupool validate TRACE PLAN`); "
+              f"{elapsed:.1f} s in all", file=stdout)
+    return EXIT_OK
+
+
+_COMMANDS = {"plan": _cmd_plan, "validate": _cmd_validate, "info": _cmd_info, "demo": _cmd_demo}

@@ -1,0 +1,196 @@
+"""The vocabulary of cupool: every word the rest of the package speaks, defined once.
+
+Time is the op index. Op ``i`` is the i-th op of one iteration of a repeating
+workload. Every interval in cupool is **half-open**: a buffer with
+``start = 2, end = 5`` must be allocated while ops 2, 3 and 4 run and is free
+again before op 5::
+
+    op:      0   1   2   3   4   5   6
+    buf 7:           [=========)            start=2, end=5
+    buf 8:                   [=====)        start=4, end=6  (overlaps 7 at op 4)
+    buf 9:                       [=====)    start=5, end=7  (may share 7's bytes)
+
+Two buffers *overlap in time* when ``a.start < b.end and b.start < a.end``; a
+static plan must then give them disjoint byte ranges ``[offset, offset + size)``.
+
+All objects here are frozen dataclasses of plain values: they cross every
+boundary (reader → solver → validator → writer) unchanged.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from enum import Enum
+
+from cupool.core.liveness import peak_live_bytes
+
+PERSISTENT = "persistent"
+TEMPORARY = "temporary"
+BUFFER_KINDS = (PERSISTENT, TEMPORARY)
+
+
+@dataclass(frozen=True)
+class Op:
+    """One step of the iteration. ``duration_us`` is compute time on the trace's device
+    (``None`` = unknown); ``flops`` and ``phase`` (``"fw"``, ``"bw"``, ``"opt"``...) are optional."""
+
+    name: str
+    duration_us: float | None = None
+    flops: int | None = None
+    phase: str | None = None
+
+
+@dataclass(frozen=True)
+class Recompute:
+    """How a buffer can be produced again: re-run op ``op`` from buffers ``inputs``."""
+
+    op: int
+    inputs: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """One allocation of the iteration: ``size`` bytes live during ops ``[start, end)``.
+
+    ``uses`` are the sorted op indices that read or write it (all inside the lifetime);
+    between uses its bytes may live elsewhere. ``kind`` is ``"persistent"`` (lives across
+    iterations: weights, optimizer state) or ``"temporary"``.
+    """
+
+    id: int
+    size: int
+    start: int
+    end: int
+    uses: tuple[int, ...] = ()
+    kind: str = TEMPORARY
+    name: str = ""
+    recompute: Recompute | None = None
+
+    @property
+    def lifetime(self) -> int:
+        """Number of ops the buffer is allocated for (``end - start``)."""
+        return self.end - self.start
+
+    def overlaps(self, other: Buffer) -> bool:
+        """True when the two lifetimes share at least one op."""
+        return self.start < other.end and other.start < self.end
+
+
+@dataclass(frozen=True)
+class Device:
+    """The device a trace's op durations refer to (bandwidths in GB/s)."""
+
+    name: str
+    hbm_gbps: float | None = None
+    h2d_gbps: float | None = None
+    d2h_gbps: float | None = None
+    copy_engines: int | None = None
+
+
+@dataclass(frozen=True)
+class Trace:
+    """One recorded iteration: its ops (the time axis) and its buffers.
+
+    ``num_ops`` is ``len(ops)``; every buffer satisfies ``0 <= start < end <= num_ops``
+    (the readers enforce it). ``source`` says where the trace came from.
+    """
+
+    name: str
+    ops: tuple[Op, ...]
+    buffers: tuple[Buffer, ...]
+    source: str = ""
+    device: Device | None = None
+
+    @property
+    def num_ops(self) -> int:
+        return len(self.ops)
+
+    def buffer(self, buffer_id: int) -> Buffer:
+        """The buffer with this id (``KeyError`` if absent)."""
+        return self._by_id[buffer_id]
+
+    @property
+    def _by_id(self) -> dict[int, Buffer]:
+        cache = self.__dict__.get("_by_id_cache")
+        if cache is None:
+            cache = {b.id: b for b in self.buffers}
+            object.__setattr__(self, "_by_id_cache", cache)
+        return cache
+
+    def lower_bound_bytes(self) -> int:
+        """Peak live bytes over the ops: the smallest arena any static plan can have."""
+        b = self.buffers
+        return peak_live_bytes([x.start for x in b], [x.end for x in b], [x.size for x in b],
+                               self.num_ops)
+
+    def digest(self) -> str:
+        """A fingerprint of the allocation problem (ids, sizes, lifetimes, op count).
+
+        Plans record it so that a plan is never applied to another trace.
+        """
+        cached = self.__dict__.get("_digest_cache")
+        if cached is None:
+            h = hashlib.sha256(f"ops={self.num_ops};".encode())
+            for b in self.buffers:
+                h.update(f"{b.id},{b.size},{b.start},{b.end};".encode())
+            cached = h.hexdigest()[:16]
+            object.__setattr__(self, "_digest_cache", cached)
+        return cached
+
+
+class SolveStatus(str, Enum):
+    """What a solver proved about its plan.
+
+    - ``optimal``: the arena is proved minimal (it equals the lower bound, or an
+      exhaustive search found nothing smaller).
+    - ``feasible``: a plan was found (within the capacity, if one was given), not proved minimal.
+    - ``over_capacity``: a heuristic plan was found but needs more than the capacity;
+      nothing is proved about whether a fitting plan exists.
+    - ``infeasible``: proved that no plan fits the capacity.
+    - ``timeout``: the time limit ran out before any plan within the capacity was found.
+    """
+
+    OPTIMAL = "optimal"
+    FEASIBLE = "feasible"
+    OVER_CAPACITY = "over_capacity"
+    INFEASIBLE = "infeasible"
+    TIMEOUT = "timeout"
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Buffer ``buffer_id`` occupies bytes ``[offset, offset + size)`` of the arena for its
+    whole lifetime."""
+
+    buffer_id: int
+    offset: int
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A static plan: one offset per buffer of one trace, in an arena of ``arena_bytes``.
+
+    ``trace_digest`` ties the plan to its trace (:meth:`Trace.digest`). ``arena_bytes`` is
+    the highest byte any placement reaches (``max(offset + size)``), not a padded figure.
+    """
+
+    trace_name: str
+    trace_digest: str
+    solver: str
+    status: SolveStatus
+    arena_bytes: int
+    lower_bound_bytes: int
+    placements: tuple[Placement, ...]
+    solve_seconds: float = 0.0
+    capacity_bytes: int | None = None
+    stats: dict = field(default_factory=dict, compare=False)
+
+    def offsets(self) -> dict[int, int]:
+        """``{buffer_id: offset}``."""
+        return {p.buffer_id: p.offset for p in self.placements}
+
+    @property
+    def ratio(self) -> float:
+        """``arena_bytes / lower_bound_bytes`` (1.0 is optimal; 1.0 for an empty trace)."""
+        return self.arena_bytes / self.lower_bound_bytes if self.lower_bound_bytes else 1.0

@@ -1,0 +1,59 @@
+"""Typed, picklable errors that carry the numbers.
+
+Every error names what was wrong, which item (buffer id, line, field) and the
+bad value, so that the CLI can print it as one line and exit with code 2.
+Errors pickle with their fields (``__reduce__``) so they survive worker
+processes, like CuPy's ``OutOfMemoryError``.
+"""
+
+from __future__ import annotations
+
+
+class CupoolError(Exception):
+    """Base class of every error cupool raises on purpose."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def __reduce__(self):
+        return (self.__class__, (self.message,))
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class InputError(CupoolError):
+    """Bad input: a file, a field or an argument that breaks a documented rule.
+
+    ``where`` says which item (``"buffer 17"``, ``"line 4"``, ``"field 'version'"``);
+    ``path`` is the file, when there is one.
+    """
+
+    def __init__(self, message: str, where: str | None = None, path: str | None = None) -> None:
+        self.where = where
+        self.path = path
+        text = message if where is None else f"{where}: {message}"
+        if path is not None:
+            text = f"{path}: {text}"
+        super().__init__(text)
+        self.detail = message
+
+    def __reduce__(self):
+        return (self.__class__, (self.detail, self.where, self.path))
+
+
+class TraceFormatError(InputError):
+    """A trace (trace v1 JSON or MiniMalloc CSV) breaks a rule of its format."""
+
+
+class PlanFormatError(InputError):
+    """A plan file breaks a rule of the plan format, or belongs to another trace."""
+
+
+class UnitError(InputError):
+    """A size or budget string could not be parsed (``"4GiB"``, ``"70%"``, ``"123"``)."""
+
+
+class SolverError(CupoolError):
+    """A solver was asked for something it cannot do (unknown name, bad parameter)."""

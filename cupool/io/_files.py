@@ -1,0 +1,52 @@
+"""Reading bytes (gzip detected by content) and writing files atomically."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import tempfile
+import zlib
+from pathlib import Path
+
+from cupool.errors import InputError
+
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+def read_bytes(path: str | os.PathLike) -> bytes:
+    """The file's bytes, gunzipped when they start with the gzip magic (whatever the name)."""
+    try:
+        data = Path(path).read_bytes()
+    except FileNotFoundError:
+        raise InputError("no such file", path=str(path)) from None
+    except IsADirectoryError:
+        raise InputError("is a directory, expected a file", path=str(path)) from None
+    except OSError as exc:
+        raise InputError(f"cannot read ({exc.strerror})", path=str(path)) from None
+    if data[:2] == GZIP_MAGIC:
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise InputError(f"corrupt gzip data ({exc})", path=str(path)) from None
+    return data
+
+
+def write_atomic(path: str | os.PathLike, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file and a rename, so a reader never
+    sees half a file and an existing file is replaced only by a complete one. Paths ending
+    in ``.gz`` are gzip-compressed."""
+    path = Path(path)
+    if path.suffix == ".gz":
+        data = gzip.compress(data, mtime=0)
+    directory = path.parent if str(path.parent) else Path(".")
+    if not directory.is_dir():
+        raise InputError("the directory to write into does not exist", path=str(path))
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise

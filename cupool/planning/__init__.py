@@ -1,0 +1,68 @@
+"""Planning: lower bounds, the independent validator, and the offset solvers.
+
+:func:`plan` is the front door: trace in, validated :class:`~cupool.core.Plan` out::
+
+    trace ──► StaticProblem ──► solver(problem, params) ──► SolveResult ──► Plan ──► validator
+"""
+
+from __future__ import annotations
+
+import time
+
+from cupool.core.vocabulary import Placement, Plan, SolveStatus, Trace
+from cupool.errors import SolverError
+from cupool.planning.problem import StaticProblem
+from cupool.planning.solvers import SOLVER_NAMES, SolveResult, SolverParams, get_solver
+from cupool.planning.validator import ValidationReport, validate_offsets, validate_plan
+
+
+def solve(problem: StaticProblem, solver: str = "auto",
+          params: SolverParams | None = None) -> SolveResult:
+    """Run the solver named ``solver`` on ``problem`` and check its offsets with the validator.
+
+    A solver whose offsets fail the validator is a bug: :class:`SolverError` says which rule.
+    """
+    function = get_solver(solver)
+    started = time.perf_counter()
+    result = function(problem, params or SolverParams())
+    if result.offsets is not None:
+        report = validate_offsets(problem.with_capacity(None), result.offsets)
+        if not report.valid:
+            raise SolverError(f"solver {solver!r} returned an invalid plan: {report.message}")
+        fits = problem.capacity is None or result.arena_bytes <= problem.capacity
+        claimed = result.status in (SolveStatus.OPTIMAL, SolveStatus.FEASIBLE)
+        if claimed != fits or result.arena_bytes != problem.arena_of(result.offsets):
+            raise SolverError(
+                f"solver {solver!r} says {result.status.value} with arena_bytes "
+                f"(={result.arena_bytes}) but its offsets need {problem.arena_of(result.offsets)} "
+                f"bytes for capacity (={problem.capacity})")
+    if result.solve_seconds <= 0:
+        seconds = time.perf_counter() - started
+        result = SolveResult(result.status, result.offsets, result.arena_bytes, seconds,
+                             result.stats)
+    return result
+
+
+def plan(trace: Trace, solver: str = "auto", capacity: int | None = None,
+         params: SolverParams | None = None) -> Plan:
+    """Plan offsets for every buffer of ``trace`` with ``solver``.
+
+    Returns a plan whatever the status; ``plan.status`` says whether it fits ``capacity``
+    (``over_capacity``, ``infeasible`` and ``timeout`` plans have no placements when the
+    solver found none).
+    """
+    problem = StaticProblem.from_trace(trace, capacity)
+    result = solve(problem, solver, params)
+    placements = ()
+    arena = 0
+    if result.offsets is not None:
+        placements = tuple(Placement(int(i), int(o))
+                           for i, o in zip(problem.ids, result.offsets, strict=True))
+        arena = int(result.arena_bytes)
+    return Plan(trace.name, trace.digest(), solver, SolveStatus(result.status), arena,
+                problem.lower_bound(), placements, result.solve_seconds, capacity,
+                dict(result.stats))
+
+
+__all__ = ["SOLVER_NAMES", "SolveResult", "SolverParams", "StaticProblem", "ValidationReport",
+           "plan", "solve", "validate_offsets", "validate_plan"]
