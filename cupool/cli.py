@@ -8,6 +8,7 @@ item and the value. ``--json`` prints exactly one JSON object on stdout.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import sys
@@ -89,7 +90,8 @@ def main(argv: list[str] | None = None, stdout=None, stderr=None) -> int:
     stdout = stdout or sys.stdout
     stderr = stderr or sys.stderr
     try:
-        args = _build_parser().parse_args(argv)
+        with contextlib.redirect_stdout(stdout):  # --help prints where the caller asked
+            args = _build_parser().parse_args(argv)
         return _COMMANDS[args.command](args, stdout)
     except CupoolError as exc:
         print(f"cupool: error: {exc}", file=stderr)

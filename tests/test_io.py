@@ -95,7 +95,8 @@ BAD_BUFFERS = [
     ("zero size", {"size": 0}, "buffer 1: size (=0) must be an integer > 0"),
     ("negative size", {"size": -5}, "buffer 1: size (=-5)"),
     ("float size", {"size": 1.5}, "buffer 1: size (=1.5)"),
-    ("end before start", {"start": 2, "end": 1, "uses": []}, "buffer 1: end (=1) must be > start (=2)"),
+    ("end before start", {"start": 2, "end": 1, "uses": []},
+     "buffer 1: end (=1) must be > start (=2)"),
     ("end equals start", {"start": 1, "end": 1, "uses": []}, "end (=1) must be > start (=1)"),
     ("end past ops", {"end": 9}, "buffer 1: end (=9) must be <= the number of ops (=4)"),
     ("use outside", {"uses": [0, 3]}, "buffer 1: use at op 3 is outside the lifetime [0, 2)"),
@@ -136,8 +137,10 @@ BAD_CSV = [
     ("short row", "id,lower,upper,size\n0,0,1\n", "line 2: expected 4 fields, got 3"),
     ("non-integer", "id,lower,upper,size\n0,0,1,4.5\n", "line 2: buffer 0: size (='4.5')"),
     ("zero size", "id,lower,upper,size\n0,0,1,0\n", "line 2: buffer 0: size (=0)"),
-    ("upper <= lower", "id,lower,upper,size\nx,5,5,1\n", "line 2: buffer x: upper (=5) must be > lower (=5)"),
-    ("duplicate id", "id,lower,upper,size\na,0,1,4\na,1,2,4\n", "line 3: duplicate id 'a' (first on line 2)"),
+    ("upper <= lower", "id,lower,upper,size\nx,5,5,1\n",
+     "line 2: buffer x: upper (=5) must be > lower (=5)"),
+    ("duplicate id", "id,lower,upper,size\na,0,1,4\na,1,2,4\n",
+     "line 3: duplicate id 'a' (first on line 2)"),
     ("negative offset", "id,lower,upper,size,offset\n0,0,1,4,-1\n", "offset (=-1)"),
 ]
 

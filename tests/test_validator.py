@@ -57,7 +57,8 @@ def test_arena_and_capacity_are_checked():
 
 
 def test_plan_for_another_trace_is_refused():
-    other = Trace("other", TRACE.ops, (Buffer(10, 8, 0, 2), Buffer(11, 8, 2, 5), Buffer(12, 4, 0, 4)))
+    other = Trace("other", TRACE.ops,
+                  (Buffer(10, 8, 0, 2), Buffer(11, 8, 2, 5), Buffer(12, 4, 0, 4)))
     report = validate_plan(other, make_plan({10: 0, 11: 0, 12: 8}))
     assert report.rule == "trace" and "'hand'" in report.message
 

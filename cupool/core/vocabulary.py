@@ -33,7 +33,8 @@ BUFFER_KINDS = (PERSISTENT, TEMPORARY)
 @dataclass(frozen=True)
 class Op:
     """One step of the iteration. ``duration_us`` is compute time on the trace's device
-    (``None`` = unknown); ``flops`` and ``phase`` (``"fw"``, ``"bw"``, ``"opt"``...) are optional."""
+    (``None`` = unknown); ``flops`` and ``phase`` (``"fw"``, ``"bw"``, ``"opt"``...) are
+    optional."""
 
     name: str
     duration_us: float | None = None

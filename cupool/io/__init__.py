@@ -14,7 +14,7 @@ import json
 import os
 from pathlib import Path
 
-from cupool.core.vocabulary import Plan, Placement, SolveStatus, Trace
+from cupool.core.vocabulary import Placement, Plan, SolveStatus, Trace
 from cupool.errors import InputError, PlanFormatError, TraceFormatError
 from cupool.io._files import read_bytes, write_atomic
 from cupool.io.minimalloc_csv import csv_text, parse_csv
@@ -92,7 +92,8 @@ def load_plan(path: str | os.PathLike, trace: Trace | None = None) -> Plan:
         raise PlanFormatError(f"the CSV plan's buffers differ from trace {trace.name!r}",
                               path=str(path))
     arena = max(offsets[b.id] + b.size for b in csv_trace.buffers)
-    return Plan(trace.name, trace.digest(), "csv", SolveStatus.FEASIBLE, arena, trace.lower_bound_bytes(),
+    return Plan(trace.name, trace.digest(), "csv", SolveStatus.FEASIBLE, arena,
+                trace.lower_bound_bytes(),
                 tuple(Placement(b.id, offsets[b.id]) for b in csv_trace.buffers))
 
 

@@ -7,6 +7,7 @@ the first broken one with the buffer id (or op index) and the bad value, e.g.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 
@@ -144,7 +145,7 @@ def _parse_buffer(raw, index: int, num_ops: int, fail) -> Buffer:
     uses = raw.get("uses", [])
     if not isinstance(uses, list) or not all(_is_int(u) for u in uses):
         fail(f"uses (={uses!r}) must be a list of op indices", where)
-    for previous, use in zip(uses, uses[1:]):
+    for previous, use in itertools.pairwise(uses):
         if use <= previous:
             fail(f"uses must be strictly increasing; {use} follows {previous}", where)
     for use in uses:

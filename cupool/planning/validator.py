@@ -65,7 +65,8 @@ def check_offsets(buffers, offsets, capacity=None, arena_bytes=None) -> Validati
         offset = offsets[buffer_id]
         if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
             return ValidationReport(
-                False, "offset", f"buffer {buffer_id}: offset (={offset!r}) must be an integer >= 0",
+                False, "offset",
+                f"buffer {buffer_id}: offset (={offset!r}) must be an integer >= 0",
                 (buffer_id,))
     for buffer_id in offsets:
         if buffer_id not in ids:

@@ -1,0 +1,134 @@
+"""The command line, in process: JSON fields, exit codes, one-line errors, nothing written on bad input."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+
+from cupool.cli import main
+from cupool.io import load_plan, load_trace
+from tests.conftest import DSA, TRACES, tiny_document
+
+EXAMPLE = str(DSA / "example.12.csv")
+PLAN_FIELDS = {"trace", "solver", "buffers", "arena_bytes", "lower_bound_bytes", "ratio",
+               "solve_seconds", "valid"}
+
+
+def cli(*argv):
+    out, err = io.StringIO(), io.StringIO()
+    code = main([str(a) for a in argv], out, err)
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_plan_json_has_the_contract_fields_and_writes_the_plan(tmp_path):
+    out_path = tmp_path / "plan.json"
+    code, out, err = cli("plan", EXAMPLE, "--solver", "greedy-size", "--json", "--out", out_path)
+    assert code == 0 and err == ""
+    document = json.loads(out)
+    assert PLAN_FIELDS <= set(document)
+    assert document["buffers"] == 5 and document["lower_bound_bytes"] == 12
+    assert document["valid"] is True
+    assert document["ratio"] == document["arena_bytes"] / 12
+    plan = load_plan(out_path)
+    assert plan.arena_bytes == document["arena_bytes"]
+    code, out, _ = cli("validate", EXAMPLE, out_path)
+    assert code == 0 and out.strip() == "valid"
+
+
+def test_plan_writes_minimalloc_csv_with_offsets(tmp_path):
+    out_path = tmp_path / "plan.csv"
+    code, _, _ = cli("plan", EXAMPLE, "--solver", "exact", "--out", out_path)
+    assert code == 0
+    lines = out_path.read_text().splitlines()
+    assert lines[0] == "id,lower,upper,size,offset" and len(lines) == 6
+    assert cli("validate", EXAMPLE, out_path)[0] == 0
+
+
+def test_budget_forms(tmp_path):
+    code, out, _ = cli("plan", EXAMPLE, "--solver", "exact", "--budget", "100%", "--json")
+    assert code == 0 and json.loads(out)["budget_bytes"] == 12
+    code, out, _ = cli("plan", EXAMPLE, "--solver", "exact", "--budget", "11", "--json")
+    document = json.loads(out)
+    assert code == 1 and document["status"] == "infeasible" and document["valid"] is False
+
+
+def test_validate_reports_the_first_broken_rule(tmp_path):
+    plan_path = tmp_path / "plan.csv"
+    plan_path.write_text("id,lower,upper,size,offset\nb1,0,3,4,0\nb2,3,9,4,0\nb3,0,9,4,2\n"
+                         "b4,9,21,4,4\nb5,0,21,4,8\n")
+    code, out, _ = cli("validate", EXAMPLE, plan_path, "--json")
+    document = json.loads(out)
+    assert code == 1 and document["valid"] is False and document["rule"] == "overlap"
+    assert "buffers 0 and 2" in document["message"]
+
+
+def test_validate_refuses_a_plan_for_another_trace(tmp_path):
+    plan_path = tmp_path / "p.json"
+    assert cli("plan", EXAMPLE, "--solver", "greedy-size", "--out", plan_path)[0] == 0
+    other = tmp_path / "other.csv"
+    other.write_text("id,lower,upper,size\n0,0,2,4\n")
+    code, out, _ = cli("validate", other, plan_path)
+    assert code == 1 and "not 'other'" in out
+
+
+def test_info_on_a_real_trace():
+    path = next(p for p in TRACES if "mobilenetv2_infer_b1" in p.name)
+    code, out, _ = cli("info", path, "--json", "--top", "2")
+    document = json.loads(out)
+    trace = load_trace(path)
+    assert code == 0 and document["ops"] == 203 and document["buffers"] == 431
+    assert document["lower_bound_bytes"] == 25195072
+    assert document["persistent_bytes"] == sum(
+        b.size for b in trace.buffers if b.kind == "persistent")
+    assert [b["size"] for b in document["biggest"]] == sorted(
+        (b.size for b in trace.buffers), reverse=True)[:2]
+    code, out, _ = cli("info", path)
+    assert code == 0 and "lower bound       25195072 B" in out
+
+
+BAD = [
+    (("plan", "missing.json"), "missing.json: no such file"),
+    (("plan", EXAMPLE, "--solver", "magic"), "invalid choice: 'magic'"),
+    (("plan", EXAMPLE, "--budget", "lots"), "--budget (='lots') is not a byte count"),
+    (("plan", EXAMPLE, "--budget=-5%"), "must be a percentage > 0"),
+    (("plan", EXAMPLE, "--time-limit", "nan"), "(='nan') must be a number of seconds > 0"),
+    (("plan", EXAMPLE, "--seed=-1"), "(='-1') must be >= 0"),
+    (("plan", EXAMPLE, "--out", "/nonexistent/dir/p.json"), "does not exist"),
+    (("validate", EXAMPLE, "missing-plan.json"), "no such file"),
+    (("frobnicate",), "invalid choice: 'frobnicate'"),
+]
+
+
+@pytest.mark.parametrize("argv,message", BAD, ids=[" ".join(a[:2]) + f"-{i}"
+                                                    for i, (a, _) in enumerate(BAD)])
+def test_bad_input_exits_2_with_one_line(argv, message):
+    code, out, err = cli(*argv)
+    assert code == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1 and message in err
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("override,message", [
+    ({"version": 7}, "unknown trace format version (=7)"),
+    ({"buffers": []}, "empty trace"),
+])
+def test_bad_trace_exits_2_and_writes_nothing(tmp_path, override, message):
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(tiny_document(**override)))
+    out_path = tmp_path / "plan.json"
+    code, _, err = cli("plan", path, "--out", out_path)
+    assert code == 2 and message in err and not out_path.exists()
+
+
+def test_plan_for_a_nan_duration_trace_names_the_op(tmp_path):
+    path = tmp_path / "nan.json"
+    path.write_text(json.dumps(tiny_document()).replace('"duration_us": 3.0', '"duration_us": NaN'))
+    code, _, err = cli("plan", path)
+    assert code == 2 and "op 2: 'duration_us' (=nan)" in err
+
+
+def test_help_exits_0():
+    code, out, _ = cli("--help")
+    assert code == 0 and "plan" in out
