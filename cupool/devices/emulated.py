@@ -1,0 +1,396 @@
+"""The emulated device: the device protocol on host memory and worker threads.
+
+It is the default wherever no GPU is present, and the whole runtime runs on it, so
+it is faithful where that matters and strict where a real GPU would be silent:
+
+- **Memory.** Each reservation and each pinned allocation is its own NumPy ``uint8``
+  buffer, 256-byte aligned; ``Memory.ptr`` is its real address, so
+  ``cupy.cuda.MemoryPointer(cupy.cuda.UnownedMemory(m.ptr, m.size, m), 0)`` points
+  into it and ``cupy.ndarray`` objects can be built over it (no kernel can run on it,
+  but the allocator protocol, views and pointer arithmetic are real). The bytes stay
+  addressable while the :class:`~cupool.devices.protocol.Memory` object lives, even
+  after ``release`` (which only returns the capacity), so no use of this device can
+  crash the process.
+- **Capacity.** ``mem_info()`` reports ``capacity`` minus the bytes reserved. The
+  default capacity is 80% of the host's *available* memory when the device is
+  opened, rounded down to a MiB (buffers are committed lazily by the OS, so this is
+  a ceiling, not a reservation). Pinned memory is not limited beyond what the host
+  gives.
+- **Checked ranges.** Every copy must lie inside one live block of the right kind
+  (host side: a pinned allocation of this device; device side: a reservation);
+  anything else raises :class:`~cupool.devices.errors.InvalidPointerError` quoting
+  the addresses, instead of corrupting memory. Overlapping device→device copies are
+  refused too (undefined behaviour in CUDA).
+- **Streams.** Each stream made by ``create_stream`` is a daemon worker thread
+  draining a FIFO queue. ``default_stream`` runs its work synchronously in the
+  calling thread (callers are serialised); ``wait_event`` on it blocks the caller.
+- **Copies** really move the bytes with ``ctypes.memmove`` (a ctypes foreign call,
+  which releases the GIL, so streams copy in parallel with Python code). A copy can
+  be paced: it then takes ``max(actual, latency_us + nbytes / bandwidth)`` of wall
+  time, measured from when it starts; paced copies of one direction run one at a
+  time, like one copy engine per direction sharing one link.
+- **Host callbacks** (``host_callback``) run on the stream's thread; they are the
+  hook for emulating kernels and op durations.
+- **Close.** ``close()`` lets enqueued work finish (up to ``close_timeout`` seconds,
+  then it stops honouring waits and pacing), joins the threads and returns every
+  block. Garbage-collecting an unclosed device stops its threads without joining.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import itertools
+import queue
+import threading
+import time
+from collections.abc import Callable
+
+import numpy as np
+import psutil
+
+from cupool.core.units import parse_bytes
+from cupool.devices.errors import (
+    DeviceClosedError,
+    DeviceError,
+    DeviceOutOfMemoryError,
+    InvalidPointerError,
+    InvalidSizeError,
+    StreamTaskError,
+)
+from cupool.devices.protocol import (
+    COPY_KINDS,
+    D2D,
+    D2H,
+    DEVICE_MEMORY,
+    H2D,
+    PINNED_MEMORY,
+    Device,
+    Event,
+    Memory,
+    Stream,
+    StreamFailures,
+)
+
+ALIGNMENT = 256
+"""Bytes every emulated block is aligned to (what ``cudaMalloc`` guarantees)."""
+
+_POLL_SECONDS = 0.05  # how often blocked waits look at the abort flag
+_STOP = object()
+
+
+def default_capacity() -> int:
+    """80% of the host's available memory, rounded down to a MiB."""
+    return int(psutil.virtual_memory().available * 0.8) // (1 << 20) * (1 << 20)
+
+
+class _Shared:
+    """State the worker threads share with the device, without referencing it (so an
+    unclosed device can still be garbage-collected). ``abort`` is set when close()
+    gives up waiting: blocked waits return and pacing stops."""
+
+    def __init__(self) -> None:
+        self.abort = threading.Event()
+
+
+class _Worker:
+    """A stream's FIFO queue and the daemon thread draining it."""
+
+    def __init__(self, failures: StreamFailures, thread_name: str) -> None:
+        self.failures = failures
+        self.queue: queue.Queue = queue.Queue()
+        self.thread = threading.Thread(target=self.run, name=thread_name, daemon=True)
+        self.thread.start()
+
+    def run(self) -> None:
+        while True:
+            item = self.queue.get()
+            try:
+                if item is _STOP:
+                    return
+                self.failures.run(*item)
+            finally:
+                self.queue.task_done()
+
+
+def _wait_token(token: threading.Event, shared: _Shared) -> None:
+    """Block until ``token`` is set or the device aborts."""
+    while not token.wait(_POLL_SECONDS):
+        if shared.abort.is_set():
+            return
+
+
+class EmulatedStream(Stream):
+    """A stream of the emulated device: a worker thread, or the caller for the default
+    stream (``synchronous=True``)."""
+
+    def __init__(self, device: EmulatedDevice, name: str, synchronous: bool = False) -> None:
+        super().__init__(device, name)
+        self._shared = device._shared
+        self._failures = StreamFailures(name)
+        self._worker = None if synchronous else _Worker(self._failures,
+                                                        f"cupool-{device.name}-{name}")
+        self._caller_lock = threading.Lock()  # serialises callers of a synchronous stream
+
+    def _submit(self, task: str, fn: Callable[[], object]) -> None:
+        if self._worker is None:
+            with self._caller_lock:
+                self._failures.run(task, fn)
+        else:
+            self._worker.queue.put((task, fn))
+
+    def _wait_event(self, event: Event) -> None:
+        token = event._token
+        if token is not None:
+            shared = self._shared
+            self._submit("wait_event", lambda: _wait_token(token, shared))
+
+    def _synchronize(self) -> None:
+        if self._worker is not None:
+            reached = threading.Event()
+            self._submit("synchronize", reached.set)
+            _wait_token(reached, self._shared)
+        self._failures.raise_first()
+
+    def _query(self) -> bool:
+        if self._worker is None:
+            return True
+        with self._worker.queue.mutex:
+            return self._worker.queue.unfinished_tasks == 0
+
+    def _stop(self) -> None:
+        if self._worker is not None:
+            self._worker.queue.put(_STOP)
+
+
+class EmulatedEvent(Event):
+    """An event of the emulated device: each record makes a new token the stream sets."""
+
+    def __init__(self, device: EmulatedDevice) -> None:
+        super().__init__(device)
+        self._token: threading.Event | None = None
+
+    def _record(self, stream: Stream) -> None:
+        token = threading.Event()
+        self._token = token
+        stream._submit("event.record", token.set)
+
+    def _query(self) -> bool:
+        token = self._token
+        return token is None or token.is_set()
+
+    def _synchronize(self) -> None:
+        token = self._token
+        if token is not None:
+            _wait_token(token, self.device._shared)
+
+
+class EmulatedDevice(Device):
+    """The device protocol on the host (see the module docstring).
+
+    ``capacity``: device bytes (int or ``"4GiB"``), default :func:`default_capacity`.
+    ``h2d_gbps``/``d2h_gbps``/``d2d_gbps``: link bandwidth per direction in GB/s
+    (10**9 bytes/s); ``None`` = as fast as ``memmove``. ``latency_us``: fixed cost
+    added to every copy's pacing (µs). ``close_timeout``: seconds ``close()`` waits for
+    enqueued work before aborting waits.
+    """
+
+    kind = "emulated"
+
+    def __init__(self, capacity: int | str | None = None, *, h2d_gbps: float | None = None,
+                 d2h_gbps: float | None = None, d2d_gbps: float | None = None,
+                 latency_us: float = 0.0, close_timeout: float = 10.0,
+                 name: str = "emulated") -> None:
+        super().__init__(name)
+        self.capacity = default_capacity() if capacity is None else parse_bytes(capacity,
+                                                                                 "capacity")
+        self.bandwidth_gbps = {H2D: h2d_gbps, D2H: d2h_gbps, D2D: d2d_gbps}
+        for kind, gbps in self.bandwidth_gbps.items():
+            if gbps is not None and not gbps > 0:
+                raise InvalidSizeError("EmulatedDevice", f"{kind}_gbps", gbps,
+                                       "must be > 0 GB/s (or None for unpaced)")
+        if not latency_us >= 0:
+            raise InvalidSizeError("EmulatedDevice", "latency_us", latency_us, "must be >= 0")
+        self.latency_us = float(latency_us)
+        self.close_timeout = float(close_timeout)
+        self._shared = _Shared()
+        self._committed = 0  # device bytes reserved (guarded by _lock), for mem_info
+        self._links = {kind: threading.Lock() for kind in COPY_KINDS}
+        self._streams: list[EmulatedStream] = []
+        self._stream_numbers = itertools.count(1)
+        self._default = EmulatedStream(self, "default", synchronous=True)
+
+    # -- memory -----------------------------------------------------------------------
+    def _new_block(self, operation: str, size: int, kind: str) -> Memory:
+        try:
+            raw = np.empty(size + ALIGNMENT - 1, dtype=np.uint8)
+        except MemoryError:
+            free, total = self._mem_info()
+            raise DeviceOutOfMemoryError(operation, size, free, total) from None
+        skip = -raw.ctypes.data % ALIGNMENT
+        buffer = raw[skip:skip + size]
+        return Memory(ptr=buffer.ctypes.data, size=size, kind=kind, keepalive=buffer)
+
+    def _reserve(self, size: int) -> Memory:
+        with self._lock:
+            free = self.capacity - self._committed
+            if size > free:
+                raise DeviceOutOfMemoryError("reserve", size, free, self.capacity)
+            self._committed += size
+        try:
+            return self._new_block("reserve", size, DEVICE_MEMORY)
+        except BaseException:
+            with self._lock:
+                self._committed -= size
+            raise
+
+    def _release(self, memory: Memory) -> None:
+        # The buffer itself lives on while anyone (a queued copy, a CuPy array) holds it.
+        with self._lock:
+            self._committed -= memory.size
+
+    def _alloc_pinned(self, size: int) -> Memory:
+        return self._new_block("alloc_pinned", size, PINNED_MEMORY)
+
+    def _free_pinned(self, memory: Memory) -> None:
+        pass
+
+    def _mem_info(self) -> tuple[int, int]:
+        with self._lock:
+            return self.capacity - self._committed, self.capacity
+
+    def device_array(self, memory: Memory) -> np.ndarray:
+        """A ``uint8`` NumPy view of a live reservation (emulated only: for tests and
+        for emulated kernels). Keeps the bytes alive."""
+        with self._lock:
+            live = self._blocks[DEVICE_MEMORY].containing(memory.ptr)
+        if live is not memory:
+            raise InvalidPointerError("device_array", memory.ptr, memory.size,
+                                      f"{memory!r} is not a live reservation of device "
+                                      f"{self.name!r}")
+        return memory.keepalive
+
+    # -- streams, events ----------------------------------------------------------------
+    @property
+    def default_stream(self) -> EmulatedStream:
+        return self._default
+
+    def _create_stream(self, name: str | None) -> EmulatedStream:
+        number = next(self._stream_numbers)
+        stream = EmulatedStream(self, name or f"stream-{number}")
+        with self._lock:
+            closed = self._closed
+            if not closed:
+                self._streams.append(stream)
+        if closed:  # close() ran meanwhile: this stream's thread would never be joined
+            stream._stop()
+            raise DeviceClosedError(self.name, "create_stream()")
+        return stream
+
+    def _create_event(self) -> EmulatedEvent:
+        return EmulatedEvent(self)
+
+    def _host_callback(self, stream: Stream, fn: Callable[[], object]) -> None:
+        stream._submit(f"host_callback {getattr(fn, '__name__', repr(fn))}", fn)
+
+    # -- copies ---------------------------------------------------------------------------
+    def _enqueue_copy(self, kind: str, dst_ptr: int, src_ptr: int, nbytes: int,
+                      stream: Stream) -> None:
+        operation = f"copy_{kind}_async"
+        if nbytes == 0:
+            blocks: tuple[Memory, ...] = ()
+        else:
+            dst_kind = PINNED_MEMORY if kind == D2H else DEVICE_MEMORY
+            src_kind = PINNED_MEMORY if kind == H2D else DEVICE_MEMORY
+            with self._lock:
+                dst = self._find(operation, "to", dst_ptr, nbytes, dst_kind)
+                src = self._find(operation, "from", src_ptr, nbytes, src_kind)
+            if kind == D2D and dst_ptr < src_ptr + nbytes and src_ptr < dst_ptr + nbytes:
+                raise InvalidPointerError(
+                    operation, dst_ptr, nbytes,
+                    f"copy of {nbytes} bytes from {src_ptr:#x} to {dst_ptr:#x}: source and "
+                    f"destination overlap")
+            blocks = (dst, src)
+        gbps = self.bandwidth_gbps[kind]
+        paced_seconds = None
+        if gbps is not None or self.latency_us > 0:
+            paced_seconds = self.latency_us * 1e-6 + (nbytes / (gbps * 1e9) if gbps else 0.0)
+        link = self._links[kind]
+        shared = self._shared
+
+        def copy() -> None:
+            keep = blocks  # the buffers stay alive until the copy has run
+            if paced_seconds is None:
+                ctypes.memmove(dst_ptr, src_ptr, nbytes)
+            else:
+                with link:
+                    deadline = time.perf_counter() + paced_seconds
+                    ctypes.memmove(dst_ptr, src_ptr, nbytes)
+                    remaining = deadline - time.perf_counter()
+                    while remaining > 0 and not shared.abort.wait(remaining):
+                        remaining = deadline - time.perf_counter()
+            del keep
+            self._add_stat(f"copy_count.{kind}", 1)
+            self._add_stat(f"copy_bytes.{kind}", nbytes)
+
+        stream._submit(f"{operation} of {nbytes} bytes", copy)
+
+    def _find(self, operation: str, role: str, ptr: int, nbytes: int, kind: str) -> Memory:
+        """The live block of ``kind`` holding ``[ptr, ptr + nbytes)``; caller holds _lock."""
+        what = "device reservation" if kind == DEVICE_MEMORY else "pinned allocation"
+        block = self._blocks[kind].containing(ptr)
+        if block is None:
+            raise InvalidPointerError(operation, ptr, nbytes,
+                                      f"copy of {nbytes} bytes {role} {ptr:#x}: {ptr:#x} is not "
+                                      f"inside any {what} of device {self.name!r}")
+        if ptr + nbytes > block.end:
+            raise InvalidPointerError(
+                operation, ptr, nbytes,
+                f"copy of {nbytes} bytes {role} {ptr:#x} runs past the end of {what} "
+                f"{block.ptr:#x}+{block.size} by {ptr + nbytes - block.end} bytes")
+        return block
+
+    # -- lifetime ---------------------------------------------------------------------
+    def _synchronize(self) -> None:
+        with self._lock:
+            streams = [self._default, *self._streams]
+        failures = []
+        for stream in streams:
+            try:
+                stream._synchronize()
+            except StreamTaskError as exc:
+                failures.append(exc)
+        if failures:
+            raise failures[0]
+
+    def _close(self, device_blocks: list[Memory], pinned_blocks: list[Memory]) -> None:
+        with self._lock:
+            streams = list(self._streams)
+            self._committed = 0
+        for stream in streams:
+            stream._stop()
+        deadline = time.monotonic() + self.close_timeout
+        for stream in streams:
+            stream._worker.thread.join(max(0.0, deadline - time.monotonic()))
+        stuck = [s for s in streams if s._worker.thread.is_alive()]
+        if stuck:
+            self._shared.abort.set()
+            for stream in stuck:
+                stream._worker.thread.join(1.0)
+            still = [s.name for s in stuck if s._worker.thread.is_alive()]
+            if still:
+                raise DeviceError(f"close(): streams {still} still run a task after "
+                                  f"{self.close_timeout + 1.0:.1f} s (a host callback that "
+                                  f"never returns?)")
+
+    def _options(self) -> dict:
+        return {"capacity": self.capacity, "h2d_gbps": self.bandwidth_gbps[H2D],
+                "d2h_gbps": self.bandwidth_gbps[D2H], "d2d_gbps": self.bandwidth_gbps[D2D],
+                "latency_us": self.latency_us}
+
+    def __del__(self) -> None:
+        try:
+            if not self._closed:
+                for stream in self._streams:
+                    stream._stop()
+        except Exception:  # never raise in __del__
+            pass
