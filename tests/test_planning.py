@@ -58,7 +58,8 @@ def test_heuristics_on_every_real_trace(solver):
         result = plan(trace, solver)
         assert validate_plan(trace, result).valid, path.name
         assert result.arena_bytes >= result.lower_bound_bytes == trace.lower_bound_bytes()
-        assert result.ratio < 1.05, (path.name, result.ratio)
+        # best-fit (XLA's sweep) is the weakest: up to ~1.10 on BERT and ResNet-50 inference.
+        assert result.ratio < (1.15 if solver == "best-fit" else 1.01), (path.name, result.ratio)
 
 
 def test_auto_reaches_the_lower_bound_on_every_real_trace():

@@ -88,7 +88,7 @@ def parse_csv(text: str, name: str = "", path: str | None = None):
         if offset is not None:
             offsets[buffer_id] = offset
     num_ops = max(b.end for b in buffers)
-    ops = tuple(Op("") for _ in range(num_ops))
+    ops = (Op(""),) * num_ops  # anonymous and immutable: one shared object
     trace = Trace(name, ops, tuple(buffers), SOURCE)
     return trace, (offsets if "offset" in column else None)
 

@@ -29,7 +29,10 @@ def solve_auto(problem, params: SolverParams) -> SolveResult:
     started = time.perf_counter()
     budget = params.time_limit_s or DEFAULT_TIME_LIMIT_S
     lower = problem.lower_bound()
-    target = lower if problem.capacity is None else max(lower, problem.capacity)
+    if problem.capacity is not None and problem.capacity < lower:
+        return SolveResult(SolveStatus.INFEASIBLE, None, None, time.perf_counter() - started,
+                           {"winner": "lower-bound", "lower_bound_bytes": lower})
+    target = lower if problem.capacity is None else problem.capacity
     tried = {}
     best_name, best = None, None
     for name in HEURISTICS:
