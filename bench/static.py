@@ -63,9 +63,10 @@ def instances(quick: bool):
         yield "dsa", trace.name.split(".")[0], problem, SOLVER_NAMES
     from cupool.planning import synthetic
 
-    lstm = synthetic.lstm_problem(seed=0) if not quick else synthetic.lstm_problem(
-        steps=32, seed=0)
-    yield "lstm", f"lstm-{lstm.n}", lstm, (*GREEDY, "auto")
+    for steps in ((32,) if quick else (None, 250)):
+        lstm = synthetic.lstm_problem(seed=0) if steps is None else synthetic.lstm_problem(
+            steps=steps, seed=0)
+        yield "lstm", f"lstm-{lstm.n}", lstm, (*GREEDY, "exact", "auto")
     n = 20_000 if quick else 100_000
     yield "scale", f"random-{n}", synthetic.random_problem(n, seed=0), GREEDY
 
@@ -98,7 +99,7 @@ def run(args) -> list[dict]:
     rows = []
     wanted = set(args.solvers.split(",")) if args.solvers else None
     header = (f"{'family':<6} {'instance':<34} {'buffers':>7} {'solver':<14} {'status':<13} "
-              f"{'ratio':>7} {'fits':>5} {'seconds':>8} {'MiniMalloc s':>12} {'target':>7}")
+              f"{'ratio':>8} {'fits':>5} {'seconds':>8} {'MiniMalloc s':>12} {'target':>7}")
     print(header)
     print("-" * len(header))
     for family, name, problem, solvers in instances(args.quick):
@@ -137,10 +138,10 @@ def run(args) -> list[dict]:
                 row["fits"] = False
             row["target"] = target(family, name, solver, row)
             rows.append(row)
-            ratio = "-" if row["ratio"] is None else f"{row['ratio']:.4f}"
+            ratio = "-" if row["ratio"] is None else f"{row['ratio']:.5f}"
             mm = "" if row["minimalloc_seconds"] is None else f"{row['minimalloc_seconds']:.2f}"
             print(f"{family:<6} {name:<34} {problem.n:>7} {solver:<14} {row['status']:<13} "
-                  f"{ratio:>7} {'yes' if row['fits'] else 'no':>5} {seconds:>8.3f} {mm:>12} "
+                  f"{ratio:>8} {'yes' if row['fits'] else 'no':>5} {seconds:>8.3f} {mm:>12} "
                   f"{row['target']:>7}", flush=True)
     return rows
 

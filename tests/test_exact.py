@@ -33,6 +33,8 @@ def problem_of(buffers, capacity=None):
 
 
 def solve(problem, native, **params):
+    """The search itself: the greedy certificate is off unless a test asks for it."""
+    params.setdefault("greedy_certificate", False)
     result = solve_exact(problem, SolverParams(native=native, **params))
     if result.offsets is not None:
         report = validate_offsets(problem.with_capacity(None), result.offsets)
@@ -235,3 +237,27 @@ def test_c_and_python_searches_are_identical(problem, slack):
         whole = solve(problem, native)
         assert whole.status is SolveStatus.OPTIMAL
     assert np.array_equal(solve(problem, False).offsets, solve(problem, True).offsets)
+
+
+def test_greedy_certificate_skips_the_search_when_greedy_meets_the_bound():
+    problem = StaticProblem.from_trace(load_trace(DSA / "example.12.csv"))
+    result = solve_exact(problem, SolverParams())
+    assert result.status is SolveStatus.OPTIMAL and result.arena_bytes == 12
+    assert result.stats["certificate"] == "greedy-size" and result.stats["nodes"] == 0
+
+
+def test_time_running_out_while_preparing_the_search_is_a_timeout(monkeypatch):
+    import cupool.planning.solvers.exact as exact
+
+    problem = StaticProblem.from_trace(load_trace(DSA / "challenging-K.1048576.csv"),
+                                       capacity=1048576)
+
+    def too_slow(*args):
+        raise exact._OutOfTime
+
+    monkeypatch.setattr(exact, "sweep", too_slow)
+    result = solve_exact(problem, SolverParams(time_limit_s=1))
+    assert result.status is SolveStatus.TIMEOUT and result.offsets is None
+    assert result.stats["certificate"] == "sweep-timeout"
+    minimized = solve_exact(problem.with_capacity(None), SolverParams(time_limit_s=1))
+    assert minimized.status is SolveStatus.FEASIBLE and minimized.offsets is not None

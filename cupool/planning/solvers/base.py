@@ -40,6 +40,9 @@ class SolverParams:
     Exact (``exact``):
       minimize: with no capacity, search the smallest arena (capacities from the lower
         bound upward) instead of answering one decision problem.
+      greedy_certificate: first try greedy-by-size and return its plan when it already
+        meets the goal (the lower bound, or the capacity), skipping the search and its
+        sweep, which is quadratic in the live set. ``False`` always searches.
     """
 
     time_limit_s: float | None = None
@@ -54,6 +57,7 @@ class SolverParams:
     immigrants: int = 2
     stall_generations: int = 60
     minimize: bool = True
+    greedy_certificate: bool = True
 
     def __post_init__(self) -> None:
         if self.time_limit_s is not None and not self.time_limit_s > 0:

@@ -80,6 +80,7 @@ from cupool.core.vocabulary import SolveStatus
 from cupool.errors import SolverError
 from cupool.planning.problem import StaticProblem
 from cupool.planning.solvers.base import SolveResult, SolverParams
+from cupool.planning.solvers.greedy import solve_greedy_size
 
 try:
     from cupool.planning.solvers import _exact as _native_module
@@ -139,11 +140,17 @@ class Decision:
     backtracks: int
 
 
-def sweep(starts, ends, sizes) -> Sweep:
+class _OutOfTime(Exception):
+    """The deadline passed while preparing the search (the sweep is quadratic in the
+    number of simultaneously live buffers, so on huge traces it can take a while)."""
+
+
+def sweep(starts, ends, sizes, deadline: float | None = None) -> Sweep:
     """Sections, section ranges and overlaps of one component (lists of equal length).
 
     Ends are processed before starts at the same op (half-open lifetimes); a section
-    is recorded at the first end after the live set last grew.
+    is recorded at the first end after the live set last grew. Raises :class:`_OutOfTime`
+    when ``deadline`` (``time.monotonic()`` seconds) passes first.
     """
     n = len(sizes)
     points = sorted([(end, 0, i) for i, end in enumerate(ends)]
@@ -154,7 +161,9 @@ def sweep(starts, ends, sizes) -> Sweep:
     section_hi = [0] * n
     last_time = points[0][0] if points else 0
     overlap_sets: list[list[int]] = [[] for _ in range(n)]
-    for time_value, is_start, i in points:
+    for step, (time_value, is_start, i) in enumerate(points):
+        if deadline is not None and step % 1024 == 0 and time.monotonic() > deadline:
+            raise _OutOfTime
         if is_start:
             for other in live:
                 overlap_sets[other].append(i)
@@ -223,29 +232,46 @@ def solve_exact(problem: StaticProblem, params: SolverParams) -> SolveResult:
 
     ``params.time_limit_s`` bounds the whole call (default :data:`DEFAULT_TIME_LIMIT_S`);
     ``params.native`` picks the C or Python search (:class:`SolverError` when C is
-    required but not built). Statistics keys: ``nodes``, ``backtracks``, ``decisions``
-    (searches run), ``native``, ``components``, ``stacked_buffers``, ``stacked_bytes``,
-    ``lower_bound_bytes``, ``proved_lower_bytes``.
+    required but not built); ``params.greedy_certificate`` returns greedy-by-size's plan
+    when it already meets the goal. Statistics keys: ``nodes``, ``backtracks``, ``decisions``
+    (searches run), ``native``, ``lower_bound_bytes``, ``proved_lower_bytes``; when the
+    search was prepared, ``components``, ``stacked_buffers``, ``stacked_bytes``; when it
+    was skipped, ``certificate`` (``"greedy-size"``, or ``"sweep-timeout"`` when time ran
+    out while preparing it).
     """
     started = time.monotonic()
     native = _resolve_native(params.native)
     limit = DEFAULT_TIME_LIMIT_S if params.time_limit_s is None else params.time_limit_s
     deadline = started + limit
     lower_bound = problem.lower_bound()
-    layout = _Layout.of(problem)
     stats = {"nodes": 0, "backtracks": 0, "decisions": 0, "native": native,
-             "components": len(layout.components), "stacked_buffers": len(layout.stacked),
-             "stacked_bytes": layout.stacked_bytes, "lower_bound_bytes": lower_bound,
-             "proved_lower_bytes": lower_bound}
+             "lower_bound_bytes": lower_bound, "proved_lower_bytes": lower_bound}
 
     def finish(status, offsets):
         arena = None if offsets is None else problem.arena_of(offsets)
         return SolveResult(status, offsets, arena, time.monotonic() - started, stats)
 
+    if problem.capacity is not None and lower_bound > problem.capacity:
+        return finish(SolveStatus.INFEASIBLE, None)
+    # A cheap certificate first: greedy-by-size often meets the goal outright, and then
+    # no search (nor its sweep, quadratic in the live set) is needed.
+    goal = lower_bound if problem.capacity is None else problem.capacity
+    greedy = solve_greedy_size(problem.with_capacity(None), params).offsets
+    if params.greedy_certificate and problem.arena_of(greedy) <= goal:
+        stats["certificate"] = "greedy-size"
+        return finish(SolveStatus.OPTIMAL if problem.arena_of(greedy) == lower_bound
+                      else SolveStatus.FEASIBLE, greedy)
+    try:
+        layout = _Layout.of(problem, deadline)
+    except _OutOfTime:
+        stats["certificate"] = "sweep-timeout"
+        if problem.capacity is not None:
+            return finish(SolveStatus.TIMEOUT, None)
+        return finish(SolveStatus.FEASIBLE, greedy)
+    stats.update({"components": len(layout.components), "stacked_buffers": len(layout.stacked),
+                  "stacked_bytes": layout.stacked_bytes})
+
     if problem.capacity is not None:
-        if lower_bound > problem.capacity:
-            stats["proved_lower_bytes"] = lower_bound
-            return finish(SolveStatus.INFEASIBLE, None)
         outcome, local = layout.decide_all(problem.capacity - layout.stacked_bytes, None,
                                            deadline, native, stats)
         if outcome == NOT_FOUND:
@@ -298,7 +324,7 @@ class _Layout:
     sweeps: tuple
 
     @classmethod
-    def of(cls, problem: StaticProblem) -> _Layout:
+    def of(cls, problem: StaticProblem, deadline: float | None = None) -> _Layout:
         starts, ends, sizes = problem.starts, problem.ends, problem.sizes
         if problem.n == 0:
             return cls(problem, np.zeros(0, np.int64), 0, (), ())
@@ -317,7 +343,7 @@ class _Layout:
             reach = max(reach, int(ends[i]))
         if current:
             components.append(np.array(sorted(current), dtype=np.int64))
-        sweeps = tuple(sweep(starts[c].tolist(), ends[c].tolist(), sizes[c].tolist())
+        sweeps = tuple(sweep(starts[c].tolist(), ends[c].tolist(), sizes[c].tolist(), deadline)
                        for c in components)
         return cls(problem, stacked, int(sizes[stacked].sum()), tuple(components), sweeps)
 
@@ -341,7 +367,10 @@ class _Layout:
 
     def greedy(self) -> list:
         """Greedy-by-size offsets of every component: the minimizer's first upper bound."""
-        return [_greedy_by_size(component) for component in self.sweeps]
+        starts, ends, sizes = self.problem.starts, self.problem.ends, self.problem.sizes
+        return [solve_greedy_size(StaticProblem.from_arrays(starts[c], ends[c], sizes[c]),
+                                  SolverParams()).offsets.tolist()
+                for c in self.components]
 
     def height(self, local) -> int:
         """Highest top over all components (0 without components)."""
@@ -359,25 +388,6 @@ class _Layout:
 
 def _height(component: Sweep, offsets) -> int:
     return max((o + s for o, s in zip(offsets, component.sizes, strict=True)), default=0)
-
-
-def _greedy_by_size(component: Sweep) -> list:
-    """Largest buffer first, each at the lowest offset clear of its placed time-neighbours
-    (first fit). Always succeeds; gives the minimizer a starting upper bound."""
-    n = component.n
-    order = sorted(range(n), key=lambda i: (-component.sizes[i], -component.widths[i], i))
-    offsets = [-1] * n
-    for i in order:
-        neighbours = component.overlaps[component.overlap_ptr[i]:component.overlap_ptr[i + 1]]
-        taken = sorted((offsets[j], offsets[j] + component.sizes[j])
-                       for j in neighbours if offsets[j] >= 0)
-        candidate = 0
-        for low, high in taken:
-            if low >= candidate + component.sizes[i]:
-                break
-            candidate = max(candidate, high)
-        offsets[i] = candidate
-    return offsets
 
 
 class _PySearch:
