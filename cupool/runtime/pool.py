@@ -1,0 +1,1007 @@
+"""``PlannedPool``: a ``cupy.cuda.MemoryPool`` that records an iteration, plans it, and then
+serves every allocation of later iterations at a precomputed offset.
+
+::
+
+    pool = PlannedPool(device="auto", capacity="6GiB")
+    cupy.cuda.set_allocator(pool.malloc)
+    for batch in loader:
+        with pool.iteration():       # record, then plan, then served from the plan
+            loss = train_step(batch)
+
+**Regions.** Every block comes from one of three regions, each made of device
+reservations (:meth:`Device.reserve <cupool.devices.protocol.Device.reserve>`):
+
+- the **persistent region**: allocations outside any ``iteration()`` (weights,
+  optimizer state, anything made between iterations). Best fit with split/merge
+  (:class:`~cupool.runtime.arena.BestFitArena`); plans never touch it.
+- the **planned arena**: one reservation of exactly ``plan.arena_bytes``; the k-th
+  allocation of a planned iteration is the bytes ``[offset_k, offset_k + size_k)``.
+- the **fallback region**: best fit with split/merge, for iterations being recorded and
+  for allocations a plan cannot serve.
+
+**Modes** (``pool.mode``):
+
+- ``"record"``: allocations inside ``iteration()`` are served by the fallback region and
+  logged (:mod:`cupool.runtime.record`). After ``record_iterations`` iterations in a row
+  that agree (same rounded sizes in the same order), the pool builds a trace from them,
+  solves it with ``cupool.planning.plan(trace, solver)``, releases the fallback
+  segments that are now empty, reserves the planned arena and switches to ``"planned"``.
+- ``"planned"``: allocation k of the iteration is served at its planned offset in O(1)
+  when its rounded size is the plan's and its bytes are free. Otherwise it is served by
+  the fallback region and counted: a *divergent* allocation (wrong size, or more
+  allocations than planned) or a *collision* (a block that outlived its planned lifetime,
+  e.g. a loss kept until the next step, still holds those bytes). A planned iteration
+  with a divergent allocation, or with fewer allocations than the plan, is *divergent*;
+  after ``divergence_limit`` divergent iterations in a row the pool retires the plan
+  (its arena is released when its last block is freed) and records again.
+- ``"unplanned"``: a plan could not be installed (its arena does not fit the limit or
+  the device); iterations are served by the fallback region without recording, until
+  :meth:`PlannedPool.replan` is called.
+
+No live block is ever overlapped: the planned path checks, in O(1), a per-slot count of
+*overdue* blocks (planned blocks still live after their planned end) whose bytes
+intersect the slot's (see :class:`_PlannedArena`).
+
+**Sizes.** Every request is rounded up to a multiple of 512 bytes, as CuPy's pool does
+(cudaMalloc's alignment); plans are solved on the rounded sizes, and ``used_bytes()``
+and the statistics count rounded bytes. ``malloc(0)`` returns a null pointer and uses
+no memory.
+
+**Capacity** is a limit, not a reservation: the pool reserves what its regions need and
+``reserved_bytes`` (``total_bytes()``) is what it holds from the device. A reservation
+that would pass the limit, or that the device refuses, escalates as CuPy does (release
+empty segments, retry; ``gc.collect()``, release, retry) and then raises
+:class:`~cupool.runtime.errors.PoolOutOfMemoryError` (a
+``cupy.cuda.memory.OutOfMemoryError``) whose message ends with a report of what was live.
+
+**Frees.** Each block's ``UnownedMemory`` owner is a small object whose ``__del__`` frees
+the block, so views keep memory alive exactly as in CuPy. The finaliser never takes the
+pool's lock (it may run inside the pool, from the garbage collector): it calls the CuPy
+free hooks and appends the block to a queue, which the next pool operation drains under
+the lock, before anything else. Statistics and ``used_bytes()`` drain it first too.
+
+**Threads.** One lock (``_lock``) guards every field marked *guarded* below; mallocs and
+frees may come from any thread. Iterations are pool-wide: allocations from any thread
+between ``__enter__`` and ``__exit__`` belong to the iteration, so a plan is only
+useful when their order repeats. Solving a plan runs under the lock, at the end of the
+iteration that completes the recording.
+"""
+
+from __future__ import annotations
+
+import collections
+import gc
+import logging
+import operator
+import os
+import threading
+from pathlib import Path
+
+import numpy as np
+from cupy.cuda import memory_hook
+from cupy.cuda.memory import MemoryPointer, MemoryPool, UnownedMemory
+
+from cupool.core.units import format_bytes, parse_bytes
+from cupool.core.vocabulary import Plan, SolveStatus, Trace
+from cupool.devices import Device, open_device
+from cupool.devices.errors import DeviceOutOfMemoryError
+from cupool.errors import PlanFormatError
+from cupool.runtime.arena import BestFitArena
+from cupool.runtime.errors import (
+    AllocationSizeError,
+    CapacityError,
+    IterationStateError,
+    PoolError,
+    PoolOutOfMemoryError,
+)
+from cupool.runtime.record import RecordedIteration, from_trace, merge, to_trace
+from cupool.runtime.stats import PoolCounters
+
+__all__ = ["ALLOCATION_UNIT", "MODES", "PlannedPool"]
+
+ALLOCATION_UNIT = 512
+"""Every request is rounded up to a multiple of this many bytes (as CuPy's pool does)."""
+
+RECORD, PLANNED, UNPLANNED = "record", "planned", "unplanned"
+MODES = (RECORD, PLANNED, UNPLANNED)
+
+# Block kinds (ints: compared on the hot path).
+_PLANNED, _FALLBACK, _PERSISTENT = 0, 1, 2
+
+_log = logging.getLogger("cupool.runtime")
+_has_memory_hooks = memory_hook._has_memory_hooks
+_get_memory_hooks = memory_hook.get_memory_hooks
+
+
+# A ticket describes one block handed out, and is the ``owner`` of its UnownedMemory:
+# (kind, size, slot, region, ptr, extra[, pmem_box]). ``region`` is the _PlannedArena or
+# BestFitArena it came from; ``slot`` its allocation index in a planned iteration (-1
+# otherwise); ``extra`` is, for a planned block, the serial number of its iteration and,
+# for a recorded block, its record-log entry ``[size, end]`` (else None). ``pmem_box``
+# (hooked mallocs only) is ``[id(UnownedMemory)]`` for the free hooks.
+_KIND, _SIZE, _SLOT, _REGION, _PTR, _EXTRA, _PMEM = range(7)
+
+
+class _Ticket(tuple):
+    """A block's description and the ``owner`` of its ``UnownedMemory``.
+
+    When CuPy drops the last reference (the array and all its views are gone), CPython
+    finalises the ticket: ``__del__`` calls the free hooks and appends the ticket itself
+    to the pool's queue (``region.release``), which keeps it alive until the pool
+    processes it (a finaliser runs only once, so it is then simply deallocated). It
+    never raises and never takes the pool's lock. The pool never holds a reference to
+    a live ticket (only ``(slot, serial)`` pairs), or the ticket could not die.
+    """
+
+    __slots__ = ()
+
+    def __del__(self) -> None:
+        try:
+            if _has_memory_hooks():
+                hooks = _get_memory_hooks()
+                if hooks:
+                    _free_with_hooks(hooks, self)
+                    return
+            self[3].release(self)  # _REGION
+        except Exception:  # never raise in __del__ (interpreter shutdown, broken hook)
+            pass
+
+
+def _free_with_hooks(hooks, ticket: _Ticket) -> None:
+    size, ptr, region = ticket[_SIZE], ticket[_PTR], ticket[_REGION]
+    pmem_id = ticket[_PMEM][0] if len(ticket) > _PMEM else 0
+    device_id = region.device_id
+    for hook in hooks.values():
+        hook.free_preprocess(device_id=device_id, mem_size=size, mem_ptr=ptr, pmem_id=pmem_id)
+    try:
+        region.release(ticket)
+    finally:
+        for hook in hooks.values():
+            hook.free_postprocess(device_id=device_id, mem_size=size, mem_ptr=ptr,
+                                  pmem_id=pmem_id)
+
+
+class _PlannedArena:
+    """A plan made executable: slot k is ``ptrs[k]`` for ``sizes[k]`` bytes.
+
+    Each planned iteration gets a serial number (``serial``, from 1); a planned block is
+    known by ``(slot, serial)``. ``iter_serial[j]`` is the serial of the live block of
+    slot j of the current iteration, or 0.
+
+    Overdue blocks. A planned block of slot j should be freed before allocation
+    ``end_j`` of its iteration (its trace end; ``due[end_j]`` lists j). One still live
+    then, or still live when its iteration ends, is *overdue*: it may sit on bytes the
+    plan gives to later slots. Each overdue block adds 1 to ``blocked[k]`` for every slot
+    k whose bytes intersect its own (:meth:`overlaps`, computed once per slot), and takes
+    it back when freed. So slot k may be served when ``blocked[k] == 0``: the live blocks
+    that are not overdue overlap k in time, and the plan keeps those apart in address::
+
+        slot:      0    1    2          plan: slot 2 reuses slot 0's bytes (0 ends at 2)
+        iter 5:   [0=====)              block (0, 5) freed late: still live at malloc 2
+                       [1=======)       -> overdue: blocked[0] and blocked[2] become 1
+                            [2==        -> slot 2 is served by the fallback (a collision)
+
+    A *retired* arena (the pool re-planned) serves nothing; it is released when
+    ``remaining`` (its live blocks at retirement) empties. ``release`` and ``device_id``
+    are what tickets of this region call when they die.
+    """
+
+    def __init__(self, plan: Plan, trace: Trace, recording: RecordedIteration, memory,
+                 release, device_id: int) -> None:
+        n = recording.allocations
+        self.plan = plan
+        self.trace = trace
+        self.recording = recording
+        self.memory = memory
+        self.release = release
+        self.device_id = device_id
+        self.n = n
+        base = memory.ptr if memory is not None else 0
+        offsets = plan.offsets()
+        self.offsets = np.array([offsets[k] for k in range(n)], dtype=np.int64)
+        self.ends = self.offsets + np.array(recording.sizes, dtype=np.int64)
+        self.sizes = list(recording.sizes)
+        self.ptrs = [base + int(o) for o in self.offsets]
+        self.due: list[list[int]] = [[] for _ in range(n)]
+        for j, (end, outlived) in enumerate(zip(recording.ends, recording.outlived,
+                                                strict=True)):
+            if not outlived and end < n:
+                self.due[end].append(j)
+        self.blocked = [0] * n
+        self.iter_serial = [0] * n
+        self.overdue: set[tuple[int, int]] = set()
+        self._overlaps: dict[int, list[int]] = {}
+        self.serial = 0  # the current (or last) planned iteration's serial number
+        self.cursor = 0  # allocations made in the current iteration
+        self.off_plan = 0  # of those, served by the fallback region
+        self.diverged = False  # the current iteration had a divergent allocation
+        self.retired = False
+        self.remaining: set[tuple[int, int]] = set()
+
+    @property
+    def reserved_bytes(self) -> int:
+        return self.memory.size if self.memory is not None else 0
+
+    def overlaps(self, j: int) -> list[int]:
+        """Slots whose planned bytes intersect slot j's (j included)."""
+        found = self._overlaps.get(j)
+        if found is None:
+            hit = (self.offsets < self.ends[j]) & (self.ends > self.offsets[j])
+            found = self._overlaps[j] = np.flatnonzero(hit).tolist()
+        return found
+
+    def make_overdue(self, j: int, serial: int) -> None:
+        self.overdue.add((j, serial))
+        blocked = self.blocked
+        for k in self.overlaps(j):
+            blocked[k] += 1
+
+    def end_overdue(self, j: int, serial: int) -> None:
+        self.overdue.remove((j, serial))
+        blocked = self.blocked
+        for k in self.overlaps(j):
+            blocked[k] -= 1
+
+    def begin_iteration(self) -> None:
+        self.serial += 1
+        self.cursor = 0
+        self.off_plan = 0
+        self.diverged = False
+
+    def end_iteration(self) -> None:
+        """Every block of the iteration still live becomes overdue."""
+        iter_serial = self.iter_serial
+        for j in range(self.n):
+            serial = iter_serial[j]
+            if serial:
+                iter_serial[j] = 0
+                self.make_overdue(j, serial)
+
+    def retire(self) -> bool:
+        """Stop serving; True when no block is live (the caller releases the memory now)."""
+        self.end_iteration()
+        self.retired = True
+        self.remaining, self.overdue = self.overdue, set()
+        return not self.remaining
+
+    def live_blocks(self) -> list[tuple[int, int, int]]:
+        """``(ptr, size, slot)`` of every live block."""
+        pairs = list(self.remaining) if self.retired else [
+            *((j, s) for j, s in enumerate(self.iter_serial) if s), *self.overdue]
+        return [(self.ptrs[j], self.sizes[j], j) for j, _serial in pairs]
+
+
+class _Iteration:
+    """What ``pool.iteration()`` returns: a one-shot context manager."""
+
+    __slots__ = ("pool", "state")
+
+    def __init__(self, pool: PlannedPool) -> None:
+        self.pool = pool
+        self.state = 0  # 0: not entered, 1: running, 2: exited
+
+    def __enter__(self) -> PlannedPool:
+        if self.state != 0:
+            raise IterationStateError(
+                "this iteration() was already entered; use a new pool.iteration() per "
+                "iteration")
+        self.pool._begin_iteration()
+        self.state = 1
+        return self.pool
+
+    def __exit__(self, exc_type, exc, traceback) -> None:
+        if self.state != 1:
+            what = "exited twice" if self.state == 2 else "exited without being entered"
+            raise IterationStateError(f"iteration() {what}")
+        self.state = 2
+        self.pool._end_iteration(failed=exc_type is not None)
+
+
+def _companion_trace_path(path: Path) -> Path:
+    name = path.name.removesuffix(".json")
+    return path.with_name(f"{name}.trace.json")
+
+
+class PlannedPool(MemoryPool):
+    """A ``cupy.cuda.MemoryPool`` that serves repeating iterations from a plan (see the
+    module docstring for modes, regions and guarantees).
+
+    Args:
+        device: ``"auto"``, ``"emulated"``, ``"cuda"`` (opened with
+            :func:`~cupool.devices.open_device` and owned by the pool) or an open
+            :class:`~cupool.devices.protocol.Device` (owned by the caller).
+        capacity: the most bytes the pool may reserve (``int`` or ``"6GiB"``); ``None``:
+            only the device's free memory limits it. Larger than the device's total
+            memory: :class:`CapacityError`. Same as ``set_limit(size=capacity)``.
+        solver: offset solver name (``cupool.planning.SOLVER_NAMES``).
+        solver_params: :class:`~cupool.planning.solvers.SolverParams`; default: the
+            solver's defaults with ``time_limit_s=solve_time_limit``.
+        solve_time_limit: seconds a search may spend planning (default 5).
+        divergence_limit: divergent planned iterations in a row before re-recording (>= 1).
+        record_iterations: agreeing recorded iterations needed before planning (>= 1).
+        name: the name of recorded traces and plans.
+        device_options: options for ``open_device`` when ``device`` is a kind.
+    """
+
+    def __init__(self, device: str | Device = "auto", capacity: int | str | None = None, *,
+                 solver: str = "auto", solver_params=None, solve_time_limit: float = 5.0,
+                 divergence_limit: int = 2, record_iterations: int = 1,
+                 name: str = "pool", device_options: dict | None = None) -> None:
+        super().__init__()
+        for field, value in (("divergence_limit", divergence_limit),
+                             ("record_iterations", record_iterations)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise PoolError(f"{field} (={value!r}) must be an int >= 1")
+        from cupool.planning.solvers import SOLVER_NAMES, SolverParams
+
+        if solver not in SOLVER_NAMES:
+            raise PoolError(f"solver (={solver!r}) must be one of {', '.join(SOLVER_NAMES)}")
+        if isinstance(device, Device):
+            self.device, self._owns_device = device, False
+        else:
+            self.device = open_device(device, **(device_options or {}))
+            self._owns_device = True
+        self.device_id = int(getattr(self.device, "device_id", 0))
+        self.name = name
+        self.solver = solver
+        self.solver_params = solver_params or SolverParams(time_limit_s=solve_time_limit)
+        self.divergence_limit = divergence_limit
+        self.record_iterations = record_iterations
+        _free, self._device_total = self.device.mem_info()
+
+        self._lock = threading.Lock()
+        # Everything below is guarded by _lock, except _pending (a thread-safe deque that
+        # finalisers append to without the lock) and the read-only fields above.
+        self._pending: collections.deque[tuple] = collections.deque()
+        self._release_ticket = self._pending.append  # what dying tickets call
+        self._limit = 0  # 0: no limit but the device's
+        self._mode = RECORD
+        self._in_iteration = False
+        self._cursor = 0  # allocations made in the current record/unplanned iteration
+        self._divergent_streak = 0
+        self._log: list[list] = []  # record-mode entries [size, end or None]
+        self._recordings: list[RecordedIteration] = []
+        self._arena: _PlannedArena | None = None  # the active plan, in PLANNED mode
+        self._active: _PlannedArena | None = None  # _arena while a planned iteration runs
+        self._last_arena: _PlannedArena | None = None  # the last installed plan (for save)
+        self._retired: list[_PlannedArena] = []
+        self._fallback = BestFitArena("fallback")
+        self._persistent = BestFitArena("persistent")
+        for region in (self._fallback, self._persistent):
+            region.device_id, region.release = self.device_id, self._release_ticket
+        self._counters = PoolCounters()
+        if capacity is not None:
+            self._limit = self._check_capacity("capacity", parse_bytes(capacity, "capacity"))
+
+    # -- CuPy's allocator protocol ------------------------------------------------------
+    def malloc(self, size) -> MemoryPointer:
+        """A ``MemoryPointer`` to at least ``size`` bytes (rounded up to 512), from the
+        plan, the fallback region or the persistent region (see the module docstring).
+
+        Raises :class:`AllocationSizeError` for a size that is not an ``int >= 0`` and
+        :class:`PoolOutOfMemoryError` when the bytes cannot be found.
+        """
+        if type(size) is not int:
+            size = self._check_size(size)
+        if size <= 0:
+            if size == 0:
+                return self._zero_size()
+            raise AllocationSizeError(size)
+        rounded = (size + 511) & -512
+        if _has_memory_hooks():
+            hooks = _get_memory_hooks()
+            if hooks:
+                return self._malloc_with_hooks(hooks, size, rounded)
+        # The planned path, inlined because it is the one that must be fast: drain the
+        # queued frees, then serve slot k at its offset when the size matches and no
+        # overdue block sits on its bytes. Everything else goes to _allocate_slow.
+        lock = self._lock
+        lock.acquire()
+        try:
+            pending = self._pending
+            arena = self._active
+            if pending:
+                popleft = pending.popleft
+                counters = self._counters
+                while pending:
+                    ticket = popleft()
+                    if ticket[3] is arena:  # a block of this planned iteration's plan
+                        j = ticket[2]
+                        if arena.iter_serial[j] == ticket[5]:
+                            arena.iter_serial[j] = 0
+                        else:
+                            arena.end_overdue(j, ticket[5])
+                        counters.frees += 1
+                        counters.allocated_bytes_current -= ticket[1]
+                    else:
+                        self._free_ticket(ticket)
+                del ticket
+            if arena is not None:
+                k = arena.cursor
+                arena.cursor = k + 1
+                if k < arena.n:
+                    due = arena.due[k]
+                    if due:
+                        iter_serial = arena.iter_serial
+                        for j in due:
+                            serial = iter_serial[j]
+                            if serial:
+                                iter_serial[j] = 0
+                                arena.make_overdue(j, serial)
+                    if arena.sizes[k] == rounded and not arena.blocked[k]:
+                        serial = arena.serial
+                        ticket = _Ticket((_PLANNED, rounded, k, arena, arena.ptrs[k], serial))
+                        arena.iter_serial[k] = serial
+                        counters = self._counters
+                        current = counters.allocated_bytes_current + rounded
+                        counters.allocated_bytes_current = current
+                        if current > counters.allocated_bytes_peak:
+                            counters.allocated_bytes_peak = current
+                    else:
+                        ticket = _Ticket(self._allocate_off_plan(arena, k, rounded))
+                else:
+                    ticket = _Ticket(self._allocate_off_plan(arena, k, rounded))
+            else:
+                ticket = _Ticket(self._allocate_slow(rounded))
+        finally:
+            lock.release()
+        return MemoryPointer(UnownedMemory(ticket[4], rounded, ticket, self.device_id), 0)
+
+    def _allocate_off_plan(self, arena: _PlannedArena, k: int, size: int) -> tuple:
+        """Slot k of a planned iteration cannot be served from the plan (caller holds
+        _lock and has advanced the cursor): count why, serve from the fallback region."""
+        counters = self._counters
+        if k < arena.n and arena.sizes[k] == size:
+            counters.collisions += 1
+        else:
+            counters.divergent_allocations += 1
+            arena.diverged = True
+        counters.fallback_allocations += 1
+        arena.off_plan += 1
+        return self._fallback_ticket(size, None)
+
+    def _allocate_slow(self, size: int) -> tuple:
+        """Record mode, unplanned mode, and the persistent region (caller holds _lock)."""
+        counters = self._counters
+        if self._in_iteration:
+            if self._mode == RECORD:
+                entry = [size, None]
+                ticket = self._fallback_ticket(size, entry)
+                self._log.append(entry)
+                counters.recorded_allocations += 1
+            else:
+                ticket = self._fallback_ticket(size, None)
+            self._cursor += 1
+            return ticket
+        persistent = self._persistent
+        ptr = self._take(persistent, size, "persistent region")
+        counters.persistent_allocations += 1
+        counters.add("persistent_bytes", size)
+        counters.add("allocated_bytes", size)
+        return (_PERSISTENT, size, -1, persistent, ptr, None)
+
+    def _fallback_ticket(self, size: int, entry: list | None) -> tuple:
+        """A block of the fallback region, as a plain tuple: the caller makes the
+        :class:`_Ticket` (a ticket that dies unused would free its block)."""
+        fallback = self._fallback
+        ptr = self._take(fallback, size, "fallback region")
+        counters = self._counters
+        counters.fallback_mallocs += 1
+        counters.add("fallback_bytes", size)
+        counters.add("allocated_bytes", size)
+        return (_FALLBACK, size, -1, fallback, ptr, entry)
+
+    def _take(self, arena: BestFitArena, size: int, what: str) -> int:
+        """Best fit in ``arena``, growing it by one exact-size segment when nothing fits."""
+        ptr = arena.alloc(size)
+        if ptr is None:
+            arena.add_segment(self._reserve(size, what))
+            ptr = arena.alloc(size)
+        return ptr
+
+    def _allocate(self, size: int, pmem_box: list) -> _Ticket:
+        """Serve ``size`` rounded bytes: the general path, used with memory hooks (the
+        ticket carries ``pmem_box`` for the free hooks)."""
+        with self._lock:
+            self._drain()
+            arena = self._active
+            if arena is not None:
+                k = arena.cursor
+                arena.cursor = k + 1
+                if k < arena.n:
+                    iter_serial = arena.iter_serial
+                    for j in arena.due[k]:
+                        serial = iter_serial[j]
+                        if serial:
+                            iter_serial[j] = 0
+                            arena.make_overdue(j, serial)
+                    if arena.sizes[k] == size and not arena.blocked[k]:
+                        iter_serial[k] = arena.serial
+                        self._counters.add("allocated_bytes", size)
+                        return _Ticket((_PLANNED, size, k, arena, arena.ptrs[k], arena.serial,
+                                        pmem_box))
+                ticket = self._allocate_off_plan(arena, k, size)
+            else:
+                ticket = self._allocate_slow(size)
+            return _Ticket((*ticket[:_PMEM], pmem_box))
+
+    def _malloc_with_hooks(self, hooks, size: int, rounded: int) -> MemoryPointer:
+        device_id = self.device_id
+        for hook in hooks.values():
+            hook.malloc_preprocess(device_id=device_id, size=size, mem_size=rounded)
+        pointer = None
+        try:
+            pmem_box = [0]
+            ticket = self._allocate(rounded, pmem_box)
+            mem = UnownedMemory(ticket[_PTR], rounded, ticket, device_id)
+            pmem_box[0] = id(mem)
+            pointer = MemoryPointer(mem, 0)
+        finally:
+            mem_ptr = pointer.ptr if pointer is not None else 0
+            pmem_id = id(pointer.mem) if pointer is not None else 0
+            for hook in hooks.values():
+                hook.malloc_postprocess(device_id=device_id, size=size, mem_size=rounded,
+                                        mem_ptr=mem_ptr, pmem_id=pmem_id)
+        return pointer
+
+    def _zero_size(self) -> MemoryPointer:
+        with self._lock:
+            self._counters.zero_size_allocations += 1
+        return MemoryPointer(UnownedMemory(0, 0, None, self.device_id), 0)
+
+    @staticmethod
+    def _check_size(size) -> int:
+        if isinstance(size, bool):
+            raise AllocationSizeError(size, "must be an int >= 0, not a bool")
+        try:
+            return operator.index(size)
+        except TypeError:
+            raise AllocationSizeError(size) from None
+
+    # -- frees --------------------------------------------------------------------------
+    def _drain(self) -> None:
+        """Process queued frees (caller holds _lock)."""
+        pending = self._pending
+        while pending:
+            self._free_ticket(pending.popleft())
+
+    def _free_ticket(self, ticket: _Ticket) -> None:
+        kind, size, slot, region, ptr, extra = ticket[:_PMEM]
+        counters = self._counters
+        counters.frees += 1
+        counters.allocated_bytes_current -= size
+        if kind == _PLANNED:
+            if region.retired:
+                region.remaining.discard((slot, extra))
+                if not region.remaining:
+                    self._retired.remove(region)
+                    self._release(region.memory)
+            elif region.iter_serial[slot] == extra:
+                region.iter_serial[slot] = 0
+            else:
+                region.end_overdue(slot, extra)
+        elif kind == _FALLBACK:
+            region.free(ptr)
+            counters.fallback_bytes_current -= size
+            if extra is not None:
+                extra[1] = self._cursor
+        else:
+            region.free(ptr)
+            counters.persistent_bytes_current -= size
+
+    # -- device reservations --------------------------------------------------------------
+    def _reserve(self, size: int, what: str):
+        """Reserve ``size`` bytes for ``what``, escalating like CuPy before giving up
+        (caller holds _lock)."""
+        for attempt in range(3):
+            if attempt == 1:
+                self._release_empty()
+            elif attempt == 2:
+                gc.collect()
+                self._drain()
+                self._release_empty()
+            reserved = self._counters.reserved_bytes_current
+            if self._limit and reserved + size > self._limit:
+                continue
+            try:
+                memory = self._device_reserve(size)
+            except DeviceOutOfMemoryError:
+                continue
+            return memory
+        self._counters.oom_errors += 1
+        raise PoolOutOfMemoryError(size, self._counters.reserved_bytes_current, self._limit,
+                                   self._report(size, what))
+
+    def _device_reserve(self, size: int):
+        device_id = self.device_id
+        hooks = _get_memory_hooks() if _has_memory_hooks() else None
+        if hooks:
+            for hook in hooks.values():
+                hook.alloc_preprocess(device_id=device_id, mem_size=size)
+        memory = None
+        try:
+            memory = self.device.reserve(size)
+        finally:
+            if hooks:
+                for hook in hooks.values():
+                    hook.alloc_postprocess(device_id=device_id, mem_size=size,
+                                           mem_ptr=memory.ptr if memory is not None else 0)
+        self._counters.add("reserved_bytes", size)
+        self._counters.device_reservations += 1
+        return memory
+
+    def _release(self, memory) -> None:
+        if memory is None:
+            return
+        self.device.release(memory)
+        self._counters.reserved_bytes_current -= memory.size
+        self._counters.device_releases += 1
+
+    def _release_empty(self) -> None:
+        for arena in (self._fallback, self._persistent):
+            for segment in arena.take_empty_segments():
+                self._release(segment)
+
+    def _report(self, size: int, what: str) -> str:
+        """A readable account of the pool when ``size`` bytes for ``what`` cannot be had."""
+        counters = self._counters
+        try:
+            free, total = self.device.mem_info()
+            device = f"{free} of {total} bytes free"
+        except Exception as exc:  # a broken device must not hide the OOM itself
+            device = f"mem_info failed: {exc}"
+        arena = self._arena
+        fallback, persistent = self._fallback.stats(), self._persistent.stats()
+        lines = [
+            f"PlannedPool {self.name!r} on device {self.device.name!r}: cannot reserve "
+            f"{size} bytes ({format_bytes(size)}) for the {what}",
+            f"  mode {self._mode}; limit {self._limit or 'none'}; device: {device}",
+            f"  reserved {counters.reserved_bytes_current} bytes: planned arena "
+            f"{arena.reserved_bytes if arena else 0}, retired arenas "
+            f"{sum(a.reserved_bytes for a in self._retired)}, fallback "
+            f"{fallback.segment_bytes} ({fallback.allocated_bytes} in use, largest free range "
+            f"{fallback.largest_free_range}), persistent {persistent.segment_bytes} "
+            f"({persistent.allocated_bytes} in use, largest free range "
+            f"{persistent.largest_free_range})",
+        ]
+        live = self._live_blocks()
+        lines.append(f"  live blocks: {len(live)} holding {sum(b[2] for b in live)} bytes; "
+                     f"largest:")
+        for kind, ptr, block_size, slot in sorted(live, key=lambda b: -b[2])[:10]:
+            where = f" slot {slot}" if slot >= 0 else ""
+            lines.append(f"    {block_size:>14} B  {kind:<10}{where} at {ptr:#x}")
+        return "\n".join(lines)
+
+    def _live_blocks(self) -> list[tuple[str, int, int, int]]:
+        """``(kind, ptr, size, slot)`` of every live block (caller holds _lock)."""
+        live = [("fallback", p, s, -1) for p, s in self._fallback.live_blocks()]
+        live += [("persistent", p, s, -1) for p, s in self._persistent.live_blocks()]
+        for arena in [*([self._arena] if self._arena else []), *self._retired]:
+            live += [("planned", ptr, size, slot) for ptr, size, slot in arena.live_blocks()]
+        return live
+
+    # -- iterations -----------------------------------------------------------------------
+    def iteration(self) -> _Iteration:
+        """A context manager around one iteration of the repeating workload: recorded in
+        ``"record"`` mode, served from the plan in ``"planned"`` mode. Entering it while
+        another iteration runs, or exiting it twice, raises :class:`IterationStateError`.
+        An iteration whose body raises is not used for planning and not counted as
+        divergent."""
+        return _Iteration(self)
+
+    def _begin_iteration(self) -> None:
+        with self._lock:
+            self._drain()
+            if self._in_iteration:
+                made = self._active.cursor if self._active is not None else self._cursor
+                raise IterationStateError(
+                    f"iteration() nested: an iteration is already running ({made} "
+                    f"allocations so far, mode {self._mode!r}); iterations do not nest")
+            self._in_iteration = True
+            self._cursor = 0
+            self._log = []
+            if self._arena is not None:
+                self._arena.begin_iteration()
+                self._active = self._arena
+
+    def _end_iteration(self, failed: bool) -> None:
+        with self._lock:
+            self._drain()
+            self._in_iteration = False
+            self._active = None
+            if self._mode == RECORD:
+                if not failed:
+                    self._finish_recording()
+            elif self._mode == PLANNED:
+                arena = self._arena
+                arena.end_iteration()
+                counters = self._counters
+                counters.planned_iterations += 1
+                made = arena.cursor
+                counters.planned_hits += made - arena.off_plan
+                arena.cursor = arena.off_plan = 0
+                if failed:
+                    return
+                if arena.diverged or made != arena.n:
+                    counters.divergent_iterations += 1
+                    self._divergent_streak += 1
+                    if self._divergent_streak >= self.divergence_limit:
+                        self._drop_plan()
+                        counters.replans += 1
+                else:
+                    self._divergent_streak = 0
+
+    def _finish_recording(self) -> None:
+        log, self._log = self._log, []
+        n = len(log)
+        recording = RecordedIteration(tuple(e[0] for e in log),
+                                      tuple(n if e[1] is None else e[1] for e in log),
+                                      tuple(e[1] is None for e in log))
+        self._counters.recorded_iterations += 1
+        if self._recordings and not self._recordings[-1].agrees(recording):
+            self._recordings = []
+        self._recordings.append(recording)
+        if len(self._recordings) < self.record_iterations:
+            return
+        merged = merge(self._recordings)
+        self._recordings = []
+        trace = to_trace(merged, self.name)
+        self._install(self._solve(trace), trace, merged)
+
+    def _solve(self, trace: Trace) -> Plan:
+        if not trace.buffers:
+            return Plan(trace.name, trace.digest(), self.solver, SolveStatus.OPTIMAL, 0, 0, ())
+        from cupool.planning import plan
+
+        return plan(trace, self.solver, None, self.solver_params)
+
+    def _install(self, plan: Plan, trace: Trace, recording: RecordedIteration) -> bool:
+        """Reserve ``plan``'s arena and switch to planned mode (caller holds _lock).
+        False, with the pool in ``"unplanned"`` mode, when the arena cannot be reserved."""
+        self._release_empty()
+        memory = None
+        if plan.arena_bytes:
+            try:
+                memory = self._reserve(plan.arena_bytes, "planned arena")
+            except PoolOutOfMemoryError as exc:
+                self._counters.oom_errors -= 1  # not raised to the caller
+                self._counters.plan_failures += 1
+                self._mode = UNPLANNED
+                _log.warning("PlannedPool %r: plan of %d bytes not installed; serving "
+                             "iterations from the fallback region: %s", self.name,
+                             plan.arena_bytes, exc)
+                return False
+        self._arena = self._last_arena = _PlannedArena(plan, trace, recording, memory,
+                                                       self._release_ticket, self.device_id)
+        self._counters.add("arena_bytes", self._arena.reserved_bytes)
+        self._counters.plans += 1
+        self._mode = PLANNED
+        self._divergent_streak = 0
+        return True
+
+    def _drop_plan(self) -> None:
+        """Retire the active plan (if any) and go back to recording (caller holds _lock)."""
+        arena = self._arena
+        self._arena = None
+        self._mode = RECORD
+        self._recordings = []
+        self._divergent_streak = 0
+        if arena is None:
+            return
+        self._counters.arena_bytes_current -= arena.reserved_bytes
+        if arena.retire():
+            self._release(arena.memory)
+        else:
+            self._retired.append(arena)
+
+    def replan(self) -> None:
+        """Drop the plan (its arena is released once its blocks are freed) and record the
+        next iteration(s) again. Not allowed inside an iteration."""
+        with self._lock:
+            self._drain()
+            if self._in_iteration:
+                raise IterationStateError("replan() inside an iteration; call it between "
+                                          "iterations")
+            self._drop_plan()
+
+    # -- plans on disk --------------------------------------------------------------------
+    @property
+    def plan(self) -> Plan | None:
+        """The plan installed last (``None`` before the first one)."""
+        arena = self._last_arena
+        return arena.plan if arena is not None else None
+
+    @property
+    def trace(self) -> Trace | None:
+        """The trace the last plan was solved for."""
+        arena = self._last_arena
+        return arena.trace if arena is not None else None
+
+    def save_plan(self, path: str | os.PathLike, trace_path: str | os.PathLike | None = None
+                  ) -> tuple[Path, Path]:
+        """Write the last plan as plan JSON at ``path`` and its recorded trace (trace v1)
+        at ``trace_path`` (default: ``path`` with ``.json`` replaced by ``.trace.json``);
+        both paths are returned. :class:`PoolError` when nothing was planned yet."""
+        from cupool.io import save_plan, save_trace
+
+        arena = self._last_arena
+        if arena is None:
+            raise PoolError(f"save_plan({os.fspath(path)!r}): pool {self.name!r} has no plan "
+                            f"yet (mode {self._mode!r}); run an iteration() first")
+        path = Path(path)
+        trace_path = Path(trace_path) if trace_path is not None else _companion_trace_path(path)
+        save_trace(arena.trace, trace_path)
+        save_plan(arena.plan, path)
+        return path, trace_path
+
+    def load_plan(self, path: str | os.PathLike, trace_path: str | os.PathLike | None = None
+                  ) -> Plan:
+        """Install a plan written by :meth:`save_plan` (the next iteration runs from it).
+
+        The plan must carry its trace's digest, pass the validator, and, if this pool
+        already recorded or planned a trace, belong to that very trace; otherwise
+        :class:`~cupool.errors.PlanFormatError` names both digests. Its arena is reserved
+        now (:class:`PoolOutOfMemoryError` if it does not fit). Not inside an iteration.
+        """
+        from cupool.io import load_plan, load_trace
+        from cupool.planning import validate_plan
+
+        path = Path(path)
+        trace_path = Path(trace_path) if trace_path is not None else _companion_trace_path(path)
+        plan = load_plan(path)
+        trace = load_trace(trace_path)
+        if plan.trace_digest != trace.digest():
+            raise PlanFormatError(
+                f"the plan is for trace digest {plan.trace_digest!r} ({plan.trace_name!r}), "
+                f"but {trace_path} has digest {trace.digest()!r}: a plan for another trace",
+                path=str(path))
+        report = validate_plan(trace, plan)
+        if not report.valid:
+            raise PlanFormatError(f"the plan is invalid for its trace: {report.message}",
+                                  path=str(path))
+        try:
+            recording = from_trace(trace)
+        except ValueError as exc:
+            raise PlanFormatError(str(exc), path=str(trace_path)) from None
+        odd = [s for s in recording.sizes if s % ALLOCATION_UNIT]
+        if odd:
+            raise PlanFormatError(f"buffer size (={odd[0]}) is not a multiple of "
+                                  f"{ALLOCATION_UNIT}: not a pool recording", path=str(path))
+        with self._lock:
+            self._drain()
+            if self._in_iteration:
+                raise IterationStateError("load_plan() inside an iteration; call it between "
+                                          "iterations")
+            mine = self._last_arena.trace if self._last_arena is not None else None
+            if mine is not None and mine.digest() != trace.digest():
+                raise PlanFormatError(
+                    f"the plan is for trace digest {trace.digest()!r}, but this pool runs "
+                    f"trace {mine.name!r} with digest {mine.digest()!r}: a plan for another "
+                    f"trace", path=str(path))
+            self._drop_plan()
+            if not self._install(plan, trace, recording):
+                arena_bytes = plan.arena_bytes
+                self._counters.oom_errors += 1
+                raise PoolOutOfMemoryError(arena_bytes, self._counters.reserved_bytes_current,
+                                           self._limit, self._report(arena_bytes,
+                                                                     "loaded plan's arena"))
+        return plan
+
+    # -- CuPy's MemoryPool methods ----------------------------------------------------------
+    def used_bytes(self) -> int:
+        """Bytes handed out and not yet freed (rounded sizes)."""
+        with self._lock:
+            self._drain()
+            return self._counters.allocated_bytes_current
+
+    def total_bytes(self) -> int:
+        """Bytes reserved from the device (all regions)."""
+        with self._lock:
+            self._drain()
+            return self._counters.reserved_bytes_current
+
+    def free_bytes(self) -> int:
+        """Bytes reserved from the device and not handed out."""
+        with self._lock:
+            self._drain()
+            counters = self._counters
+            return counters.reserved_bytes_current - counters.allocated_bytes_current
+
+    def n_free_blocks(self) -> int:
+        """Free ranges in the fallback and persistent regions (the planned arena has no
+        free list)."""
+        with self._lock:
+            self._drain()
+            return self._fallback.stats().free_ranges + self._persistent.stats().free_ranges
+
+    def free_all_blocks(self, stream=None) -> None:
+        """Return every fallback and persistent segment with no live block to the device.
+        The active plan's arena stays reserved (:meth:`replan` drops it); ``stream`` is
+        accepted for CuPy compatibility and ignored (the pool has one arena per region)."""
+        with self._lock:
+            self._drain()
+            self._release_empty()
+
+    def set_limit(self, size=None, fraction=None) -> None:
+        """CuPy's rule: ``size`` bytes, or ``fraction`` of the device's total memory;
+        neither (or 0): no limit but the device's. Both: ``ValueError``. A limit above the
+        device's total: :class:`CapacityError`. Reservations already made are kept."""
+        if size is not None and fraction is not None:
+            raise ValueError("size and fraction cannot be specified at one time")
+        if fraction is not None:
+            if not 0 <= fraction <= 1:
+                raise ValueError(f"memory limit fraction out of range: {fraction}")
+            size = int(fraction * self._device_total)
+        if size is None:
+            size = 0
+        if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+            raise ValueError(f"memory limit size out of range: {size!r}")
+        limit = self._check_capacity("limit", size) if size else 0
+        with self._lock:
+            self._limit = limit
+
+    def get_limit(self) -> int:
+        """The limit in bytes (0: none but the device's)."""
+        with self._lock:
+            return self._limit
+
+    def _check_capacity(self, what: str, size: int) -> int:
+        if size > self._device_total:
+            raise CapacityError(what, size, self._device_total, self.device.name)
+        return size
+
+    # -- statistics and state -------------------------------------------------------------
+    @property
+    def mode(self) -> str:
+        """``"record"``, ``"planned"`` or ``"unplanned"`` (see the module docstring)."""
+        return self._mode
+
+    def memory_stats(self) -> dict[str, int]:
+        """The flat statistics dict (key grammar: :mod:`cupool.runtime.stats`)."""
+        with self._lock:
+            self._drain()
+            active = self._active
+            running = active.cursor - active.off_plan if active is not None else 0
+            return self._counters.snapshot(running_planned_hits=running)
+
+    def reset_peak_stats(self) -> None:
+        """Set every ``*.peak`` to its current value."""
+        with self._lock:
+            self._drain()
+            self._counters.reset_peaks()
+
+    def live_blocks(self) -> list[tuple[str, int, int, int]]:
+        """``(kind, ptr, size, slot)`` of every live block; ``slot`` is -1 outside plans."""
+        with self._lock:
+            self._drain()
+            return sorted(self._live_blocks(), key=lambda b: b[1])
+
+    def report(self) -> str:
+        """The readable report an out-of-memory error carries, for the current state."""
+        with self._lock:
+            self._drain()
+            return self._report(0, "nothing (report requested)")
+
+    def close(self) -> None:
+        """Release every reservation and close the device if the pool opened it.
+
+        :class:`PoolError` if blocks are still live (their bytes would be released under
+        them); free them (drop the arrays) first. Idempotent.
+        """
+        with self._lock:
+            self._drain()
+            if self._in_iteration:
+                raise IterationStateError("close() inside an iteration")
+            live = self._live_blocks()
+            if live:
+                raise PoolError(f"close(): {len(live)} blocks holding "
+                                f"{sum(b[2] for b in live)} bytes are still live")
+            self._drop_plan()
+            self._release_empty()
+        if self._owns_device:
+            self.device.close()
+
+    def __repr__(self) -> str:
+        return (f"<PlannedPool {self.name!r} mode={self._mode} "
+                f"reserved={self._counters.reserved_bytes_current} on {self.device!r}>")
