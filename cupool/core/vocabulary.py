@@ -169,11 +169,65 @@ class Placement:
 
 
 @dataclass(frozen=True)
-class Plan:
-    """A static plan: one offset per buffer of one trace, in an arena of ``arena_bytes``.
+class Residency:
+    """Buffer ``buffer_id`` holds arena bytes ``[offset, offset + size)`` during ops
+    ``[start, end)``. A swapping plan gives a buffer one or more residencies inside its
+    lifetime (possibly at different offsets); between them its bytes are on the host
+    (after a :class:`SwapOut`) or gone (to be recomputed)::
 
+        op:        0   1   2   3   4   5   6   7
+        buffer 4:  [===)               [=======)     residencies [0, 1) at 0 and [4, 6) at 64
+                     ^ SwapOut(4, after_op=0)
+                                   ^ SwapIn(4, trigger_op=4, due_op=5): the copy lands before op 5
+    """
+
+    buffer_id: int
+    start: int
+    end: int
+    offset: int
+
+
+@dataclass(frozen=True)
+class SwapOut:
+    """Copy the buffer to pinned host memory on the D2H stream, issued right after op
+    ``after_op`` finishes. Its device bytes may be reused only once that copy completed."""
+
+    buffer_id: int
+    after_op: int
+
+
+@dataclass(frozen=True)
+class SwapIn:
+    """Copy the buffer back on the H2D stream, issued when op ``trigger_op`` starts, into
+    the residency that begins at ``trigger_op``; op ``due_op`` (its next use) waits for it."""
+
+    buffer_id: int
+    trigger_op: int
+    due_op: int
+
+
+@dataclass(frozen=True)
+class RecomputeAction:
+    """Produce the buffer again just before op ``before_op`` by re-running its producing op
+    (the trace's ``recompute.op``), whose inputs must be resident with valid data then."""
+
+    buffer_id: int
+    before_op: int
+
+
+Action = SwapOut | SwapIn | RecomputeAction
+"""Anything a plan tells the runtime to do besides allocating: swaps and recomputation."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A plan for one trace: where every buffer lives in an arena of ``arena_bytes``.
+
+    A *static* plan has one :class:`Placement` per buffer for its whole lifetime and no
+    residencies or actions. A *swapping* plan (made for a ``capacity_bytes`` budget below
+    the lower bound) has ``residencies`` instead of placements, and ``actions``.
     ``trace_digest`` ties the plan to its trace (:meth:`Trace.digest`). ``arena_bytes`` is
-    the highest byte any placement reaches (``max(offset + size)``), not a padded figure.
+    the highest byte any placement or residency reaches (``max(offset + size)``).
     """
 
     trace_name: str
@@ -186,6 +240,13 @@ class Plan:
     solve_seconds: float = 0.0
     capacity_bytes: int | None = None
     stats: dict = field(default_factory=dict, compare=False)
+    residencies: tuple[Residency, ...] = ()
+    actions: tuple[Action, ...] = ()
+
+    @property
+    def is_static(self) -> bool:
+        """True for a plan of placements only (no residencies, no actions)."""
+        return not self.residencies and not self.actions
 
     def offsets(self) -> dict[int, int]:
         """``{buffer_id: offset}``."""
