@@ -146,6 +146,30 @@ def run(args) -> list[dict]:
     return rows
 
 
+def markdown(rows: list[dict], info: dict) -> str:
+    """A summary: one line per instance, arena/reference ratio and seconds per solver."""
+    solvers = list(dict.fromkeys(r["solver"] for r in rows))
+    lines = [f"# bench/static.py results ({info['when']}, {info['cpus']} CPUs, "
+             f"Python {info['python']}, exact C search: {info['exact_native']})", "",
+             "Ratio = arena / lower bound (DSA rows: arena / capacity); seconds include the "
+             "validator. MiniMalloc seconds are issue 2's reference figures.", "",
+             "| instance | buffers | " + " | ".join(solvers) + " | MiniMalloc s |",
+             "| --- | ---: | " + " | ".join("---" for _ in solvers) + " | ---: |"]
+    for name in dict.fromkeys(r["instance"] for r in rows):
+        mine = {r["solver"]: r for r in rows if r["instance"] == name}
+        cells = []
+        for solver in solvers:
+            r = mine.get(solver)
+            cells.append("" if r is None else
+                         f"{'-' if r['ratio'] is None else format(r['ratio'], '.4f')} "
+                         f"({r['seconds']:.2f} s)")
+        first = next(iter(mine.values()))
+        reference = first["minimalloc_seconds"]
+        lines.append(f"| {name} | {first['buffers']} | " + " | ".join(cells)
+                     + f" | {'' if reference is None else reference} |")
+    return "\n".join(lines) + "\n"
+
+
 def machine() -> dict:
     try:
         from cupool.planning.solvers import _exact  # noqa: F401
@@ -175,10 +199,12 @@ def main() -> int:
         print(f"  missed: {r['family']} {r['instance']} {r['solver']} "
               f"ratio={r['ratio']} seconds={r['seconds']}")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    info = machine()
     Path(args.out).write_text(json.dumps(
-        {"benchmark": "static", "quick": args.quick, "machine": machine(), "rows": rows},
+        {"benchmark": "static", "quick": args.quick, "machine": info, "rows": rows},
         indent=1) + "\n")
-    print(f"results written to {args.out}")
+    Path(args.out).with_suffix(".md").write_text(markdown(rows, info))
+    print(f"results written to {args.out} and {Path(args.out).with_suffix('.md')}")
     return 0
 
 

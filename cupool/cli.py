@@ -18,7 +18,7 @@ from pathlib import Path
 
 from cupool.core.units import format_bytes, parse_budget
 from cupool.core.vocabulary import PERSISTENT, SolveStatus
-from cupool.errors import CupoolError, InputError
+from cupool.errors import CupoolError, InputError, PlanFormatError
 from cupool.io import load_plan, load_trace, save_plan
 from cupool.planning import SOLVER_NAMES, SolverParams, plan, validate_plan
 
@@ -151,7 +151,12 @@ def _cmd_plan(args, stdout) -> int:
 
 def _cmd_validate(args, stdout) -> int:
     trace = load_trace(args.trace)
-    report = validate_plan(trace, load_plan(args.plan, trace))
+    plan_ = load_plan(args.plan, trace)
+    if plan_.trace_digest != trace.digest():  # bad input, not a broken plan: exit 2
+        raise PlanFormatError(
+            f"the plan is for trace {plan_.trace_name!r} (digest {plan_.trace_digest}), "
+            f"not for {trace.name!r} (digest {trace.digest()})", path=args.plan)
+    report = validate_plan(trace, plan_)
     document = {"trace": trace.name, "valid": report.valid, "rule": report.rule or None,
                 "message": report.message or None}
     _emit(stdout, args, document,

@@ -69,8 +69,8 @@ def test_validate_refuses_a_plan_for_another_trace(tmp_path):
     assert cli("plan", EXAMPLE, "--solver", "greedy-size", "--out", plan_path)[0] == 0
     other = tmp_path / "other.csv"
     other.write_text("id,lower,upper,size\n0,0,2,4\n")
-    code, out, _ = cli("validate", other, plan_path)
-    assert code == 1 and "not 'other'" in out
+    code, out, err = cli("validate", other, plan_path)
+    assert code == 2 and out == "" and "not for 'other'" in err
 
 
 def test_info_on_a_real_trace():
