@@ -176,9 +176,25 @@ class Residency:
     (after a :class:`SwapOut`) or gone (to be recomputed)::
 
         op:        0   1   2   3   4   5   6   7
-        buffer 4:  [===)               [=======)     residencies [0, 1) at 0 and [4, 6) at 64
-                     ^ SwapOut(4, after_op=0)
-                                   ^ SwapIn(4, trigger_op=4, due_op=5): the copy lands before op 5
+        buffer 4:  [=======)           [=======)     residencies [0, 2) at 0 and [4, 6) at 64
+                     ^ SwapOut(4, after_op=0): D2H copy issued when op 0 finishes
+                                   ^ SwapIn(4, trigger_op=4, due_op=5): H2D issued when
+                                     op 4 is dispatched; op 5 waits for it to land
+
+    How a residency gets its data (checked by :mod:`cupool.planning.swap_validator`):
+
+    - the *first* residency starts at the buffer's ``start``: the buffer is produced there
+      by normal execution. Exception: a persistent buffer offloaded across the iteration
+      boundary starts the iteration on the host, so its first residency is entered by a
+      :class:`SwapIn`, and its last residency must end with a :class:`SwapOut`;
+    - every later residency is entered by exactly one :class:`SwapIn` (paired with a
+      :class:`SwapOut` from the residency before it) or one :class:`RecomputeAction`,
+      at the residency's ``start``.
+
+    The range is *held* from ``start``; it is *released* at ``end``, except that a range
+    being copied out by a :class:`SwapOut` is only reusable once that copy has completed:
+    whatever lands next in those bytes waits for the copy (the plan orders it: the
+    swap-out is issued after an op inside the residency, so before ``end``).
     """
 
     buffer_id: int
@@ -190,7 +206,10 @@ class Residency:
 @dataclass(frozen=True)
 class SwapOut:
     """Copy the buffer to pinned host memory on the D2H stream, issued right after op
-    ``after_op`` finishes. Its device bytes may be reused only once that copy completed."""
+    ``after_op`` finishes. ``after_op`` lies inside the residency it leaves
+    (``start <= after_op < end``) and at or after that residency's last use (uses may
+    write: a write after the copy started would be lost). The residency's device bytes
+    may be reused only once the copy completed."""
 
     buffer_id: int
     after_op: int
@@ -198,8 +217,11 @@ class SwapOut:
 
 @dataclass(frozen=True)
 class SwapIn:
-    """Copy the buffer back on the H2D stream, issued when op ``trigger_op`` starts, into
-    the residency that begins at ``trigger_op``; op ``due_op`` (its next use) waits for it."""
+    """Copy the buffer back on the H2D stream into the residency that begins at
+    ``trigger_op``, issued when op ``trigger_op`` is dispatched (its predecessor finished),
+    or later when the bytes it lands in are still being copied out. Op ``due_op``
+    (``trigger_op <= due_op <=`` the residency's first use) waits for it; uses in
+    ``[trigger_op, due_op)`` are invalid (the data is not there yet)."""
 
     buffer_id: int
     trigger_op: int
@@ -208,8 +230,11 @@ class SwapIn:
 
 @dataclass(frozen=True)
 class RecomputeAction:
-    """Produce the buffer again just before op ``before_op`` by re-running its producing op
-    (the trace's ``recompute.op``), whose inputs must be resident with valid data then."""
+    """Produce the buffer again just before op ``before_op`` (the start of the residency
+    it fills) by re-running its producing op (the trace's ``recompute.op``), on the compute
+    stream, for that op's duration. The producer's inputs must be resident with valid
+    data at ``before_op``; several recomputes before the same op run in plan order, so a
+    chain recomputes the inputs first."""
 
     buffer_id: int
     before_op: int
@@ -256,3 +281,12 @@ class Plan:
     def ratio(self) -> float:
         """``arena_bytes / lower_bound_bytes`` (1.0 is optimal; 1.0 for an empty trace)."""
         return self.arena_bytes / self.lower_bound_bytes if self.lower_bound_bytes else 1.0
+
+
+def plan_residencies(trace: Trace, plan: Plan) -> tuple[Residency, ...]:
+    """The residencies of ``plan``: its own for a swapping plan; for a static plan, one
+    per placed buffer covering the buffer's whole lifetime."""
+    if not plan.is_static:
+        return plan.residencies
+    return tuple(Residency(p.buffer_id, trace.buffer(p.buffer_id).start,
+                           trace.buffer(p.buffer_id).end, p.offset) for p in plan.placements)

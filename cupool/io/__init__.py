@@ -2,7 +2,7 @@
 
 - trace v1 JSON (``.json`` / ``.json.gz``): :mod:`.trace_v1`
 - MiniMalloc CSV (``id,lower,upper,size[,offset]``): :mod:`.minimalloc_csv`
-- plan JSON v1: :mod:`.plan_json`
+- plan JSON v1 (static) and v2 (swapping: residencies and actions): :mod:`.plan_json`
 
 Readers raise :class:`~cupool.errors.TraceFormatError` / :class:`~cupool.errors.PlanFormatError`
 naming the file, the item and the value; writers write atomically and only whole files.

@@ -1,6 +1,6 @@
-"""The plan format, version 1: a static plan as one JSON document.
+"""The plan format: one JSON document per plan, versions 1 (static) and 2 (swapping).
 
-Schema (every field required unless marked optional)::
+Version 1, a static plan (every field required unless marked optional)::
 
     {
       "format": "cupool-plan",
@@ -17,44 +17,114 @@ Schema (every field required unless marked optional)::
       "stats": {}                             # optional: solver statistics (plain values)
     }
 
-A plan is only ever applied to the trace whose digest it carries; the validator checks it.
+Version 2, a swapping plan (made for a budget below the lower bound): the same fields,
+except that ``capacity_bytes`` is called ``budget_bytes`` and is required, ``placements``
+is optional (and empty in a valid swapping plan), and two lists are added::
+
+    {
+      "format": "cupool-plan", "version": 2, ...,
+      "budget_bytes": 2000000000,             # = Plan.capacity_bytes: device bytes allowed
+      "residencies": [                        # buffer `id` holds [offset, offset+size)
+        {"id": 483, "start": 0, "end": 3, "offset": 0},        #   during ops [start, end)
+        {"id": 483, "start": 458, "end": 461, "offset": 4096}
+      ],
+      "actions": [
+        {"kind": "swap_out", "id": 483, "after_op": 0},        # D2H after op 0 finishes
+        {"kind": "swap_in", "id": 483, "trigger_op": 458, "due_op": 460},  # H2D issued at 458
+        {"kind": "recompute", "id": 512, "before_op": 300}     # re-run the producer first
+      ]
+    }
+
+The meaning of residencies and actions is defined once, in
+:mod:`cupool.core.vocabulary` (:class:`~cupool.core.vocabulary.Residency`,
+:class:`~cupool.core.vocabulary.SwapOut`, ...), and checked by
+:mod:`cupool.planning.swap_validator`. Actions keep their order (recomputes before the
+same op run in list order).
+
+The writer writes version 1 for static plans (so static plan files stay byte-for-byte
+what they were) and version 2 for swapping plans; the reader reads both. A plan is only
+ever applied to the trace whose digest it carries; the validator checks it.
 """
 
 from __future__ import annotations
 
 import json
 
-from cupool.core.vocabulary import Placement, Plan, SolveStatus
+from cupool.core.vocabulary import (
+    Placement,
+    Plan,
+    RecomputeAction,
+    Residency,
+    SolveStatus,
+    SwapIn,
+    SwapOut,
+)
 from cupool.errors import PlanFormatError
 
 FORMAT = "cupool-plan"
 VERSION = 1
+"""The version written for static plans."""
+SWAP_VERSION = 2
+"""The version written for swapping plans (residencies and actions)."""
+VERSIONS = (1, 2)
+
+ACTION_FIELDS = {
+    "swap_out": ("after_op",),
+    "swap_in": ("trigger_op", "due_op"),
+    "recompute": ("before_op",),
+}
+"""The op fields of each action ``kind`` (besides ``kind`` and ``id``)."""
+
+
+def action_to_entry(action) -> dict:
+    """The JSON object of one action."""
+    if isinstance(action, SwapOut):
+        return {"kind": "swap_out", "id": action.buffer_id, "after_op": action.after_op}
+    if isinstance(action, SwapIn):
+        return {"kind": "swap_in", "id": action.buffer_id, "trigger_op": action.trigger_op,
+                "due_op": action.due_op}
+    if isinstance(action, RecomputeAction):
+        return {"kind": "recompute", "id": action.buffer_id, "before_op": action.before_op}
+    raise TypeError(f"not a plan action: {action!r}")
 
 
 def plan_to_document(plan: Plan) -> dict:
-    return {
+    document = {
         "format": FORMAT,
-        "version": VERSION,
+        "version": VERSION if plan.is_static else SWAP_VERSION,
         "trace": plan.trace_name,
         "trace_digest": plan.trace_digest,
         "solver": plan.solver,
         "status": plan.status.value,
         "arena_bytes": plan.arena_bytes,
         "lower_bound_bytes": plan.lower_bound_bytes,
-        "capacity_bytes": plan.capacity_bytes,
-        "solve_seconds": round(plan.solve_seconds, 6),
-        "placements": [{"id": p.buffer_id, "offset": p.offset} for p in plan.placements],
-        "stats": plan.stats,
     }
+    if plan.is_static:
+        document["capacity_bytes"] = plan.capacity_bytes
+    else:
+        document["budget_bytes"] = plan.capacity_bytes
+    document["solve_seconds"] = round(plan.solve_seconds, 6)
+    document["placements"] = [{"id": p.buffer_id, "offset": p.offset} for p in plan.placements]
+    if not plan.is_static:
+        document["residencies"] = [{"id": r.buffer_id, "start": r.start, "end": r.end,
+                                    "offset": r.offset} for r in plan.residencies]
+        document["actions"] = [action_to_entry(a) for a in plan.actions]
+    document["stats"] = plan.stats
+    return document
 
 
 def plan_json_bytes(plan: Plan) -> bytes:
     return (json.dumps(plan_to_document(plan), separators=(",", ":")) + "\n").encode()
 
 
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def parse_plan(document, path: str | None = None) -> Plan:
-    """Build a :class:`Plan` from a decoded plan document; :class:`PlanFormatError` names
-    the field (or placement) and the bad value."""
+    """Build a :class:`Plan` from a decoded plan document (version 1 or 2);
+    :class:`PlanFormatError` names the field (or placement, residency, action) and the bad
+    value."""
 
     def fail(message, where=None):
         raise PlanFormatError(message, where, path)
@@ -63,7 +133,7 @@ def parse_plan(document, path: str | None = None) -> Plan:
         value = document.get(key)
         if value is None and optional:
             return None
-        if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        if not _is_int(value) or value < minimum:
             fail(f"field {key!r} (={value!r}) must be an integer >= {minimum}")
         return value
 
@@ -71,9 +141,10 @@ def parse_plan(document, path: str | None = None) -> Plan:
         fail(f"expected a JSON object at the top level, got {type(document).__name__}")
     if document.get("format") != FORMAT:
         fail(f"field 'format' (={document.get('format')!r}) must be {FORMAT!r}")
-    if document.get("version") != VERSION:
-        fail(f"unknown plan format version (={document.get('version')!r}); "
-             f"this cupool reads version {VERSION}")
+    version = document.get("version")
+    if not _is_int(version) or version not in VERSIONS:
+        fail(f"unknown plan format version (={version!r}); "
+             f"this cupool reads versions {', '.join(map(str, VERSIONS))}")
     for key in ("trace", "trace_digest", "solver"):
         if not isinstance(document.get(key), str):
             fail(f"field {key!r} (={document.get(key)!r}) must be a string")
@@ -84,25 +155,81 @@ def parse_plan(document, path: str | None = None) -> Plan:
              f"{', '.join(s.value for s in SolveStatus)}")
     arena = need_int("arena_bytes")
     lower = need_int("lower_bound_bytes")
-    capacity = need_int("capacity_bytes", 1, optional=True)
+    if version == 1:
+        capacity = need_int("capacity_bytes", 1, optional=True)
+    else:
+        capacity = need_int("budget_bytes", 1)
+        stated = need_int("capacity_bytes", 1, optional=True)
+        if stated is not None and stated != capacity:
+            fail(f"field 'capacity_bytes' (={stated}) differs from 'budget_bytes' (={capacity})")
     seconds = document.get("solve_seconds", 0.0)
     if not isinstance(seconds, (int, float)) or isinstance(seconds, bool) or not seconds >= 0:
         fail(f"field 'solve_seconds' (={seconds!r}) must be a number >= 0")
-    raw = document.get("placements")
+    raw = document.get("placements", [] if version == 2 else None)
     if not isinstance(raw, list):
         fail(f"field 'placements' must be a list, got {type(raw).__name__}")
     placements = []
     for index, entry in enumerate(raw):
         if (not isinstance(entry, dict)
-                or not all(isinstance(entry.get(k), int) and not isinstance(entry.get(k), bool)
-                           for k in ("id", "offset"))):
+                or not all(_is_int(entry.get(k)) for k in ("id", "offset"))):
             fail(f"placement must be {{'id': int, 'offset': int}}, got {entry!r}",
                  f"placements[{index}]")
         if entry["offset"] < 0:
             fail(f"offset (={entry['offset']}) must be >= 0", f"buffer {entry['id']}")
         placements.append(Placement(entry["id"], entry["offset"]))
+    residencies, actions = (), ()
+    if version == 2:
+        residencies = _parse_residencies(document.get("residencies"), fail)
+        actions = _parse_actions(document.get("actions"), fail)
     stats = document.get("stats", {})
     if not isinstance(stats, dict):
         fail(f"field 'stats' (={stats!r}) must be an object")
     return Plan(document["trace"], document["trace_digest"], document["solver"], status, arena,
-                lower, tuple(placements), float(seconds), capacity, stats)
+                lower, tuple(placements), float(seconds), capacity, stats, residencies, actions)
+
+
+def _parse_residencies(raw, fail) -> tuple[Residency, ...]:
+    if not isinstance(raw, list):
+        fail(f"field 'residencies' must be a list, got {type(raw).__name__}")
+    residencies = []
+    for index, entry in enumerate(raw):
+        where = f"residencies[{index}]"
+        if not isinstance(entry, dict):
+            fail(f"residency must be an object {{'id', 'start', 'end', 'offset'}}, got {entry!r}",
+                 where)
+        for key in ("id", "start", "end", "offset"):
+            value = entry.get(key)
+            if not _is_int(value) or value < 0:
+                fail(f"field {key!r} (={value!r}) must be an integer >= 0", where)
+        if entry["end"] <= entry["start"]:
+            fail(f"end (={entry['end']}) must be > start (={entry['start']})",
+                 f"{where} (buffer {entry['id']})")
+        residencies.append(Residency(entry["id"], entry["start"], entry["end"], entry["offset"]))
+    return tuple(residencies)
+
+
+def _parse_actions(raw, fail) -> tuple:
+    if not isinstance(raw, list):
+        fail(f"field 'actions' must be a list, got {type(raw).__name__}")
+    actions = []
+    for index, entry in enumerate(raw):
+        where = f"actions[{index}]"
+        if not isinstance(entry, dict):
+            fail(f"action must be an object with 'kind' and 'id', got {entry!r}", where)
+        kind = entry.get("kind")
+        if kind not in ACTION_FIELDS:
+            fail(f"field 'kind' (={kind!r}) must be one of {', '.join(ACTION_FIELDS)}", where)
+        for key in ("id", *ACTION_FIELDS[kind]):
+            value = entry.get(key)
+            if not _is_int(value) or value < 0:
+                fail(f"{kind} field {key!r} (={value!r}) must be an integer >= 0", where)
+        if kind == "swap_out":
+            actions.append(SwapOut(entry["id"], entry["after_op"]))
+        elif kind == "swap_in":
+            if entry["due_op"] < entry["trigger_op"]:
+                fail(f"swap_in of buffer {entry['id']}: due_op (={entry['due_op']}) must be "
+                     f">= trigger_op (={entry['trigger_op']})", where)
+            actions.append(SwapIn(entry["id"], entry["trigger_op"], entry["due_op"]))
+        else:
+            actions.append(RecomputeAction(entry["id"], entry["before_op"]))
+    return tuple(actions)

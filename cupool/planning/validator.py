@@ -117,7 +117,12 @@ def check_offsets(buffers, offsets, capacity=None, arena_bytes=None) -> Validati
 
 
 def validate_plan(trace: Trace, plan: Plan) -> ValidationReport:
-    """Validate a :class:`~cupool.core.Plan` against the trace it claims to be for."""
+    """Validate a :class:`~cupool.core.Plan` against the trace it claims to be for
+    (a swapping plan goes to :func:`~cupool.planning.swap_validator.validate_swap_plan`)."""
+    if not plan.is_static:
+        from cupool.planning.swap_validator import validate_swap_plan
+
+        return validate_swap_plan(trace, plan)
     if plan.trace_digest != trace.digest():
         return ValidationReport(
             False, "trace",

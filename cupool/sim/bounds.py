@@ -1,0 +1,256 @@
+"""A sound lower bound on the overhead of any valid plan for a budget.
+
+Sound means: no plan that passes :func:`cupool.planning.validator.validate_plan` for this
+budget simulates (:func:`cupool.sim.simulate`, same cost model) with a smaller overhead.
+The argument, for one op ``i`` (the bound is the best over all ops):
+
+*Pending* buffers at ``i`` are those whose data must exist then: a persistent buffer
+always (it carries data across iterations), a temporary one from its ``start`` to its
+last use. A pending buffer must be *resident* at ``i`` when ``i`` uses it, or when it is
+a temporary buffer born at ``i`` (its first residency starts there); if those bytes alone
+exceed the budget, no plan exists: ``infeasible: op i needs N bytes resident``. Otherwise
+``X = pending bytes - budget`` bytes (if positive) belong to buffers that are off the
+device at ``i``. A buffer ``j`` (``s_j`` bytes) off the device at ``i`` is
+
+- used again after ``i``: then its residency holding that use starts after ``i`` and is
+  entered by a swap-in (an H2D copy of ``s_j`` bytes, issued at a dispatch after op ``i``
+  ended) or a recompute (``r_j`` = its producer's duration on the compute stream, run
+  after op ``i`` ended);
+- not used again (only a persistent buffer offloaded across the iteration boundary, or
+  one swapped back into a residency without uses): its H2D copy landed before its first
+  use, so before op ``i`` started, or is issued after op ``i`` ended.
+
+With ``P`` and ``S`` the op time before and after ``i``, ``d`` op ``i``'s, ``k`` copy
+engines per direction, ``Hb`` the H2D time before op ``i`` starts, ``Ha`` after it ends
+and ``R`` the recompute time after it::
+
+    T >= max(P, Hb / k) + d + max(S + R, Ha / k)
+
+(the compute stream cannot start op ``i`` before its predecessors ran nor before copies
+that had to land earlier; after op ``i`` the compute stream still has ``S + R`` to run and
+the H2D engines ``Ha``). A copy of ``s`` bytes costs ``a = latency + s / bandwidth``, so
+``Ha`` and ``Hb`` are sums of ``a_j`` over the chosen buffers, ``R`` a sum of ``r_j``, and
+the chosen buffers must cover ``X`` bytes. The minimum of the right-hand side over all
+such choices, relaxed to fractions of buffers (a relaxation only lowers the minimum), is
+a linear program; by weak duality, for any ``mu, lam`` in ``[0, 1]``::
+
+    T >= mu P + d + lam S + min over choices of ((1-mu) Hb / k + lam R + (1-lam) Ha / k)
+
+because ``max(u, v) >= mu u + (1 - mu) v``. For fixed ``mu, lam`` the minimum is a
+fractional knapsack (each byte of buffer ``j`` costs the cheapest of its options per
+byte; take the cheapest ``X`` bytes), computed exactly. Every ``(mu, lam)`` gives a valid
+bound, so searching them (golden section, the dual is concave) only tightens it and
+never breaks soundness. The overhead bound is ``max(ideal, T_i) / ideal - 1``.
+
+What the bound ignores (so it may be loose): fragmentation (the arena must also pack),
+D2H copies (they must also finish before their swap-in starts), recompute chains (an
+input dropped too), and interactions between different ops' evictions (each op is
+bounded alone). A budget at or above the trace's lower bound gives 0: a static plan fits.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from cupool.core.vocabulary import PERSISTENT, TEMPORARY, Trace
+from cupool.errors import InputError
+from cupool.sim.cost import H2D, CostModel, cost_model
+
+_GOLDEN = (math.sqrt(5.0) - 1.0) / 2.0
+
+
+@dataclass(frozen=True)
+class Bound:
+    """``feasible`` is False only when no plan can exist (``overhead`` is then ``inf``);
+    ``overhead`` is the lower bound (a fraction: 0.05 = 5%); ``reason`` says which op
+    decided it; ``details`` holds the numbers (``op``, ``excess_bytes``,
+    ``must_resident_bytes``, ``ideal_us``, ``bound_us``, ``mu``, ``lam``, ``ops_examined``)."""
+
+    feasible: bool
+    overhead: float
+    reason: str
+    details: dict = field(default_factory=dict, compare=False)
+
+
+class _Buffers:
+    """Per-buffer arrays for the per-op knapsacks."""
+
+    def __init__(self, trace, cost):
+        n = trace.num_ops
+        buffers = trace.buffers
+        self.size = np.array([b.size for b in buffers], dtype=np.float64)
+        self.persistent = np.array([b.kind == PERSISTENT for b in buffers])
+        self.start = np.array([b.start for b in buffers])
+        last_use = np.array([b.uses[-1] if b.uses else -1 for b in buffers])
+        self.last_use = last_use
+        self.pend_first = np.where(self.persistent, 0, self.start)
+        self.pend_last = np.where(self.persistent, n - 1, np.maximum(self.start, last_use))
+        per_byte_copy = 1.0 / (cost.gbps(H2D) * 1e3)
+        self.copy_per_byte = per_byte_copy + cost.latency_us / self.size
+        op_us = cost.op_times(trace)
+        self.recompute_per_byte = np.array(
+            [op_us[b.recompute.op] / b.size if b.recompute is not None else np.inf
+             for b in buffers])
+        self.used_at = [[] for _ in range(n)]
+        for index, b in enumerate(buffers):
+            for u in b.uses:
+                self.used_at[u].append(index)
+        self.born_temporary = [[] for _ in range(n)]
+        for index, b in enumerate(buffers):
+            if b.kind == TEMPORARY:
+                self.born_temporary[b.start].append(index)
+
+
+def _knapsack(costs, sizes, need):
+    """Cheapest way to cover ``need`` bytes with fractions of items at ``costs`` per byte."""
+    order = np.argsort(costs, kind="stable")
+    c, s = costs[order], sizes[order]
+    filled = np.cumsum(s)
+    whole = int(np.searchsorted(filled, need, side="left"))
+    total = float(np.dot(c[:whole], s[:whole])) if whole else 0.0
+    before = float(filled[whole - 1]) if whole else 0.0
+    if whole < len(c) and need > before:
+        total += (need - before) * float(c[whole])
+    return total
+
+
+def _golden_max(function, evaluations=40):
+    """Maximise a concave function on [0, 1]; returns the best ``(value, argument)`` seen
+    (every value seen is a valid bound, so the search never needs to converge)."""
+    best = max((function(0.0), 0.0), (function(1.0), 1.0))
+    low, high = 0.0, 1.0
+    a, b = high - _GOLDEN * (high - low), low + _GOLDEN * (high - low)
+    fa, fb = function(a), function(b)
+    for _ in range(evaluations):
+        best = max(best, (fa, a), (fb, b))
+        if fa < fb:
+            low, a, fa = a, b, fb
+            b = low + _GOLDEN * (high - low)
+            fb = function(b)
+        else:
+            high, b, fb = b, a, fa
+            a = high - _GOLDEN * (high - low)
+            fa = function(a)
+    return max(best, (fa, a), (fb, b))
+
+
+class _OpBound:
+    """The dual bound of one op ``i`` (module docstring) as a function of ``(mu, lam)``,
+    and the primal value of the choice it makes (an upper bound on the best dual value,
+    used to skip ops that cannot beat the best bound found so far)."""
+
+    def __init__(self, arrays, prefix, op_us, engines, i, candidates, need):
+        self.sizes = arrays.size[candidates]
+        self.copy = arrays.copy_per_byte[candidates] / engines
+        recompute = arrays.recompute_per_byte[candidates]
+        self.can_redo = ~np.isinf(recompute)
+        self.recompute = np.where(self.can_redo, recompute, 0.0)
+        self.used_later = arrays.last_use[candidates] > i
+        self.has_early = bool((~self.used_later).any())
+        self.before, self.here = prefix[i], op_us[i]
+        self.after = prefix[-1] - prefix[i + 1]
+        self.need = need
+
+    def _costs(self, mu, lam):
+        """Per-byte cost of each option: recompute after, copy before, copy after."""
+        redo = np.where(self.used_later & self.can_redo, lam * self.recompute, np.inf)
+        early = np.where(self.used_later, np.inf, (1.0 - mu) * self.copy)
+        late = (1.0 - lam) * self.copy
+        return redo, early, late
+
+    def value(self, mu, lam):
+        costs = np.minimum.reduce(self._costs(mu, lam))
+        return (mu * self.before + self.here + lam * self.after
+                + _knapsack(costs, self.sizes, self.need))
+
+    def primal(self, mu, lam):
+        """The iteration-time bound of the fractional choice the knapsack at (mu, lam) makes."""
+        options = np.stack(self._costs(mu, lam))
+        choice = np.argmin(options, axis=0)
+        order = np.argsort(options.min(axis=0), kind="stable")
+        taken = np.zeros_like(self.sizes)
+        left = self.need
+        for j in order:
+            if left <= 0:
+                break
+            taken[j] = min(self.sizes[j], left)
+            left -= taken[j]
+        redo = float(np.dot(taken * self.recompute, choice == 0))
+        early = float(np.dot(taken * self.copy, choice == 1))
+        late = float(np.dot(taken * self.copy, choice == 2))
+        return max(self.before, early) + self.here + max(self.after + redo, late)
+
+    def search(self):
+        """The best ``(value, mu, lam)`` found."""
+        if not self.has_early:
+            best, lam = _golden_max(lambda lam: self.value(1.0, lam))
+            return best, 1.0, lam
+        best, mu = _golden_max(lambda mu: _golden_max(lambda lam: self.value(mu, lam), 12)[0],
+                               12)
+        value, lam = _golden_max(lambda lam: self.value(mu, lam))
+        return max(best, value), mu, lam
+
+
+def overhead_lower_bound(trace: Trace, budget_bytes: int, cost: CostModel | None = None,
+                         max_ops: int | None = None) -> Bound:
+    """A lower bound on the simulated overhead of every valid plan of ``trace`` within
+    ``budget_bytes`` under ``cost`` (default Gen5); see the module docstring.
+
+    ``max_ops`` limits how many ops (those with the largest excess first) get the full
+    dual search; the bound stays sound (it is a maximum of valid bounds), only maybe looser.
+    """
+    if isinstance(budget_bytes, bool) or not isinstance(budget_bytes, int) or budget_bytes < 1:
+        raise InputError(f"budget_bytes (={budget_bytes!r}) must be an integer >= 1")
+    cost = cost or cost_model()
+    n = trace.num_ops
+    op_us = cost.op_times(trace)
+    ideal = math.fsum(op_us)
+    details = {"ideal_us": ideal, "budget_bytes": budget_bytes,
+               "lower_bound_bytes": trace.lower_bound_bytes()}
+    if budget_bytes >= details["lower_bound_bytes"]:
+        return Bound(True, 0.0, f"the budget holds the trace's lower bound "
+                                f"({details['lower_bound_bytes']} bytes): a static plan has "
+                                f"no overhead", details)
+    arrays = _Buffers(trace, cost)
+    pending = np.zeros(n + 1)
+    np.add.at(pending, arrays.pend_first, arrays.size)
+    np.add.at(pending, arrays.pend_last + 1, -arrays.size)
+    pending = np.cumsum(pending)[:n]
+    must = [set(arrays.used_at[i]) | set(arrays.born_temporary[i]) for i in range(n)]
+    for i in range(n):
+        needed = int(sum(arrays.size[j] for j in must[i]))
+        if needed > budget_bytes:
+            details.update(op=i, must_resident_bytes=needed)
+            return Bound(False, math.inf, f"infeasible: op {i} needs {needed} bytes resident "
+                                          f"(budget {budget_bytes})", details)
+    excess = pending - budget_bytes
+    ops = [i for i in np.argsort(-excess, kind="stable") if excess[i] > 0]
+    if max_ops is not None:
+        ops = ops[:max_ops]
+    prefix = np.concatenate([[0.0], np.cumsum(op_us)])
+    best = (ideal, None, 1.0, 0.5)
+    for i in ops:
+        i = int(i)
+        alive = (arrays.pend_first <= i) & (i <= arrays.pend_last)
+        alive[list(must[i])] = False
+        op_bound = _OpBound(arrays, prefix, op_us, cost.copy_engines_per_direction, i,
+                            np.flatnonzero(alive), float(excess[i]))
+        if op_bound.primal(best[2], best[3]) <= best[0]:
+            continue  # even a feasible choice here is no worse than the best bound so far
+        value, mu, lam = op_bound.search()
+        if value > best[0]:
+            best = (value, i, mu, lam)
+    bound_us, op, mu, lam = best
+    overhead = max(0.0, bound_us / ideal - 1.0) if ideal > 0 else 0.0
+    details.update(bound_us=bound_us, op=op, mu=mu, lam=lam, ops_examined=len(ops),
+                   excess_bytes=None if op is None else int(excess[op]))
+    if op is None:
+        reason = "no op forces copies or recomputation beyond what overlaps compute"
+    else:
+        reason = (f"op {op} must have {int(excess[op])} bytes off the device; moving them "
+                  f"back (link) or recomputing them takes at least {bound_us - ideal:.1f} us "
+                  f"beyond the ideal {ideal:.1f} us")
+    return Bound(True, overhead, reason, details)

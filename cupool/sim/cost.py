@@ -1,0 +1,126 @@
+"""The cost model: how long copies and ops take.
+
+Units: bandwidths in GB/s with GB = 10**9 bytes (so 1 GB/s moves 1000 bytes per
+microsecond), times in microseconds. A copy of ``n`` bytes in one direction takes
+``latency_us + n / (gbps * 1000)`` µs on one copy engine of that direction::
+
+    55 GB/s, 3 µs:   1 MB -> 3 + 1e6 / 55e3 = 21.18 µs
+
+Link presets (:data:`LINK_PRESETS`) are pinned-memory bandwidths of a x16 link:
+PCIe Gen4 ≈ 25 GB/s, Gen5 ≈ 55 GB/s, both directions. An op's time is its trace
+``duration_us``; an op without one takes ``default_op_us`` (10 µs unless set), and
+reports count such ops so that a number built on the default says so.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from cupool.core.vocabulary import Trace
+from cupool.errors import InputError
+
+LINK_PRESETS = {"gen4": 25.0, "gen5": 55.0}
+"""Pinned host<->device bandwidth in GB/s of PCIe Gen4 x16 and Gen5 x16."""
+DEFAULT_LATENCY_US = 3.0
+"""Fixed cost of every copy (launch and DMA setup), in µs."""
+DEFAULT_OP_US = 10.0
+"""Duration assumed for an op whose trace has no ``duration_us``."""
+
+H2D = "h2d"
+D2H = "d2h"
+DIRECTIONS = (H2D, D2H)
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """Link bandwidths (GB/s, GB = 1e9 B) per direction, a per-copy latency (µs), copy
+    engines per direction (each a FIFO server), and the duration assumed for ops the
+    trace gives none (µs)."""
+
+    h2d_gbps: float
+    d2h_gbps: float
+    latency_us: float = DEFAULT_LATENCY_US
+    copy_engines_per_direction: int = 1
+    default_op_us: float = DEFAULT_OP_US
+
+    def __post_init__(self):
+        for name in ("h2d_gbps", "d2h_gbps"):
+            _positive(name, getattr(self, name))
+        for name in ("latency_us", "default_op_us"):
+            value = getattr(self, name)
+            if not _number(value) or not math.isfinite(value) or value < 0:
+                raise InputError(f"{name} (={value!r}) must be a finite number >= 0")
+        engines = self.copy_engines_per_direction
+        if not isinstance(engines, int) or isinstance(engines, bool) or engines < 1:
+            raise InputError(f"copy_engines_per_direction (={engines!r}) must be an integer >= 1")
+
+    def gbps(self, direction: str) -> float:
+        """Bandwidth of ``"h2d"`` or ``"d2h"``."""
+        if direction == H2D:
+            return self.h2d_gbps
+        if direction == D2H:
+            return self.d2h_gbps
+        raise InputError(f"direction (={direction!r}) must be 'h2d' or 'd2h'")
+
+    def copy_us(self, nbytes: int, direction: str) -> float:
+        """Time of one copy of ``nbytes`` in ``direction`` on a free engine (µs)."""
+        return self.latency_us + nbytes / (self.gbps(direction) * 1e3)
+
+    def op_us(self, trace: Trace, i: int) -> float:
+        """Duration of op ``i`` of ``trace`` (µs): its ``duration_us``, else the default."""
+        duration = trace.ops[i].duration_us
+        return self.default_op_us if duration is None else float(duration)
+
+    def op_times(self, trace: Trace) -> list[float]:
+        """``op_us`` of every op, in order."""
+        return [self.op_us(trace, i) for i in range(trace.num_ops)]
+
+
+def ops_without_duration(trace: Trace) -> int:
+    """How many ops of ``trace`` have no ``duration_us`` (they take the default)."""
+    return sum(op.duration_us is None for op in trace.ops)
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _positive(name, value) -> None:
+    if not _number(value) or not math.isfinite(value) or value <= 0:
+        raise InputError(f"{name} (={value!r}) must be a finite number of GB/s > 0")
+
+
+def link_gbps(link: str | float) -> float:
+    """A link preset name (``"gen4"``, ``"gen5"``) or a number of GB/s (also as a string)."""
+    if isinstance(link, str):
+        key = link.strip().lower()
+        if key in LINK_PRESETS:
+            return LINK_PRESETS[key]
+        try:
+            value = float(key)
+        except ValueError:
+            raise InputError(f"link (={link!r}) must be one of {', '.join(LINK_PRESETS)} "
+                             f"or a bandwidth in GB/s") from None
+    else:
+        value = link
+    _positive("link", value)
+    return float(value)
+
+
+def cost_model(link: str | float = "gen5", h2d_gbps: float | None = None,
+               d2h_gbps: float | None = None, latency_us: float | None = None,
+               copy_engines_per_direction: int = 1,
+               default_op_us: float | None = None) -> CostModel:
+    """A :class:`CostModel` for a link preset or bandwidth, each part overridable.
+
+    Bad values raise :class:`~cupool.errors.InputError` quoting them.
+    """
+    both = link_gbps(link)
+    return CostModel(
+        h2d_gbps=both if h2d_gbps is None else h2d_gbps,
+        d2h_gbps=both if d2h_gbps is None else d2h_gbps,
+        latency_us=DEFAULT_LATENCY_US if latency_us is None else latency_us,
+        copy_engines_per_direction=copy_engines_per_direction,
+        default_op_us=DEFAULT_OP_US if default_op_us is None else default_op_us,
+    )

@@ -1,0 +1,58 @@
+"""Small hand-made traces and swapping plans shared by the swap, simulator and bound tests."""
+
+from __future__ import annotations
+
+from cupool.core.vocabulary import (
+    PERSISTENT,
+    Buffer,
+    Op,
+    Plan,
+    Recompute,
+    RecomputeAction,
+    Residency,
+    SolveStatus,
+    SwapIn,
+    SwapOut,
+    Trace,
+)
+
+
+def trace_of(durations, *buffers, name="hand"):
+    return Trace(name, tuple(Op(f"op{i}", d) for i, d in enumerate(durations)), tuple(buffers))
+
+
+def swap_plan(trace, residencies, actions=(), budget=None, arena=None):
+    sizes = {b.id: b.size for b in trace.buffers}
+    top = max((r.offset + sizes.get(r.buffer_id, 0) for r in residencies), default=0)
+    arena = top if arena is None else arena
+    return Plan(trace.name, trace.digest(), "hand", SolveStatus.FEASIBLE, arena,
+                trace.lower_bound_bytes(), (), 0.0, arena if budget is None else budget, {},
+                tuple(residencies), tuple(actions))
+
+
+def six_op_trace():
+    """op:   0   1   2   3   4   5
+    W 0: [=======================)  persistent, 8 B, uses 0 and 5
+    A 1: [===================)      16 B, uses 0 and 4, recompute: op 0 from W
+    B 2:     [=======)              16 B, uses 1 and 2
+    """
+    return trace_of(
+        [10.0] * 6,
+        Buffer(0, 8, 0, 6, (0, 5), PERSISTENT),
+        Buffer(1, 16, 0, 5, (0, 4), recompute=Recompute(0, (0,))),
+        Buffer(2, 16, 1, 3, (1, 2)),
+    )
+
+
+def six_op_swap_plan(trace):
+    """A swapped out after op 0, back in at op 3 (due 4); B reuses A's bytes meanwhile."""
+    return swap_plan(trace, [Residency(0, 0, 6, 0), Residency(1, 0, 1, 8),
+                             Residency(1, 3, 5, 8), Residency(2, 1, 3, 8)],
+                     [SwapOut(1, 0), SwapIn(1, 3, 4)])
+
+
+def six_op_recompute_plan(trace):
+    """A dropped after op 0 and recomputed before op 4 from W."""
+    return swap_plan(trace, [Residency(0, 0, 6, 0), Residency(1, 0, 1, 8),
+                             Residency(1, 4, 5, 8), Residency(2, 1, 3, 8)],
+                     [RecomputeAction(1, 4)])

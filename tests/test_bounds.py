@@ -1,0 +1,183 @@
+"""The overhead lower bound: hand cases, infeasibility, and soundness against the simulator
+on random small traces with random valid plans (Hypothesis)."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+from hypothesis import HealthCheck, given, settings, target
+from hypothesis import strategies as st
+
+from cupool.core.vocabulary import (
+    PERSISTENT,
+    TEMPORARY,
+    Buffer,
+    Recompute,
+    RecomputeAction,
+    Residency,
+    SwapIn,
+    SwapOut,
+)
+from cupool.errors import InputError
+from cupool.io import load_trace
+from cupool.planning import plan
+from cupool.planning.validator import validate_plan
+from cupool.sim import cost_model, overhead_lower_bound, simulate
+from tests.conftest import TRACES
+from tests.swap_cases import swap_plan, trace_of
+
+SLOW = cost_model(0.1)  # 1000 bytes: 13 us per copy
+
+
+def test_budget_at_the_lower_bound_costs_nothing():
+    trace = load_trace(TRACES[0])
+    bound = overhead_lower_bound(trace, trace.lower_bound_bytes(), cost_model("gen4"))
+    assert bound.feasible and bound.overhead == 0.0 and "static plan" in bound.reason
+    assert simulate(trace, plan(trace, "greedy-size"), cost_model("gen4")).overhead == 0.0
+
+
+def test_op_working_set_above_budget_is_infeasible():
+    trace = trace_of([1.0] * 3, Buffer(0, 600, 0, 3, (0, 2)), Buffer(1, 500, 1, 2, (1,)),
+                     Buffer(2, 700, 1, 3, (1, 2)))
+    bound = overhead_lower_bound(trace, 1100)
+    assert not bound.feasible and math.isinf(bound.overhead)
+    assert bound.reason == "infeasible: op 1 needs 1200 bytes resident (budget 1100)"
+    assert bound.details["must_resident_bytes"] == 1200
+    assert not overhead_lower_bound(trace, 1299).feasible  # op 2 needs A and C: 1300
+    assert overhead_lower_bound(trace, 1300).feasible
+
+
+def test_hand_case_one_swap_after_the_peak():
+    """op:  0    1    2      (10 us each), budget 1000 bytes
+    A:  [==============)  uses 0 and 2, 1000 B
+    C:       [==)         use 1, 1000 B: at op 1 A must be off the device
+    After op 1 the H2D link needs 13 us for A but compute only has op 2 (10 us): >= 3 us."""
+    trace = trace_of([10.0] * 3, Buffer(1, 1000, 0, 3, (0, 2)), Buffer(2, 1000, 1, 2, (1,)))
+    bound = overhead_lower_bound(trace, 1000, SLOW)
+    assert bound.feasible
+    assert bound.overhead == pytest.approx(3.0 / 30.0)
+    assert bound.details["op"] == 1 and bound.details["excess_bytes"] == 1000
+    swap = swap_plan(trace, [Residency(1, 0, 1, 0), Residency(1, 2, 3, 0),
+                             Residency(2, 1, 2, 0)], [SwapOut(1, 0), SwapIn(1, 2, 2)])
+    report = simulate(trace, swap, SLOW)
+    assert report.feasible and report.overhead >= bound.overhead
+    assert report.overhead == pytest.approx(26.0 / 30.0)
+
+
+def test_recompute_makes_the_bound_cheaper():
+    trace = trace_of([10.0, 10.0, 10.0], Buffer(1, 1000, 0, 3, (0, 2), recompute=Recompute(0)),
+                     Buffer(2, 1000, 1, 2, (1,)))
+    bound = overhead_lower_bound(trace, 1000, SLOW)
+    redo = swap_plan(trace, [Residency(1, 0, 1, 0), Residency(1, 2, 3, 0),
+                             Residency(2, 1, 2, 0)], [RecomputeAction(1, 2)])
+    report = simulate(trace, redo, SLOW)
+    assert report.overhead == pytest.approx(10.0 / 30.0)
+    # the fractional mix: recompute 3/23 of A (10 us per A) and swap the rest (13 us per A)
+    # balances compute and link after op 1 at 10 + 30/23 us
+    assert bound.overhead == pytest.approx(1.0 / 23.0, rel=1e-6)  # the dual search converged
+    assert bound.overhead <= report.overhead
+
+
+def test_bad_budget_is_named():
+    trace = trace_of([1.0], Buffer(0, 8, 0, 1, (0,)))
+    with pytest.raises(InputError, match=r"budget_bytes \(=0\)"):
+        overhead_lower_bound(trace, 0)
+
+
+def test_bundled_traces_bound_is_fast_and_monotone():
+    for path in TRACES[:3]:
+        trace = load_trace(path)
+        lower = trace.lower_bound_bytes()
+        previous = math.inf
+        for fraction in (0.5, 0.7, 0.9, 1.0):
+            bound = overhead_lower_bound(trace, int(lower * fraction))
+            assert bound.overhead <= previous + 1e-12
+            previous = bound.overhead
+
+
+# -- soundness: random traces, random valid plans, the simulator as the judge ---------
+
+@st.composite
+def trace_and_plan(draw):
+    """A random small trace, and a random valid plan that evicts every buffer idle at the
+    op with the most live bytes (so that its arena, the budget, is often below the trace's
+    lower bound), with random swap/recompute choices and trigger/due ops elsewhere."""
+    n = draw(st.integers(3, 7))
+    durations = [float(draw(st.integers(0, 6))) for _ in range(n)]
+    buffers = []
+    for buffer_id in range(draw(st.integers(1, 6))):
+        size = 100 * draw(st.integers(1, 5))
+        persistent = draw(st.booleans()) and buffer_id == 0
+        start = 0 if persistent else draw(st.integers(0, n - 1))
+        end = n if persistent else draw(st.integers(start + 1, n))
+        uses = sorted(set(draw(st.lists(st.integers(start, end - 1), max_size=4))) | {start})
+        recipe = Recompute(start) if draw(st.booleans()) else None
+        kind = PERSISTENT if persistent else TEMPORARY
+        buffers.append(Buffer(buffer_id, size, start, end, tuple(uses), kind, "", recipe))
+    live = [sum(b.size for b in buffers if b.start <= i < b.end) for i in range(n)]
+    peak = max(range(n), key=lambda i: (live[i], -i))
+    pieces = []
+    for buffer in buffers:
+        buffer_id, uses, begin, actions = buffer.id, buffer.uses, buffer.start, []
+        for before, after in itertools.pairwise(uses):
+            across = before < peak < after  # evict everything idle at the peak op
+            options = ["swap", "recompute"] if across else ["keep", "swap", "recompute"]
+            choice = draw(st.sampled_from(options))
+            if choice == "recompute" and buffer.recompute is None:
+                choice = "swap" if across else "keep"
+            if choice == "keep":
+                continue
+            if across:
+                stop = draw(st.integers(before + 1, peak))
+                entry = draw(st.integers(peak + 1, after))
+            else:
+                stop = draw(st.integers(before + 1, after))
+                entry = draw(st.integers(stop, after))
+            pieces.append((buffer_id, begin, stop))
+            if choice == "swap":
+                actions.append(SwapOut(buffer_id, draw(st.integers(before, stop - 1))))
+                actions.append(SwapIn(buffer_id, entry, draw(st.integers(entry, after))))
+            else:
+                actions.append(RecomputeAction(buffer_id, entry))
+            begin = entry
+        persistent = buffer.kind == PERSISTENT
+        last = n if persistent else draw(st.sampled_from([uses[-1] + 1, buffer.end]))
+        pieces.append((buffer_id, begin, last))
+        pieces.extend(actions)
+    spans = [p for p in pieces if isinstance(p, tuple)]
+    actions = [p for p in pieces if not isinstance(p, tuple)]
+    sizes = {b.id: b.size for b in buffers}
+    placed = []
+    for buffer_id, begin, stop in sorted(spans, key=lambda s: (s[1], s[0])):
+        offset = 0
+        for other, o_begin, o_stop, o_offset in sorted(placed, key=lambda p: p[3]):
+            if o_begin < stop and begin < o_stop and offset < o_offset + sizes[other] \
+                    and o_offset < offset + sizes[buffer_id]:
+                offset = o_offset + sizes[other]
+        clash = any(o_begin < stop and begin < o_stop and offset < o_off + sizes[o]
+                    and o_off < offset + sizes[buffer_id] for o, o_begin, o_stop, o_off in placed)
+        if clash:  # first fit by one pass can miss: put it on top of everything
+            offset = max(o_off + sizes[o] for o, *_rest, o_off in placed)
+        placed.append((buffer_id, begin, stop, offset))
+    trace = trace_of(durations, *buffers)
+    residencies = [Residency(b, s, e, o) for b, s, e, o in placed]
+    link = draw(st.sampled_from([0.02, 0.05, 1.0]))
+    return trace, swap_plan(trace, residencies, actions), cost_model(link, latency_us=1.0)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(trace_and_plan())
+def test_bound_never_exceeds_a_valid_plans_overhead(case):
+    trace, plan_, cost = case
+    report = validate_plan(trace, plan_)
+    assert report.valid, report.message
+    simulated = simulate(trace, plan_, cost, validate=False)
+    bound = overhead_lower_bound(trace, plan_.capacity_bytes, cost)
+    assert bound.feasible, bound.reason
+    target(float(bound.overhead))  # steer the search toward plans where the bound bites
+    assert bound.overhead <= simulated.overhead + 1e-9, (bound, simulated.summary())
+    assert simulated.iteration_us == pytest.approx(
+        simulated.ideal_us + simulated.recompute_us + simulated.stall_us)
+    assert simulated.peak_bytes <= plan_.capacity_bytes
