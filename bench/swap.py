@@ -1,0 +1,131 @@
+"""Benchmark of the budget planners (issue 4): every shared training trace at 90/70/50% of
+its lower bound, on PCIe Gen5 and Gen4, every policy and the sound lower bound side by side.
+
+Every plan is checked by the independent validator (an invalid plan is counted as a
+failure and printed) and simulated; the bound is computed on the same trace the plans are
+made for (with recompute recipes, derived when the trace has none).
+
+    python bench/swap.py            # full table, writes bench/results/swap.json
+    python bench/swap.py --quick    # one small trace, 70% only
+
+Overheads are fractions (0.05 = 5%); medians are over the traces; "target" is issue 4's
+``auto <= 2 x bound + 5 percentage points``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from cupool.io import load_trace
+from cupool.planning.budget import POLICY_NAMES, plan_with_budget
+from cupool.planning.budget.recipes import with_recompute_recipes
+from cupool.planning.validator import validate_plan
+from cupool.sim import cost_model, overhead_lower_bound, simulate
+
+TRACES = Path(__file__).resolve().parent.parent / "cupool" / "data" / "traces"
+POLICIES = POLICY_NAMES
+
+
+def run(quick: bool) -> dict:
+    paths = sorted(TRACES.glob("*train*.trace.json.gz"))
+    fractions = (0.9, 0.7, 0.5)
+    if quick:
+        paths = [p for p in paths if "resnet50_train_b32_bf16" in p.name]
+        fractions = (0.7,)
+    rows = []
+    for path in paths:
+        trace = with_recompute_recipes(load_trace(path))
+        for fraction in fractions:
+            budget = int(trace.lower_bound_bytes() * fraction)
+            for link in ("gen5", "gen4"):
+                cost = cost_model(link)
+                bound = overhead_lower_bound(trace, budget, cost)
+                row = {"trace": path.name.split(".")[0], "fraction": fraction, "link": link,
+                       "budget_bytes": budget, "bound": bound.overhead if bound.feasible
+                       else None, "policies": {}}
+                for policy in POLICIES:
+                    started = time.perf_counter()
+                    plan, info = plan_with_budget(trace, budget, policy, cost)
+                    seconds = time.perf_counter() - started
+                    entry = {"status": plan.status.value, "seconds": round(seconds, 3)}
+                    if plan.status.value == "feasible":
+                        check = validate_plan(info["trace"], plan)
+                        entry["valid"] = check.valid
+                        if check.valid:
+                            sim = simulate(info["trace"], plan, cost, validate=False)
+                            entry.update(overhead=sim.overhead, stall_us=sim.stall_us,
+                                         recompute_us=sim.recompute_us,
+                                         swapped_bytes=sim.swapped_bytes)
+                        else:
+                            entry["error"] = f"{check.rule}: {check.message}"
+                            print(f"INVALID {policy} {row['trace']} {fraction} {link}: "
+                                  f"{check.message}", file=sys.stderr)
+                    else:
+                        entry["reason"] = info["reason"]
+                    if policy == "auto" and "member" in info:
+                        entry["member"] = info["member"]
+                    row["policies"][policy] = entry
+                rows.append(row)
+                auto = row["policies"]["auto"].get("overhead")
+                print(f"{row['trace']:40s} {int(fraction * 100):3d}% {link}  bound "
+                      f"{_pct(row['bound'])}  auto {_pct(auto)}  "
+                      f"({row['policies']['auto'].get('member', '-')})", flush=True)
+    return {"rows": rows, "summary": summarize(rows)}
+
+
+def _pct(x) -> str:
+    return "   -   " if x is None else f"{100 * x:6.1f}%"
+
+
+def summarize(rows) -> list[dict]:
+    out = []
+    for fraction in (0.9, 0.7, 0.5):
+        for link in ("gen5", "gen4"):
+            group = [r for r in rows if r["fraction"] == fraction and r["link"] == link]
+            if not group:
+                continue
+            entry = {"fraction": fraction, "link": link, "traces": len(group)}
+            for policy in POLICIES:
+                values = [r["policies"][policy].get("overhead") for r in group]
+                found = [v for v in values if v is not None]
+                entry[policy] = statistics.median(found) if len(found) == len(values) else None
+                entry[f"{policy}_found"] = len(found)
+            bounds = [r["bound"] for r in group if r["bound"] is not None]
+            entry["bound"] = statistics.median(bounds) if bounds else None
+            entry["auto_meets_target"] = sum(
+                1 for r in group if r["bound"] is not None
+                and r["policies"]["auto"].get("overhead") is not None
+                and r["policies"]["auto"]["overhead"] <= 2 * r["bound"] + 0.05)
+            out.append(entry)
+    return out
+
+
+def print_table(summary) -> None:
+    head = " | ".join(f"{p:>10s}" for p in POLICIES)
+    print(f"\n| budget | link | {head} | {'bound':>8s} | auto meets target |")
+    for e in summary:
+        cells = " | ".join(_pct(e[p]) if e[p] is not None
+                           else f"{e[p + '_found']}/{e['traces']} found" for p in POLICIES)
+        print(f"| {int(e['fraction'] * 100)}% | {e['link']} | {cells} | {_pct(e['bound'])} | "
+              f"{e['auto_meets_target']}/{e['traces']} |")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "swap.json"))
+    args = parser.parse_args(argv)
+    result = run(args.quick)
+    print_table(result["summary"])
+    if not args.quick:
+        Path(args.out).write_text(json.dumps(result, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,116 @@
+"""Planning under a memory budget: swaps and recomputation (issue 4).
+
+:func:`plan_with_budget` is the front door::
+
+    trace (+ recompute recipes) ──► policy(budget, cost model) ──► residencies + actions
+          ──► offsets (static solver over residencies) ──► Plan ──► swap validator
+
+==============  ===========================================================================
+policy          what it does
+==============  ===========================================================================
+``auto``        (default) runs the planners below (several swap/recompute mixes of the
+                cost-aware greedy, capuchin, vdnn, on-demand) and keeps the validated plan
+                with the least simulated time
+``greedy``      cost-aware greedy: cheapest bytes first (recompute chains or swaps that
+                fit the link), DTR/Checkmate-style mixing per tensor
+``capuchin``    largest free time first, swap when the link has room, else recompute
+``vdnn``        offload every forward activation backward uses, prefetch one layer ahead
+``on-demand``   swap out least-recently-used on pressure, swap in synchronously at use
+==============  ===========================================================================
+
+Recompute recipes: traces that carry none get derived ones
+(:func:`~cupool.planning.budget.recipes.with_recompute_recipes`); the plan is made, and
+must be validated and simulated, against that trace (``info["trace"]``), and its
+``stats["recompute_recipes"]`` says which rule made them.
+
+Traces without op durations: every op without ``duration_us`` takes the cost model's
+``default_op_us`` (10 µs unless set); ``stats["ops_without_duration"]`` counts them.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+
+from cupool.core.vocabulary import Plan, SolveStatus, Trace
+from cupool.errors import SolverError
+from cupool.planning.budget._common import (
+    BudgetParams,
+    check_working_sets,
+    now,
+    recipe_note,
+)
+from cupool.planning.budget._residency import failed_plan
+from cupool.planning.budget.recipes import with_recompute_recipes
+
+_REGISTRY = {
+    "auto": ("cupool.planning.budget.auto", "plan_auto"),
+    "greedy": ("cupool.planning.budget.auto", "plan_greedy"),
+    "capuchin": ("cupool.planning.budget.capuchin", "plan_capuchin"),
+    "vdnn": ("cupool.planning.budget.baselines", "plan_vdnn"),
+    "on-demand": ("cupool.planning.budget.baselines", "plan_on_demand"),
+}
+
+POLICY_NAMES = tuple(_REGISTRY)
+"""Every budget policy, in the order the benchmark prints them."""
+
+
+def get_policy(name: str):
+    """The planner registered as ``name``; :class:`SolverError` lists the known ones."""
+    try:
+        module_name, function_name = _REGISTRY[name]
+    except KeyError:
+        raise SolverError(f"unknown policy {name!r}; expected one of: "
+                          f"{', '.join(POLICY_NAMES)}") from None
+    return getattr(import_module(module_name), function_name)
+
+
+def plan_with_budget(trace: Trace, budget_bytes: int, policy: str = "auto", cost=None,
+                     params: BudgetParams | None = None) -> tuple[Plan, dict]:
+    """Plan ``trace`` to run with at most ``budget_bytes`` resident, with ``policy``.
+
+    Returns ``(plan, info)``. ``plan.status`` is ``feasible`` (residencies, actions and
+    offsets within the budget), ``infeasible`` (no plan can exist: an op's own working set
+    exceeds the budget) or ``over_capacity`` (this policy found none). ``info`` has
+    ``"trace"`` (the trace the plan is for: ``trace`` plus derived recompute recipes; give
+    it to the validator and the simulator), ``"policy"``, ``"reason"`` (``None`` on
+    success, else one line such as ``"infeasible: op 12 needs 805306368 bytes resident"``)
+    and, for ``auto``, ``"candidates"`` (each member policy's simulated overhead or reason).
+
+    ``cost`` is a :class:`cupool.sim.cost.CostModel` (default: the Gen5 preset).
+    """
+    function = get_policy(policy)
+    if not isinstance(budget_bytes, int) or isinstance(budget_bytes, bool) or budget_bytes <= 0:
+        raise SolverError(f"budget_bytes (={budget_bytes!r}) must be an integer > 0")
+    if cost is None:
+        from cupool.sim.cost import cost_model
+
+        cost = cost_model("gen5")
+    params = params or BudgetParams()
+    started = now()
+    planned = with_recompute_recipes(trace)
+    from cupool.sim.cost import ops_without_duration
+
+    stats = {"recompute_recipes": recipe_note(planned, trace),
+             "ops_without_duration": ops_without_duration(trace)}
+    info = {"trace": planned, "policy": policy, "reason": None}
+    reason = check_working_sets(trace, budget_bytes)
+    if reason is not None:
+        info["reason"] = reason
+        return failed_plan(planned, budget_bytes, policy, started, SolveStatus.INFEASIBLE,
+                           {**stats, "reason": reason}), info
+    plan, reason, extra = _call(function, planned, budget_bytes, cost, params, started)
+    plan.stats.update({k: v for k, v in stats.items() if k not in plan.stats})
+    info["reason"] = reason
+    info.update(extra)
+    return plan, info
+
+
+def _call(function, trace, budget_bytes, cost, params, started):
+    result = function(trace, budget_bytes, cost, params, started)
+    if len(result) == 3:
+        return result
+    plan, reason = result
+    return plan, reason, {}
+
+
+__all__ = ["POLICY_NAMES", "BudgetParams", "get_policy", "plan_with_budget"]

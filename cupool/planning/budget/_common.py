@@ -1,0 +1,142 @@
+"""Shared pieces of the budget planners: parameters, input checks, and the loop that turns
+a planner's residency decision into a placed plan within the budget."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from cupool.core.vocabulary import SolveStatus, Trace
+from cupool.errors import SolverError
+from cupool.planning.budget._residency import (
+    Schedule,
+    assemble,
+    failed_plan,
+    place,
+    residency_intervals,
+    resident_bytes,
+)
+from cupool.planning.budget.recipes import DERIVED_RULE, has_recipes
+
+
+@dataclass(frozen=True)
+class BudgetParams:
+    """Knobs of the budget planners (each reads the fields it needs).
+
+    seed: seed of every random choice (``segments-ga``); same seed → same plan.
+    time_limit_s: wall-clock seconds for a search (``segments-ga``: 5 s; ``auto``: its
+      GA member gets the same limit).
+    swap_weights: ``auto``'s greedy runs once per weight: µs of cost charged per µs of
+      link time a swap uses (0 spends the link first-come; ``inf`` never swaps).
+    max_chain: longest chain of dropped inputs a recompute may re-produce.
+    offset_solver: static solver placing the residencies (``"greedy-size"`` is fast;
+      ``"auto"`` tries harder when fragmentation matters).
+    placement_rounds: times a planner re-plans for a smaller internal budget when the
+      offsets of its residencies need more than the budget (fragmentation).
+    population, generations, stall_generations, elite, immigrants,
+    mutation_rate_start, mutation_rate_end, crossover_rate: ``segments-ga``'s GA
+      (DESIGN.md idea 1); the mutation rate grows linearly over the generations.
+    small_fraction: ``segments-ga`` merges the smallest buffers into one static region
+      whose peak is at most this fraction of the budget.
+    """
+
+    seed: int = 0
+    time_limit_s: float = 5.0
+    swap_weights: tuple[float, ...] = (0.0, 0.02, 0.2, float("inf"))
+    max_chain: int = 6
+    offset_solver: str = "greedy-size"
+    placement_rounds: int = 5
+    population: int = 16
+    generations: int = 60
+    stall_generations: int = 15
+    elite: int = 2
+    immigrants: int = 2
+    mutation_rate_start: float = 0.02
+    mutation_rate_end: float = 0.2
+    crossover_rate: float = 0.9
+    small_fraction: float = 0.3
+
+    def __post_init__(self) -> None:
+        if not self.time_limit_s > 0:
+            raise SolverError(f"time_limit_s (={self.time_limit_s}) must be > 0 seconds")
+        if self.population < 2 or self.generations < 1:
+            raise SolverError(f"population (={self.population}) must be >= 2 and "
+                              f"generations (={self.generations}) >= 1")
+        if not 0 < self.small_fraction < 1:
+            raise SolverError(f"small_fraction (={self.small_fraction}) must be in (0, 1)")
+        if self.placement_rounds < 1 or self.max_chain < 0:
+            raise SolverError(f"placement_rounds (={self.placement_rounds}) must be >= 1 and "
+                              f"max_chain (={self.max_chain}) >= 0")
+
+
+class Infeasible(Exception):
+    """No plan can exist: carries the one-line reason."""
+
+
+def working_set_bytes(trace: Trace) -> np.ndarray:
+    """Bytes each op uses (every buffer in its ``uses``): they must all be resident."""
+    ws = np.zeros(trace.num_ops, dtype=np.int64)
+    for b in trace.buffers:
+        for u in set(b.uses):
+            ws[u] += b.size
+    return ws
+
+
+def check_working_sets(trace: Trace, budget_bytes: int) -> str | None:
+    """``"infeasible: op k needs N bytes resident"`` for the largest op over the budget."""
+    if trace.num_ops == 0:
+        return None
+    ws = working_set_bytes(trace)
+    k = int(np.argmax(ws))
+    if ws[k] > budget_bytes:
+        return (f"infeasible: op {k} needs {int(ws[k])} bytes resident "
+                f"(budget {budget_bytes} bytes)")
+    return None
+
+
+def recipe_note(trace: Trace, original: Trace) -> str:
+    return "from the trace" if has_recipes(original) else DERIVED_RULE
+
+
+def place_schedule(trace: Trace, budget_bytes: int, decide, policy: str, params: BudgetParams,
+                   started: float, stats: dict):
+    """Run ``decide(internal_budget) -> (Schedule | None, stats)`` and place its residencies.
+
+    When the offsets need more than the budget (fragmentation) the planner runs again for
+    an internal budget lowered by the overshoot. Returns the plan (``feasible`` or
+    ``over_capacity``) and the last failure reason (``None`` on success).
+    """
+    internal = budget_bytes
+    reason = "no schedule"
+    for round_ in range(params.placement_rounds):
+        schedule, more = decide(internal)
+        if schedule is None:
+            reason = more.get("reason", "the policy found no schedule within the budget")
+            break
+        intervals = residency_intervals(trace, schedule)
+        peak = int(resident_bytes(trace, intervals).max()) if intervals else 0
+        if peak > budget_bytes:
+            reason = (f"policy left {peak} bytes resident at some op "
+                      f"(budget {budget_bytes})")
+            break
+        offsets, arena = place(trace, intervals, budget_bytes, params.offset_solver)
+        if offsets is not None:
+            info = {**stats, **more, "internal_budget_bytes": internal,
+                    "placement_rounds": round_ + 1, "resident_peak_bytes": peak}
+            return assemble(trace, schedule, intervals, offsets, arena, budget_bytes, policy,
+                            started, info), None
+        over = max(arena - budget_bytes, budget_bytes // 100, 1)
+        internal = max(1, internal - over)
+        reason = f"offsets of the residencies need {arena} bytes (budget {budget_bytes})"
+    return failed_plan(trace, budget_bytes, policy, started, SolveStatus.OVER_CAPACITY,
+                       {**stats, "reason": reason}), reason
+
+
+def empty_schedule() -> Schedule:
+    return Schedule()
+
+
+def now() -> float:
+    return time.perf_counter()

@@ -1,0 +1,288 @@
+"""The planning state shared by the greedy budget planners (capuchin, auto's greedy):
+estimated op times, the two FIFO copy engines, what is resident when, and how much a gap
+would cost to take off the device by swapping or by recomputation.
+
+Times are estimates for *decisions* (the simulator has the last word): op ``i`` starts at
+``start_us[i]`` = the sum of the durations before it plus the recomputes planned so far.
+A copy is issued at an op boundary and served FIFO by its direction's engine::
+
+    compute   |op 3|op 4      |op 5|op 6          |op 7|
+    D2H            [swap-out b ]                         issued after op 3 (b's last use)
+    H2D                          [swap-in b    ]         trigger op 5, due op 7
+    b resident [........)                       [....)   hole [5, 6): the bytes are free
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+
+import numpy as np
+
+from cupool.core.vocabulary import PERSISTENT, Trace
+from cupool.planning.budget._residency import RECOMPUTE, SWAP, Gap, Schedule, base_interval
+
+
+class Engine:
+    """One FIFO copy engine: copies ``(issue_us, length_us)`` kept in issue order."""
+
+    def __init__(self) -> None:
+        self.issues: list[float] = []
+        self.lengths: list[float] = []
+        self.dues: list[float] = []
+        self._finishes: list[float] | None = []
+        self._tol: list[float] | None = []
+
+    def finishes(self) -> list[float]:
+        """Finish time of every queued copy (FIFO in issue order), cached."""
+        if self._finishes is None:
+            out, free = [], 0.0
+            for issue, length in zip(self.issues, self.lengths, strict=True):
+                free = max(free, issue) + length
+                out.append(free)
+            self._finishes = out
+        return self._finishes
+
+    def finish_if_added(self, issue: float, length: float) -> float:
+        """When a copy issued at ``issue`` would finish (copies issued at the same time
+        earlier stay ahead of it)."""
+        k = bisect.bisect_right(self.issues, issue)
+        free = self.finishes()[k - 1] if k else 0.0
+        return max(free, issue) + length
+
+    def _tolerance(self) -> list[float]:
+        """``tol[j]``: how much later copy ``j`` may finish without any copy from ``j`` on
+        missing its due time (delays are absorbed by idle time between copies)."""
+        if self._tol is None:
+            finishes = self.finishes()
+            tol = [0.0] * len(finishes)
+            after = float("inf")
+            for j in range(len(finishes) - 1, -1, -1):
+                tol[j] = min(self.dues[j] - finishes[j], after)
+                start = max(finishes[j - 1] if j else 0.0, self.issues[j])
+                idle = start - (finishes[j - 1] if j else 0.0)
+                after = idle + tol[j] if j else after
+            self._tol = tol
+        return self._tol
+
+    def fits(self, issue: float, length: float, due: float) -> bool:
+        """True when adding the copy keeps it and every later-issued copy on time."""
+        k = bisect.bisect_right(self.issues, issue)
+        finishes = self.finishes()
+        finish = max(finishes[k - 1] if k else 0.0, issue) + length
+        if finish > due + 1e-9:  # µs sums: tolerate rounding, as the later-copy check does
+            return False
+        if k == len(self.issues):
+            return True
+        old_start = max(finishes[k - 1] if k else 0.0, self.issues[k])
+        delay = max(0.0, max(finish, self.issues[k]) - old_start)
+        return delay <= self._tolerance()[k] + 1e-9
+
+    def lateness(self, issue: float, length: float, due: float) -> float:
+        """Estimated µs of waiting a copy that does not fit on time adds: its own delay
+        past ``due`` plus the delay it pushes onto later copies past their tolerance."""
+        k = bisect.bisect_right(self.issues, issue)
+        finishes = self.finishes()
+        finish = max(finishes[k - 1] if k else 0.0, issue) + length
+        late = max(0.0, finish - due)
+        if k < len(self.issues):
+            old_start = max(finishes[k - 1] if k else 0.0, self.issues[k])
+            delay = max(0.0, max(finish, self.issues[k]) - old_start)
+            late += max(0.0, delay - max(self._tolerance()[k], 0.0))
+        return late
+
+    def add(self, issue: float, length: float, due: float = float("inf")) -> None:
+        k = bisect.bisect_right(self.issues, issue)
+        self.issues.insert(k, issue)
+        self.lengths.insert(k, length)
+        self.dues.insert(k, due)
+        self._finishes = None
+        self._tol = None
+
+    def busy_us(self) -> float:
+        return float(sum(self.lengths))
+
+
+class PlanState:
+    """Mutable state of a greedy planner over one trace (with recipes) and budget."""
+
+    def __init__(self, trace: Trace, budget_bytes: int, cost, max_chain: int = 6,
+                 late_swaps: bool = True) -> None:
+        self.late_swaps = late_swaps
+        self.trace = trace
+        self.cost = cost
+        self.budget = budget_bytes
+        self.max_chain = max_chain
+        self.n = trace.num_ops
+        self.durations = np.array(cost.op_times(trace), dtype=float)
+        self.extra = np.zeros(self.n, dtype=float)
+        self._times()
+        self.schedule = Schedule()
+        # per buffer: (a, b, kind): its data is invalid on the device during ops [a, b)
+        # (a swap's bytes come back at its trigger but are valid only from its due op)
+        self.holes: dict[int, list[tuple[int, int, str]]] = {}
+        self.transient: dict[int, set[int]] = {}
+        self.pinned: dict[int, set[int]] = {}
+        self.base = {b.id: base_interval(trace, b) for b in trace.buffers}
+        self.live = np.zeros(self.n + 1, dtype=np.int64)
+        for b in trace.buffers:
+            s, e = self.base[b.id]
+            self.live[s] += b.size
+            self.live[e] -= b.size
+        self.live = np.cumsum(self.live[:-1])
+        self.d2h = Engine()
+        self.h2d = Engine()
+        self.recompute_us = 0.0
+        self.taken: set = set()
+
+    # -- time ----------------------------------------------------------------------------
+    def _times(self) -> None:
+        total = self.durations + self.extra
+        self.start_us = np.concatenate(([0.0], np.cumsum(total)[:-1]))
+        self.end_us = self.start_us + total
+
+    def op_at_or_after(self, t_us: float, low: int) -> int:
+        """The first op ``>= low`` that starts at or after ``t_us`` (``n`` if none)."""
+        k = int(np.searchsorted(self.start_us, t_us - 1e-9, side="left"))
+        return max(k, low)
+
+    # -- residency -----------------------------------------------------------------------
+    def resident(self, buffer_id: int, op: int) -> bool:
+        """Is the buffer resident (with data) during ``op`` under the current schedule?"""
+        if op in self.transient.get(buffer_id, ()):
+            return True
+        s, e = self.base[buffer_id]
+        holes = self.holes.get(buffer_id, ())
+        wrap = [h for h in holes if h[2] == "wrap"]
+        if wrap:
+            a, b = wrap[0][0], wrap[0][1]  # resident [b, a) inside the iteration
+            if op >= a or op < b:
+                return False
+        elif not s <= op < e:
+            return False
+        return all(not (a <= op < b) for a, b, kind in holes if kind != "wrap")
+
+    def hole_kind(self, buffer_id: int, op: int) -> str | None:
+        for a, b, kind in self.holes.get(buffer_id, ()):
+            if kind != "wrap" and a <= op < b:
+                return kind
+        return None
+
+    def excess(self) -> np.ndarray:
+        return self.live - self.budget
+
+    # -- recompute -----------------------------------------------------------------------
+    def chain(self, buffer_id: int, op: int, depth: int = 0, seen=None):
+        """Cost (µs) and the chain ``[(buffer, depth)]`` to recompute ``buffer_id`` just
+        before ``op``: its producer plus every dropped input that must be recomputed too.
+        ``None`` when some input cannot be made resident there."""
+        recipe = self.trace.buffer(buffer_id).recompute
+        if recipe is None or depth > self.max_chain:
+            return None
+        seen = set() if seen is None else seen
+        cost = float(self.durations[recipe.op])
+        links: list[tuple[int, int]] = []
+        for x in recipe.inputs:
+            if self.resident(x, op) or x in seen:
+                continue
+            buf = self.trace.buffer(x)
+            # a dropped input can be re-produced only inside its lifetime, inside a
+            # recompute hole (a transient residency before a swap-in would break the swap)
+            if buf.kind == PERSISTENT or not buf.start <= op < buf.end:
+                return None
+            if self.hole_kind(x, op) not in (RECOMPUTE, None) or op < self.base[x][0]:
+                return None
+            sub = self.chain(x, op, depth + 1, seen)
+            if sub is None:
+                return None
+            seen.add(x)
+            cost += sub[0]
+            links.extend(sub[1])
+            links.append((x, depth + 1))
+        return cost, links
+
+    # -- applying decisions --------------------------------------------------------------
+    def _free(self, size: int, a: int, b: int) -> None:
+        if b > a:
+            self.live[a:b] -= size
+
+    def apply_recompute(self, buffer_id: int, prev_use: int, next_use: int, chain) -> None:
+        size = self.trace.buffer(buffer_id).size
+        cost, links = chain
+        self.schedule.add(Gap(buffer_id, prev_use, next_use, RECOMPUTE, prev_use + 1, next_use))
+        self.holes.setdefault(buffer_id, []).append((prev_use + 1, next_use, RECOMPUTE))
+        self._free(size, prev_use + 1, next_use)
+        for x, depth in links:
+            self.schedule.chains.append((x, next_use, depth))
+            self.transient.setdefault(x, set()).add(next_use)
+            self.live[next_use] += self.trace.buffer(x).size
+        for x in self.trace.buffer(buffer_id).recompute.inputs:
+            self.pinned.setdefault(x, set()).add(next_use)
+        self.extra[next_use] += cost
+        self.recompute_us += cost
+        self._times()
+
+    def swap_window(self, buffer_id: int, prev_use: int, next_use: int, wraps: bool = False):
+        """``(resident_until, trigger, out_issue, out_len, in_issue, in_len, due, late_us)``
+        of the latest swap of this gap that lands on time (``late_us == 0``), else (when
+        ``late_swaps``) of the earliest-triggered one with its estimated lateness; ``None``
+        when the gap leaves no room for a copy."""
+        size = self.trace.buffer(buffer_id).size
+        out_len = self.cost.copy_us(size, "d2h")
+        in_len = self.cost.copy_us(size, "h2d")
+        out_issue = float(self.end_us[prev_use])
+        out_done = self.d2h.finish_if_added(out_issue, out_len)
+        resident_until = min(self.op_at_or_after(out_done, prev_use + 1), self.n)
+        if wraps:
+            due = float(self.start_us[next_use])
+            low = 0
+        else:
+            due = float(self.start_us[next_use])
+            low = resident_until
+        earliest = None
+        for trigger in range(next_use, low - 1, -1):
+            issue = float(self.start_us[trigger])
+            if not wraps and issue < out_done:
+                break
+            earliest = trigger
+            if self.h2d.fits(issue, in_len, due):
+                return resident_until, trigger, out_issue, out_len, issue, in_len, due, 0.0
+        if earliest is None or earliest >= next_use or not self.late_swaps:
+            return None
+        issue = float(self.start_us[earliest])
+        return (resident_until, earliest, out_issue, out_len, issue, in_len, due,
+                self.h2d.lateness(issue, in_len, due))
+
+    def apply_swap(self, buffer_id: int, prev_use: int, next_use: int, window) -> None:
+        resident_until, trigger, out_issue, out_len, in_issue, in_len, due, _late = window
+        size = self.trace.buffer(buffer_id).size
+        gap = Gap(buffer_id, prev_use, next_use, SWAP, resident_until, trigger)
+        self.schedule.add(gap)
+        if gap.wraps:
+            self.holes.setdefault(buffer_id, []).append((resident_until, next_use, "wrap"))
+            self._free(size, resident_until, self.n)
+            self._free(size, 0, trigger)
+        else:
+            self.holes.setdefault(buffer_id, []).append((resident_until, next_use, SWAP))
+            self._free(size, resident_until, trigger)
+        self.d2h.add(out_issue, out_len)
+        self.h2d.add(in_issue, in_len, due)
+
+    def hole_blocked(self, buffer_id: int, a: int, b: int) -> bool:
+        """True when the data would be invalid during ``[a, b)`` while a planned recompute
+        reads it there (``b <= a``: a wrap, invalid on ``[a, n)`` and ``[0, b)``)."""
+        pins = self.pinned.get(buffer_id, ())
+        if b <= a:
+            return any(op >= a or op < b for op in pins)
+        return any(a <= op < b for op in pins)
+
+
+def gaps_of(trace: Trace, buffer, min_hole: int = 1):
+    """Candidate idle gaps ``(prev_use, next_use)`` of a buffer: between consecutive uses
+    with at least ``min_hole`` ops between them; for a persistent buffer also the wrap gap
+    ``(last use, first use)`` when it spans at least ``min_hole`` ops."""
+    uses = sorted(set(buffer.uses))
+    out = [(p, q) for p, q in itertools.pairwise(uses) if q - p - 1 >= min_hole]
+    if buffer.kind == PERSISTENT and uses and (trace.num_ops - 1 - uses[-1]) + uses[0] >= min_hole:
+        out.append((uses[-1], uses[0]))
+    return out

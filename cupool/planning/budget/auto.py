@@ -1,0 +1,87 @@
+"""``greedy`` and ``auto``.
+
+``greedy`` is the cost-aware greedy (:mod:`._greedy`, order ``"cost"``): cheapest bytes
+first, where a recompute costs its producer plus its chain of dropped inputs and a swap
+costs ``swap_weight`` µs per µs of link time it occupies (plus any lateness). Mixing per
+tensor is what closes the gap on a link-bound machine: activations of cheap (memory-bound)
+ops are recomputed, those of expensive ops ride the link while it has room, and weights
+and optimizer state leave the device between uses / across the iteration boundary only
+when the budget still does not hold.
+
+``auto`` (the default policy) plans with every member — ``greedy`` at each of
+``params.swap_weights``, ``capuchin``, ``vdnn`` and ``on-demand`` — checks
+each plan with the independent validator, simulates it, and keeps the one with the least
+simulated iteration time (ties: fewer swapped bytes, then member order). ``info
+["candidates"]`` lists every member's overhead or why it has none.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+from cupool.core.vocabulary import SolveStatus
+from cupool.planning.budget._common import BudgetParams, now, place_schedule
+from cupool.planning.budget._greedy import over_budget_op, run_greedy
+
+
+def _greedy(trace, budget_bytes, cost, params, started, swap_weight, name="greedy"):
+    def decide(internal):
+        state = run_greedy(trace, internal, cost, order="cost", swap_weight=swap_weight,
+                           allow_swap=math.isfinite(swap_weight), max_chain=params.max_chain)
+        op, resident = over_budget_op(state)
+        if resident > internal:
+            return None, {"reason": f"{name}: op {op} still needs {resident} bytes resident "
+                                    f"(budget {internal})"}
+        return state.schedule, {"swap_weight": swap_weight,
+                                "planned_recompute_us": state.recompute_us}
+
+    return place_schedule(trace, budget_bytes, decide, name, params, started, {})
+
+
+def plan_greedy(trace, budget_bytes, cost, params: BudgetParams, started: float):
+    weight = params.swap_weights[1] if len(params.swap_weights) > 1 else params.swap_weights[0]
+    return _greedy(trace, budget_bytes, cost, params, started, weight)
+
+
+def plan_auto(trace, budget_bytes, cost, params: BudgetParams, started: float):
+    from cupool.planning.budget.baselines import plan_on_demand, plan_vdnn
+    from cupool.planning.budget.capuchin import plan_capuchin
+    from cupool.planning.validator import validate_plan
+    from cupool.sim.simulator import simulate
+
+    members = [(f"greedy(swap_weight={w:g})", lambda t0, w=w: _greedy(
+        trace, budget_bytes, cost, params, t0, w)) for w in params.swap_weights]
+    members += [("capuchin", lambda t0: plan_capuchin(trace, budget_bytes, cost, params, t0)),
+                ("vdnn", lambda t0: plan_vdnn(trace, budget_bytes, cost, params, t0)),
+                ("on-demand", lambda t0: plan_on_demand(trace, budget_bytes, cost, params, t0))]
+    report = {}
+    best = None
+    reasons = []
+    for rank, (name, member) in enumerate(members):
+        plan, reason = member(now())
+        if plan.status != SolveStatus.FEASIBLE:
+            report[name] = reason
+            reasons.append(f"{name}: {reason}")
+            continue
+        check = validate_plan(trace, plan)
+        if not check.valid:
+            report[name] = f"invalid ({check.rule}): {check.message}"
+            continue
+        sim = simulate(trace, plan, cost, validate=False)
+        report[name] = sim.overhead
+        key = (sim.iteration_us, sim.swapped_bytes, rank)
+        if best is None or key < best[0]:
+            best = (key, name, plan, sim)
+    extra = {"candidates": report}
+    if best is None:
+        reason = "auto: no member found a plan within the budget (" + "; ".join(reasons) + ")"
+        plan = replace(plan, solver="auto", stats={**plan.stats, "reason": reason})
+        return plan, reason, extra
+    _key, name, plan, sim = best
+    stats = {**plan.stats, "member": name, "simulated_overhead": sim.overhead,
+             "candidates": report}
+    plan = replace(plan, solver="auto", stats=stats, solve_seconds=now() - started)
+    extra["member"] = name
+    extra["simulation"] = sim
+    return plan, None, extra

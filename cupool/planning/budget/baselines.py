@@ -1,0 +1,129 @@
+"""Baseline policies: ``vdnn`` and ``on-demand`` (swap only, no recomputation).
+
+``vdnn`` (vDNN, offload-all): every forward activation that backward uses is swapped out
+after its last forward use and prefetched one layer ahead: its swap-in is triggered at the
+previous backward op that has a prefetch due (the layer before it in backward order)::
+
+    backward ops:   ...  40        41        42  ...
+    prefetch of a:        trigger ──────────► due      (a is due at 42; 40 was the last due op)
+
+When that alone does not fit the budget, the remaining excess is swapped in free-time
+order (as capuchin, without recomputation); ``stats["vdnn_extra_swaps"]`` counts those.
+
+``on-demand`` (a passive runtime, what Capuchin runs in its first iteration): ops in order;
+when the resident bytes of op ``t`` exceed the budget, the least recently used buffers not
+used by ``t`` are swapped out (issued after op ``t - 1``) and swapped back synchronously
+at their next use (trigger = due = that use). Persistent buffers with no later use this
+iteration go across the iteration boundary.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from cupool.core.vocabulary import PERSISTENT
+from cupool.planning.budget._common import BudgetParams, place_schedule
+from cupool.planning.budget._greedy import _free_time_pass, candidates, over_budget_op
+from cupool.planning.budget._residency import SWAP, Gap, Schedule
+from cupool.planning.budget._state import PlanState
+
+
+def _forward_activations(trace):
+    """``(buffer, last forward use, first backward use)`` of activations backward reads."""
+    phase = [op.phase for op in trace.ops]
+    out = []
+    for b in trace.buffers:
+        if b.kind == PERSISTENT:
+            continue
+        fw = [u for u in b.uses if phase[u] == "fw"]
+        bw = [u for u in b.uses if phase[u] == "bw"]
+        if fw and bw and bw[0] > fw[-1] + 1:
+            out.append((b.id, fw[-1], bw[0]))
+    return out
+
+
+def plan_vdnn(trace, budget_bytes, cost, params: BudgetParams, started: float):
+    acts = _forward_activations(trace)
+    dues = sorted({q for _b, _p, q in acts})
+
+    def decide(internal):
+        state = PlanState(trace, internal, cost, max_chain=0)
+        for buffer_id, p, q in sorted(acts, key=lambda a: a[2]):
+            k = int(np.searchsorted(dues, q))
+            trigger = max(dues[k - 1] if k else p + 1, p + 1)
+            size = trace.buffer(buffer_id).size
+            out_len, in_len = cost.copy_us(size, "d2h"), cost.copy_us(size, "h2d")
+            window = (p + 1, trigger, float(state.end_us[p]), out_len,
+                      float(state.start_us[trigger]), in_len, float(state.start_us[q]), 0.0)
+            state.apply_swap(buffer_id, p, q, window)
+            state.taken.add((buffer_id, p, q))
+        vdnn_swaps = len(acts)
+        kw = {"allow_swap": True, "allow_recompute": False, "swap_weight": 0.0}
+        for offload_persistent in (False, True):
+            if state.live.max() > internal:
+                _free_time_pass(state, candidates(trace, offload_persistent), internal, kw)
+        op, resident = over_budget_op(state)
+        if resident > internal:
+            return None, {"reason": f"vdnn: op {op} still needs {resident} bytes resident "
+                                    f"(budget {internal})"}
+        extra = state.schedule.count(SWAP) - vdnn_swaps
+        return state.schedule, {"vdnn_swaps": vdnn_swaps, "vdnn_extra_swaps": extra}
+
+    return place_schedule(trace, budget_bytes, decide, "vdnn", params, started, {})
+
+
+def plan_on_demand(trace, budget_bytes, cost, params: BudgetParams, started: float):
+    n = trace.num_ops
+    uses = {b.id: sorted(set(b.uses)) for b in trace.buffers}
+
+    def decide(internal):
+        state = PlanState(trace, internal, cost, max_chain=0)
+        live = state.live  # updated in place as buffers leave
+        schedule = Schedule()
+        away_until = {}  # buffer -> op it comes back at
+        for t in range(n):
+            if live[t] <= internal:
+                continue
+            used_now = set()
+            resident = []
+            for b in trace.buffers:
+                s, e = state.base[b.id]
+                if not s <= t < e or away_until.get(b.id, -1) > t:
+                    continue
+                u = uses[b.id]
+                if t in u:
+                    used_now.add(b.id)
+                    continue
+                before = [x for x in u if x < t]
+                if not before:
+                    continue  # a persistent buffer not used yet: nothing to go back to
+                resident.append((before[-1], b.id))
+            resident.sort()
+            for last, buffer_id in resident:
+                if live[t] <= internal:
+                    break
+                u = uses[buffer_id]
+                after = [x for x in u if x > t]
+                buf = trace.buffer(buffer_id)
+                if after:
+                    gap = Gap(buffer_id, last, after[0], SWAP, t, after[0])
+                    live[t:after[0]] -= buf.size
+                    away_until[buffer_id] = after[0]
+                elif buf.kind == PERSISTENT:
+                    gap = Gap(buffer_id, last, u[0], SWAP, t, u[0])
+                    live[t:] -= buf.size
+                    live[:u[0]] -= buf.size
+                    away_until[buffer_id] = n
+                else:
+                    continue  # dead temporaries are not resident in the first place
+                schedule.add(gap)
+            if live[t] > internal:
+                return None, {"reason": f"on-demand: op {t} still needs {int(live[t])} bytes "
+                                        f"resident (budget {internal})"}
+        if live.max() > internal:
+            op = int(np.argmax(live))
+            return None, {"reason": f"on-demand: op {op} still needs {int(live[op])} bytes "
+                                    f"resident (budget {internal})"}
+        return schedule, {}
+
+    return place_schedule(trace, budget_bytes, decide, "on-demand", params, started, {})

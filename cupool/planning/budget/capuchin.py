@@ -1,0 +1,28 @@
+"""``capuchin``: Capuchin's policy (DESIGN.md idea 3) planned offline from the trace.
+
+Candidates are buffers' idle gaps; they are taken in order of largest free time
+``FT = swap_in_start − swap_out_end`` (ideal op times, idle link), and only while they
+free bytes at an op still over the budget. Per gap the cheaper way wins: a swap whose
+copies fit the link on time costs nothing, otherwise the gap is recomputed (the producer's
+duration plus every dropped input recomputed with it: chains). Each swap-in's trigger is
+the latest op whose copy still lands before the next use *behind the copies already
+queued on the H2D engine* (FIFO), so the queue never makes an earlier decision late.
+"""
+
+from __future__ import annotations
+
+from cupool.planning.budget._common import BudgetParams, place_schedule
+from cupool.planning.budget._greedy import over_budget_op, run_greedy
+
+
+def plan_capuchin(trace, budget_bytes, cost, params: BudgetParams, started: float):
+    def decide(internal):
+        state = run_greedy(trace, internal, cost, order="free-time", swap_weight=0.0,
+                           max_chain=params.max_chain)
+        op, resident = over_budget_op(state)
+        if resident > internal:
+            return None, {"reason": f"capuchin: op {op} still needs {resident} bytes "
+                                    f"resident after every candidate (budget {internal})"}
+        return state.schedule, {"planned_recompute_us": state.recompute_us}
+
+    return place_schedule(trace, budget_bytes, decide, "capuchin", params, started, {})

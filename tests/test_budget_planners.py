@@ -1,0 +1,153 @@
+"""Budget planners (issue 4): every plan passes the independent validator; determinism;
+infeasible budgets; auto is never worse than its members."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from cupool.core.vocabulary import PERSISTENT, TEMPORARY, Buffer, Op, SolveStatus, Trace
+from cupool.errors import SolverError
+from cupool.io import load_trace
+from cupool.planning.budget import POLICY_NAMES, plan_with_budget
+from cupool.planning.budget._state import Engine
+from cupool.planning.budget.recipes import with_recompute_recipes
+from cupool.planning.validator import validate_plan
+from cupool.sim import cost_model, simulate
+
+TRACES = Path(__file__).resolve().parent.parent / "cupool" / "data" / "traces"
+GEN5 = cost_model("gen5")
+
+
+@pytest.fixture(scope="module")
+def resnet():
+    return load_trace(TRACES / "resnet50_train_b32_bf16.trace.json.gz")
+
+
+@pytest.fixture(scope="module")
+def resnet_plans(resnet):
+    budget = int(resnet.lower_bound_bytes() * 0.7)
+    return budget, {p: plan_with_budget(resnet, budget, p, GEN5) for p in POLICY_NAMES}
+
+
+@pytest.mark.parametrize("policy", POLICY_NAMES)
+def test_real_trace_at_70_percent_is_valid(resnet_plans, policy):
+    budget, plans = resnet_plans
+    plan, info = plans[policy]
+    if policy == "capuchin" and plan.status != SolveStatus.FEASIBLE:
+        pytest.skip(f"capuchin found no plan: {info['reason']}")
+    assert plan.status == SolveStatus.FEASIBLE, info["reason"]
+    report = validate_plan(info["trace"], plan)
+    assert report.valid, report.message
+    assert plan.capacity_bytes == budget and plan.arena_bytes <= budget
+    assert simulate(info["trace"], plan, GEN5).feasible
+
+
+def test_auto_is_never_worse_than_any_policy(resnet_plans):
+    _budget, plans = resnet_plans
+    times = {}
+    for policy, (plan, info) in plans.items():
+        if plan.status == SolveStatus.FEASIBLE:
+            times[policy] = simulate(info["trace"], plan, GEN5).iteration_us
+    assert all(times["auto"] <= t + 1e-6 for t in times.values()), times
+
+
+def test_auto_reaches_the_issue_target_on_resnet_at_70_percent(resnet_plans, resnet):
+    from cupool.sim import overhead_lower_bound
+
+    budget, plans = resnet_plans
+    plan, info = plans["auto"]
+    bound = overhead_lower_bound(info["trace"], budget, GEN5)
+    overhead = simulate(info["trace"], plan, GEN5).overhead
+    assert overhead <= 2 * bound.overhead + 0.05
+
+
+def test_same_inputs_same_plan(resnet):
+    budget = int(resnet.lower_bound_bytes() * 0.7)
+    a, _ = plan_with_budget(resnet, budget, "greedy", GEN5)
+    b, _ = plan_with_budget(resnet, budget, "greedy", GEN5)
+    assert a.residencies == b.residencies and a.actions == b.actions
+
+
+def test_budget_below_an_ops_working_set_is_infeasible(resnet):
+    plan, info = plan_with_budget(resnet, 1 << 20, "auto", GEN5)
+    assert plan.status == SolveStatus.INFEASIBLE
+    assert re.fullmatch(r"infeasible: op \d+ needs \d+ bytes resident \(budget 1048576 bytes\)",
+                        info["reason"])
+
+
+def test_unknown_policy_lists_the_known_ones(resnet):
+    with pytest.raises(SolverError, match="expected one of: auto, greedy, capuchin"):
+        plan_with_budget(resnet, 1 << 30, "nope")
+
+
+def test_derived_recipes_name_the_producer_and_earlier_inputs(resnet):
+    trace = with_recompute_recipes(resnet)
+    for b in trace.buffers:
+        if b.recompute is not None:
+            assert b.kind == TEMPORARY and b.recompute.op == b.start == b.uses[0]
+            assert all(trace.buffer(x).start < b.start for x in b.recompute.inputs)
+
+
+def _brute_fits(copies, issue, length, due):
+    queue = sorted([*copies, (issue, length, due)], key=lambda c: c[0])
+    free = 0.0
+    for i, ln, d in queue:
+        free = max(free, i) + ln
+        if free > d + 1e-9:
+            return False
+    return True
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 50), st.integers(1, 20), st.integers(0, 40)),
+                max_size=6),
+       st.integers(0, 50), st.integers(1, 20), st.integers(0, 40))
+def test_engine_fits_matches_a_brute_force_queue(copies, issue, length, slack):
+    engine = Engine()
+    accepted = []
+    for i, ln, s in sorted(copies, key=lambda c: c[0]):
+        if engine.fits(i, ln, i + ln + s):
+            engine.add(i, ln, i + ln + s)
+            accepted.append((i, ln, i + ln + s))
+    # a new copy issued after the others (ties: behind them) is FIFO-last among equals
+    due = issue + length + slack
+    expected = _brute_fits([(i + 0.0, ln, d) for i, ln, d in accepted],
+                           issue + 1e-7, length, due + 1e-7)
+    assert engine.fits(issue + 1e-7, length, due + 1e-7) == expected
+
+
+@st.composite
+def small_traces(draw):
+    n = draw(st.integers(3, 10))
+    ops = tuple(Op(f"op{i}", draw(st.floats(1.0, 50.0)), phase="fw" if i < n // 2 else "bw")
+                for i in range(n))
+    buffers = []
+    for k in range(draw(st.integers(1, 7))):
+        size = draw(st.integers(1, 16)) * 256
+        if draw(st.booleans()) and k % 3 == 0:
+            uses = sorted(draw(st.sets(st.integers(0, n - 1), min_size=1, max_size=3)))
+            buffers.append(Buffer(k, size, 0, n, tuple(uses), PERSISTENT))
+            continue
+        start = draw(st.integers(0, n - 1))
+        end = draw(st.integers(start + 1, n))
+        extra = draw(st.sets(st.integers(start, end - 1), max_size=3))
+        buffers.append(Buffer(k, size, start, end, tuple(sorted({start} | extra)), TEMPORARY))
+    return Trace("small", ops, tuple(buffers))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(small_traces(), st.sampled_from((0.5, 0.7, 0.9)), st.sampled_from(POLICY_NAMES))
+def test_small_traces_plans_are_valid_or_say_why(trace, fraction, policy):
+    budget = max(1, int(trace.lower_bound_bytes() * fraction))
+    plan, info = plan_with_budget(trace, budget, policy, GEN5)
+    if plan.status == SolveStatus.FEASIBLE:
+        report = validate_plan(info["trace"], plan)
+        assert report.valid, report.message
+        assert simulate(info["trace"], plan, GEN5, validate=False).feasible
+    else:
+        assert info["reason"]
