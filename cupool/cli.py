@@ -45,6 +45,22 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"(={text!r}) is not a number") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"(={text!r}) must be a number >= 0")
+    return value
+
+
+def _policy_names() -> tuple[str, ...]:
+    from cupool.planning.budget import POLICY_NAMES
+
+    return POLICY_NAMES
+
+
 def _seed(text: str) -> int:
     try:
         value = int(text)
@@ -67,6 +83,19 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=_seed, default=0)
     p.add_argument("--out", help="write the plan: PLAN.json (plan format) or PLAN.csv")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+
+    s = commands.add_parser("simulate", help="plan under a budget and replay it in the "
+                            "discrete-event simulator")
+    s.add_argument("trace")
+    s.add_argument("--budget", required=True, help="bytes, 4GiB, or 70%% of the lower bound")
+    s.add_argument("--policy", default="auto", choices=_policy_names())
+    s.add_argument("--link", default="gen5", help="gen4, gen5, or a bandwidth in GB/s")
+    s.add_argument("--h2d-gbps", type=_positive_float)
+    s.add_argument("--d2h-gbps", type=_positive_float)
+    s.add_argument("--latency-us", type=_non_negative_float)
+    s.add_argument("--plan", help="simulate this plan (JSON) instead of planning")
+    s.add_argument("--seed", type=_seed, default=0)
+    s.add_argument("--json", action="store_true")
 
     v = commands.add_parser("validate", help="check a plan against its trace")
     v.add_argument("trace")
@@ -119,16 +148,21 @@ def _cmd_plan(args, stdout) -> int:
     params = SolverParams(time_limit_s=args.time_limit, seed=args.seed)
     if args.out is not None and not Path(args.out).parent.resolve().is_dir():
         raise InputError("the directory to write the plan into does not exist", path=args.out)
-    result = plan(trace, args.solver, capacity, params)
-    valid = bool(result.placements) and validate_plan(trace, result).valid
+    if capacity is not None and capacity < lower and args.solver == "auto":
+        # Below the lower bound no static plan exists: plan swaps and recomputation.
+        result, trace = _plan_with_budget(trace, capacity, "auto", _cost_from(args), args.seed)
+        valid = validate_plan(trace, result).valid
+    else:
+        result = plan(trace, args.solver, capacity, params)
+        valid = bool(result.placements) and validate_plan(trace, result).valid
     fits = result.status in FITTING
     if args.out is not None and valid and fits:
         save_plan(result, args.out, trace)
     document = {
         "trace": trace.name, "solver": args.solver, "buffers": len(trace.buffers),
-        "arena_bytes": result.arena_bytes if result.placements else None,
+        "arena_bytes": result.arena_bytes if result.placements or result.residencies else None,
         "lower_bound_bytes": lower,
-        "ratio": round(result.ratio, 6) if result.placements else None,
+        "ratio": round(result.ratio, 6) if result.placements or result.residencies else None,
         "solve_seconds": round(result.solve_seconds, 4), "valid": valid,
         "status": result.status.value, "budget_bytes": capacity,
         "out": args.out if args.out is not None and valid and fits else None,
@@ -138,7 +172,9 @@ def _cmd_plan(args, stdout) -> int:
         f"solver       {args.solver}: {result.status.value} in {result.solve_seconds:.3f} s",
         f"lower bound  {lower} B ({format_bytes(lower)})",
     ]
-    if result.placements:
+    if result.actions:
+        lines.append(f"actions      {len(result.actions)} (swaps and recomputes)")
+    if result.placements or result.residencies:
         lines.append(f"arena        {result.arena_bytes} B ({format_bytes(result.arena_bytes)}), "
                      f"ratio {result.ratio:.4f}, {'valid' if valid else 'INVALID'}")
     if capacity is not None:
@@ -151,17 +187,85 @@ def _cmd_plan(args, stdout) -> int:
 
 def _cmd_validate(args, stdout) -> int:
     trace = load_trace(args.trace)
-    plan_ = load_plan(args.plan, trace)
-    if plan_.trace_digest != trace.digest():  # bad input, not a broken plan: exit 2
-        raise PlanFormatError(
-            f"the plan is for trace {plan_.trace_name!r} (digest {plan_.trace_digest}), "
-            f"not for {trace.name!r} (digest {trace.digest()})", path=args.plan)
-    report = validate_plan(trace, plan_)
+    plan_ = _load_plan_for(trace, args.plan)
+    report = validate_plan(_with_recipes(trace) if not plan_.is_static else trace, plan_)
     document = {"trace": trace.name, "valid": report.valid, "rule": report.rule or None,
                 "message": report.message or None}
     _emit(stdout, args, document,
           ["valid" if report.valid else f"invalid ({report.rule}): {report.message}"])
     return EXIT_OK if report.valid else EXIT_NO
+
+
+def _load_plan_for(trace, path):
+    plan_ = load_plan(path, trace)
+    if plan_.trace_digest != trace.digest():  # bad input, not a broken plan: exit 2
+        raise PlanFormatError(
+            f"the plan is for trace {plan_.trace_name!r} (digest {plan_.trace_digest}), "
+            f"not for {trace.name!r} (digest {trace.digest()})", path=path)
+    return plan_
+
+
+def _with_recipes(trace):
+    """The trace with derived recompute recipes: swapping plans are made, validated and
+    simulated against it (the plan's stats name the derivation rule)."""
+    from cupool.planning.budget.recipes import with_recompute_recipes
+
+    return with_recompute_recipes(trace)
+
+
+def _cost_from(args):
+    from cupool.sim import cost_model
+
+    return cost_model(getattr(args, "link", "gen5"), h2d_gbps=getattr(args, "h2d_gbps", None),
+                      d2h_gbps=getattr(args, "d2h_gbps", None),
+                      latency_us=getattr(args, "latency_us", None))
+
+
+def _plan_with_budget(trace, budget, policy, cost, seed):
+    """``(plan, trace it is for)``; an op whose own working set exceeds the budget is bad
+    input (exit 2) with the planner's one-line reason."""
+    from cupool.planning.budget import BudgetParams, plan_with_budget
+
+    result, info = plan_with_budget(trace, budget, policy, cost, BudgetParams(seed=seed))
+    if result.status == SolveStatus.INFEASIBLE:
+        raise InputError(info["reason"] or f"no plan fits the budget (={budget} bytes)")
+    return result, info["trace"]
+
+
+def _cmd_simulate(args, stdout) -> int:
+    from cupool.sim import overhead_lower_bound, simulate
+
+    trace = load_trace(args.trace)
+    lower = trace.lower_bound_bytes()
+    budget = parse_budget(args.budget, lower, "--budget")
+    cost = _cost_from(args)
+    if args.plan is not None:
+        planned = _load_plan_for(trace, args.plan)
+        sim_trace = trace if planned.is_static else _with_recipes(trace)
+        policy = f"plan:{planned.solver}"
+        if planned.arena_bytes > budget:
+            raise InputError(f"the plan needs {planned.arena_bytes} bytes, more than the "
+                             f"budget (={budget})", path=args.plan)
+    else:
+        planned, sim_trace = _plan_with_budget(trace, budget, args.policy, cost, args.seed)
+        policy = args.policy
+    report = simulate(sim_trace, planned, cost)
+    bound = overhead_lower_bound(sim_trace, budget, cost)
+    document = {"trace": trace.name, "policy": policy, "budget_bytes": budget,
+                "link_gbps": cost.h2d_gbps, **report.summary(),
+                "lower_bound_overhead": bound.overhead if bound.feasible else None}
+    if report.feasible:
+        lines = [f"{trace.name} at {budget} B ({100 * budget / lower:.0f}% of the lower bound), "
+                 f"{policy}, link {cost.h2d_gbps:g} GB/s:",
+                 f"  iteration {report.iteration_us:.1f} us vs ideal {report.ideal_us:.1f} us: "
+                 f"overhead {100 * report.overhead:.2f}% (no plan can beat "
+                 f"{100 * bound.overhead:.2f}%)",
+                 f"  stalls {report.stall_us:.1f} us, recompute {report.recompute_us:.1f} us, "
+                 f"swapped {report.swapped_bytes} B, peak {report.peak_bytes} B"]
+    else:
+        lines = [f"{trace.name}: no feasible plan for {budget} B with {policy}: {report.reason}"]
+    _emit(stdout, args, document, lines)
+    return EXIT_OK if report.feasible else EXIT_NO
 
 
 def _cmd_info(args, stdout) -> int:
@@ -249,4 +353,5 @@ def _cmd_demo(args, stdout) -> int:
     return EXIT_OK
 
 
-_COMMANDS = {"plan": _cmd_plan, "validate": _cmd_validate, "info": _cmd_info, "demo": _cmd_demo}
+_COMMANDS = {"plan": _cmd_plan, "validate": _cmd_validate, "info": _cmd_info,
+             "simulate": _cmd_simulate, "demo": _cmd_demo}

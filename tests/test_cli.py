@@ -132,3 +132,51 @@ def test_plan_for_a_nan_duration_trace_names_the_op(tmp_path):
 def test_help_exits_0():
     code, out, _ = cli("--help")
     assert code == 0 and "plan" in out
+
+
+SIM_FIELDS = {"trace", "policy", "budget_bytes", "link_gbps", "feasible", "iteration_us",
+              "ideal_us", "overhead", "peak_bytes", "swapped_bytes", "recompute_us", "stall_us"}
+RESNET_TRAIN = next(p for p in TRACES if "resnet50_train_b32_fp32" in p.name)
+
+
+def test_simulate_plans_under_a_budget_and_reports_the_contract_fields(tmp_path):
+    code, out, err = cli("simulate", RESNET_TRAIN, "--budget", "70%", "--link", "gen4", "--json")
+    assert code == 0, err
+    document = json.loads(out)
+    assert set(document) >= SIM_FIELDS
+    assert document["feasible"] is True and document["link_gbps"] == 25.0
+    assert document["budget_bytes"] == load_trace(RESNET_TRAIN).lower_bound_bytes() * 70 // 100
+    assert document["peak_bytes"] <= document["budget_bytes"]
+    assert document["overhead"] == pytest.approx(
+        document["iteration_us"] / document["ideal_us"] - 1)
+    assert 0 <= document["lower_bound_overhead"] <= document["overhead"]
+
+
+def test_plan_below_the_lower_bound_writes_a_swapping_plan_that_validates(tmp_path):
+    out_path = tmp_path / "p70.json"
+    code, out, _ = cli("plan", RESNET_TRAIN, "--budget", "70%", "--json", "--out", out_path)
+    document = json.loads(out)
+    assert code == 0 and document["valid"] is True and document["out"] == str(out_path)
+    assert json.loads(out_path.read_text())["version"] == 2
+    assert cli("validate", RESNET_TRAIN, out_path)[0] == 0
+    code, out, _ = cli("simulate", RESNET_TRAIN, "--budget", "70%", "--plan", out_path, "--json")
+    assert code == 0 and json.loads(out)["policy"] == "plan:auto"
+
+
+def test_simulating_a_static_plan_costs_nothing(tmp_path):
+    plan_path = tmp_path / "static.json"
+    assert cli("plan", RESNET_TRAIN, "--solver", "exact", "--out", plan_path)[0] == 0
+    code, out, _ = cli("simulate", RESNET_TRAIN, "--budget", "100%", "--plan", plan_path, "--json")
+    document = json.loads(out)
+    assert code == 0 and document["overhead"] == 0.0 and document["stall_us"] == 0.0
+
+
+@pytest.mark.parametrize("argv,message", [
+    (("--budget", "1MiB"), "infeasible: op "),
+    (("--budget", "70%", "--link", "gen9"), "gen9"),
+    (("--budget", "70%", "--policy", "magic"), "invalid choice: 'magic'"),
+    (("--budget", "70%", "--latency-us=-1"), "(='-1') must be a number >= 0"),
+])
+def test_simulate_bad_input_exits_2(argv, message):
+    code, out, err = cli("simulate", RESNET_TRAIN, *argv)
+    assert code == 2 and out == "" and message in err and len(err.strip().splitlines()) == 1

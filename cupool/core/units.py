@@ -8,6 +8,7 @@ powers of 1000; ``B`` or no suffix is bytes. A percentage is relative to a refer
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 import re
 
 from cupool.errors import UnitError
@@ -48,7 +49,8 @@ def parse_budget(text: str | int, reference_bytes: int, what: str = "budget") ->
             raise UnitError(f"{what} (={text!r}) is not a percentage; expected e.g. 70%") from None
         if not math.isfinite(percent) or percent <= 0:
             raise UnitError(f"{what} (={text!r}) must be a percentage > 0")
-        return max(1, int(reference_bytes * percent / 100.0))
+        exact = Fraction(number.strip()) * reference_bytes / 100  # no float rounding
+        return max(1, int(exact))
     return parse_bytes(text, what)
 
 
