@@ -301,6 +301,44 @@ def _cmd_info(args, stdout) -> int:
     return EXIT_OK
 
 
+DEMO_BUDGET_TRACE = "resnet50_train_b32_fp32"
+DEMO_BUDGETS = (70, 50)
+
+
+def _demo_budgets(args, stdout) -> list[dict]:
+    """Below the lower bound: every budget policy on one training step at 70% and 50%,
+    simulated on PCIe Gen5, beside the sound lower bound on overhead."""
+    from cupool.data import bundled_traces
+    from cupool.planning.budget import POLICY_NAMES, BudgetParams, plan_with_budget
+    from cupool.sim import cost_model, overhead_lower_bound, simulate
+
+    path = next(p for p in bundled_traces() if p.name.startswith(DEMO_BUDGET_TRACE))
+    trace = load_trace(path)
+    cost = cost_model("gen5")
+    results = []
+    if not args.json:
+        print(f"\n{trace.name} below its lower bound (swaps + recomputation, PCIe Gen5, "
+              "simulated): overhead per policy", file=stdout)
+        print(f"{'budget':>8}  " + "  ".join(f"{name:>10}" for name in POLICY_NAMES)
+              + f"  {'bound':>10}", file=stdout)
+    for percent in DEMO_BUDGETS:
+        budget = trace.lower_bound_bytes() * percent // 100
+        row = {"budget_percent": percent, "budget_bytes": budget, "overhead": {}}
+        cells = []
+        for policy in POLICY_NAMES:
+            planned, info = plan_with_budget(trace, budget, policy, cost, BudgetParams())
+            report = simulate(info["trace"], planned, cost)
+            row["overhead"][policy] = report.overhead if report.feasible else None
+            cells.append(f"{100 * report.overhead:9.1f}%" if report.feasible else "   no plan")
+        bound = overhead_lower_bound(info["trace"], budget, cost)
+        row["lower_bound_overhead"] = bound.overhead if bound.feasible else None
+        results.append(row)
+        if not args.json:
+            print(f"{percent:>7}%  " + "  ".join(cells) + f"  {100 * bound.overhead:9.1f}%",
+                  file=stdout)
+    return results
+
+
 def _cmd_demo(args, stdout) -> int:
     from cupool.data import bundled_traces
 
@@ -342,10 +380,11 @@ def _cmd_demo(args, stdout) -> int:
         if not args.json:
             print(f"{trace.name:<36} {len(trace.buffers):>7} {lower:>14}  "
                   + "  ".join(f"{c:>14}" for c in cells), file=stdout)
+    budgets = _demo_budgets(args, stdout)
     elapsed = time.perf_counter() - started
     if args.json:
-        print(json.dumps({"traces": rows, "out": str(out_dir), "seconds": round(elapsed, 2)}),
-              file=stdout)
+        print(json.dumps({"traces": rows, "budgets": budgets, "out": str(out_dir),
+                          "seconds": round(elapsed, 2)}), file=stdout)
     else:
         print(f"\nbest plan per trace written to {out_dir}/ ({len(rows)} files, "
               f"plan format v1; check one with `cupool validate TRACE PLAN`); "

@@ -180,3 +180,19 @@ def test_simulating_a_static_plan_costs_nothing(tmp_path):
 def test_simulate_bad_input_exits_2(argv, message):
     code, out, err = cli("simulate", RESNET_TRAIN, *argv)
     assert code == 2 and out == "" and message in err and len(err.strip().splitlines()) == 1
+
+
+def test_demo_plans_every_bundled_trace_and_writes_valid_plans(tmp_path):
+    code, out, _ = cli("demo", "--out", tmp_path / "plans", "--time-limit", "0.5", "--json")
+    document = json.loads(out)
+    assert code == 0 and len(document["traces"]) == len(TRACES)
+    for row in document["traces"]:
+        assert row["solvers"]["auto"]["ratio"] == 1.0 and row["solvers"]["auto"]["valid"]
+        trace_path = next(p for p in TRACES if p.name.startswith(row["trace"] + "."))
+        assert cli("validate", trace_path, row["plan"])[0] == 0
+    budgets = {row["budget_percent"]: row for row in document["budgets"]}
+    assert set(budgets) == {70, 50}
+    for row in budgets.values():
+        assert row["lower_bound_overhead"] <= row["overhead"]["auto"]
+        assert all(row["overhead"]["auto"] <= value
+                   for value in row["overhead"].values() if value is not None)
