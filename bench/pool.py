@@ -10,12 +10,25 @@ For each trace the allocation sequence of one iteration (the order of
 each op, frees of the buffers ending there, then allocations in id order) is replayed
 as ``cupy.empty(size, uint8)`` arrays, freed by dropping them. Measured:
 
-- **CPU overhead per allocation** (malloc + free, through ``cupy.empty``), median over
-  iterations of each iteration's mean, for three allocators taking turns:
-  ``planned`` (a PlannedPool after its recorded iteration), ``record`` (a PlannedPool
-  that never stops recording: best fit + logging) and ``floor``, the simplest Python bump
-  allocator returning the same ``MemoryPointer(UnownedMemory(ptr, size, owner, 0), 0)``
-  (no reuse, no free, no lock). Target: planned <= 1.5x floor.
+- **CPU overhead per allocation** (malloc + free, through ``cupy.empty``) of three
+  allocators: ``planned`` (a PlannedPool after its recorded iteration), ``record`` (a
+  PlannedPool that never stops recording: best fit + logging) and ``floor``, the simplest
+  Python bump allocator returning the same kind of object,
+  ``MemoryPointer(UnownedMemory(ptr, size, owner, 0), 0)``. The floor's ``owner`` is its
+  one reservation, so **dropping a floor array frees nothing**: no per-block finaliser,
+  no queue, no lock, no memory-hook checks, no reuse, no statistics. Everything the pool
+  does per block beyond building that pointer is therefore in the ratio.
+  Method: after ``--warmup`` untimed rounds, ``--iterations`` timed rounds; in each round
+  the three allocators take turns replaying one iteration (so a change of machine speed
+  hits all three alike), and each gets one sample: the wall time of the replay loop
+  (``cupy.empty`` calls and array drops, ``time.perf_counter``, GC disabled) divided by
+  the number of allocations. Reported per trace: the median sample of each allocator (µs)
+  and ``planned_over_floor`` = median(planned) / median(floor), the target, <= 1.5; also,
+  as cross-checks, the median over rounds of the per-round ratio planned / floor, and the
+  ratio when the planned sample also includes entering and leaving ``pool.iteration()``
+  (the per-iteration work, spread over its allocations). Run it on an idle machine: other
+  work on the cores (or the host) slows all three allocators, the pool's longer path
+  more, so the ratio rises; the load average before and after is written to the JSON.
 - **Reserved bytes / lower bound**: the planned pool's peak ``reserved_bytes`` over the
   planned iterations (persistent region + planned arena + any fallback), against the
   trace's lower bound (peak live bytes, unrounded), and the same figure for the CuPy and
@@ -31,6 +44,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import platform
 import statistics
 import sys
@@ -75,7 +89,8 @@ def schedule(trace):
 
 
 def run_events(events) -> float:
-    """Replay one iteration's events through the current allocator; seconds."""
+    """Replay one iteration's events through the current allocator; seconds (the timed
+    loop: nothing but the ``cupy.empty`` calls, the array drops and the loop itself)."""
     live = {}
     empty = cupy.empty
     started = time.perf_counter()
@@ -88,8 +103,19 @@ def run_events(events) -> float:
     return time.perf_counter() - started
 
 
+def run_iteration(pool, events) -> tuple[float, float]:
+    """One iteration of ``pool``: seconds of the replay loop, and seconds including
+    entering and leaving ``pool.iteration()``."""
+    started = time.perf_counter()
+    with pool.iteration():
+        inner = run_events(events)
+    return inner, time.perf_counter() - started
+
+
 class BumpFloor:
-    """The floor: bump a pointer through one reservation, wrap around, never free."""
+    """The floor: bump a pointer through one reservation, wrap around, never free. Its
+    pointers' ``owner`` is the reservation itself, so dropping an array frees nothing and
+    runs no Python code."""
 
     def __init__(self, device, largest: int) -> None:
         self.region = max(1 << 30, 2 * largest)
@@ -105,7 +131,7 @@ class BumpFloor:
         return MemoryPointer(UnownedMemory(self.memory.ptr + offset, size, self.memory, 0), 0)
 
 
-def bench_trace(path, iterations: int, device) -> dict:
+def bench_trace(path, iterations: int, device, warmup: int = 2) -> dict:
     trace = load_trace(path)
     persistent_sizes, events = schedule(trace)
     allocations = sum(1 for e in events if e[0] > 0)
@@ -124,19 +150,22 @@ def bench_trace(path, iterations: int, device) -> dict:
     plan = planned.plan
     planned.reset_peak_stats()
 
-    times = {"planned": [], "record": [], "floor": []}
+    times = {"planned": [], "record": [], "floor": [], "planned_with_iteration": []}
     gc.collect()
     gc.disable()
     try:
-        for _ in range(iterations):
+        for round_ in range(warmup + iterations):
             cupy.cuda.set_allocator(planned.malloc)
-            with planned.iteration():
-                times["planned"].append(run_events(events))
+            planned_inner, planned_whole = run_iteration(planned, events)
             cupy.cuda.set_allocator(recorder.malloc)
-            with recorder.iteration():
-                times["record"].append(run_events(events))
+            record_inner, _ = run_iteration(recorder, events)
             cupy.cuda.set_allocator(floor.malloc)
-            times["floor"].append(run_events(events))
+            floor_inner = run_events(events)
+            if round_ >= warmup:
+                times["planned"].append(planned_inner)
+                times["planned_with_iteration"].append(planned_whole)
+                times["record"].append(record_inner)
+                times["floor"].append(floor_inner)
     finally:
         gc.enable()
         cupy.cuda.set_allocator(None)
@@ -148,6 +177,8 @@ def bench_trace(path, iterations: int, device) -> dict:
     device.release(floor.memory)
 
     us = {mode: statistics.median(t / allocations * 1e6 for t in ts) for mode, ts in times.items()}
+    per_round = statistics.median(p / f for p, f in zip(times["planned"], times["floor"],
+                                                         strict=True))
     reserved = stats["reserved_bytes.peak"]
     baselines = {policy: replay(trace, policy) for policy in ("cupy", "torch")}
     row = {
@@ -163,6 +194,8 @@ def bench_trace(path, iterations: int, device) -> dict:
         "divergent_iterations": stats["divergent_iterations"],
         "us_per_alloc": {k: round(v, 3) for k, v in us.items()},
         "planned_over_floor": us["planned"] / us["floor"],
+        "planned_over_floor_per_round": per_round,
+        "planned_with_iteration_over_floor": us["planned_with_iteration"] / us["floor"],
         "record_over_floor": us["record"] / us["floor"],
         "rss_bytes": rss,
     }
@@ -180,42 +213,50 @@ def bench_trace(path, iterations: int, device) -> dict:
 
 def print_table(rows) -> None:
     header = (f"{'trace':36} {'allocs':>6} {'planned':>8} {'record':>8} {'floor':>7} "
-              f"{'pl/fl':>6} {'ratio':>7} {'cupy':>6} {'torch':>6} {'<cupy':>7} {'<torch':>7}")
+              f"{'pl/fl':>6} {'rounds':>6} {'+iter':>6} {'ratio':>7} {'cupy':>6} {'torch':>6} "
+              f"{'<cupy':>7} {'<torch':>7}")
     print(header)
     print("-" * len(header))
     for r in rows:
         us = r["us_per_alloc"]
         print(f"{r['trace']:36} {r['allocations']:>6} {us['planned']:>7.2f}u {us['record']:>7.2f}u "
-              f"{us['floor']:>6.2f}u {r['planned_over_floor']:>6.2f} {r['planned_ratio']:>7.4f} "
+              f"{us['floor']:>6.2f}u {r['planned_over_floor']:>6.2f} "
+              f"{r['planned_over_floor_per_round']:>6.2f} "
+              f"{r['planned_with_iteration_over_floor']:>6.2f} {r['planned_ratio']:>7.4f} "
               f"{r['cupy_ratio']:>6.3f} {r['torch_ratio']:>6.3f} {r['below_cupy_by']:>7.1%} "
               f"{r['below_torch_by']:>7.1%}")
     print("(us: median CPU microseconds per malloc+free through cupy.empty; pl/fl: planned / "
-          "floor, target <= 1.5;\n ratio: planned peak reserved / lower bound, target <= 1.01; "
-          "cupy/torch: the baseline models' ratios; <cupy, <torch: how much less the pool "
-          "reserves)")
+          "floor of the medians, target <= 1.5;\n rounds: median of the per-round ratios; "
+          "+iter: pl/fl with iteration() enter/exit counted;\n ratio: planned peak reserved / "
+          "lower bound, target <= 1.01; cupy/torch: the baseline models' ratios; <cupy, "
+          "<torch: how much less the pool reserves)")
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", default="", help="substring of the trace names to run")
-    parser.add_argument("--iterations", type=int, default=7, help="timed iterations per mode")
+    parser.add_argument("--iterations", type=int, default=31,
+                        help="timed rounds (one iteration per allocator each)")
+    parser.add_argument("--warmup", type=int, default=2, help="untimed rounds first")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "pool.json"))
     args = parser.parse_args(argv)
     rows = []
+    load_before = os.getloadavg()
     with open_device("emulated", capacity="64GiB") as device:
         for path in bundled_traces():
             if args.only and args.only not in path.name:
                 continue
-            row = bench_trace(path, args.iterations, device)
+            row = bench_trace(path, args.iterations, device, args.warmup)
             rows.append(row)
             print(f"  {row['trace']}: planned {row['us_per_alloc']['planned']:.2f} us, floor "
                   f"{row['us_per_alloc']['floor']:.2f} us, ratio {row['planned_ratio']:.4f}, "
                   f"rss {row['rss_bytes'] >> 20} MiB", flush=True)
     print_table(rows)
     document = {
-        "benchmark": "pool", "iterations": args.iterations,
+        "benchmark": "pool", "iterations": args.iterations, "warmup": args.warmup,
         "machine": {"python": platform.python_version(), "cpus": psutil.cpu_count(),
-                    "cupy": cupy.__version__, "device": "emulated"},
+                    "cupy": cupy.__version__, "device": "emulated",
+                    "loadavg_before": load_before, "loadavg_after": os.getloadavg()},
         "rows": rows,
     }
     out = Path(args.out)

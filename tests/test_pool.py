@@ -11,7 +11,9 @@ import io
 import itertools
 import json
 import pickle
+import sys
 import threading
+import time
 
 import pytest
 
@@ -407,6 +409,115 @@ def test_debug_print_hook_sees_one_malloc_and_one_free(pool):
     assert hooks == ["alloc", "malloc", "free"]
 
 
+class FreeRecorder(memory_hook.MemoryHook):
+    name = "free-recorder"
+
+    def __init__(self):
+        self.frees = []
+
+    def free_preprocess(self, **kw):
+        self.frees.append(("free_pre", kw["mem_size"], kw["mem_ptr"], kw["pmem_id"]))
+
+    def free_postprocess(self, **kw):
+        self.frees.append(("free_post", kw["mem_size"], kw["mem_ptr"], kw["pmem_id"]))
+
+
+def test_a_free_under_a_hook_is_seen_even_if_the_malloc_was_not(pool):
+    """As in CuPy's pool, the free hooks are those of the thread that frees, when it frees
+    (the pool caches each thread's hook dict; a hook entered later is still seen)."""
+    a = empty(100)  # no hook installed: not seen
+    ptr, pmem_id = a.data.ptr, id(a.data.mem)
+    hook = FreeRecorder()
+    with hook:
+        del a
+    assert hook.frees == [("free_pre", 512, ptr, pmem_id), ("free_post", 512, ptr, pmem_id)]
+    b = empty(100)
+    del b  # the hook has exited: not seen
+    assert len(hook.frees) == 2
+    assert pool.used_bytes() == 0
+
+
+def test_free_hooks_of_another_thread_see_its_frees(pool):
+    arrays = [empty(4096), empty(4096)]
+    hook = FreeRecorder()
+    main_hook = FreeRecorder()
+    seen = []
+
+    def free_one_under_a_hook():
+        with hook:
+            arrays.pop()
+        seen.append(list(hook.frees))
+
+    with main_hook:  # the main thread's hooks do not see the other thread's frees
+        thread = threading.Thread(target=free_one_under_a_hook)
+        thread.start()
+        thread.join()
+    assert [f[0] for f in seen[0]] == ["free_pre", "free_post"]
+    assert main_hook.frees == []
+    del arrays[:]
+    assert pool.used_bytes() == 0
+
+
+def test_blocks_in_reference_cycles_are_freed_by_the_collector(pool):
+    class Holder:
+        pass
+
+    gc.collect()
+    gc.disable()
+    try:
+        holder = Holder()
+        holder.array, holder.self = empty(4096), holder
+        view = holder.array[10:]
+        holder.view = view
+        del holder, view
+        assert pool.used_bytes() == 4096
+        gc.collect()
+        assert pool.used_bytes() == 0
+    finally:
+        gc.enable()
+    assert pool.memory_stats()["frees"] == pool.memory_stats()["mallocs"] == 1
+
+
+def test_the_fast_and_the_general_malloc_agree(pool):
+    """pool.malloc (the inlined planned path) and PlannedPool.malloc (the general path,
+    also used under memory hooks) serve the same offsets and count the same events,
+    including a collision (a block kept past its planned end)."""
+    general = PlannedPool.malloc.__get__(pool)
+    assert pool.malloc is not general and pool.malloc.__doc__ == PlannedPool.malloc.__doc__
+
+    def body(keep):
+        a = empty(4096)
+        b = empty(10000)
+        kept = a if keep else None
+        del a
+        c = empty(3000)  # planned over a's bytes: a collision when a is kept
+        pointers = [b.data.ptr, c.data.ptr]
+        del b, c
+        return pointers, kept
+
+    with pool.iteration():
+        body(False)
+    results = {}
+    for name, malloc in (("fast", pool.malloc), ("general", general)):
+        cupy.cuda.set_allocator(malloc)
+        before = pool.memory_stats()
+        runs = []
+        for keep in (False, True, False):
+            with pool.iteration():
+                pointers, kept = body(keep)
+            del kept
+            runs.append(pointers)
+        after = pool.memory_stats()
+        results[name] = runs, {k: after[k] - before[k] for k in
+                               ("planned_hits", "collisions", "fallback_allocations",
+                                "mallocs", "frees")}
+    assert results["fast"] == results["general"]
+    runs, counts = results["fast"]
+    assert runs[0] == runs[2] and runs[1][1] != runs[0][1]  # the collision went elsewhere
+    assert counts == {"planned_hits": 8, "collisions": 1, "fallback_allocations": 1,
+                      "mallocs": 9, "frees": 9}
+
+
 # -- misuse -----------------------------------------------------------------------------------
 def test_nested_iteration_is_refused_and_the_outer_one_continues(pool):
     with pool.iteration():
@@ -571,3 +682,87 @@ def test_threads_malloc_and_free_concurrently(pool):
     assert pool.used_bytes() == 0
     stats = pool.memory_stats()
     assert stats["mallocs"] == stats["frees"]
+
+
+
+def test_pool_lock_excludes_and_wakes_waiters_under_contention():
+    from cupool.runtime.pool import _PoolLock
+
+    class CountingLock(_PoolLock):
+        __slots__ = ("waits",)
+
+        def wait_for(self):
+            self.waits += 1
+            super().wait_for()
+
+    lock = CountingLock()
+    lock.waits = 0
+    state = {"count": 0, "inside": 0, "overlaps": 0}
+
+    def worker():
+        for _ in range(300):
+            with lock:
+                state["inside"] += 1
+                if state["inside"] != 1:
+                    state["overlaps"] += 1
+                count = state["count"]
+                time.sleep(0)  # give the GIL away while holding the lock
+                state["count"] = count + 1
+                state["inside"] -= 1
+
+    previous = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=worker) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+    finally:
+        sys.setswitchinterval(previous)
+    assert not any(t.is_alive() for t in threads)
+    assert state == {"count": 1200, "inside": 0, "overlaps": 0}
+    assert lock.waits > 0  # the contended path ran
+    assert lock.waiters == 0 and not lock.locked()
+
+
+def test_threads_contend_on_the_planned_path(pool):
+    """Several threads allocate inside planned iterations with a tiny GIL switch interval,
+    so they interleave inside the pool: blocks stay disjoint and intact, none is lost."""
+    with pool.iteration():
+        tmp = [empty(4096) for _ in range(8)]
+        del tmp
+    assert pool.mode == "planned"
+    failures = []
+    start = threading.Barrier(3)
+
+    def worker(seed):
+        try:
+            start.wait()
+            for _ in range(200):
+                arrays = [empty(4096), empty(4096)]
+                for array in arrays:
+                    fill(array, seed)
+                if not all(holds(array, seed) for array in arrays):
+                    failures.append(f"thread {seed}: bytes changed")
+                del arrays, array
+        except Exception as exc:  # reported below
+            failures.append(repr(exc))
+
+    previous = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        with pool.iteration():
+            threads = [threading.Thread(target=worker, args=(s,)) for s in (1, 2)]
+            for t in threads:
+                t.start()
+            start.wait()
+            for t in threads:
+                t.join(timeout=60)
+    finally:
+        sys.setswitchinterval(previous)
+    assert failures == []
+    gc.collect()
+    stats = pool.memory_stats()
+    assert pool.used_bytes() == 0 and stats["mallocs"] == stats["frees"]
+    assert stats["planned_hits"] > 0 and stats["fallback_allocations"] > 0

@@ -114,6 +114,11 @@ class BestFitArena:
         self._insert_free(start, end, base)
         return size
 
+    @property
+    def live_count(self) -> int:
+        """The number of live blocks."""
+        return len(self._live)
+
     def owns(self, ptr: int) -> bool:
         """True when ``ptr`` is a live block of this arena."""
         return ptr in self._live

@@ -55,17 +55,27 @@ empty segments, retry; ``gc.collect()``, release, retry) and then raises
 :class:`~cupool.runtime.errors.PoolOutOfMemoryError` (a
 ``cupy.cuda.memory.OutOfMemoryError``) whose message ends with a report of what was live.
 
-**Frees.** Each block's ``UnownedMemory`` owner is a small object whose ``__del__`` frees
-the block, so views keep memory alive exactly as in CuPy. The finaliser never takes the
-pool's lock (it may run inside the pool, from the garbage collector): it calls the CuPy
-free hooks and appends the block to a queue, which the next pool operation drains under
-the lock, before anything else. Statistics and ``used_bytes()`` drain it first too.
+**Frees.** Each block's memory is a small ``UnownedMemory`` subclass (``_Block``, its
+``owner`` the block's *ticket*) whose ``__del__`` frees the block, so views keep memory
+alive exactly as in CuPy (whose own pool frees a block when its ``PooledMemory`` dies).
+The finaliser never takes the pool's lock (it may run inside the pool, from the garbage
+collector): it calls the CuPy free hooks, if the freeing thread has any, and appends
+the ticket to a queue, which the next pool operation drains under the lock, before
+anything else. Statistics and ``used_bytes()`` drain it first too.
 
-**Threads.** One lock (``_lock``) guards every field marked *guarded* below; mallocs and
-frees may come from any thread. Iterations are pool-wide: allocations from any thread
-between ``__enter__`` and ``__exit__`` belong to the iteration, so a plan is only
-useful when their order repeats. Solving a plan runs under the lock, at the end of the
-iteration that completes the recording.
+**Threads.** One lock (``_lock``, a :class:`_PoolLock`: ``threading.Lock`` semantics,
+with an uncontended acquire and release of one GIL-atomic ``deque`` call each) guards
+every field marked *guarded* below; mallocs and frees may come from any thread.
+Iterations are pool-wide: allocations from any thread between ``__enter__`` and
+``__exit__`` belong to the iteration, so a plan is only useful when their order
+repeats. Solving a plan runs under the lock, at the end of the iteration that completes
+the recording.
+
+**Speed.** ``pool.malloc`` is a closure (:meth:`PlannedPool._make_malloc`) with the
+planned case inlined; per planned allocation it does the size checks, one look at the
+thread's memory hooks, the lock, the queued frees, an O(1) slot check and the byte
+counters. Planned slots' tickets are made when the plan is installed; ``frees`` and
+``live_blocks`` are counted from the regions when the statistics are read.
 """
 
 from __future__ import annotations
@@ -110,64 +120,195 @@ MODES = (RECORD, PLANNED, UNPLANNED)
 _PLANNED, _FALLBACK, _PERSISTENT = 0, 1, 2
 
 _log = logging.getLogger("cupool.runtime")
-_has_memory_hooks = memory_hook._has_memory_hooks
 _get_memory_hooks = memory_hook.get_memory_hooks
+_thread_state = threading.local()  # .hooks: the calling thread's CuPy memory-hook dict
 
 
-# A ticket describes one block handed out, and is the ``owner`` of its UnownedMemory:
-# (kind, size, slot, region, ptr, extra[, pmem_box]). ``region`` is the _PlannedArena or
-# BestFitArena it came from; ``slot`` its allocation index in a planned iteration (-1
-# otherwise); ``extra`` is, for a planned block, the serial number of its iteration and,
-# for a recorded block, its record-log entry ``[size, end]`` (else None). ``pmem_box``
-# (hooked mallocs only) is ``[id(UnownedMemory)]`` for the free hooks.
-_KIND, _SIZE, _SLOT, _REGION, _PTR, _EXTRA, _PMEM = range(7)
+def _thread_hooks() -> dict:
+    """The calling thread's CuPy memory hooks: the dict ``MemoryHook.__enter__`` adds
+    itself to and ``__exit__`` removes itself from.
+
+    CuPy keeps one such dict per thread, made by the thread's first
+    ``memory_hook.get_memory_hooks()`` call and never replaced, so the pool fetches it
+    once per thread (making it if the thread has none yet) and keeps a reference in a
+    ``threading.local``: one attribute read and a truth test then tell exactly whether
+    the thread has hooks installed, cheaper than ``memory_hook._has_memory_hooks()``
+    (a call, and the same kind of thread-local read) plus ``get_memory_hooks()``.
+    (A side effect: CuPy's own ``_has_memory_hooks()`` is true in such threads, so
+    CuPy's pool looks at the empty dict there: the same outcome.)
+    """
+    try:
+        return _thread_state.hooks
+    except AttributeError:
+        hooks = _thread_state.hooks = _get_memory_hooks()
+        return hooks
 
 
-class _Ticket(tuple):
-    """A block's description and the ``owner`` of its ``UnownedMemory``.
+# A ticket describes one block handed out; it is the ``owner`` of the block's _Block:
+# (release, kind, size, slot, region, ptr, extra). ``release`` is the pool's free-queue
+# ``append``; ``region`` is the _PlannedArena or BestFitArena the block came from;
+# ``slot`` its allocation index in a planned iteration (-1 otherwise); ``extra`` is, for a
+# recorded block, its record-log entry ``[size, end]`` (else None). Tickets are plain
+# tuples: a planned slot's ticket is made once, when its plan is installed (an arena has
+# at most one live block per slot, so ``(arena, slot)`` names the block; see
+# _PlannedArena); fallback and persistent tickets are made per block.
+_RELEASE, _KIND, _SIZE, _SLOT, _REGION, _PTR, _EXTRA = range(7)
 
-    When CuPy drops the last reference (the array and all its views are gone), CPython
-    finalises the ticket: ``__del__`` calls the free hooks and appends the ticket itself
-    to the pool's queue (``region.release``), which keeps it alive until the pool
-    processes it (a finaliser runs only once, so it is then simply deallocated). It
-    never raises and never takes the pool's lock. The pool never holds a reference to
-    a live ticket (only ``(slot, serial)`` pairs), or the ticket could not die.
+
+class _Block(UnownedMemory):
+    """The memory of one block: an ``UnownedMemory`` (``owner``: the block's ticket)
+    whose death frees the block.
+
+    Every ``MemoryPointer`` into the block (the array's ``.data`` and those of all its
+    views) holds this object, so it dies when the array and its last view are gone,
+    which is when CuPy's own pool frees a block (its ``PooledMemory`` frees itself in
+    ``__dealloc__``). ``__del__`` then calls the CuPy free hooks of the freeing thread
+    (CuPy's hooks are thread-local: :func:`_thread_hooks`), if it has any, and queues
+    the ticket with ``deque.append``, which the GIL makes atomic. It never takes the
+    pool's lock (it may run inside the pool, from the garbage collector, or in any
+    thread), never raises, and does not resurrect the block: the pool processes the
+    ticket under its lock at its next operation (:meth:`PlannedPool._drain`).
     """
 
     __slots__ = ()
 
     def __del__(self) -> None:
         try:
-            if _has_memory_hooks():
-                hooks = _get_memory_hooks()
-                if hooks:
-                    _free_with_hooks(hooks, self)
-                    return
-            self[3].release(self)  # _REGION
+            ticket = self._owner
+            try:
+                hooks = _thread_state.hooks  # _thread_hooks(), inlined
+            except AttributeError:
+                hooks = _thread_hooks()
+            if hooks:
+                _free_with_hooks(hooks, self, ticket)
+            else:
+                ticket[0](ticket)  # _RELEASE
         except Exception:  # never raise in __del__ (interpreter shutdown, broken hook)
             pass
 
 
-def _free_with_hooks(hooks, ticket: _Ticket) -> None:
-    size, ptr, region = ticket[_SIZE], ticket[_PTR], ticket[_REGION]
-    pmem_id = ticket[_PMEM][0] if len(ticket) > _PMEM else 0
-    device_id = region.device_id
+def _free_with_hooks(hooks, block: _Block, ticket: tuple) -> None:
+    size, ptr, device_id, pmem_id = block.size, block.ptr, block.device_id, id(block)
     for hook in hooks.values():
         hook.free_preprocess(device_id=device_id, mem_size=size, mem_ptr=ptr, pmem_id=pmem_id)
     try:
-        region.release(ticket)
+        ticket[_RELEASE](ticket)
     finally:
         for hook in hooks.values():
             hook.free_postprocess(device_id=device_id, mem_size=size, mem_ptr=ptr,
                                   pmem_id=pmem_id)
 
 
+def _pointer(ticket: tuple, size: int, device_id: int) -> MemoryPointer:
+    """The ``MemoryPointer`` handed out for ``ticket`` (a block already booked)."""
+    try:
+        block = _Block(ticket[_PTR], size, ticket, device_id)
+    except BaseException:  # nothing owns the ticket: free the block now
+        ticket[_RELEASE](ticket)
+        raise
+    return MemoryPointer(block, 0)  # if this fails, ``block`` dies and frees the block
+
+
+class _Active:
+    """Holds the planned arena of the running iteration (``arena``; None outside planned
+    iterations), guarded by the pool's lock. A separate ``__slots__`` object because the
+    planned path reads it on every allocation: attribute reads on the pool itself (a
+    subclass of CuPy's compiled ``MemoryPool``) are not specialised by CPython 3.11's
+    interpreter and cost several times more."""
+
+    __slots__ = ("arena",)
+
+    def __init__(self) -> None:
+        self.arena: _PlannedArena | None = None
+
+
+class _PoolLock:
+    """The pool's mutex: ``threading.Lock`` semantics (not reentrant, usable in
+    ``with``), with an uncontended acquire and release of one C call each.
+
+    The lock is free when the deque ``_token`` holds its one item. ``take()``
+    (``deque.pop``) removes it and ``give(True)`` (``deque.append``) puts it back. Each is
+    a single C call that runs no Python code, so the GIL makes it atomic: of several
+    threads taking at once, exactly one gets the item and the others get
+    ``IndexError``. (In CPython ``threading.Lock.acquire`` parses its arguments and
+    reads the clock; on this path that cost more than the rest of the planned
+    ``malloc``'s locking.)
+
+    A thread that finds the lock taken blocks in :meth:`wait_for`: under the condition
+    ``_cond`` it adds itself to ``waiters``, then retries ``take()`` before each
+    ``wait()``. A holder releases with ``give(True)`` and then, if ``waiters`` is not 0,
+    notifies under ``_cond``. No wakeup is lost, because the GIL runs these steps in one
+    order: if the holder read ``waiters`` before a waiter counted itself, its ``give``
+    came before that waiter's ``take`` too, which then succeeds (or a third thread took
+    the item, and that thread's release will see the waiter); if it read it after, it
+    can only get ``_cond`` once the waiter is in ``wait()`` (or gone with the item), so
+    ``notify`` reaches a waiter, which retries. Waiters sleep; nothing spins.
+    """
+
+    __slots__ = ("_cond", "give", "take", "waiters")
+
+    def __init__(self) -> None:
+        token = collections.deque((True,))
+        self.take = token.pop
+        self.give = token.append
+        self.waiters = 0
+        self._cond = threading.Condition(threading.Lock())
+
+    def acquire(self) -> bool:
+        try:
+            self.take()
+        except IndexError:
+            self.wait_for()
+        return True
+
+    def wait_for(self) -> None:
+        """Block until this thread has taken the token (the lock was taken)."""
+        cond = self._cond
+        with cond:
+            self.waiters += 1
+            try:
+                while True:
+                    try:
+                        self.take()
+                        return
+                    except IndexError:
+                        cond.wait()
+            finally:
+                self.waiters -= 1
+
+    def release(self) -> None:
+        self.give(True)
+        if self.waiters:
+            self.wake()
+
+    def wake(self) -> None:
+        """Wake one waiter (the caller has just given the token back)."""
+        with self._cond:
+            self._cond.notify()
+
+    def locked(self) -> bool:
+        try:
+            self.take()
+        except IndexError:
+            return True
+        self.release()
+        return False
+
+    def __enter__(self) -> _PoolLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, exc_type, exc, traceback) -> None:
+        self.release()
+
+
 class _PlannedArena:
     """A plan made executable: slot k is ``ptrs[k]`` for ``sizes[k]`` bytes.
 
-    Each planned iteration gets a serial number (``serial``, from 1); a planned block is
-    known by ``(slot, serial)``. ``iter_serial[j]`` is the serial of the live block of
-    slot j of the current iteration, or 0.
+    ``slots[k]`` is ``(size, ticket, due)`` for slot k: its rounded size (0 while the
+    slot is blocked, below), the ticket of its blocks (made once here) and ``due[k]``
+    (below). ``live[j]`` is 1 while the block of slot j allocated in the current
+    iteration is live and not overdue.
 
     Overdue blocks. A planned block of slot j should be freed before allocation
     ``end_j`` of its iteration (its trace end; ``due[end_j]`` lists j). One still live
@@ -178,24 +319,27 @@ class _PlannedArena:
     that are not overdue overlap k in time, and the plan keeps those apart in address::
 
         slot:      0    1    2          plan: slot 2 reuses slot 0's bytes (0 ends at 2)
-        iter 5:   [0=====)              block (0, 5) freed late: still live at malloc 2
+        iter 5:   [0=====)              block of slot 0 freed late: live at malloc 2
                        [1=======)       -> overdue: blocked[0] and blocked[2] become 1
                             [2==        -> slot 2 is served by the fallback (a collision)
 
+    Hence **at most one block per slot is live**: a block of slot j from an earlier
+    iteration is overdue, so ``blocked[j] >= 1`` (its bytes intersect its own) and slot
+    j is not served from the plan until it is freed. A freed planned block is therefore
+    the current iteration's when ``live[j]`` is 1, else the overdue block of slot j
+    (``overdue`` and ``remaining`` are sets of slots).
+
     A *retired* arena (the pool re-planned) serves nothing; it is released when
-    ``remaining`` (its live blocks at retirement) empties. ``release`` and ``device_id``
-    are what tickets of this region call when they die.
+    ``remaining`` (its live blocks at retirement) empties.
     """
 
     def __init__(self, plan: Plan, trace: Trace, recording: RecordedIteration, memory,
-                 release, device_id: int) -> None:
+                 release) -> None:
         n = recording.allocations
         self.plan = plan
         self.trace = trace
         self.recording = recording
         self.memory = memory
-        self.release = release
-        self.device_id = device_id
         self.n = n
         base = memory.ptr if memory is not None else 0
         offsets = plan.offsets()
@@ -203,21 +347,30 @@ class _PlannedArena:
         self.ends = self.offsets + np.array(recording.sizes, dtype=np.int64)
         self.sizes = list(recording.sizes)
         self.ptrs = [base + int(o) for o in self.offsets]
-        self.due: list[list[int]] = [[] for _ in range(n)]
+        due: list[list[int]] = [[] for _ in range(n)]
         for j, (end, outlived) in enumerate(zip(recording.ends, recording.outlived,
                                                 strict=True)):
             if not outlived and end < n:
-                self.due[end].append(j)
+                due[end].append(j)
+        self.due = [tuple(d) for d in due]
+        # A ticket refers to its arena (a cycle, broken by close_tickets()).
+        self.tickets = [(release, _PLANNED, size, k, self, ptr, None)
+                        for k, (size, ptr) in enumerate(zip(self.sizes, self.ptrs,
+                                                            strict=True))]
+        # slots[k] is open_slots[k] while blocked[k] == 0, else blocked_slots[k], whose
+        # size 0 matches no request: the planned path tests one size, not two lists.
+        self.open_slots = list(zip(self.sizes, self.tickets, self.due, strict=True))
+        self.blocked_slots = [(0, *slot[1:]) for slot in self.open_slots]
+        self.slots = list(self.open_slots)
+        self.live = [0] * n
         self.blocked = [0] * n
-        self.iter_serial = [0] * n
-        self.overdue: set[tuple[int, int]] = set()
+        self.overdue: set[int] = set()
         self._overlaps: dict[int, list[int]] = {}
-        self.serial = 0  # the current (or last) planned iteration's serial number
         self.cursor = 0  # allocations made in the current iteration
         self.off_plan = 0  # of those, served by the fallback region
         self.diverged = False  # the current iteration had a divergent allocation
         self.retired = False
-        self.remaining: set[tuple[int, int]] = set()
+        self.remaining: set[int] = set()
 
     @property
     def reserved_bytes(self) -> int:
@@ -231,32 +384,33 @@ class _PlannedArena:
             found = self._overlaps[j] = np.flatnonzero(hit).tolist()
         return found
 
-    def make_overdue(self, j: int, serial: int) -> None:
-        self.overdue.add((j, serial))
-        blocked = self.blocked
+    def make_overdue(self, j: int) -> None:
+        self.overdue.add(j)
+        blocked, slots = self.blocked, self.slots
         for k in self.overlaps(j):
             blocked[k] += 1
+            if blocked[k] == 1:
+                slots[k] = self.blocked_slots[k]
 
-    def end_overdue(self, j: int, serial: int) -> None:
-        self.overdue.remove((j, serial))
-        blocked = self.blocked
+    def end_overdue(self, j: int) -> None:
+        self.overdue.remove(j)
+        blocked, slots = self.blocked, self.slots
         for k in self.overlaps(j):
             blocked[k] -= 1
+            if blocked[k] == 0:
+                slots[k] = self.open_slots[k]
 
     def begin_iteration(self) -> None:
-        self.serial += 1
         self.cursor = 0
         self.off_plan = 0
         self.diverged = False
 
     def end_iteration(self) -> None:
         """Every block of the iteration still live becomes overdue."""
-        iter_serial = self.iter_serial
-        for j in range(self.n):
-            serial = iter_serial[j]
-            if serial:
-                iter_serial[j] = 0
-                self.make_overdue(j, serial)
+        live = self.live
+        for j in [j for j, flag in enumerate(live) if flag]:
+            live[j] = 0
+            self.make_overdue(j)
 
     def retire(self) -> bool:
         """Stop serving; True when no block is live (the caller releases the memory now)."""
@@ -265,11 +419,19 @@ class _PlannedArena:
         self.remaining, self.overdue = self.overdue, set()
         return not self.remaining
 
+    def close_tickets(self) -> None:
+        """Drop the tickets (the arena is released: no block of it is live or will be)."""
+        self.tickets, self.slots, self.open_slots, self.blocked_slots = [], [], [], []
+
+    def live_count(self) -> int:
+        """The number of live blocks."""
+        return len(self.remaining) if self.retired else sum(self.live) + len(self.overdue)
+
     def live_blocks(self) -> list[tuple[int, int, int]]:
         """``(ptr, size, slot)`` of every live block."""
-        pairs = list(self.remaining) if self.retired else [
-            *((j, s) for j, s in enumerate(self.iter_serial) if s), *self.overdue]
-        return [(self.ptrs[j], self.sizes[j], j) for j, _serial in pairs]
+        slots = sorted(self.remaining) if self.retired else [
+            *(j for j, flag in enumerate(self.live) if flag), *self.overdue]
+        return [(self.ptrs[j], self.sizes[j], j) for j in slots]
 
 
 class _Iteration:
@@ -350,11 +512,11 @@ class PlannedPool(MemoryPool):
         self.record_iterations = record_iterations
         _free, self._device_total = self.device.mem_info()
 
-        self._lock = threading.Lock()
+        self._lock = _PoolLock()
         # Everything below is guarded by _lock, except _pending (a thread-safe deque that
         # finalisers append to without the lock) and the read-only fields above.
         self._pending: collections.deque[tuple] = collections.deque()
-        self._release_ticket = self._pending.append  # what dying tickets call
+        self._release_ticket = self._pending.append  # tickets' _RELEASE: dying blocks call it
         self._limit = 0  # 0: no limit but the device's
         self._mode = RECORD
         self._in_iteration = False
@@ -363,16 +525,15 @@ class PlannedPool(MemoryPool):
         self._log: list[list] = []  # record-mode entries [size, end or None]
         self._recordings: list[RecordedIteration] = []
         self._arena: _PlannedArena | None = None  # the active plan, in PLANNED mode
-        self._active: _PlannedArena | None = None  # _arena while a planned iteration runs
+        self._state = _Active()  # .arena: _arena while a planned iteration runs
         self._last_arena: _PlannedArena | None = None  # the last installed plan (for save)
         self._retired: list[_PlannedArena] = []
         self._fallback = BestFitArena("fallback")
         self._persistent = BestFitArena("persistent")
-        for region in (self._fallback, self._persistent):
-            region.device_id, region.release = self.device_id, self._release_ticket
         self._counters = PoolCounters()
         if capacity is not None:
             self._limit = self._check_capacity("capacity", parse_bytes(capacity, "capacity"))
+        self.malloc = self._make_malloc()  # the fast equivalent of PlannedPool.malloc
 
     # -- CuPy's allocator protocol ------------------------------------------------------
     def malloc(self, size) -> MemoryPointer:
@@ -381,6 +542,10 @@ class PlannedPool(MemoryPool):
 
         Raises :class:`AllocationSizeError` for a size that is not an ``int >= 0`` and
         :class:`PoolOutOfMemoryError` when the bytes cannot be found.
+
+        This is the general path. Each pool's ``malloc`` attribute (what
+        ``cupy.cuda.set_allocator(pool.malloc)`` installs) is an equivalent function
+        made by :meth:`_make_malloc`, with the planned case inlined.
         """
         if type(size) is not int:
             size = self._check_size(size)
@@ -389,64 +554,105 @@ class PlannedPool(MemoryPool):
                 return self._zero_size()
             raise AllocationSizeError(size)
         rounded = (size + 511) & -512
-        if _has_memory_hooks():
-            hooks = _get_memory_hooks()
-            if hooks:
-                return self._malloc_with_hooks(hooks, size, rounded)
-        # The planned path, inlined because it is the one that must be fast: drain the
-        # queued frees, then serve slot k at its offset when the size matches and no
-        # overdue block sits on its bytes. Everything else goes to _allocate_slow.
+        hooks = _thread_hooks()
+        if hooks:
+            return self._malloc_with_hooks(hooks, size, rounded)
+        return _pointer(self._allocate(rounded), rounded, self.device_id)
+
+    def _make_malloc(self):
+        """The pool's fast ``malloc``: :meth:`malloc` with the planned case inlined.
+
+        A closure over the pool's long-lived parts (its lock's token calls, the free
+        queue, the counters, the ``_Active`` holder), so the planned path reads no
+        attribute of the pool itself (see :class:`_Active`). Under the lock it drains
+        the queued frees, then serves slot k at its planned offset when the request has
+        the slot's size and the slot is not blocked; any other case goes to
+        :meth:`_allocate_locked`, the general path.
+        """
         lock = self._lock
-        lock.acquire()
-        try:
-            pending = self._pending
-            arena = self._active
-            if pending:
-                popleft = pending.popleft
-                counters = self._counters
-                while pending:
-                    ticket = popleft()
-                    if ticket[3] is arena:  # a block of this planned iteration's plan
-                        j = ticket[2]
-                        if arena.iter_serial[j] == ticket[5]:
-                            arena.iter_serial[j] = 0
-                        else:
-                            arena.end_overdue(j, ticket[5])
-                        counters.frees += 1
-                        counters.allocated_bytes_current -= ticket[1]
-                    else:
-                        self._free_ticket(ticket)
-                del ticket
-            if arena is not None:
-                k = arena.cursor
-                arena.cursor = k + 1
-                if k < arena.n:
-                    due = arena.due[k]
-                    if due:
-                        iter_serial = arena.iter_serial
-                        for j in due:
-                            serial = iter_serial[j]
-                            if serial:
-                                iter_serial[j] = 0
-                                arena.make_overdue(j, serial)
-                    if arena.sizes[k] == rounded and not arena.blocked[k]:
-                        serial = arena.serial
-                        ticket = _Ticket((_PLANNED, rounded, k, arena, arena.ptrs[k], serial))
-                        arena.iter_serial[k] = serial
-                        counters = self._counters
-                        current = counters.allocated_bytes_current + rounded
-                        counters.allocated_bytes_current = current
-                        if current > counters.allocated_bytes_peak:
-                            counters.allocated_bytes_peak = current
-                    else:
-                        ticket = _Ticket(self._allocate_off_plan(arena, k, rounded))
+        take, give = lock.take, lock.give
+        pending = self._pending
+        popleft = pending.popleft
+        counters = self._counters
+        state = self._state
+        device_id = self.device_id
+        check_size, zero_size = self._check_size, self._zero_size
+        malloc_with_hooks, allocate_locked = self._malloc_with_hooks, self._allocate_locked
+        allocate_off_plan, free_ticket = self._allocate_off_plan, self._free_ticket
+
+        def malloc(size) -> MemoryPointer:
+            if type(size) is not int:
+                size = check_size(size)
+            if size <= 0:
+                if size == 0:
+                    return zero_size()
+                raise AllocationSizeError(size)
+            rounded = (size + 511) & -512
+            try:
+                hooks = _thread_state.hooks  # _thread_hooks(), inlined
+            except AttributeError:
+                hooks = _thread_hooks()
+            if hooks:
+                return malloc_with_hooks(hooks, size, rounded)
+            try:
+                take()  # lock.acquire(), inlined
+            except IndexError:
+                lock.wait_for()
+            try:
+                arena = state.arena
+                if arena is None:
+                    ticket = allocate_locked(rounded)
                 else:
-                    ticket = _Ticket(self._allocate_off_plan(arena, k, rounded))
-            else:
-                ticket = _Ticket(self._allocate_slow(rounded))
-        finally:
-            lock.release()
-        return MemoryPointer(UnownedMemory(ticket[4], rounded, ticket, self.device_id), 0)
+                    current = counters.allocated_bytes_current
+                    if pending:  # _drain(), specialised for blocks of the active plan
+                        live = arena.live
+                        while pending:
+                            ticket = popleft()
+                            current -= ticket[2]  # _SIZE
+                            if ticket[4] is arena:  # _REGION
+                                j = ticket[3]  # _SLOT
+                                if live[j]:
+                                    live[j] = 0
+                                else:
+                                    arena.end_overdue(j)
+                            else:
+                                free_ticket(ticket)
+                        counters.allocated_bytes_current = current
+                    k = arena.cursor
+                    arena.cursor = k + 1
+                    try:
+                        planned_size, ticket, due = arena.slots[k]
+                    except IndexError:  # more allocations than the plan has
+                        ticket = allocate_off_plan(arena, k, rounded)
+                    else:
+                        if due:
+                            live = arena.live
+                            for j in due:
+                                if live[j]:
+                                    live[j] = 0
+                                    arena.make_overdue(j)
+                                    planned_size = arena.slots[k][0]  # 0 if now blocked
+                        if planned_size == rounded:  # the plan's size, and not blocked
+                            arena.live[k] = 1
+                            current += rounded
+                            counters.allocated_bytes_current = current
+                            if current > counters.allocated_bytes_peak:
+                                counters.allocated_bytes_peak = current
+                        else:
+                            ticket = allocate_off_plan(arena, k, rounded)
+            finally:
+                give(True)  # lock.release(), inlined
+                if lock.waiters:
+                    lock.wake()
+            try:  # _pointer(), inlined
+                block = _Block(ticket[5], rounded, ticket, device_id)
+            except BaseException:
+                ticket[0](ticket)
+                raise
+            return MemoryPointer(block, 0)
+
+        malloc.__doc__ = PlannedPool.malloc.__doc__
+        return malloc
 
     def _allocate_off_plan(self, arena: _PlannedArena, k: int, size: int) -> tuple:
         """Slot k of a planned iteration cannot be served from the plan (caller holds
@@ -479,18 +685,17 @@ class PlannedPool(MemoryPool):
         counters.persistent_allocations += 1
         counters.add("persistent_bytes", size)
         counters.add("allocated_bytes", size)
-        return (_PERSISTENT, size, -1, persistent, ptr, None)
+        return (self._release_ticket, _PERSISTENT, size, -1, persistent, ptr, None)
 
     def _fallback_ticket(self, size: int, entry: list | None) -> tuple:
-        """A block of the fallback region, as a plain tuple: the caller makes the
-        :class:`_Ticket` (a ticket that dies unused would free its block)."""
+        """The ticket of a new block of the fallback region."""
         fallback = self._fallback
         ptr = self._take(fallback, size, "fallback region")
         counters = self._counters
         counters.fallback_mallocs += 1
         counters.add("fallback_bytes", size)
         counters.add("allocated_bytes", size)
-        return (_FALLBACK, size, -1, fallback, ptr, entry)
+        return (self._release_ticket, _FALLBACK, size, -1, fallback, ptr, entry)
 
     def _take(self, arena: BestFitArena, size: int, what: str) -> int:
         """Best fit in ``arena``, growing it by one exact-size segment when nothing fits."""
@@ -500,31 +705,32 @@ class PlannedPool(MemoryPool):
             ptr = arena.alloc(size)
         return ptr
 
-    def _allocate(self, size: int, pmem_box: list) -> _Ticket:
-        """Serve ``size`` rounded bytes: the general path, used with memory hooks (the
-        ticket carries ``pmem_box`` for the free hooks)."""
+    def _allocate(self, size: int) -> tuple:
+        """Book ``size`` rounded bytes and return the block's ticket."""
         with self._lock:
-            self._drain()
-            arena = self._active
-            if arena is not None:
-                k = arena.cursor
-                arena.cursor = k + 1
-                if k < arena.n:
-                    iter_serial = arena.iter_serial
-                    for j in arena.due[k]:
-                        serial = iter_serial[j]
-                        if serial:
-                            iter_serial[j] = 0
-                            arena.make_overdue(j, serial)
-                    if arena.sizes[k] == size and not arena.blocked[k]:
-                        iter_serial[k] = arena.serial
-                        self._counters.add("allocated_bytes", size)
-                        return _Ticket((_PLANNED, size, k, arena, arena.ptrs[k], arena.serial,
-                                        pmem_box))
-                ticket = self._allocate_off_plan(arena, k, size)
-            else:
-                ticket = self._allocate_slow(size)
-            return _Ticket((*ticket[:_PMEM], pmem_box))
+            return self._allocate_locked(size)
+
+    def _allocate_locked(self, size: int) -> tuple:
+        """:meth:`_allocate` for a caller holding _lock: drain the queued frees, then
+        serve from the plan, the fallback region or the persistent region."""
+        self._drain()
+        arena = self._state.arena
+        if arena is None:
+            return self._allocate_slow(size)
+        k = arena.cursor
+        arena.cursor = k + 1
+        if k < arena.n:
+            live = arena.live
+            for j in arena.due[k]:
+                if live[j]:
+                    live[j] = 0
+                    arena.make_overdue(j)
+            planned_size, ticket, _due = arena.slots[k]
+            if planned_size == size:  # the plan's size, and not blocked
+                live[k] = 1
+                self._counters.add("allocated_bytes", size)
+                return ticket
+        return self._allocate_off_plan(arena, k, size)
 
     def _malloc_with_hooks(self, hooks, size: int, rounded: int) -> MemoryPointer:
         device_id = self.device_id
@@ -532,11 +738,7 @@ class PlannedPool(MemoryPool):
             hook.malloc_preprocess(device_id=device_id, size=size, mem_size=rounded)
         pointer = None
         try:
-            pmem_box = [0]
-            ticket = self._allocate(rounded, pmem_box)
-            mem = UnownedMemory(ticket[_PTR], rounded, ticket, device_id)
-            pmem_box[0] = id(mem)
-            pointer = MemoryPointer(mem, 0)
+            pointer = _pointer(self._allocate(rounded), rounded, device_id)
         finally:
             mem_ptr = pointer.ptr if pointer is not None else 0
             pmem_id = id(pointer.mem) if pointer is not None else 0
@@ -563,24 +765,29 @@ class PlannedPool(MemoryPool):
     def _drain(self) -> None:
         """Process queued frees (caller holds _lock)."""
         pending = self._pending
-        while pending:
-            self._free_ticket(pending.popleft())
+        if pending:
+            counters = self._counters
+            while pending:
+                ticket = pending.popleft()
+                counters.allocated_bytes_current -= ticket[_SIZE]
+                self._free_ticket(ticket)
 
-    def _free_ticket(self, ticket: _Ticket) -> None:
-        kind, size, slot, region, ptr, extra = ticket[:_PMEM]
+    def _free_ticket(self, ticket: tuple) -> None:
+        """Return a freed block to its region (the caller has taken its size off
+        ``allocated_bytes``)."""
+        _release, kind, size, slot, region, ptr, extra = ticket
         counters = self._counters
-        counters.frees += 1
-        counters.allocated_bytes_current -= size
         if kind == _PLANNED:
             if region.retired:
-                region.remaining.discard((slot, extra))
+                region.remaining.discard(slot)
                 if not region.remaining:
                     self._retired.remove(region)
                     self._release(region.memory)
-            elif region.iter_serial[slot] == extra:
-                region.iter_serial[slot] = 0
+                    region.close_tickets()
+            elif region.live[slot]:
+                region.live[slot] = 0
             else:
-                region.end_overdue(slot, extra)
+                region.end_overdue(slot)
         elif kind == _FALLBACK:
             region.free(ptr)
             counters.fallback_bytes_current -= size
@@ -615,7 +822,7 @@ class PlannedPool(MemoryPool):
 
     def _device_reserve(self, size: int):
         device_id = self.device_id
-        hooks = _get_memory_hooks() if _has_memory_hooks() else None
+        hooks = _thread_hooks()
         if hooks:
             for hook in hooks.values():
                 hook.alloc_preprocess(device_id=device_id, mem_size=size)
@@ -673,6 +880,12 @@ class PlannedPool(MemoryPool):
             lines.append(f"    {block_size:>14} B  {kind:<10}{where} at {ptr:#x}")
         return "\n".join(lines)
 
+    def _live_count(self) -> int:
+        """The number of live blocks (caller holds _lock and has drained)."""
+        arenas = [*([self._arena] if self._arena else []), *self._retired]
+        return (self._fallback.live_count + self._persistent.live_count
+                + sum(arena.live_count() for arena in arenas))
+
     def _live_blocks(self) -> list[tuple[str, int, int, int]]:
         """``(kind, ptr, size, slot)`` of every live block (caller holds _lock)."""
         live = [("fallback", p, s, -1) for p, s in self._fallback.live_blocks()]
@@ -694,7 +907,8 @@ class PlannedPool(MemoryPool):
         with self._lock:
             self._drain()
             if self._in_iteration:
-                made = self._active.cursor if self._active is not None else self._cursor
+                active = self._state.arena
+                made = active.cursor if active is not None else self._cursor
                 raise IterationStateError(
                     f"iteration() nested: an iteration is already running ({made} "
                     f"allocations so far, mode {self._mode!r}); iterations do not nest")
@@ -703,13 +917,13 @@ class PlannedPool(MemoryPool):
             self._log = []
             if self._arena is not None:
                 self._arena.begin_iteration()
-                self._active = self._arena
+                self._state.arena = self._arena
 
     def _end_iteration(self, failed: bool) -> None:
         with self._lock:
             self._drain()
             self._in_iteration = False
-            self._active = None
+            self._state.arena = None
             if self._mode == RECORD:
                 if not failed:
                     self._finish_recording()
@@ -773,7 +987,7 @@ class PlannedPool(MemoryPool):
                              plan.arena_bytes, exc)
                 return False
         self._arena = self._last_arena = _PlannedArena(plan, trace, recording, memory,
-                                                       self._release_ticket, self.device_id)
+                                                       self._release_ticket)
         self._counters.add("arena_bytes", self._arena.reserved_bytes)
         self._counters.plans += 1
         self._mode = PLANNED
@@ -792,6 +1006,7 @@ class PlannedPool(MemoryPool):
         self._counters.arena_bytes_current -= arena.reserved_bytes
         if arena.retire():
             self._release(arena.memory)
+            arena.close_tickets()
         else:
             self._retired.append(arena)
 
@@ -961,9 +1176,9 @@ class PlannedPool(MemoryPool):
         """The flat statistics dict (key grammar: :mod:`cupool.runtime.stats`)."""
         with self._lock:
             self._drain()
-            active = self._active
+            active = self._state.arena
             running = active.cursor - active.off_plan if active is not None else 0
-            return self._counters.snapshot(running_planned_hits=running)
+            return self._counters.snapshot(self._live_count(), running_planned_hits=running)
 
     def reset_peak_stats(self) -> None:
         """Set every ``*.peak`` to its current value."""

@@ -26,7 +26,9 @@ Gauges (bytes are rounded sizes, multiples of 512):
 Counters:
 
 ==============================  ==================================================================
-``mallocs`` / ``frees``         blocks handed out / freed (``malloc(0)`` is not a block)
+``mallocs`` / ``frees``         blocks handed out / freed (``malloc(0)`` is not a block;
+                                ``frees`` is ``mallocs - live_blocks.current``, the live
+                                blocks being counted in the regions when the stats are read)
 ``planned_hits``                allocations served at their planned offset (O(1))
 ``fallback_allocations``        allocations inside a planned iteration served by the fallback
                                 region (``divergent_allocations + collisions``)
@@ -67,7 +69,7 @@ KEYS = (*(f"{g}.{q}" for g in GAUGES for q in ("current", "peak")), "planned_byt
         "live_blocks.current", *COUNTERS)
 """Every key of :meth:`PoolCounters.snapshot`, in a stable order."""
 
-_STORED = (*(c for c in COUNTERS if c != "mallocs"), "fallback_mallocs")
+_STORED = (*(c for c in COUNTERS if c not in ("mallocs", "frees")), "fallback_mallocs")
 
 
 class PoolCounters:
@@ -97,11 +99,14 @@ class PoolCounters:
         for gauge in GAUGES:
             setattr(self, f"{gauge}_peak", getattr(self, f"{gauge}_current"))
 
-    def snapshot(self, running_planned_hits: int = 0) -> dict[str, int]:
+    def snapshot(self, live_blocks: int, running_planned_hits: int = 0) -> dict[str, int]:
         """The flat stats dict (keys: :data:`KEYS`, in that order).
 
-        ``planned_hits`` is added up at the end of each planned iteration (the planned
-        path does not count); ``running_planned_hits`` is the running iteration's share.
+        ``live_blocks`` is the number of blocks handed out and not freed, counted by the
+        pool in its regions (the free path does not count frees: ``frees`` is
+        ``mallocs - live_blocks``). ``planned_hits`` is added up at the end of each
+        planned iteration (the planned path does not count); ``running_planned_hits``
+        is the running iteration's share.
         """
         planned_hits = self.planned_hits + running_planned_hits
         mallocs = planned_hits + self.fallback_mallocs + self.persistent_allocations
@@ -109,8 +114,9 @@ class PoolCounters:
             "planned_hits": planned_hits,
             "planned_bytes.current": (self.allocated_bytes_current - self.fallback_bytes_current
                                       - self.persistent_bytes_current),
-            "live_blocks.current": mallocs - self.frees,
+            "live_blocks.current": live_blocks,
             "mallocs": mallocs,
+            "frees": mallocs - live_blocks,
         }
         return {key: derived[key] if key in derived else getattr(self, key.replace(".", "_"))
                 for key in KEYS}
