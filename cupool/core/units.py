@@ -8,8 +8,8 @@ powers of 1000; ``B`` or no suffix is bytes. A percentage is relative to a refer
 from __future__ import annotations
 
 import math
-from fractions import Fraction
 import re
+from fractions import Fraction
 
 from cupool.errors import UnitError
 
