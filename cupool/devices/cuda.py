@@ -112,6 +112,11 @@ class CudaStream(Stream):
         self._cupy_stream = cupy_stream
         self._failures = StreamFailures(name)
 
+    @property
+    def cupy_stream(self):
+        """The ``cupy.cuda.Stream`` under this stream (for kernel launches in ``kernels/``)."""
+        return self._cupy_stream
+
     def _wait_event(self, event: Event) -> None:
         with self.device._errors(f"stream {self.name!r}.wait_event()"):
             self._cupy_stream.wait_event(event._cupy_event)
@@ -161,6 +166,8 @@ class CudaDevice(Device):
         except Exception as exc:  # ImportError, or a broken CUDA install
             raise DeviceUnavailableError("cuda", f"cupy is not importable ({exc})") from exc
         self._cupy = cupy
+        self.cupy = cupy
+        """The ``cupy`` module this device runs on (``kernels/`` launches through it)."""
         self._cuda = self._cupy.cuda
         self._rt = self._cuda.runtime
         try:

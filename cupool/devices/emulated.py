@@ -334,6 +334,13 @@ class EmulatedDevice(Device):
 
         stream._submit(f"{operation} of {nbytes} bytes", copy)
 
+    def reservation_containing(self, operation: str, ptr: int, nbytes: int) -> Memory:
+        """The live device reservation holding ``[ptr, ptr + nbytes)``, or
+        :class:`InvalidPointerError` naming the operation and the bytes (what ``kernels/``
+        checks before touching emulated memory)."""
+        with self._lock:
+            return self._find(operation, "at", ptr, nbytes, DEVICE_MEMORY)
+
     def _find(self, operation: str, role: str, ptr: int, nbytes: int, kind: str) -> Memory:
         """The live block of ``kind`` holding ``[ptr, ptr + nbytes)``; caller holds _lock."""
         what = "device reservation" if kind == DEVICE_MEMORY else "pinned allocation"

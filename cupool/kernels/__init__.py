@@ -40,8 +40,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from cupool.devices.errors import DeviceError, InvalidPointerError
-from cupool.devices.protocol import DEVICE_MEMORY, Device, Stream, host_view
+from cupool.devices.errors import DeviceError
+from cupool.devices.protocol import Device, Stream, host_view
 from cupool.kernels import reference
 from cupool.kernels.errors import (
     KernelArchitectureError,
@@ -94,15 +94,7 @@ def _check_address(operation: str, name: str, value: object) -> int:
 def _reservation(device: Device, operation: str, ptr: int, nbytes: int):
     """The live reservation of ``device`` holding ``[ptr, ptr + nbytes)`` (emulated only:
     a GPU cannot be asked cheaply, and a kernel there faults instead of corrupting the host)."""
-    with device._lock:
-        block = device._blocks[DEVICE_MEMORY].containing(ptr)
-    if block is None or ptr + nbytes > block.end:
-        where = ("is not inside any device reservation" if block is None else
-                 f"runs past the end of reservation {block.ptr:#x}+{block.size} by "
-                 f"{ptr + nbytes - block.end} bytes")
-        raise InvalidPointerError(operation, ptr, nbytes, f"{operation} of {nbytes} bytes at "
-                                  f"{ptr:#x} on device {device.name!r}: {where}")
-    return block
+    return device.reservation_containing(operation, ptr, nbytes)
 
 
 def _emulate(device: Device, stream: Stream, operation: str, ptr: int, nbytes: int,
@@ -124,9 +116,9 @@ def _launch(device: Device, stream: Stream, function: str, grid: int, args: tupl
     from cupool.kernels.loader import get_function
 
     kernel = get_function(device, function)
-    cupy = device._cupy
+    cupy = device.cupy
     try:
-        with cupy.cuda.Device(device.device_id), stream._cupy_stream, \
+        with cupy.cuda.Device(device.device_id), stream.cupy_stream, \
                 cupy.cuda.using_allocator(cupy.get_default_memory_pool().malloc):
             arrays, extra = scratch(cupy) if scratch is not None else (None, ())
             kernel((grid,), (block,), (*args, *extra))
@@ -186,7 +178,7 @@ def verify_pattern(device: Device, ptr: int, nbytes: int, *, seed: int, buffer_i
                          (u64(ptr), u64(nbytes), u64(start), u64(seed), u64(buffer_id),
                           u64(iteration)), scratch=counters)
         stream.synchronize()
-        with device._cupy.cuda.Device(device.device_id):
+        with device.cupy.cuda.Device(device.device_id):
             mismatches, first = (int(x) for x in result.get())
         return PatternCheck(mismatches, None if first == MASK64 else first)
     found: list[PatternCheck] = []
@@ -224,7 +216,7 @@ def spin(device: Device, ns: int, *, stream: Stream | None = None,
     if clock == "globaltimer":
         _launch(device, stream, "cupool_spin_ns", 1, (np.uint64(ns), np.uint64(0)), block=1)
         return
-    cupy = device._cupy
+    cupy = device.cupy
     rate_khz = cupy.cuda.runtime.deviceGetAttribute(cupy.cuda.runtime.cudaDevAttrClockRate,
                                                     device.device_id)
     cycles = min(MASK64, ns * int(rate_khz) // 1_000_000)

@@ -14,7 +14,7 @@ lock; compiling twice in a race is prevented, not merely harmless.
 Failures are typed: no NVRTC → :class:`KernelToolchainError` saying what to install;
 a GPU older than :data:`MIN_COMPUTE_CAPABILITY`, or one NVRTC cannot target →
 :class:`KernelArchitectureError`; anything else NVRTC rejects → :class:`KernelError`.
-CuPy is imported lazily, through the device (``device._cupy``).
+CuPy is imported lazily, through the device (``device.cupy``).
 """
 
 from __future__ import annotations
@@ -95,7 +95,7 @@ def _is_missing_nvrtc(exc: BaseException) -> bool:
 
 def _compile(device, file: str):
     """Compile ``file`` for ``device`` (with that GPU current) and load it."""
-    cupy = device._cupy
+    cupy = device.cupy
     gpu = cupy.cuda.Device(device.device_id)
     with gpu:
         capability = str(gpu.compute_capability)
