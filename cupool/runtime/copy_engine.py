@@ -1,0 +1,149 @@
+"""The copy engine: swap-outs and swap-ins on dedicated D2H and H2D streams.
+
+One stream per direction, made by the device (so they do not synchronise with the
+compute stream or with each other except through events), each serving its copies in
+the order they were issued, like one DMA engine per direction::
+
+    compute   |op 3|──record(done[3])                 |op 7 ........
+    D2H            wait(done[3]) ─ [to_host] ─ copy b ─ record(out_b) ─ [host]
+    H2D                       wait(done[5], out_b) ─ [to_device] ─ copy b ─ record(in_b) ─ [device]
+    compute                                           wait(in_b) ─ |op 7|   (due op of b)
+
+- A swap-out waits for the op it follows (an event on the compute stream), copies the
+  device bytes into a staging slot (:mod:`.staging`) and records ``out`` after the copy.
+  The range it read may be handed to another buffer only once ``out`` completed: the
+  caller makes whatever lands there next wait for it (``waits`` of :meth:`swap_in`, or a
+  compute-stream wait before a buffer is produced there).
+- A swap-in waits for its trigger op's predecessor, for the copies still reading the
+  bytes it lands in, and for the buffer's own swap-out; copies the slot back; records
+  ``in`` after the copy, then releases the slot.
+- Handle states move in stream order (host callbacks before and after each copy).
+- A copy the device refuses when it is issued (a bad range, a closed device) fails the
+  handle with :class:`~cupool.runtime.handles.CopyFailedError`, which the buffer's next
+  use raises; its slot is released at once. A failure while a stream runs is raised by
+  the next ``synchronize()`` (the device protocol's contract), wrapped the same way by
+  the executor.
+- Pageable slots (staging fallback) are copied by a host callback on the same stream
+  (``memmove``, paced like the link when the device paces copies); a real GPU would do
+  a synchronous pageable copy there.
+
+Statistics: ``copies.d2h|h2d`` and ``bytes.d2h|h2d`` (issued), ``failed.count``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+import time
+
+from cupool.devices.errors import DeviceError
+from cupool.runtime.handles import DEVICE, HOST, TO_DEVICE, TO_HOST, CopyFailedError
+from cupool.runtime.staging import PinnedStaging, Slot
+
+D2H = "d2h"
+H2D = "h2d"
+
+
+class CopyEngine:
+    """Swap copies of one device (see the module docstring). ``staging`` provides the host
+    slots; the engine owns its two streams (they live as long as the device)."""
+
+    def __init__(self, device, staging: PinnedStaging) -> None:
+        self.device = device
+        self.staging = staging
+        self.d2h_stream = device.create_stream("swap-d2h")
+        self.h2d_stream = device.create_stream("swap-h2d")
+        self._lock = threading.Lock()  # guards _stats
+        self._stats = {"copies.d2h": 0, "copies.h2d": 0, "bytes.d2h": 0, "bytes.h2d": 0,
+                       "failed.count": 0}
+
+    def swap_out(self, handle, ptr: int, nbytes: int, after, slot: Slot | None = None):
+        """Copy ``nbytes`` of ``handle``'s device bytes at ``ptr`` to a host slot once
+        ``after`` (an event) completed. Returns ``(slot, out)``:
+        the slot now owned by the handle's host copy, and the event recorded after the
+        copy. ``slot`` reuses a caller's slot (a persistent buffer's boundary copy)."""
+        stream = self.d2h_stream
+        slot = slot or self.staging.acquire(max(1, nbytes))
+        out = self.device.create_event()
+        if after is not None:
+            stream.wait_event(after)
+        self.device.host_callback(stream, lambda: handle.move(TO_HOST))
+        try:
+            self._copy(D2H, stream, handle, slot, nbytes, ptr)
+        except DeviceError as exc:
+            self._failed(handle, D2H, nbytes, exc)
+            return slot, out
+        out.record(stream)
+        self.device.host_callback(stream, lambda: handle.move(HOST))
+        self._count(D2H, nbytes)
+        return slot, out
+
+    def swap_in(self, handle, slot: Slot, nbytes: int, ptr: int, view, waits,
+                keep_slot: bool = False):
+        """Copy ``nbytes`` from ``slot`` back to device address ``ptr`` (where ``view``
+        looks) once every event of ``waits`` completed; returns the event recorded after
+        the copy. The slot is released after the copy unless ``keep_slot``."""
+        stream = self.h2d_stream
+        landed = self.device.create_event()
+        for event in waits:
+            stream.wait_event(event)
+        self.device.host_callback(stream, lambda: handle.move(TO_DEVICE))
+        try:
+            self._copy(H2D, stream, handle, slot, nbytes, ptr)
+        except DeviceError as exc:
+            self._failed(handle, H2D, nbytes, exc)
+            if not keep_slot:
+                self.staging.release(slot)
+            return landed
+        landed.record(stream)
+
+        def arrived() -> None:
+            handle.move(DEVICE, view, ptr)
+            if not keep_slot:
+                self.staging.release(slot)
+
+        self.device.host_callback(stream, arrived)
+        self._count(H2D, nbytes)
+        return landed
+
+    def _copy(self, direction, stream, handle, slot, nbytes, ptr) -> None:
+        if nbytes == 0:
+            return
+        if slot.pinned:
+            if direction == D2H:
+                self.device.copy_d2h_async(slot.ptr, ptr, nbytes, stream)
+            else:
+                self.device.copy_h2d_async(ptr, slot.ptr, nbytes, stream)
+            return
+        gbps = getattr(self.device, "bandwidth_gbps", {}).get(direction)
+        latency = getattr(self.device, "latency_us", 0.0)
+
+        def pageable_copy() -> None:
+            began = time.perf_counter()
+            if direction == D2H:
+                ctypes.memmove(slot.ptr, ptr, nbytes)
+            else:
+                ctypes.memmove(ptr, slot.ptr, nbytes)
+            paced = latency * 1e-6 + (nbytes / (gbps * 1e9) if gbps else 0.0)
+            remaining = began + paced - time.perf_counter()
+            if remaining > 0:
+                time.sleep(remaining)
+
+        self.device.host_callback(stream, pageable_copy)
+
+    def _failed(self, handle, direction, nbytes, exc) -> None:
+        error = CopyFailedError(handle.buffer.id, direction, nbytes, str(exc))
+        self.device.host_callback(self.d2h_stream if direction == D2H else self.h2d_stream,
+                                  lambda: handle.fail(error))
+        with self._lock:
+            self._stats["failed.count"] += 1
+
+    def _count(self, direction, nbytes) -> None:
+        with self._lock:
+            self._stats[f"copies.{direction}"] += 1
+            self._stats[f"bytes.{direction}"] += nbytes
+
+    def stats(self) -> dict[str, int]:
+        """A snapshot of the counters (see the module docstring)."""
+        with self._lock:
+            return dict(self._stats)

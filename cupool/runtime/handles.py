@@ -1,0 +1,294 @@
+"""Tensor handles: where one buffer's bytes are, and a checked way to use them.
+
+A :class:`TensorHandle` stands for one buffer of a trace during one iteration. It knows
+the buffer (size, lifetime, uses), where its bytes are now, and the view of its bytes at
+the planned device address while they are there. Its location is a small state machine;
+the swap runtime (:mod:`.copy_engine`, :mod:`.executor`) moves it, always in *stream
+order* (the transitions run as host callbacks on the stream doing the work), so the
+state a use sees is the state of the device, not of the thread that enqueued the work::
+
+    unborn ──produce──► device ──swap-out issued──► to_host ──copy done──► host
+                          ▲  │                                               │
+                          │  └──drop (to be recomputed)──► dropped           │ swap-in
+                          │                                   │ recompute    ▼ issued
+                          └───────────────────────────────────┴──landed── to_device
+    any state ──end of lifetime──► retired            a failed copy ──► failed
+
+``with handle.use() as view:`` (``intent="read"`` or ``"write"``) marks an access and
+guarantees, for the duration of the block, that the bytes are on the device at the
+planned address: ``view`` is a ``uint8`` array over exactly those bytes (a NumPy array on
+the emulated device, whose "device" memory is host memory). What a use does by state:
+
+=============  =========================================================================
+``device``     proceeds at once (the fast path: one lock, no allocation beyond the
+               context object)
+``to_device``  waits until the swap-in landed; the wait is measured (``waited_us``)
+``to_host``    a read proceeds (the device bytes are intact while they are copied out);
+               a write raises :class:`HandleStateError` (it would be lost)
+``failed``     raises the :class:`CopyFailedError` of the copy that failed
+``retired``    raises :class:`HandleLifetimeError` (the buffer's lifetime ended)
+other          raises :class:`HandleStateError` (the plan says the bytes are not there)
+=============  =========================================================================
+
+Concurrency: any number of concurrent reads, or one write and nothing else; a use that
+conflicts with one in progress (two threads, a write and anything) raises
+:class:`ConflictingUseError` at once instead of racing. ``_lock`` guards the state, the
+view and the counters of uses in progress. A use that raises inside the ``with`` block
+leaves the handle exactly as it found it (the counters are restored in ``finally``).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+from cupool.core.vocabulary import Buffer
+from cupool.errors import CupoolError
+
+UNBORN = "unborn"
+DEVICE = "device"
+TO_HOST = "to_host"
+HOST = "host"
+TO_DEVICE = "to_device"
+DROPPED = "dropped"
+RETIRED = "retired"
+FAILED = "failed"
+STATES = (UNBORN, DEVICE, TO_HOST, HOST, TO_DEVICE, DROPPED, RETIRED, FAILED)
+
+READ = "read"
+WRITE = "write"
+INTENTS = (READ, WRITE)
+
+_ALLOWED = {  # state -> states it may move to (retired and failed are reachable from any)
+    UNBORN: {DEVICE, HOST},
+    DEVICE: {TO_HOST, DROPPED},
+    TO_HOST: {HOST},
+    HOST: {TO_DEVICE},
+    TO_DEVICE: {DEVICE},
+    DROPPED: {DEVICE},
+    RETIRED: {UNBORN},
+    FAILED: {UNBORN},
+}
+
+
+class HandleError(CupoolError):
+    """Base class of the errors a tensor handle raises on purpose."""
+
+
+class HandleLifetimeError(HandleError):
+    """A use of buffer ``buffer_id`` (lifetime ``[start, end)``) after its lifetime ended."""
+
+    def __init__(self, buffer_id: int, start: int, end: int) -> None:
+        self.buffer_id, self.start, self.end = buffer_id, start, end
+        super().__init__(f"buffer {buffer_id}: used after its lifetime [{start}, {end}) "
+                         f"ended (the handle is retired)")
+
+    def __reduce__(self):
+        return (self.__class__, (self.buffer_id, self.start, self.end))
+
+
+class HandleStateError(HandleError):
+    """Buffer ``buffer_id`` is in state ``state`` where ``wanted`` was needed (a use of bytes
+    the plan put elsewhere, or a transition the state machine does not have)."""
+
+    def __init__(self, buffer_id: int, state: str, wanted: str) -> None:
+        self.buffer_id, self.state, self.wanted = buffer_id, state, wanted
+        super().__init__(f"buffer {buffer_id}: state is {state!r}, {wanted}")
+
+    def __reduce__(self):
+        return (self.__class__, (self.buffer_id, self.state, self.wanted))
+
+
+class ConflictingUseError(HandleError):
+    """A ``use(intent)`` of buffer ``buffer_id`` while ``readers`` reads and ``writers``
+    writes are in progress (allowed: reads with reads, a write alone)."""
+
+    def __init__(self, buffer_id: int, intent: str, readers: int, writers: int) -> None:
+        self.buffer_id, self.intent = buffer_id, intent
+        self.readers, self.writers = readers, writers
+        super().__init__(f"buffer {buffer_id}: use(intent={intent!r}) conflicts with "
+                         f"{readers} read(s) and {writers} write(s) in progress")
+
+    def __reduce__(self):
+        return (self.__class__, (self.buffer_id, self.intent, self.readers, self.writers))
+
+
+class CopyFailedError(HandleError):
+    """The ``direction`` copy (``"h2d"``/``"d2h"``) of ``nbytes`` bytes of buffer
+    ``buffer_id`` failed; ``cause`` is the device's message. Raised at the buffer's next use."""
+
+    def __init__(self, buffer_id: int, direction: str, nbytes: int, cause: str) -> None:
+        self.buffer_id, self.direction = buffer_id, direction
+        self.nbytes, self.cause = nbytes, cause
+        super().__init__(f"buffer {buffer_id}: {direction} copy of {nbytes} bytes failed: "
+                         f"{cause}")
+
+    def __reduce__(self):
+        return (self.__class__, (self.buffer_id, self.direction, self.nbytes, self.cause))
+
+
+class TensorHandle:
+    """One buffer's bytes during an iteration (see the module docstring).
+
+    ``buffer`` is the trace's :class:`~cupool.core.vocabulary.Buffer`. ``recompute`` is an
+    optional callable ``recompute(view)`` that regenerates the contents in place (from
+    other handles); the executor calls it for the plan's recompute actions. Counters:
+    ``uses`` (completed uses), ``waited_us`` (total time uses waited for swap-ins).
+    """
+
+    __slots__ = (
+        "_landed",
+        "_lock",
+        "_readers",
+        "_writers",
+        "buffer",
+        "failure",
+        "ptr",
+        "recompute",
+        "state",
+        "uses",
+        "view",
+        "waited_us",
+    )
+
+    def __init__(self, buffer: Buffer, recompute: Callable[[object], object] | None = None
+                 ) -> None:
+        self.buffer = buffer
+        self.recompute = recompute
+        self.state = UNBORN
+        self.view = None       # uint8 array over the device bytes while resident
+        self.ptr = 0           # device address of those bytes
+        self.failure: CopyFailedError | None = None
+        self.uses = 0
+        self.waited_us = 0.0
+        self._lock = threading.Lock()
+        self._readers = 0
+        self._writers = 0
+        self._landed = threading.Event()  # set while the bytes are on the device
+
+    def __repr__(self) -> str:
+        return (f"<TensorHandle buffer={self.buffer.id} size={self.buffer.size} "
+                f"state={self.state}>")
+
+    # -- using ----------------------------------------------------------------------
+    def use(self, intent: str = READ) -> _Use:
+        """A context manager marking one access with ``intent`` (``"read"``/``"write"``);
+        entering it returns the view of the device bytes (see the module docstring)."""
+        if intent is not READ and intent is not WRITE and intent not in INTENTS:
+            raise HandleError(f"buffer {self.buffer.id}: use(intent={intent!r}): intent "
+                              f"must be 'read' or 'write'")
+        return _Use(self, intent == WRITE)
+
+    def _enter(self, write: bool):
+        lock = self._lock
+        lock.acquire()
+        try:
+            state = self.state
+            if state is TO_DEVICE:
+                lock.release()
+                try:
+                    began = time.perf_counter()
+                    self._landed.wait()
+                    self.waited_us += (time.perf_counter() - began) * 1e6
+                finally:
+                    lock.acquire()
+                state = self.state
+            if state is not DEVICE and not (state is TO_HOST and not write):
+                raise self._refusal(state, write)
+            if self._writers or (write and self._readers):
+                raise ConflictingUseError(self.buffer.id, WRITE if write else READ,
+                                          self._readers, self._writers)
+            if write:
+                self._writers = 1
+            else:
+                self._readers += 1
+            return self.view
+        finally:
+            lock.release()
+
+    def _exit(self, write: bool) -> None:
+        with self._lock:
+            if write:
+                self._writers = 0
+            else:
+                self._readers -= 1
+            self.uses += 1
+
+    def _refusal(self, state: str, write: bool) -> HandleError:
+        if state is RETIRED:
+            return HandleLifetimeError(self.buffer.id, self.buffer.start, self.buffer.end)
+        if state is FAILED and self.failure is not None:
+            return self.failure
+        if state is TO_HOST:
+            return HandleStateError(self.buffer.id, state, "a write would be lost (the bytes "
+                                                           "are being copied out)")
+        return HandleStateError(self.buffer.id, state, "the bytes are not on the device")
+
+    # -- transitions (the runtime calls these in stream order) ------------------------
+    def move(self, state: str, view=None, ptr: int | None = None) -> None:
+        """Move to ``state``; ``view``/``ptr`` give the device bytes when entering
+        ``device`` at a (possibly new) address. Raises :class:`HandleStateError` for a
+        transition the state machine does not have, or while a use is in progress on a
+        transition that takes the bytes away."""
+        with self._lock:
+            old = self.state
+            if old is FAILED and state is not RETIRED:
+                return  # a failed copy is sticky: later transitions of its chain are moot
+            if state not in _ALLOWED.get(old, ()) and state not in (RETIRED, FAILED):
+                raise HandleStateError(self.buffer.id, old, f"cannot move to {state!r}")
+            if state in (DROPPED, HOST, RETIRED) and (self._readers or self._writers):
+                raise HandleStateError(self.buffer.id, old,
+                                       f"cannot move to {state!r} during a use")
+            if view is not None:
+                self.view = view
+            if ptr is not None:
+                self.ptr = ptr
+            self.state = state
+            if state is DEVICE or state is TO_HOST:
+                self._landed.set()
+            else:
+                self._landed.clear()
+            if state in (HOST, DROPPED, RETIRED):
+                self.view = None
+
+    def fail(self, error: CopyFailedError) -> None:
+        """Record a failed copy: every later use raises ``error``; waiting uses wake up."""
+        with self._lock:
+            self.failure = error
+            self.state = FAILED
+            self._landed.set()  # wake a use waiting for the landing; it then raises
+
+    def reset(self) -> None:
+        """Back to ``unborn`` for the next iteration (from ``retired`` or ``failed``)."""
+        with self._lock:
+            self.state = UNBORN
+            self.view = None
+            self.failure = None
+            self._landed.clear()
+
+
+class _Use:
+    """The context manager of one use (a class, not a generator: it is on the hot path)."""
+
+    __slots__ = ("entered", "handle", "write")
+
+    def __init__(self, handle: TensorHandle, write: bool) -> None:
+        self.handle = handle
+        self.write = write
+        self.entered = False
+
+    def __enter__(self):
+        if self.entered:
+            raise HandleError(f"buffer {self.handle.buffer.id}: a use() context was entered "
+                              f"twice")
+        view = self.handle._enter(self.write)
+        self.entered = True
+        return view
+
+    def __exit__(self, *exc_info) -> None:
+        if not self.entered:
+            raise HandleError(f"buffer {self.handle.buffer.id}: a use() context was exited "
+                              f"without being entered")
+        self.entered = False
+        self.handle._exit(self.write)

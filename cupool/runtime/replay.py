@@ -1,0 +1,135 @@
+"""Replay: run N iterations of a trace under a budget with the real swap runtime, checked.
+
+:func:`replay` plans the trace for the budget (:func:`~cupool.planning.budget.plan_with_budget`),
+validates the plan, and runs it with the :class:`~cupool.runtime.executor.Executor` — handles,
+copy streams, pinned staging, patterns verified at every use, late-prefetch feedback
+between iterations — then reports one flat dict (the ``cupool replay --json`` object).
+
+**Scaling** (so a multi-GB trace replays in a few MB and a few hundred ms, with timing
+comparable to the simulator):
+
+- ``size_scale`` (int >= 1): every size is divided by it (rounded down; offsets rounded
+  up, so disjoint ranges stay disjoint). Bytes in the report are *trace* bytes except
+  ``bytes_checked``/``corrupt_bytes``, which count the bytes really compared.
+- ``time_scale`` (>= 1): every op duration is multiplied by it, so the per-op Python
+  overhead (callbacks, pattern checks) is small next to the op's time.
+- The link is paced so that a copy takes ``time_scale`` times what the simulator says for
+  the *full-size* buffer: bandwidth ``link_gbps / (size_scale × time_scale)`` and latency
+  ``latency_us × time_scale``. The reported times are wall time divided by ``time_scale``,
+  in trace µs, directly comparable with :func:`cupool.sim.simulate` for the same plan.
+
+Result keys: ``iterations``, ``mean_iteration_us`` (trace µs, mean over iterations),
+``iteration_us`` (per iteration), ``late_prefetches`` (per iteration: swap-ins whose due op
+waited), ``stall_us`` (per iteration), ``peak_device_bytes`` (the arena the runtime
+reserved, in trace bytes: scaled reservation × ``size_scale``), ``bytes_checked``,
+``corrupt_bytes``, ``sim_iteration_us`` (the simulator's prediction for the first plan),
+``feedback_moves`` (per iteration, triggers moved), ``staging`` and ``copies`` (stats),
+``size_scale``, ``time_scale``, ``link_gbps``, ``budget_bytes``, ``policy``, ``trace``,
+and ``plan_out`` when the adjusted plan was written.
+"""
+
+from __future__ import annotations
+
+from cupool.core.units import parse_budget
+from cupool.core.vocabulary import SolveStatus, Trace
+from cupool.errors import InputError
+from cupool.planning.swap_validator import validate_swap_plan
+from cupool.runtime.executor import Executor, ReplayError, adjust_triggers
+from cupool.sim.cost import cost_model, link_gbps
+from cupool.sim.simulator import simulate
+
+DEFAULT_SIZE_SCALE = 1024
+DEFAULT_TIME_SCALE = 50.0
+
+
+def open_paced_device(link="gen5", size_scale: int = DEFAULT_SIZE_SCALE,
+                      time_scale: float = DEFAULT_TIME_SCALE, latency_us: float | None = None):
+    """An emulated device paced like ``link`` at the given scales (module docstring)."""
+    from cupool.devices import open_device
+
+    cost = cost_model(link, latency_us=latency_us)
+    return open_device("emulated", h2d_gbps=cost.h2d_gbps / (size_scale * time_scale),
+                       d2h_gbps=cost.d2h_gbps / (size_scale * time_scale),
+                       latency_us=cost.latency_us * time_scale)
+
+
+def replay(trace: Trace, budget, device="emulated", iterations: int = 3, link="gen5",
+           size_scale: int = DEFAULT_SIZE_SCALE, *, time_scale: float = DEFAULT_TIME_SCALE,
+           policy: str = "auto", plan=None, plan_trace: Trace | None = None,
+           feedback: bool = True, seed: int = 0, plan_out=None) -> dict:
+    """Replay ``trace`` for ``iterations`` under ``budget`` (bytes, ``"4GiB"`` or ``"70%"`` of
+    the lower bound) on ``device`` (``"emulated"`` opens a paced one and closes it after;
+    a device object is used as is and must be paced by the caller, see
+    :func:`open_paced_device`). ``plan`` (with ``plan_trace``, the trace it was made for)
+    replays a given swapping plan instead of planning. ``plan_out`` (a path) receives the
+    plan as adjusted by the late-prefetch feedback (plan JSON, via ``save_plan``).
+    Raises :class:`ReplayError` when no valid swapping plan exists,
+    :class:`~cupool.errors.InputError` for bad arguments.
+    """
+    if not isinstance(iterations, int) or iterations < 1:
+        raise InputError(f"iterations (={iterations!r}) must be an int >= 1")
+    if not isinstance(size_scale, int) or isinstance(size_scale, bool) or size_scale < 1:
+        raise InputError(f"size_scale (={size_scale!r}) must be an int >= 1")
+    if not time_scale >= 1:
+        raise InputError(f"time_scale (={time_scale!r}) must be >= 1")
+    budget_bytes = parse_budget(budget, trace.lower_bound_bytes())
+    cost = cost_model(link)
+    if plan is None:
+        from cupool.planning.budget import plan_with_budget
+
+        plan, info = plan_with_budget(trace, budget_bytes, policy, cost)
+        plan_trace = info["trace"]
+        if plan.status is not SolveStatus.FEASIBLE:
+            raise ReplayError(f"no plan within {budget_bytes} bytes: {info['reason']}")
+    plan_trace = plan_trace or trace
+    report = validate_swap_plan(plan_trace, plan)
+    if not report.valid:
+        raise ReplayError(f"invalid plan ({report.rule}): {report.message}")
+    predicted = simulate(plan_trace, plan, cost, validate=False)
+    own_device = isinstance(device, str)
+    if own_device:
+        if device != "emulated":
+            raise ReplayError(f"device (={device!r}): replay runs on 'emulated' only for now")
+        device = open_paced_device(link, size_scale, time_scale)
+    runs, moves = [], []
+    try:
+        with Executor(plan_trace, plan, device, size_scale=size_scale, time_scale=time_scale,
+                      seed=seed, op_us=cost.op_times(plan_trace)) as executor:
+            for iteration in range(iterations):
+                run = executor.run_iteration(iteration)
+                runs.append(run)
+                moved = {}
+                if feedback and run["late"]:
+                    plan, moved = adjust_triggers(plan_trace, plan, run["late"], run["op_us"],
+                                                  validate_swap_plan)
+                    if moved:
+                        executor.set_plan(plan)
+                moves.append(len(moved))
+            peak = executor.arena.size * size_scale
+            staging, copies = executor.staging.stats(), executor.engine.stats()
+    finally:
+        if own_device:
+            device.close()
+    times = [r["iteration_us"] for r in runs]
+    return {
+        "trace": trace.name, "policy": policy, "budget_bytes": budget_bytes,
+        "link_gbps": link_gbps(link), "size_scale": size_scale, "time_scale": time_scale,
+        "iterations": iterations, "mean_iteration_us": sum(times) / len(times),
+        "iteration_us": times, "sim_iteration_us": predicted.iteration_us,
+        "late_prefetches": [len(r["late"]) for r in runs],
+        "stall_us": [r["stall_us"] for r in runs], "feedback_moves": moves,
+        "peak_device_bytes": peak,
+        "bytes_checked": sum(r["bytes_checked"] for r in runs),
+        "corrupt_bytes": sum(r["corrupt_bytes"] for r in runs),
+        "staging": staging, "copies": copies,
+    } | _saved(plan, plan_trace, plan_out)
+
+
+def _saved(plan, plan_trace, plan_out) -> dict:
+    """Write the feedback-adjusted plan to ``plan_out`` (if given); the key saying where."""
+    if plan_out is None:
+        return {}
+    from cupool.io import save_plan
+
+    save_plan(plan, plan_out, plan_trace)
+    return {"plan_out": str(plan_out)}

@@ -1,0 +1,219 @@
+"""The swap runtime: handles, staging, copy engine, executor and replay (issue 5)."""
+
+from __future__ import annotations
+
+import pickle
+import threading
+from dataclasses import replace
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cupool.core.vocabulary import Buffer, SwapIn
+from cupool.devices import open_device
+from cupool.devices.protocol import host_view
+from cupool.io import load_trace
+from cupool.planning.swap_validator import validate_swap_plan
+from cupool.runtime.copy_engine import CopyEngine
+from cupool.runtime.executor import adjust_triggers
+from cupool.runtime.handles import (
+    DEVICE,
+    HOST,
+    RETIRED,
+    WRITE,
+    ConflictingUseError,
+    CopyFailedError,
+    HandleLifetimeError,
+    HandleStateError,
+    TensorHandle,
+)
+from cupool.runtime.replay import replay
+from cupool.runtime.staging import PinnedStaging, StagingError
+
+TRACES = Path(__file__).resolve().parents[1] / "cupool" / "data" / "traces"
+SIZE_SCALE = 4096
+TIME_SCALE = 40.0
+
+
+@lru_cache(maxsize=1)
+def _planned():
+    from cupool.planning.budget import plan_with_budget
+
+    trace = load_trace(TRACES / "resnet50_train_b32_fp32.trace.json.gz")
+    plan, info = plan_with_budget(trace, int(trace.lower_bound_bytes() * 0.7))
+    return trace, plan, info["trace"]
+
+
+def _resident_handle(size=64):
+    handle = TensorHandle(Buffer(7, size, 2, 5, uses=(2, 4)))
+    array = np.zeros(size, dtype=np.uint8)
+    handle.move(DEVICE, array, array.ctypes.data)
+    return handle
+
+
+def test_replay_at_70_percent_is_byte_exact():
+    trace, plan, planned = _planned()
+    result = replay(trace, "70%", iterations=2, size_scale=SIZE_SCALE, time_scale=TIME_SCALE,
+                    plan=plan, plan_trace=planned)
+    assert result["corrupt_bytes"] == 0
+    assert result["bytes_checked"] > 0
+    assert result["copies"]["copies.h2d"] == result["copies"]["copies.d2h"] > 0
+    assert result["staging"]["staging.live_slots.current"] == 0
+    assert result["peak_device_bytes"] <= result["budget_bytes"]
+    assert len(result["late_prefetches"]) == 2
+
+
+def _mistimed(plan):
+    """``plan`` with every swap-in issued only when its due op is dispatched."""
+    late = [a for a in plan.actions if isinstance(a, SwapIn) and a.due_op > a.trigger_op]
+    for action in late:
+        residencies = tuple(replace(r, start=action.due_op)
+                            if r.buffer_id == action.buffer_id and r.start == action.trigger_op
+                            else r for r in plan.residencies)
+        actions = tuple(replace(a, trigger_op=a.due_op) if a == action else a
+                        for a in plan.actions)
+        plan = replace(plan, residencies=residencies, actions=actions)
+    return plan, late
+
+
+def test_feedback_moves_late_triggers_earlier_and_keeps_the_plan_valid():
+    _trace, plan, planned = _planned()
+    mistimed, late = _mistimed(plan)
+    assert late and validate_swap_plan(planned, mistimed).valid
+    op_us = [op.duration_us or 10.0 for op in planned.ops]
+    waits = {a.buffer_id: 200.0 for a in late[:5]}
+    adjusted, moves = adjust_triggers(planned, mistimed, waits, op_us, validate_swap_plan)
+    assert validate_swap_plan(planned, adjusted).valid
+    assert moves and all(new < old for old, new in moves.values())
+    for b, (old, new) in moves.items():
+        covered = sum(op_us[new:old])
+        assert covered >= 200.0 or new == min(r.start for r in adjusted.residencies
+                                               if r.buffer_id == b), (b, old, new)
+
+
+def test_replay_of_a_mistimed_plan_measures_late_prefetches_and_adjusts():
+    trace, plan, planned = _planned()
+    mistimed, _late = _mistimed(plan)
+    result = replay(trace, "70%", iterations=2, size_scale=SIZE_SCALE, time_scale=TIME_SCALE,
+                    plan=mistimed, plan_trace=planned)
+    assert result["late_prefetches"][0] >= 1 and result["stall_us"][0] > 0
+    assert result["feedback_moves"][0] >= 1
+    assert result["corrupt_bytes"] == 0
+
+
+def test_use_after_lifetime_raises():
+    handle = _resident_handle()
+    handle.move(RETIRED)
+    expected = r"buffer 7: used after its lifetime \[2, 5\)"
+    with pytest.raises(HandleLifetimeError, match=expected), handle.use():
+        pass
+    error = pickle.loads(pickle.dumps(HandleLifetimeError(7, 2, 5)))
+    assert (error.buffer_id, error.start, error.end) == (7, 2, 5)
+
+
+def test_conflicting_intents_raise_and_leave_the_handle_clean():
+    handle = _resident_handle()
+    with handle.use(WRITE):
+        errors = []
+
+        def other():
+            try:
+                with handle.use():
+                    pass
+            except ConflictingUseError as exc:
+                errors.append(exc)
+
+        thread = threading.Thread(target=other)
+        thread.start()
+        thread.join()
+        assert len(errors) == 1 and errors[0].writers == 1
+    with handle.use(), handle.use():  # reads share
+        pass
+    with handle.use(WRITE) as view:
+        assert view.size == 64
+
+
+def test_not_resident_use_raises_state_error():
+    handle = TensorHandle(Buffer(3, 8, 0, 2))
+    with pytest.raises(HandleStateError, match="state is 'unborn'"), handle.use():
+        pass
+
+
+def test_failing_copy_surfaces_at_the_use():
+    with open_device("emulated", capacity="1MiB") as device:
+        staging = PinnedStaging(device, 4096)
+        engine = CopyEngine(device, staging)
+        handle = TensorHandle(Buffer(9, 1024, 0, 4, uses=(0, 3)))
+        handle.move(HOST)
+        slot = staging.acquire(1024)
+        bogus = 0x10  # not inside any reservation: the device refuses the copy
+        engine.swap_in(handle, slot, 1024, bogus, None, [])
+        device.synchronize()
+        failed = "buffer 9: h2d copy of 1024 bytes failed"
+        with pytest.raises(CopyFailedError, match=failed), handle.use():
+            pass
+        assert engine.stats()["failed.count"] == 1
+        assert staging.is_clean()
+        staging.close()
+
+
+def test_swap_round_trip_keeps_bytes_and_staging_is_clean_after_an_exception():
+    with open_device("emulated", capacity="1MiB") as device:
+        arena = device.reserve(4096)
+        staging = PinnedStaging(device, 8192)
+        engine = CopyEngine(device, staging)
+        handle = TensorHandle(Buffer(1, 1024, 0, 4, uses=(0, 3)))
+        view = host_view(arena.ptr, 1024)
+        handle.move(DEVICE, view, arena.ptr)
+        view[:] = np.arange(1024) % 251
+        done = device.create_event()
+        done.record(device.default_stream)
+        slot, out = engine.swap_out(handle, arena.ptr, 1024, done)
+        landing = host_view(arena.ptr + 2048, 1024)
+        engine.swap_in(handle, slot, 1024, arena.ptr + 2048, landing, [out])
+        device.synchronize()
+        assert handle.state == DEVICE and handle.ptr == arena.ptr + 2048
+        with pytest.raises(RuntimeError, match="inside use"), handle.use(WRITE) as data:
+            assert np.array_equal(data, np.arange(1024) % 251)
+            raise RuntimeError("inside use")
+        with handle.use(WRITE):  # no use left behind by the exception
+            pass
+        assert staging.is_clean()
+        assert staging.stats()["staging.pinned_slots.count"] == 1
+        staging.close()
+
+
+def test_staging_best_fit_merges_and_falls_back_to_pageable():
+    with open_device("emulated", capacity="1MiB") as device:
+        staging = PinnedStaging(device, 1024)
+        a, b, c = staging.acquire(256), staging.acquire(512), staging.acquire(256)
+        staging.release(b)
+        small = staging.acquire(200)  # best fit: the 512-byte hole
+        assert small.offset == 256
+        staging.release(a)
+        overflow = staging.acquire(600)
+        assert not overflow.pinned
+        stats = staging.stats()
+        assert stats["staging.pageable_slots.count"] == 1
+        assert stats["staging.pageable_bytes.total"] == 600
+        for slot in (small, c, overflow):
+            staging.release(slot)
+        assert staging.is_clean()
+        with pytest.raises(StagingError, match="released twice"):
+            staging.release(c)
+        staging.close()
+
+
+def test_resident_use_is_cheap():
+    import time
+
+    handle = _resident_handle()
+    samples = []
+    for _ in range(2000):
+        began = time.perf_counter()
+        with handle.use():
+            pass
+        samples.append(time.perf_counter() - began)
+    assert sorted(samples)[len(samples) // 2] < 20e-6  # loose here; bench/replay.py measures
