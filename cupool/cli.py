@@ -55,6 +55,16 @@ def _non_negative_float(text: str) -> float:
     return value
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"(={text!r}) is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"(={text!r}) must be >= 1")
+    return value
+
+
 def _policy_names() -> tuple[str, ...]:
     from cupool.planning.budget import POLICY_NAMES
 
@@ -96,6 +106,19 @@ def _build_parser() -> argparse.ArgumentParser:
     s.add_argument("--plan", help="simulate this plan (JSON) instead of planning")
     s.add_argument("--seed", type=_seed, default=0)
     s.add_argument("--json", action="store_true")
+
+    r = commands.add_parser("replay", help="run the swap runtime for a trace on a device and "
+                            "check every byte")
+    r.add_argument("trace")
+    r.add_argument("--budget", required=True, help="bytes, 4GiB, or 70%% of the lower bound")
+    r.add_argument("--device", default="emulated", choices=("emulated", "cuda"))
+    r.add_argument("--iterations", type=_positive_int, default=3)
+    r.add_argument("--link", default="gen5", help="gen4, gen5, or a bandwidth in GB/s")
+    r.add_argument("--size-scale", type=_positive_int, default=None,
+                   help="divide every size by this (default 1024) so big traces fit in RAM")
+    r.add_argument("--policy", default="auto", choices=_policy_names())
+    r.add_argument("--seed", type=_seed, default=0)
+    r.add_argument("--json", action="store_true")
 
     v = commands.add_parser("validate", help="check a plan against its trace")
     v.add_argument("trace")
@@ -268,6 +291,25 @@ def _cmd_simulate(args, stdout) -> int:
     return EXIT_OK if report.feasible else EXIT_NO
 
 
+def _cmd_replay(args, stdout) -> int:
+    from cupool.runtime.replay import DEFAULT_SIZE_SCALE, replay
+
+    trace = load_trace(args.trace)
+    size_scale = args.size_scale or DEFAULT_SIZE_SCALE
+    result = replay(trace, args.budget, device=args.device, iterations=args.iterations,
+                    link=args.link, size_scale=size_scale, policy=args.policy, seed=args.seed)
+    lines = [f"{trace.name}: {result['iterations']} iterations on {args.device} "
+             f"(sizes / {size_scale})",
+             f"  mean iteration {result['mean_iteration_us']:.1f} us "
+             f"(simulator: {result['sim_iteration_us']:.1f} us)",
+             f"  late prefetches per iteration {result['late_prefetches']}",
+             f"  stalls per iteration (us) {[round(s, 1) for s in result['stall_us']]}",
+             f"  peak device {result['peak_device_bytes']} B",
+             f"  bytes checked {result['bytes_checked']}, corrupt {result['corrupt_bytes']}"]
+    _emit(stdout, args, result, lines)
+    return EXIT_OK if result["corrupt_bytes"] == 0 else EXIT_NO
+
+
 def _cmd_info(args, stdout) -> int:
     trace = load_trace(args.trace)
     buffers = trace.buffers
@@ -393,4 +435,4 @@ def _cmd_demo(args, stdout) -> int:
 
 
 _COMMANDS = {"plan": _cmd_plan, "validate": _cmd_validate, "info": _cmd_info,
-             "simulate": _cmd_simulate, "demo": _cmd_demo}
+             "simulate": _cmd_simulate, "replay": _cmd_replay, "demo": _cmd_demo}

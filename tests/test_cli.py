@@ -196,3 +196,26 @@ def test_demo_plans_every_bundled_trace_and_writes_valid_plans(tmp_path):
         assert row["lower_bound_overhead"] <= row["overhead"]["auto"]
         assert all(row["overhead"]["auto"] <= value
                    for value in row["overhead"].values() if value is not None)
+
+
+REPLAY_FIELDS = {"iterations", "mean_iteration_us", "late_prefetches", "stall_us",
+                 "peak_device_bytes", "bytes_checked", "corrupt_bytes"}
+
+
+def test_replay_runs_the_swap_runtime_and_checks_every_byte():
+    code, out, err = cli("replay", RESNET_TRAIN, "--budget", "70%", "--iterations", "2", "--json")
+    assert code == 0, err
+    document = json.loads(out)
+    assert set(document) >= REPLAY_FIELDS
+    assert document["iterations"] == 2 and len(document["late_prefetches"]) == 2
+    assert document["corrupt_bytes"] == 0 and document["bytes_checked"] > 0
+
+
+@pytest.mark.parametrize("argv,message", [
+    (("--budget", "70%", "--iterations", "0"), "(='0') must be >= 1"),
+    (("--budget", "70%", "--device", "cuda"), "replay runs on 'emulated' only"),
+    (("--budget", "1MiB"), "infeasible: op "),
+])
+def test_replay_bad_input_exits_2(argv, message):
+    code, out, err = cli("replay", RESNET_TRAIN, *argv)
+    assert code == 2 and out == "" and message in err and len(err.strip().splitlines()) == 1

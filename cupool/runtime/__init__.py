@@ -8,24 +8,30 @@
   :mod:`.record` (recorded iterations → trace v1), :mod:`.stats` (the statistics' key
   grammar), :mod:`.errors`.
 
-This package imports CuPy (the pool *is* a ``cupy.cuda.MemoryPool``); nothing else in
-cupool imports it, and ``import cupool`` does not import this package until
-``cupool.PlannedPool`` or ``cupool.managed`` is first used.
+The pool imports CuPy (it *is* a ``cupy.cuda.MemoryPool``), on first use of
+``cupool.PlannedPool``/``cupool.managed``; the swap runtime (:mod:`.handles`,
+:mod:`.copy_engine`, :mod:`.staging`, :mod:`.executor`, :mod:`.replay`) does not need it.
 """
 
 from __future__ import annotations
 
-from cupool.runtime.errors import (
-    AllocationSizeError,
-    CapacityError,
-    IterationStateError,
-    ManagedStateError,
-    PoolError,
-    PoolOutOfMemoryError,
-)
-from cupool.runtime.managed import managed
-from cupool.runtime.pool import ALLOCATION_UNIT, MODES, PlannedPool
+from importlib import import_module
 
-__all__ = ["ALLOCATION_UNIT", "MODES", "AllocationSizeError", "CapacityError",
-           "IterationStateError", "ManagedStateError", "PlannedPool", "PoolError",
-           "PoolOutOfMemoryError", "managed"]
+_EXPORTS = {
+    "AllocationSizeError": "cupool.runtime.errors", "CapacityError": "cupool.runtime.errors",
+    "IterationStateError": "cupool.runtime.errors", "ManagedStateError": "cupool.runtime.errors",
+    "PoolError": "cupool.runtime.errors", "PoolOutOfMemoryError": "cupool.runtime.errors",
+    "managed": "cupool.runtime.managed", "ALLOCATION_UNIT": "cupool.runtime.pool",
+    "MODES": "cupool.runtime.pool", "PlannedPool": "cupool.runtime.pool",
+}
+
+
+def __getattr__(name):
+    # Lazy, so that the CuPy-free parts (handles, copy engine, staging, replay) import
+    # without CuPy; the pool and its errors import it on first use.
+    if name in _EXPORTS:
+        return getattr(import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'cupool.runtime' has no attribute {name!r}")
+
+
+__all__ = sorted(_EXPORTS)
