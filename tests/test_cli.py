@@ -190,6 +190,8 @@ def test_demo_plans_every_bundled_trace_and_writes_valid_plans(tmp_path):
         assert row["solvers"]["auto"]["ratio"] == 1.0 and row["solvers"]["auto"]["valid"]
         trace_path = next(p for p in TRACES if p.name.startswith(row["trace"] + "."))
         assert cli("validate", trace_path, row["plan"])[0] == 0
+    assert document["replay"]["corrupt_bytes"] == 0
+    assert len(document["replay"]["late_prefetches"]) == 3
     budgets = {row["budget_percent"]: row for row in document["budgets"]}
     assert set(budgets) == {70, 50}
     for row in budgets.values():
