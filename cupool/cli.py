@@ -35,50 +35,33 @@ class _Parser(argparse.ArgumentParser):
         raise _UsageError(f"{self.prog}: {message}")
 
 
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"(={text!r}) is not a number of seconds") from None
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"(={text!r}) must be a number of seconds > 0")
-    return value
+def _number(kind, minimum, what, exclusive=False):
+    """An argparse type: a finite ``kind`` (int or float) >= ``minimum`` (> when
+    ``exclusive``); the message quotes the bad text (``(='-1') must be an integer >= 0``)."""
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"(={text!r}) is not {what}") from None
+        if not math.isfinite(value) or value < minimum or (exclusive and value == minimum):
+            relation = ">" if exclusive else ">="
+            raise argparse.ArgumentTypeError(f"(={text!r}) must be {what} {relation} {minimum}")
+        return value
+
+    return parse
 
 
-def _non_negative_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"(={text!r}) is not a number") from None
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"(={text!r}) must be a number >= 0")
-    return value
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"(={text!r}) is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"(={text!r}) must be >= 1")
-    return value
+_seconds = _number(float, 0, "a number of seconds", exclusive=True)
+_non_negative_float = _number(float, 0, "a number")
+_positive_int = _number(int, 1, "an integer")
+_seed = _number(int, 0, "an integer")
 
 
 def _policy_names() -> tuple[str, ...]:
     from cupool.planning.budget import POLICY_NAMES
 
     return POLICY_NAMES
-
-
-def _seed(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"(={text!r}) is not an integer") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"(={text!r}) must be >= 0")
-    return value
 
 
 def _build_parser() -> argparse.ArgumentParser:
@@ -89,7 +72,7 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("trace", help="trace v1 .json/.json.gz or MiniMalloc .csv")
     p.add_argument("--solver", default="auto", choices=SOLVER_NAMES)
     p.add_argument("--budget", help="capacity: bytes, 4GiB, or 70%% of the lower bound")
-    p.add_argument("--time-limit", type=_positive_float, help="seconds for search solvers")
+    p.add_argument("--time-limit", type=_seconds, help="seconds for search solvers")
     p.add_argument("--seed", type=_seed, default=0)
     p.add_argument("--out", help="write the plan: PLAN.json (plan format) or PLAN.csv")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -100,8 +83,8 @@ def _build_parser() -> argparse.ArgumentParser:
     s.add_argument("--budget", required=True, help="bytes, 4GiB, or 70%% of the lower bound")
     s.add_argument("--policy", default="auto", choices=_policy_names())
     s.add_argument("--link", default="gen5", help="gen4, gen5, or a bandwidth in GB/s")
-    s.add_argument("--h2d-gbps", type=_positive_float)
-    s.add_argument("--d2h-gbps", type=_positive_float)
+    s.add_argument("--h2d-gbps", type=_seconds)
+    s.add_argument("--d2h-gbps", type=_seconds)
     s.add_argument("--latency-us", type=_non_negative_float)
     s.add_argument("--plan", help="simulate this plan (JSON) instead of planning")
     s.add_argument("--seed", type=_seed, default=0)
@@ -132,7 +115,7 @@ def _build_parser() -> argparse.ArgumentParser:
 
     d = commands.add_parser("demo", help="the main job: plan the bundled real traces")
     d.add_argument("--out", default="cupool-demo", help="directory for the plans")
-    d.add_argument("--time-limit", type=_positive_float, default=2.0,
+    d.add_argument("--time-limit", type=_seconds, default=2.0,
                    help="seconds per search solver (genetic, exact) per trace")
     d.add_argument("--json", action="store_true")
     return parser

@@ -94,7 +94,7 @@ BAD = [
     (("plan", EXAMPLE, "--budget", "lots"), "--budget (='lots') is not a byte count"),
     (("plan", EXAMPLE, "--budget=-5%"), "must be a percentage > 0"),
     (("plan", EXAMPLE, "--time-limit", "nan"), "(='nan') must be a number of seconds > 0"),
-    (("plan", EXAMPLE, "--seed=-1"), "(='-1') must be >= 0"),
+    (("plan", EXAMPLE, "--seed=-1"), "(='-1') must be an integer >= 0"),
     (("plan", EXAMPLE, "--out", "/nonexistent/dir/p.json"), "does not exist"),
     (("validate", EXAMPLE, "missing-plan.json"), "no such file"),
     (("frobnicate",), "invalid choice: 'frobnicate'"),
@@ -214,7 +214,7 @@ def test_replay_runs_the_swap_runtime_and_checks_every_byte():
 
 
 @pytest.mark.parametrize("argv,message", [
-    (("--budget", "70%", "--iterations", "0"), "(='0') must be >= 1"),
+    (("--budget", "70%", "--iterations", "0"), "(='0') must be an integer >= 1"),
     (("--budget", "70%", "--device", "cuda"), "replay runs on 'emulated' only"),
     (("--budget", "1MiB"), "infeasible: op "),
 ])
