@@ -3,6 +3,12 @@
 - trace v1 JSON (``.json`` / ``.json.gz``): :mod:`.trace_v1`
 - MiniMalloc CSV (``id,lower,upper,size[,offset]``): :mod:`.minimalloc_csv`
 - plan JSON v1 (static) and v2 (swapping: residencies and actions): :mod:`.plan_json`
+- PyTorch memory snapshot pickles (read only; detected by the pickle magic ``\\x80``):
+  :mod:`.torch_snapshot`; a plan exported as one: :mod:`.memviz`
+- CuPy ``DebugPrintHook`` JSON lines (read only; the first line is an object whose first
+  key is ``"hook"``): :mod:`.cupy_hook`
+
+:func:`convert` turns any readable trace into trace v1 JSON or MiniMalloc CSV.
 
 Readers raise :class:`~cupool.errors.TraceFormatError` / :class:`~cupool.errors.PlanFormatError`
 naming the file, the item and the value; writers write atomically and only whole files.
@@ -17,14 +23,19 @@ from pathlib import Path
 from cupool.core.vocabulary import Placement, Plan, SolveStatus, Trace
 from cupool.errors import InputError, PlanFormatError, TraceFormatError
 from cupool.io._files import read_bytes, write_atomic
+from cupool.io.cupy_hook import looks_like_hook_log, parse_hook_log
 from cupool.io.minimalloc_csv import csv_text, parse_csv
 from cupool.io.plan_json import parse_plan, plan_json_bytes
+from cupool.io.torch_snapshot import looks_like_pickle, parse_torch_snapshot
 from cupool.io.trace_v1 import decode_json, parse_trace, trace_to_document
+
+TRACE_OUTPUT_SUFFIXES = (".json", ".json.gz", ".csv")
+"""What :func:`convert` writes: trace v1 JSON (gzipped for ``.gz``) or MiniMalloc CSV."""
 
 
 def _trace_name(path: Path) -> str:
     name = path.name
-    for suffix in (".gz", ".json", ".csv", ".trace"):
+    for suffix in (".gz", ".json", ".jsonl", ".csv", ".pickle", ".pkl", ".trace"):
         name = name.removesuffix(suffix)
     return name
 
@@ -33,12 +44,21 @@ def _looks_like_json(data: bytes) -> bool:
     return data.lstrip()[:1] in (b"{", b"[")
 
 
-def load_trace_and_offsets(path: str | os.PathLike):
-    """Read a trace file of any supported format: ``(trace, offsets or None)``."""
+def load_trace_and_offsets(path: str | os.PathLike, device: int | None = None):
+    """Read a trace file of any supported format: ``(trace, offsets or None)``.
+
+    ``device`` picks the device of a PyTorch snapshot or CuPy hook log (default: the one
+    with the most allocations); the other formats hold one device and ignore it.
+    """
     path = Path(path)
     data = read_bytes(path)
     if not data.strip():
         raise TraceFormatError("the file is empty (empty trace)", path=str(path))
+    if looks_like_pickle(data):
+        return parse_torch_snapshot(data, _trace_name(path), str(path), device), None
+    if looks_like_hook_log(data):
+        return parse_hook_log(data.decode("utf-8", errors="replace"), _trace_name(path),
+                              str(path), device), None
     if _looks_like_json(data):
         return parse_trace(decode_json(data, str(path)), str(path)), None
     try:
@@ -50,9 +70,24 @@ def load_trace_and_offsets(path: str | os.PathLike):
     return parse_csv(text, _trace_name(path), str(path))
 
 
-def load_trace(path: str | os.PathLike) -> Trace:
-    """Read a trace: trace v1 JSON (optionally gzipped) or MiniMalloc CSV."""
-    return load_trace_and_offsets(path)[0]
+def load_trace(path: str | os.PathLike, device: int | None = None) -> Trace:
+    """Read a trace: trace v1 JSON or MiniMalloc CSV, a PyTorch memory snapshot or a CuPy
+    DebugPrintHook log (any of them optionally gzipped); formats are told by content."""
+    return load_trace_and_offsets(path, device)[0]
+
+
+def convert(in_path: str | os.PathLike, out_path: str | os.PathLike,
+            device: int | None = None) -> Trace:
+    """Read any trace ``in_path`` (format detected by content) and write it to ``out_path``:
+    MiniMalloc CSV for ``*.csv``, else trace v1 JSON (``*.json``, gzipped for ``*.json.gz``).
+    Returns the trace; ``device`` as in :func:`load_trace`."""
+    out_path = Path(out_path)
+    if not out_path.name.endswith(TRACE_OUTPUT_SUFFIXES):
+        raise InputError(f"cannot tell the output format from the name; use one of "
+                         f"{', '.join(TRACE_OUTPUT_SUFFIXES)}", path=str(out_path))
+    trace = load_trace(in_path, device)
+    save_trace(trace, out_path)
+    return trace
 
 
 def save_trace(trace: Trace, path: str | os.PathLike) -> None:
@@ -97,4 +132,5 @@ def load_plan(path: str | os.PathLike, trace: Trace | None = None) -> Plan:
                 tuple(Placement(b.id, offsets[b.id]) for b in csv_trace.buffers))
 
 
-__all__ = ["load_plan", "load_trace", "load_trace_and_offsets", "save_plan", "save_trace"]
+__all__ = ["convert", "load_plan", "load_trace", "load_trace_and_offsets", "save_plan",
+           "save_trace"]
