@@ -113,6 +113,14 @@ def _build_parser() -> argparse.ArgumentParser:
     i.add_argument("--top", type=_seed, default=5, help="how many of the biggest buffers")
     i.add_argument("--json", action="store_true")
 
+    c = commands.add_parser("convert", help="convert a trace (any readable format: trace v1, "
+                            "MiniMalloc CSV, PyTorch memory snapshot, CuPy hook log) to trace "
+                            "v1 (.json, .json.gz) or MiniMalloc CSV (.csv)")
+    c.add_argument("input")
+    c.add_argument("output")
+    c.add_argument("--device", type=_seed, help="device index in a multi-device snapshot")
+    c.add_argument("--json", action="store_true")
+
     d = commands.add_parser("demo", help="the main job: plan the bundled real traces")
     d.add_argument("--out", default="cupool-demo", help="directory for the plans")
     d.add_argument("--time-limit", type=_seconds, default=2.0,
@@ -293,6 +301,20 @@ def _cmd_replay(args, stdout) -> int:
     return EXIT_OK if result["corrupt_bytes"] == 0 else EXIT_NO
 
 
+def _cmd_convert(args, stdout) -> int:
+    from cupool.io import convert
+
+    if not Path(args.output).parent.resolve().is_dir():
+        raise InputError("the directory to write into does not exist", path=args.output)
+    trace = convert(args.input, args.output, device=args.device)
+    document = {"input": args.input, "output": args.output, "trace": trace.name,
+                "buffers": len(trace.buffers), "ops": trace.num_ops,
+                "lower_bound_bytes": trace.lower_bound_bytes()}
+    _emit(stdout, args, document, [f"{args.input} -> {args.output}: {len(trace.buffers)} "
+                                   f"buffers, {trace.num_ops} ops"])
+    return EXIT_OK
+
+
 def _cmd_info(args, stdout) -> int:
     trace = load_trace(args.trace)
     buffers = trace.buffers
@@ -446,4 +468,5 @@ def _cmd_demo(args, stdout) -> int:
 
 
 _COMMANDS = {"plan": _cmd_plan, "validate": _cmd_validate, "info": _cmd_info,
-             "simulate": _cmd_simulate, "replay": _cmd_replay, "demo": _cmd_demo}
+             "simulate": _cmd_simulate, "replay": _cmd_replay, "convert": _cmd_convert,
+             "demo": _cmd_demo}

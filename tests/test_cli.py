@@ -221,3 +221,21 @@ def test_replay_runs_the_swap_runtime_and_checks_every_byte():
 def test_replay_bad_input_exits_2(argv, message):
     code, out, err = cli("replay", RESNET_TRAIN, *argv)
     assert code == 2 and out == "" and message in err and len(err.strip().splitlines()) == 1
+
+
+def test_convert_a_pytorch_snapshot_to_csv_and_plan_it(tmp_path):
+    from pathlib import Path
+
+    snapshot = next(p for p in (Path(__file__).parent / "data").glob("*.pickle"))
+    out_path = tmp_path / "snap.csv"
+    code, out, _ = cli("convert", snapshot, out_path, "--json")
+    document = json.loads(out)
+    assert code == 0 and document["buffers"] == len(load_trace(out_path).buffers) > 0
+    assert out_path.read_text().startswith("id,lower,upper,size\n")
+    assert cli("plan", snapshot, "--solver", "greedy-size")[0] == 0
+
+
+def test_convert_refuses_an_unknown_output_format_and_writes_nothing(tmp_path):
+    code, out, err = cli("convert", EXAMPLE, tmp_path / "out.xml")
+    assert code == 2 and out == "" and ".json, .json.gz, .csv" in err
+    assert list(tmp_path.iterdir()) == []
