@@ -187,7 +187,12 @@ def test_demo_plans_every_bundled_trace_and_writes_valid_plans(tmp_path):
     document = json.loads(out)
     assert code == 0 and len(document["traces"]) == len(TRACES)
     for row in document["traces"]:
-        assert row["solvers"]["auto"]["ratio"] == 1.0 and row["solvers"]["auto"]["valid"]
+        # Whether auto proves the bound within 0.5 s depends on the machine's load; that it
+        # is valid and never worse than the heuristics it starts from does not.
+        auto = row["solvers"]["auto"]
+        assert auto["valid"] and auto["ratio"] >= 1.0
+        assert auto["arena_bytes"] <= min(row["solvers"][name]["arena_bytes"]
+                                          for name in ("greedy-size", "greedy-breadth", "best-fit"))
         trace_path = next(p for p in TRACES if p.name.startswith(row["trace"] + "."))
         assert cli("validate", trace_path, row["plan"])[0] == 0
     assert document["replay"]["corrupt_bytes"] == 0
