@@ -2,8 +2,8 @@
 
 - :class:`~cupool.runtime.pool.PlannedPool`: a ``cupy.cuda.MemoryPool`` that records
   iterations, plans them, and serves later ones from the plan (:mod:`.pool`);
-- :func:`~cupool.runtime.managed.managed`: installs a pool as CuPy's allocator for a
-  ``with`` block and restores the previous one (:mod:`.managed`);
+- :func:`~cupool.runtime.context.managed`: installs a pool as CuPy's allocator for a
+  ``with`` block and restores the previous one (:mod:`.context`);
 - :mod:`.arena` (best fit with split/merge: the persistent and fallback regions),
   :mod:`.record` (recorded iterations → trace v1), :mod:`.stats` (the statistics' key
   grammar), :mod:`.errors`.
@@ -21,7 +21,7 @@ _EXPORTS = {
     "AllocationSizeError": "cupool.runtime.errors", "CapacityError": "cupool.runtime.errors",
     "IterationStateError": "cupool.runtime.errors", "ManagedStateError": "cupool.runtime.errors",
     "PoolError": "cupool.runtime.errors", "PoolOutOfMemoryError": "cupool.runtime.errors",
-    "managed": "cupool.runtime.managed", "ALLOCATION_UNIT": "cupool.runtime.pool",
+    "managed": "cupool.runtime.context", "ALLOCATION_UNIT": "cupool.runtime.pool",
     "MODES": "cupool.runtime.pool", "PlannedPool": "cupool.runtime.pool",
 }
 
