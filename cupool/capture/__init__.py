@@ -1,0 +1,37 @@
+"""Capture real workloads from PyTorch as cupool traces (optional extra: ``torch==2.13.0``).
+
+- :mod:`.cost`: the roofline cost model and GPU presets (plain Python, no torch);
+- :mod:`.tracer`: the recorder (``FakeTensorMode`` + a dispatch mode + storage weak
+  references) and :func:`~cupool.capture.tracer.capture_model`;
+- :mod:`.models`: ResNet-50, GPT-2 small, BERT-base, ViT-B/16 and a LLaMA-style decoder.
+
+Importing this package does not import torch; :func:`capture_model` does, and raises
+:class:`~cupool.errors.CupoolError` with the install command when torch is missing.
+"""
+
+from __future__ import annotations
+
+from cupool.capture.cost import DEVICE_PRESETS, DevicePreset, RooflineModel, device_preset
+from cupool.errors import CupoolError
+
+TORCH_REQUIREMENT = "torch==2.13.0"
+"""The PyTorch release the capture is written and tested against."""
+
+MODEL_NAMES = ("resnet50", "gpt2", "bert-base", "vit-b16", "llama")
+"""Names :func:`capture_model` accepts (the keys of :data:`cupool.capture.models.MODELS`)."""
+
+
+def capture_model(model: str, mode: str = "train", batch: int = 1, **options):
+    """Capture one training step or inference pass of ``model`` as a
+    :class:`~cupool.core.vocabulary.Trace`; see :func:`cupool.capture.tracer.capture_model`
+    for the options (``small``, ``amp``, ``cost_model``, ``fake``, ``seed``)."""
+    try:
+        from cupool.capture import tracer
+    except ImportError as exc:
+        raise CupoolError(f"capturing needs PyTorch ({exc}); install it with "
+                          f"pip install '{TORCH_REQUIREMENT}'") from None
+    return tracer.capture_model(model, mode, batch, **options)
+
+
+__all__ = ["DEVICE_PRESETS", "MODEL_NAMES", "TORCH_REQUIREMENT", "DevicePreset",
+           "RooflineModel", "capture_model", "device_preset"]

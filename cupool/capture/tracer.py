@@ -1,0 +1,333 @@
+"""Record one iteration of a PyTorch workload as a cupool trace, without real memory.
+
+How it works: the workload runs under ``FakeTensorMode`` (tensors have shapes, dtypes and
+storages but no data) with a :class:`StorageRecorder` (a ``TorchDispatchMode``) on top of
+it. For every aten op the recorder sees:
+
+- the op becomes one entry of the trace's ``ops`` (view and metadata ops, which neither
+  allocate nor touch device data, are dropped: see ``_is_view_op``);
+- every untyped storage among the op's tensor inputs and outputs gets a *use* at that op;
+  a storage seen for the first time as an output is *allocated* at that op (its ``start``;
+  size = ``untyped_storage().nbytes()``);
+- a ``weakref.finalize`` on the storage fires when PyTorch really frees it (storage
+  Python objects are preserved while the C++ storage lives), and the buffer's ``end`` is
+  the number of ops recorded by then (freed right after the last recorded op, half-open);
+- ``flops`` come from :data:`torch.utils.flop_counter.flop_registry` (the formulas
+  ``FlopCounterMode`` uses), the duration from :class:`~cupool.capture.cost.RooflineModel`.
+
+Storages named in ``persistent`` (parameters, buffers, optimizer state, which exist
+before the step) become ``"persistent"`` buffers spanning ``[0, len(ops))``. Storages still
+alive when the step ends are freed at ``len(ops)``. The cyclic garbage collector is
+paused while recording so that free points depend on reference counts only (the capture
+is deterministic).
+
+The same recorder works on real tensors (leave ``fake`` off), which is how the tests check
+the capture against torch's own accounting.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import weakref
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+from torch.utils.flop_counter import flop_registry
+
+from cupool.capture.cost import RooflineModel
+from cupool.core.vocabulary import PERSISTENT, TEMPORARY, Buffer, Op, Trace
+from cupool.errors import InputError
+
+_ZERO_TRAFFIC = frozenset({"empty", "empty_like", "empty_strided", "new_empty",
+                           "new_empty_strided", "_local_scalar_dense", "lift_fresh",
+                           "resize_", "set_"})
+"""Ops that allocate or inspect without reading or writing tensor data."""
+_CONV_OPS = frozenset({"convolution", "convolution_backward", "_convolution",
+                       "conv2d", "conv1d", "conv3d"})
+
+
+@dataclass
+class _StorageRecord:
+    """What the recorder knows about one storage while recording (mutable, internal)."""
+
+    number: int
+    size: int
+    start: int
+    name: str
+    kind: str = TEMPORARY
+    end: int | None = None
+    uses: list[int] = field(default_factory=list)
+    finalizer: weakref.finalize | None = None
+
+
+def _tensors(tree) -> list[torch.Tensor]:
+    leaves, _ = tree_flatten(tree)
+    return [x for x in leaves if isinstance(x, torch.Tensor)]
+
+
+def _is_view_op(func) -> bool:
+    """Ops left out of the trace: views, metadata queries (``prim.device``), profiler marks and
+    ``_local_scalar_dense`` (``.item()`` on a host-side scalar such as AdamW's step count)."""
+    if func.namespace in ("prim", "profiler") or bool(getattr(func, "is_view", False)):
+        return True
+    return func.__name__.split(".")[0] in ("detach", "_unsafe_view", "alias", "lift_fresh",
+                                           "_local_scalar_dense")
+
+
+class StorageRecorder(TorchDispatchMode):
+    """A dispatch mode recording ops, storages, uses and free points (see the module doc).
+
+    Use :func:`record` rather than this class directly; it sets up persistent storages,
+    pauses the garbage collector and builds the :class:`Trace`.
+    """
+
+    def __init__(self, cost_model: RooflineModel) -> None:
+        super().__init__()
+        self.cost_model = cost_model
+        self.phase = "fw"
+        self.ops: list[Op] = []
+        self.records: list[_StorageRecord] = []
+        self._live: dict[int, _StorageRecord] = {}
+        self._active = False
+
+    # -- storages ----------------------------------------------------------------------
+    def _key(self, storage: torch.UntypedStorage) -> int:
+        return storage._cdata
+
+    def _on_free(self, key: int, record: _StorageRecord) -> None:
+        # Called by weakref.finalize from inside PyTorch's deallocation: never raise here.
+        if record.end is None:
+            record.end = len(self.ops)
+        if self._live.get(key) is record:
+            del self._live[key]
+
+    def track(self, tensor: torch.Tensor, name: str, kind: str, start: int) -> _StorageRecord:
+        """The record of ``tensor``'s storage, creating it (with ``name``, ``kind``,
+        ``start``) on first sight."""
+        storage = tensor.untyped_storage()
+        key = self._key(storage)
+        record = self._live.get(key)
+        if record is None:
+            record = _StorageRecord(len(self.records), storage.nbytes(), start, name, kind)
+            record.finalizer = weakref.finalize(storage, self._on_free, key, record)
+            self.records.append(record)
+            self._live[key] = record
+        else:
+            record.size = max(record.size, storage.nbytes())
+        return record
+
+    def release(self) -> None:
+        """Stop listening for frees; storages still alive end at ``len(ops)``."""
+        for record in self.records:
+            if record.finalizer is not None:
+                record.finalizer.detach()
+                record.finalizer = None
+            if record.end is None:
+                record.end = len(self.ops)
+        self._live.clear()
+
+    # -- ops ---------------------------------------------------------------------------
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        if _is_view_op(func):
+            return out
+        index = len(self.ops)
+        name = str(func)
+        inputs = _tensors((args, kwargs))
+        outputs = _tensors(out)
+        for tensor in inputs:
+            # A storage first seen as an input existed before recording (and is not
+            # persistent): it is live from op 0.
+            record = self.track(tensor, f"external:{name}:in", TEMPORARY, 0)
+            if not record.uses or record.uses[-1] != index:
+                record.uses.append(index)
+        for position, tensor in enumerate(outputs):
+            record = self.track(tensor, f"{name}:out{position}", TEMPORARY, index)
+            if not record.uses or record.uses[-1] != index:
+                record.uses.append(index)
+        self.ops.append(self._op(func, name, args, kwargs, out, inputs, outputs))
+        return out
+
+    def _op(self, func, name, args, kwargs, out, inputs, outputs) -> Op:
+        flops = 0
+        counter = flop_registry.get(func._overloadpacket)
+        if counter is not None:
+            flops = int(counter(*args, **kwargs, out_val=out))
+        short = func.__name__.split(".")[0]
+        if short in _ZERO_TRAFFIC:
+            bytes_moved = 0
+        else:
+            read = {(t.untyped_storage()._cdata, t.storage_offset(), tuple(t.shape),
+                     t.stride()): t.nbytes for t in inputs}
+            bytes_moved = sum(read.values()) + sum(t.nbytes for t in outputs)
+        dtype = next((t.dtype for t in (*inputs, *outputs) if t.is_floating_point()),
+                     torch.float32)
+        duration = self.cost_model.duration_us(flops, bytes_moved, str(dtype),
+                                               conv=short in _CONV_OPS)
+        return Op(name, round(duration, 3), flops, self.phase)
+
+
+def record(step: Callable[[Callable[[str], None]], None],
+           persistent: Mapping[str, torch.Tensor], *, name: str, source: str = "",
+           cost_model: RooflineModel | None = None) -> Trace:
+    """Run ``step(mark)`` once under a :class:`StorageRecorder` and return its trace.
+
+    ``step`` receives ``mark(phase)`` and calls it to label the following ops (``"fw"``,
+    ``"bw"``, ``"opt"``...). ``persistent`` names the tensors that live across iterations
+    (parameters, buffers, optimizer state; several names may share one storage, the first
+    one names the buffer). Run inside ``FakeTensorMode`` for a capture without memory, or
+    outside it on real tensors. Buffers of zero bytes are left out.
+    """
+    cost_model = cost_model or RooflineModel()
+    recorder = StorageRecorder(cost_model)
+    for tensor_name, tensor in persistent.items():
+        recorder.track(tensor, tensor_name, PERSISTENT, 0)
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        def mark(phase: str) -> None:
+            recorder.phase = phase
+
+        with recorder:
+            step(mark)
+            gc.collect()
+    finally:
+        recorder.release()
+        if gc_was_enabled:
+            gc.enable()
+    return _trace(recorder, name, source, cost_model)
+
+
+def _trace(recorder: StorageRecorder, name: str, source: str,
+           cost_model: RooflineModel) -> Trace:
+    num_ops = len(recorder.ops)
+    if num_ops == 0:
+        raise InputError(f"the step of {name!r} ran no aten op: nothing to record")
+    buffers = []
+    for record in recorder.records:
+        if record.size == 0:
+            continue
+        if record.kind == PERSISTENT:
+            start, end = 0, num_ops
+        else:
+            start = record.start
+            last_use = record.uses[-1] if record.uses else start
+            end = max(record.end if record.end is not None else num_ops, last_use + 1)
+            if start >= num_ops:  # allocated after the last recorded op: never used
+                continue
+        buffers.append(Buffer(len(buffers), record.size, start, end, tuple(record.uses),
+                              record.kind, record.name))
+    return Trace(name, tuple(recorder.ops), tuple(buffers), source,
+                 cost_model.preset.device())
+
+
+@contextlib.contextmanager
+def fake_mode():
+    """A fresh ``FakeTensorMode`` (tensors without data); everything built inside it and
+    every op run inside it allocates no memory."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode() as mode:
+        yield mode
+
+
+MODES = ("train", "infer")
+"""What :func:`capture_model` records: one training step or one inference pass."""
+
+
+def capture_model(model: str, mode: str = "train", batch: int = 1, *, small: bool = False,
+                  amp: bool = False, cost_model: RooflineModel | None = None,
+                  fake: bool = True, seed: int = 0) -> Trace:
+    """Capture one iteration of a model from :data:`cupool.capture.models.MODELS`.
+
+    ``mode="train"``: one warm-up step (unrecorded, so AdamW's state exists), then the
+    recorded step: batch creation (phase ``"data"``), forward and loss (``"fw"``),
+    backward (``"bw"``), ``AdamW(foreach=True).step()`` and ``zero_grad()`` (``"opt"``).
+    ``mode="infer"``: one forward pass under ``torch.no_grad()`` in ``eval()`` mode.
+    ``amp`` runs the forward under CPU autocast to bfloat16. ``fake=False`` runs on real
+    CPU tensors (small configurations only: it allocates). Persistent buffers: parameters,
+    module buffers and optimizer state.
+    """
+    from cupool.capture.models import model_spec
+
+    spec = model_spec(model)
+    if mode not in MODES:
+        raise InputError(f"mode (={mode!r}) must be one of {', '.join(MODES)}")
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+        raise InputError(f"batch (={batch!r}) must be an integer >= 1")
+    cost_model = cost_model or RooflineModel()
+    torch.manual_seed(seed)
+    context = fake_mode() if fake else contextlib.nullcontext()
+    with context:
+        net = spec.build(small)
+        optimizer = None
+        if mode == "train":
+            optimizer = torch.optim.AdamW(net.parameters(), foreach=True)
+            net.train()
+            _train_step(net, spec, optimizer, batch, small, amp, lambda phase: None)
+        else:
+            net.eval()
+        persistent = _persistent_tensors(net, optimizer)
+
+        def step(mark):
+            if mode == "train":
+                _train_step(net, spec, optimizer, batch, small, amp, mark)
+            else:
+                _infer_step(net, spec, batch, small, amp, mark)
+
+        size = "small" if small else "full"
+        how = "FakeTensorMode capture" if fake else "real-tensor run"
+        what = "one full training step" if mode == "train" else "one inference pass"
+        source = (f"torch {torch.__version__} {how} of {what} (model={model} [{size}], "
+                  f"batch={batch}, amp={amp}); durations are {cost_model.describe()}")
+        return record(step, persistent, name=f"{model}_{mode}_b{batch}", source=source,
+                      cost_model=cost_model)
+
+
+def _autocast(amp: bool):
+    return torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp)
+
+
+def _train_step(net, spec, optimizer, batch, small, amp, mark) -> None:
+    mark("data")
+    inputs, targets = spec.batch(batch, small)
+    mark("fw")
+    with _autocast(amp):
+        output = net(inputs)
+    loss = spec.loss(output, targets)
+    del inputs, targets, output
+    mark("bw")
+    loss.backward()
+    del loss
+    mark("opt")
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+
+
+def _infer_step(net, spec, batch, small, amp, mark) -> None:
+    mark("data")
+    inputs, _ = spec.batch(batch, small)
+    mark("fw")
+    with torch.no_grad(), _autocast(amp):
+        output = net(inputs)
+    del inputs, output
+
+
+def _persistent_tensors(net, optimizer) -> dict[str, torch.Tensor]:
+    tensors: dict[str, torch.Tensor] = {}
+    for name, tensor in net.named_parameters():
+        tensors[f"param:{name}"] = tensor
+    for name, tensor in net.named_buffers():
+        tensors[f"buffer:{name}"] = tensor
+    if optimizer is not None:
+        names = {id(p): n for n, p in net.named_parameters()}
+        for param, state in optimizer.state.items():
+            for key, value in state.items():
+                if isinstance(value, torch.Tensor):
+                    tensors[f"opt_state:{names.get(id(param), '?')}.{key}"] = value
+    return tensors

@@ -1,0 +1,154 @@
+"""Capture from PyTorch: the trace agrees with torch's own memory accounting.
+
+Small configurations only (each capture takes about a second). The reference peak is
+``torch.distributed._tools.mem_tracker.MemTracker`` run on real CPU tensors; the capture
+runs under ``FakeTensorMode`` and allocates nothing.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from torch.distributed._tools.mem_tracker import MemTracker  # noqa: E402
+
+from cupool.capture import capture_model, tracer  # noqa: E402
+from cupool.capture.cost import DEVICE_PRESETS, RooflineModel, device_preset  # noqa: E402
+from cupool.capture.models import MODELS, model_spec  # noqa: E402
+from cupool.core.vocabulary import PERSISTENT  # noqa: E402
+from cupool.errors import InputError  # noqa: E402
+from cupool.io import load_trace, save_trace  # noqa: E402
+
+CASES = [("resnet50", "train"), ("resnet50", "infer"), ("gpt2", "train"), ("llama", "train")]
+_CACHE: dict = {}
+
+
+def captured(model: str, mode: str):
+    key = (model, mode)
+    if key not in _CACHE:
+        _CACHE[key] = capture_model(model, mode, 2, small=True)
+    return _CACHE[key]
+
+
+def memtracker_peak(model: str, mode: str) -> int:
+    """Peak live bytes of the same step on real CPU tensors, by torch's MemTracker."""
+    torch.manual_seed(0)
+    spec = model_spec(model)
+    net = spec.build(True)
+    optimizer = None
+    if mode == "train":
+        optimizer = torch.optim.AdamW(net.parameters(), foreach=True)
+        tracer._train_step(net, spec, optimizer, 2, True, False, lambda phase: None)
+    else:
+        net.eval()
+    tracker = MemTracker()
+    tracker.track_external(net, *([optimizer] if optimizer else []))
+    with tracker:
+        if optimizer:
+            tracer._train_step(net, spec, optimizer, 2, True, False, lambda phase: None)
+        else:
+            tracer._infer_step(net, spec, 2, True, False, lambda phase: None)
+    return tracker.get_tracker_snapshot("peak")[torch.device("cpu")]["Total"]
+
+
+@pytest.mark.parametrize(("model", "mode"), CASES)
+def test_peak_equals_memtracker_on_real_tensors(model, mode):
+    assert captured(model, mode).lower_bound_bytes() == memtracker_peak(model, mode)
+
+
+@pytest.mark.parametrize(("model", "mode"), [("resnet50", "train"), ("gpt2", "infer")])
+def test_fake_capture_equals_real_tensor_recording(model, mode):
+    fake = captured(model, mode)
+    real = capture_model(model, mode, 2, small=True, fake=False)
+    assert [op.name for op in fake.ops] == [op.name for op in real.ops]
+    assert [(b.size, b.start, b.end, b.uses, b.kind) for b in fake.buffers] == \
+        [(b.size, b.start, b.end, b.uses, b.kind) for b in real.buffers]
+
+
+@pytest.mark.parametrize(("model", "mode"), CASES)
+def test_trace_invariants(model, mode):
+    trace = captured(model, mode)
+    n = trace.num_ops
+    assert n > 0
+    for buffer in trace.buffers:
+        assert buffer.size > 0
+        assert 0 <= buffer.start < buffer.end <= n
+        assert list(buffer.uses) == sorted(set(buffer.uses))
+        assert all(buffer.start <= use < buffer.end for use in buffer.uses)
+        if buffer.kind == PERSISTENT:
+            assert (buffer.start, buffer.end) == (0, n)
+    for op in trace.ops:
+        assert op.duration_us is not None and math.isfinite(op.duration_us)
+        assert op.duration_us >= 0 and op.flops is not None and op.flops >= 0
+    phases = {op.phase for op in trace.ops}
+    assert phases == ({"data", "fw", "bw", "opt"} if mode == "train" else {"data", "fw"})
+    assert any(op.flops > 0 for op in trace.ops)
+
+
+def test_persistent_buffers_are_parameters_buffers_and_optimizer_state():
+    trace = captured("resnet50", "train")
+    net = model_spec("resnet50").build(True)
+    persistent = [b for b in trace.buffers if b.kind == PERSISTENT]
+    params = sum(p.numel() * 4 for p in net.parameters())
+    stats = sum(b.numel() * b.element_size() for b in net.buffers())
+    steps = 4 * len(list(net.parameters()))  # AdamW's float32 step counters
+    assert sum(b.size for b in persistent) == 3 * params + stats + steps
+    assert {b.name.split(":")[0] for b in persistent} == {"param", "buffer", "opt_state"}
+    # gradients are temporaries: born in backward, freed by zero_grad at the very end
+    assert all(b.kind != PERSISTENT for b in trace.buffers if b.name.startswith("aten.conv"))
+
+
+def test_round_trip_and_determinism(tmp_path):
+    first = captured("gpt2", "train")
+    second = capture_model("gpt2", "train", 2, small=True)
+    assert first == second
+    path = tmp_path / "gpt2.json.gz"
+    save_trace(first, path)
+    loaded = load_trace(path)
+    assert loaded.buffers == first.buffers
+    assert [op.name for op in loaded.ops] == [op.name for op in first.ops]
+    assert loaded.device == first.device
+    assert loaded.lower_bound_bytes() == first.lower_bound_bytes()
+
+
+@pytest.mark.parametrize("model", sorted(MODELS))
+def test_every_model_infers(model):
+    trace = capture_model(model, "infer", 1, small=True)
+    assert trace.lower_bound_bytes() > 0
+
+
+def test_amp_capture_has_bfloat16_ops():
+    trace = capture_model("gpt2", "train", 2, small=True, amp=True)
+    assert trace.lower_bound_bytes() < captured("gpt2", "train").lower_bound_bytes() * 2
+    assert any(op.name.startswith("aten._to_copy") for op in trace.ops)
+
+
+def test_roofline_formula():
+    h100 = RooflineModel()
+    assert h100.duration_us(0, 0) == 0.0
+    # memory-bound: 3.35 GB at 3350 GB/s is 1 ms
+    assert h100.duration_us(1, 3_350_000_000) == pytest.approx(1000.0)
+    # compute-bound: 66.9 TFLOP of float32 is 1 s; bfloat16 at 989.4 TFLOPS
+    assert h100.duration_us(66_900_000_000_000, 8) == pytest.approx(1e6)
+    assert h100.duration_us(989_400_000_000, 8, "torch.bfloat16") == pytest.approx(1e3)
+    # convolutions use TF32 by default (cuDNN), matmuls do not
+    assert h100.duration_us(494_700_000_000, 8, conv=True) == pytest.approx(1e3)
+    slow = RooflineModel(device_preset("A100-SXM"), efficiency=0.5, launch_overhead_us=2.0)
+    assert slow.duration_us(0, 2_039_000) == pytest.approx(2.0 + 2.0)
+    assert {"H100-SXM", "A100-SXM"} <= set(DEVICE_PRESETS)
+
+
+def test_bad_input_is_refused_with_the_value():
+    with pytest.raises(InputError, match=r"unknown model \(='alexnet'\).*resnet50"):
+        capture_model("alexnet")
+    with pytest.raises(InputError, match=r"mode \(='eval'\)"):
+        capture_model("gpt2", "eval", small=True)
+    with pytest.raises(InputError, match=r"batch \(=0\)"):
+        capture_model("gpt2", "train", 0, small=True)
+    with pytest.raises(InputError, match=r"unknown device preset \(='B200'\).*H100-SXM"):
+        device_preset("B200")
+    with pytest.raises(InputError, match=r"efficiency \(=0\)"):
+        RooflineModel(efficiency=0)
