@@ -19,7 +19,7 @@ from pathlib import Path
 from cupool.core.units import format_bytes, parse_budget
 from cupool.core.vocabulary import PERSISTENT, SolveStatus
 from cupool.errors import CupoolError, InputError, PlanFormatError
-from cupool.io import load_plan, load_trace, save_plan
+from cupool.io import load_plan, load_trace, save_plan, save_trace
 from cupool.planning import SOLVER_NAMES, SolverParams, plan, validate_plan
 
 EXIT_OK, EXIT_NO, EXIT_BAD_INPUT = 0, 1, 2
@@ -56,6 +56,12 @@ _seconds = _number(float, 0, "a number of seconds", exclusive=True)
 _non_negative_float = _number(float, 0, "a number")
 _positive_int = _number(int, 1, "an integer")
 _seed = _number(int, 0, "an integer")
+
+
+def _model_names() -> tuple[str, ...]:
+    from cupool.capture import MODEL_NAMES
+
+    return MODEL_NAMES
 
 
 def _policy_names() -> tuple[str, ...]:
@@ -112,6 +118,18 @@ def _build_parser() -> argparse.ArgumentParser:
     i.add_argument("trace")
     i.add_argument("--top", type=_seed, default=5, help="how many of the biggest buffers")
     i.add_argument("--json", action="store_true")
+
+    k = commands.add_parser("capture", help="record one training step or inference pass of a "
+                            "PyTorch model as trace v1 (needs cupool[capture]: torch 2.13.0)")
+    k.add_argument("model", choices=_model_names())
+    k.add_argument("--mode", choices=("train", "infer"), default="train")
+    k.add_argument("--batch", type=_positive_int, default=1)
+    k.add_argument("--out", required=True, help="trace path: .json, .json.gz or .csv")
+    k.add_argument("--device-preset", default="H100-SXM",
+                   help="roofline preset for op durations (H100-SXM, A100-SXM, ...)")
+    k.add_argument("--amp", action="store_true", help="bfloat16 autocast")
+    k.add_argument("--small", action="store_true", help="the model's small test configuration")
+    k.add_argument("--json", action="store_true")
 
     c = commands.add_parser("convert", help="convert a trace (any readable format: trace v1, "
                             "MiniMalloc CSV, PyTorch memory snapshot, CuPy hook log) to trace "
@@ -301,6 +319,26 @@ def _cmd_replay(args, stdout) -> int:
     return EXIT_OK if result["corrupt_bytes"] == 0 else EXIT_NO
 
 
+def _cmd_capture(args, stdout) -> int:
+    from cupool.capture import RooflineModel, capture_model
+
+    if not Path(args.out).parent.resolve().is_dir():
+        raise InputError("the directory to write into does not exist", path=args.out)
+    cost = RooflineModel.for_device(args.device_preset)
+    trace = capture_model(args.model, args.mode, args.batch, amp=args.amp, small=args.small,
+                          cost_model=cost)
+    save_trace(trace, args.out)
+    trace = load_trace(args.out)  # the strict reader checks what was written
+    document = {"trace": trace.name, "out": args.out, "ops": trace.num_ops,
+                "buffers": len(trace.buffers), "lower_bound_bytes": trace.lower_bound_bytes(),
+                "persistent_bytes": sum(b.size for b in trace.buffers if b.kind == PERSISTENT)}
+    _emit(stdout, args, document, [
+        f"{trace.name}: {trace.num_ops} ops, {len(trace.buffers)} buffers, lower bound "
+        f"{document['lower_bound_bytes']} B ({format_bytes(document['lower_bound_bytes'])}), "
+        f"written to {args.out}"])
+    return EXIT_OK
+
+
 def _cmd_convert(args, stdout) -> int:
     from cupool.io import convert
 
@@ -469,4 +507,5 @@ def _cmd_demo(args, stdout) -> int:
 
 _COMMANDS = {"plan": _cmd_plan, "validate": _cmd_validate, "info": _cmd_info,
              "simulate": _cmd_simulate, "replay": _cmd_replay, "convert": _cmd_convert,
+             "capture": _cmd_capture,
              "demo": _cmd_demo}

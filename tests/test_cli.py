@@ -244,3 +244,21 @@ def test_convert_refuses_an_unknown_output_format_and_writes_nothing(tmp_path):
     code, out, err = cli("convert", EXAMPLE, tmp_path / "out.xml")
     assert code == 2 and out == "" and ".json, .json.gz, .csv" in err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_capture_writes_a_trace_the_strict_reader_accepts(tmp_path):
+    pytest.importorskip("torch")
+    out_path = tmp_path / "gpt2.json.gz"
+    code, out, err = cli("capture", "gpt2", "--small", "--batch", "2", "--out", out_path, "--json")
+    assert code == 0, err
+    document = json.loads(out)
+    trace = load_trace(out_path)
+    assert document["buffers"] == len(trace.buffers) and document["ops"] == trace.num_ops
+    assert document["persistent_bytes"] > 0
+
+
+def test_capture_bad_preset_exits_2(tmp_path):
+    pytest.importorskip("torch")
+    code, out, err = cli("capture", "gpt2", "--small", "--out", tmp_path / "t.json",
+                         "--device-preset", "Z9000")
+    assert code == 2 and out == "" and "Z9000" in err and not (tmp_path / "t.json").exists()
