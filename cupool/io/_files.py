@@ -41,10 +41,14 @@ def write_atomic(path: str | os.PathLike, data: bytes) -> None:
     directory = path.parent if str(path.parent) else Path(".")
     if not directory.is_dir():
         raise InputError("the directory to write into does not exist", path=str(path))
+    # mkstemp creates 0600; a written trace or plan should be readable like any other file
+    # (an existing file keeps its mode).
+    mode = path.stat().st_mode & 0o777 if path.exists() else 0o644
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
+        os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

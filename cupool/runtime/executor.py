@@ -32,8 +32,16 @@ durations (this iteration, in trace µs) sum to at least ``1.25 × w``; never be
 end of the buffer's previous residency (so after its swap-out point), nor before op 0.
 The residency it enters starts at the new trigger. Each move is kept only if the whole
 plan still passes :func:`~cupool.planning.swap_validator.validate_swap_plan` (budget and
-address overlap included); otherwise the trigger is tried one op later, up to its old
-place.
+address overlap included); otherwise the earliest valid trigger between the target and
+the old place is found by bisection (a later trigger holds fewer bytes).
+
+Measured waits alone converge slowly: the H2D engine is FIFO, so while a due op waits
+for one large copy the copies queued behind it land during that wait and measure as
+on time, and a move can queue a small swap-in behind a large one that is now issued
+first. So the feedback then asks the simulator (``predict``, the same copy model) which
+swap-ins of the adjusted plan would still be late, moves those by the same rule, and
+repeats (at most :data:`PREDICTED_ROUNDS` times) until none is predicted late or none can
+move; what stays late is the floor the simulator predicts for the plan.
 
 The executor runs on devices whose host callbacks may wait on events (the emulated
 device); the CUDA backend forbids CUDA calls in host callbacks, so it is not supported
@@ -74,6 +82,8 @@ FEEDBACK_MARGIN = 1.25
 LATE_THRESHOLD_WALL_US = 400.0
 """A wait shorter than this much *wall* time is the emulation's timer noise (sleep and
 thread wake-up jitter), not a late prefetch or a stall."""
+PREDICTED_ROUNDS = 8
+"""How many times :func:`adjust_triggers` asks the simulator about the adjusted plan."""
 
 
 class ReplayError(CupoolError):
@@ -351,13 +361,61 @@ class Executor:
         self.close()
 
 
-def adjust_triggers(trace: Trace, plan: Plan, late: dict, op_us, validate) -> tuple[Plan, dict]:
+def adjust_triggers(trace: Trace, plan: Plan, late: dict, op_us, validate,
+                    predict=None, rounds: int = PREDICTED_ROUNDS) -> tuple[Plan, dict]:
     """Move the triggers of late swap-ins earlier (rule in the module docstring).
 
     ``late`` maps buffer ids to measured waits (trace µs); ``op_us`` are observed op
-    durations (trace µs); ``validate(trace, plan)`` is the swap validator. Returns the new
-    plan and ``{buffer: (old trigger, new trigger)}`` for the moves kept."""
-    moves = {}
+    durations (trace µs); ``validate(trace, plan)`` is the swap validator. ``predict``
+    (optional, ``predict(plan) -> {buffer: wait µs}``, e.g. :func:`predicted_waits` over
+    :func:`~cupool.sim.simulate`) is then asked, up to ``rounds`` times, which swap-ins of
+    the adjusted plan would still be late — those hidden behind a measured wait, and those
+    a move queued behind a large copy — and they move by the same rule. Returns the new
+    plan and ``{buffer: (first old trigger, last new trigger)}`` for the moves kept."""
+    stuck = set()
+    plan, moves = _move_late(trace, plan, late, op_us, validate, stuck)
+    for _round in range(rounds if predict is not None else 0):
+        plan, moved = _move_late(trace, plan, predict(plan), op_us, validate, stuck)
+        if not moved:
+            break
+        for b, (old, new) in moved.items():
+            moves[b] = (moves.get(b, (old, new))[0], new)
+    return plan, moves
+
+
+def predicted_waits(report, plan: Plan) -> dict:
+    """``{buffer: µs}`` that each swap-in of ``plan`` made its due op wait in ``report``
+    (a :class:`~cupool.sim.simulator.SimReport` of ``plan``): its H2D copy's end minus
+    the due op's dispatch, where positive. A buffer's H2D copies, in the order the engine
+    served them, belong to its swap-ins in trigger order (one engine is FIFO, and a
+    buffer's swap-ins are ordered by its residencies)."""
+    landed = defaultdict(list)
+    for b, direction, _nbytes, _enqueued, _start, end in report.copies:
+        if direction == "h2d":
+            landed[b].append(end)
+    waits = {}
+    swap_ins = sorted((a for a in plan.actions if isinstance(a, SwapIn)),
+                      key=lambda a: a.trigger_op)
+    seen = defaultdict(int)
+    for action in swap_ins:
+        b = action.buffer_id
+        end = landed[b][seen[b]]
+        seen[b] += 1
+        wait = end - report.op_times[action.due_op][0]
+        if wait > 0:
+            waits[b] = max(waits.get(b, 0.0), wait)
+    return waits
+
+
+def _move_late(trace: Trace, plan: Plan, late: dict, op_us, validate,
+               stuck: set | None = None) -> tuple[Plan, dict]:
+    """One application of the rule to the waits ``late``. The moves are tried together,
+    then by halves where the plan would break (one validation in the common case); a
+    single move that breaks it bisects for the earliest valid trigger between its target
+    and its old place. ``stuck`` collects ``(buffer, trigger)`` that cannot move, so later
+    rounds skip them."""
+    stuck = set() if stuck is None else stuck
+    targets = []  # (buffer, action, residency, old trigger, target trigger)
     for b, waited in sorted(late.items()):
         spans = sorted((r for r in plan.residencies if r.buffer_id == b), key=lambda r: r.start)
         for action in plan.actions:
@@ -370,13 +428,35 @@ def adjust_triggers(trace: Trace, plan: Plan, late: dict, op_us, validate) -> tu
             while target > floor and covered < FEEDBACK_MARGIN * waited:
                 target -= 1
                 covered += op_us[target]
-            for trigger in range(target, old):
-                candidate = _moved(plan, spans[k], action, trigger)
-                if validate(trace, candidate).valid:
-                    plan = candidate
-                    moves[b] = (old, trigger)
-                    break
-    return plan, moves
+            if target < old and (b, old) not in stuck:
+                targets.append((b, action, spans[k], old, target))
+    moves = {}
+
+    def apply(plan, batch):
+        together = plan
+        for _b, action, residency, _old, target in batch:
+            together = _moved(together, residency, action, target)
+        if validate(trace, together).valid:
+            moves.update({b: (old, target) for b, _a, _r, old, target in batch})
+            return together
+        if len(batch) > 1:
+            half = len(batch) // 2
+            return apply(apply(plan, batch[:half]), batch[half:])
+        b, action, residency, old, target = batch[0]
+        low, high = target + 1, old  # the earliest valid trigger is in [low, high]
+        while low < high:
+            middle = (low + high) // 2
+            if validate(trace, _moved(plan, residency, action, middle)).valid:
+                high = middle
+            else:
+                low = middle + 1
+        if high == old:
+            stuck.add((b, old))
+            return plan
+        moves[b] = (old, high)
+        return _moved(plan, residency, action, high)
+
+    return (apply(plan, targets) if targets else plan), moves
 
 
 def _moved(plan: Plan, residency: Residency, action: SwapIn, trigger: int) -> Plan:
@@ -386,5 +466,5 @@ def _moved(plan: Plan, residency: Residency, action: SwapIn, trigger: int) -> Pl
     return replace(plan, residencies=residencies, actions=actions)
 
 
-__all__ = ["FEEDBACK_MARGIN", "LATE_THRESHOLD_WALL_US", "Executor", "ReplayError",
-           "adjust_triggers"]
+__all__ = ["FEEDBACK_MARGIN", "LATE_THRESHOLD_WALL_US", "PREDICTED_ROUNDS", "Executor",
+           "ReplayError", "adjust_triggers", "predicted_waits"]

@@ -23,18 +23,27 @@ Result keys: ``iterations``, ``mean_iteration_us`` (trace µs, mean over iterati
 waited), ``stall_us`` (per iteration), ``peak_device_bytes`` (the arena the runtime
 reserved, in trace bytes: scaled reservation × ``size_scale``), ``bytes_checked``,
 ``corrupt_bytes``, ``sim_iteration_us`` (the simulator's prediction for the first plan),
-``feedback_moves`` (per iteration, triggers moved), ``staging`` and ``copies`` (stats),
+``feedback_moves`` (per iteration, triggers moved), ``sim_late_floor`` (swap-ins the
+simulator predicts late, by more than the timer-noise threshold, for the plan as the
+feedback left it: the floor late prefetches can fall to), ``staging`` and ``copies`` (stats),
 ``size_scale``, ``time_scale``, ``link_gbps``, ``budget_bytes``, ``policy``, ``trace``,
 and ``plan_out`` when the adjusted plan was written.
 """
 
 from __future__ import annotations
 
+from cupool import progress
 from cupool.core.units import parse_budget
 from cupool.core.vocabulary import SolveStatus, Trace
 from cupool.errors import InputError
 from cupool.planning.swap_validator import validate_swap_plan
-from cupool.runtime.executor import Executor, ReplayError, adjust_triggers
+from cupool.runtime.executor import (
+    LATE_THRESHOLD_WALL_US,
+    Executor,
+    ReplayError,
+    adjust_triggers,
+    predicted_waits,
+)
 from cupool.sim.cost import cost_model, link_gbps
 from cupool.sim.simulator import simulate
 
@@ -92,16 +101,20 @@ def replay(trace: Trace, budget, device="emulated", iterations: int = 3, link="g
             raise ReplayError(f"device (={device!r}): replay runs on 'emulated' only for now")
         device = open_paced_device(link, size_scale, time_scale)
     runs, moves = [], []
+
+    def predict(candidate):
+        return predicted_waits(simulate(plan_trace, candidate, cost, validate=False), candidate)
+
     try:
         with Executor(plan_trace, plan, device, size_scale=size_scale, time_scale=time_scale,
                       seed=seed, op_us=cost.op_times(plan_trace)) as executor:
-            for iteration in range(iterations):
+            for iteration in progress.iterate(range(iterations), "replay", "iter"):
                 run = executor.run_iteration(iteration)
                 runs.append(run)
                 moved = {}
                 if feedback and run["late"]:
                     plan, moved = adjust_triggers(plan_trace, plan, run["late"], run["op_us"],
-                                                  validate_swap_plan)
+                                                  validate_swap_plan, predict)
                     if moved:
                         executor.set_plan(plan)
                 moves.append(len(moved))
@@ -111,6 +124,8 @@ def replay(trace: Trace, budget, device="emulated", iterations: int = 3, link="g
         if own_device:
             device.close()
     times = [r["iteration_us"] for r in runs]
+    noise_us = LATE_THRESHOLD_WALL_US / time_scale
+    floor = predict(plan)
     return {
         "trace": trace.name, "policy": policy, "budget_bytes": budget_bytes,
         "link_gbps": link_gbps(link), "size_scale": size_scale, "time_scale": time_scale,
@@ -118,6 +133,7 @@ def replay(trace: Trace, budget, device="emulated", iterations: int = 3, link="g
         "iteration_us": times, "sim_iteration_us": predicted.iteration_us,
         "late_prefetches": [len(r["late"]) for r in runs],
         "stall_us": [r["stall_us"] for r in runs], "feedback_moves": moves,
+        "sim_late_floor": sum(1 for wait in floor.values() if wait > noise_us),
         "peak_device_bytes": peak,
         "bytes_checked": sum(r["bytes_checked"] for r in runs),
         "corrupt_bytes": sum(r["corrupt_bytes"] for r in runs),

@@ -76,6 +76,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from cupool import progress
+from cupool.core.units import format_bytes
 from cupool.core.vocabulary import SolveStatus
 from cupool.errors import SolverError
 from cupool.planning.problem import StaticProblem
@@ -286,17 +288,20 @@ def solve_exact(problem: StaticProblem, params: SolverParams) -> SolveResult:
     best = layout.greedy()
     target = lower_bound - layout.stacked_bytes
     proved = target  # every arena (above the stack) below `proved` is impossible
-    while proved < layout.height(best):
-        outcome, local = layout.decide_all(target, best, deadline, native, stats)
-        if outcome == TIMEOUT:
-            break
-        if outcome == NOT_FOUND:
-            proved = target + 1
-        else:
-            best = local
-        if not params.minimize:
-            break
-        target = (proved + layout.height(best)) // 2
+    with progress.bar(None, "exact", "capacity") as capacities_bar:
+        while proved < layout.height(best):
+            outcome, local = layout.decide_all(target, best, deadline, native, stats)
+            if outcome == TIMEOUT:
+                break
+            if outcome == NOT_FOUND:
+                proved = target + 1
+            else:
+                best = local
+            low, high = proved + layout.stacked_bytes, layout.height(best) + layout.stacked_bytes
+            capacities_bar.update(postfix=f"arena in [{format_bytes(low)}, {format_bytes(high)}]")
+            if not params.minimize:
+                break
+            target = (proved + layout.height(best)) // 2
     stats["proved_lower_bytes"] = proved + layout.stacked_bytes
     offsets = layout.compose(best)
     arena = problem.arena_of(offsets)

@@ -31,6 +31,8 @@ import time
 
 import numpy as np
 
+from cupool import progress
+from cupool.core.units import format_bytes
 from cupool.planning.problem import StaticProblem
 from cupool.planning.solvers.base import SolveResult, SolverParams, heuristic_result
 from cupool.planning.solvers.greedy import (
@@ -90,16 +92,18 @@ class _Search:
             return "lower_bound"
         if len(population) < self.params.population:
             return "time_limit"
-        for generation in range(1, self.params.generations + 1):
-            rate = mutation_rate(self.params, generation)
-            population, fitness = self.next_generation(population, fitness, rate)
-            if population is None:
-                return "time_limit"
-            self.generations = generation
-            if self.best_arena == self.lower_bound:
-                return "lower_bound"
-            if generation - self.best_generation >= self.params.stall_generations:
-                return "stall"
+        with progress.bar(self.params.generations, "genetic", "gen") as generations_bar:
+            for generation in range(1, self.params.generations + 1):
+                rate = mutation_rate(self.params, generation)
+                population, fitness = self.next_generation(population, fitness, rate)
+                if population is None:
+                    return "time_limit"
+                self.generations = generation
+                generations_bar.update(postfix=f"best {format_bytes(self.best_arena)}")
+                if self.best_arena == self.lower_bound:
+                    return "lower_bound"
+                if generation - self.best_generation >= self.params.stall_generations:
+                    return "stall"
         return "generations"
 
     def first_population(self):
