@@ -131,6 +131,17 @@ def _build_parser() -> argparse.ArgumentParser:
     k.add_argument("--small", action="store_true", help="the model's small test configuration")
     k.add_argument("--json", action="store_true")
 
+    z = commands.add_parser("viz", help="draw a plan: address x time layout, memory over "
+                            "time, or the simulated stream timeline (needs cupool[viz])")
+    z.add_argument("trace")
+    z.add_argument("plan", nargs="?", help="plan file; without it the trace is planned here")
+    z.add_argument("--out", required=True, help="FILE.png or FILE.svg")
+    z.add_argument("--kind", default="layout", choices=("layout", "memory", "timeline"))
+    z.add_argument("--solver", default="auto", choices=SOLVER_NAMES)
+    z.add_argument("--budget", help="plan swaps for this budget (bytes, 4GiB, 70%%)")
+    z.add_argument("--link", default="gen5", help="gen4, gen5, or a bandwidth in GB/s")
+    z.add_argument("--json", action="store_true")
+
     c = commands.add_parser("convert", help="convert a trace (any readable format: trace v1, "
                             "MiniMalloc CSV, PyTorch memory snapshot, CuPy hook log) to trace "
                             "v1 (.json, .json.gz) or MiniMalloc CSV (.csv)")
@@ -339,6 +350,18 @@ def _cmd_capture(args, stdout) -> int:
     return EXIT_OK
 
 
+def _cmd_viz(args, stdout) -> int:
+    from cupool.viz import viz
+
+    if not Path(args.out).parent.resolve().is_dir():
+        raise InputError("the directory to write into does not exist", path=args.out)
+    info = viz(args.trace, args.plan, out=args.out, kind=args.kind, solver=args.solver,
+               budget=args.budget, link=args.link)
+    _emit(stdout, args, info, [f"{info['kind']} of {info['trace']} ({info['plan']}) written to "
+                               f"{info['out']}"])
+    return EXIT_OK
+
+
 def _cmd_convert(args, stdout) -> int:
     from cupool.io import convert
 
@@ -507,5 +530,5 @@ def _cmd_demo(args, stdout) -> int:
 
 _COMMANDS = {"plan": _cmd_plan, "validate": _cmd_validate, "info": _cmd_info,
              "simulate": _cmd_simulate, "replay": _cmd_replay, "convert": _cmd_convert,
-             "capture": _cmd_capture,
+             "capture": _cmd_capture, "viz": _cmd_viz,
              "demo": _cmd_demo}

@@ -262,3 +262,14 @@ def test_capture_bad_preset_exits_2(tmp_path):
     code, out, err = cli("capture", "gpt2", "--small", "--out", tmp_path / "t.json",
                          "--device-preset", "Z9000")
     assert code == 2 and out == "" and "Z9000" in err and not (tmp_path / "t.json").exists()
+
+
+def test_viz_draws_a_layout_svg_and_refuses_other_extensions(tmp_path):
+    pytest.importorskip("matplotlib")
+    out_path = tmp_path / "layout.svg"
+    code, out, err = cli("viz", EXAMPLE, "--out", out_path, "--json")
+    assert code == 0, err
+    assert json.loads(out)["kind"] == "layout"
+    assert out_path.read_text().lstrip().startswith("<?xml")
+    code, out, err = cli("viz", EXAMPLE, "--out", tmp_path / "layout.bmp")
+    assert code == 2 and out == "" and ".bmp" in err
