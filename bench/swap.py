@@ -72,9 +72,12 @@ def run(quick: bool) -> dict:
                     row["policies"][policy] = entry
                 rows.append(row)
                 auto = row["policies"]["auto"].get("overhead")
+                meets = (row["bound"] is not None and auto is not None
+                         and auto <= 2 * row["bound"] + 0.05)
                 print(f"{row['trace']:40s} {int(fraction * 100):3d}% {link}  bound "
-                      f"{_pct(row['bound'])}  auto {_pct(auto)}  "
-                      f"({row['policies']['auto'].get('member', '-')})", flush=True)
+                      f"{_pct(row['bound'])}  auto {_pct(auto)} {'✓' if meets else '✗'} "
+                      f"({row['policies']['auto'].get('member', '-')}, "
+                      f"{row['policies']['auto']['seconds']:.1f} s)", flush=True)
     return {"rows": rows, "summary": summarize(rows)}
 
 

@@ -151,3 +151,29 @@ def test_small_traces_plans_are_valid_or_say_why(trace, fraction, policy):
         assert simulate(info["trace"], plan, GEN5, validate=False).feasible
     else:
         assert info["reason"]
+
+
+def test_feedback_moves_a_late_swap_in_earlier():
+    """A synchronous swap-in (trigger = due = op 5) makes op 5 wait for the copy; the
+    feedback triggers it at op 4 instead, whose 100 µs cover the copy::
+
+        op:   0    1    2    3    4    5
+        a     u    .    .    .    .    u     swap out after 0, in at 5 → at 4
+    """
+    from cupool.core.vocabulary import Plan, Residency, SwapIn, SwapOut
+    from cupool.planning.budget.feedback import refine_triggers
+
+    ops = tuple(Op(f"op{i}", 100.0) for i in range(6))
+    trace = Trace("late", ops, (Buffer(0, 2**20, 0, 6, (0, 5), TEMPORARY),))
+    plan = Plan("late", trace.digest(), "hand", SolveStatus.FEASIBLE, 2**20, 2**20, (),
+                capacity_bytes=2**20,
+                residencies=(Residency(0, 0, 1, 0), Residency(0, 5, 6, 0)),
+                actions=(SwapOut(0, 0), SwapIn(0, 5, 5)))
+    assert validate_plan(trace, plan).valid
+    before = simulate(trace, plan, GEN5)
+    assert before.stall_us > 0
+    better, report, moved = refine_triggers(trace, plan, GEN5)
+    assert moved == 1
+    assert SwapIn(0, 4, 5) in better.actions and Residency(0, 4, 6, 0) in better.residencies
+    assert validate_plan(trace, better).valid
+    assert report.stall_us == 0 and report.iteration_us < before.iteration_us

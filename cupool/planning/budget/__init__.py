@@ -14,6 +14,9 @@ policy          what it does
 ``greedy``      cost-aware greedy: cheapest bytes first (recompute chains or swaps that
                 fit the link), DTR/Checkmate-style mixing per tensor
 ``capuchin``    largest free time first, swap when the link has room, else recompute
+``segments-ga`` K segments from the largest buffers, the others assigned to segments by a
+                GA (DESIGN.md idea 1); gaps that share a segment with another buffer's
+                access migrate (swap or recompute), least migrated bytes first
 ``vdnn``        offload every forward activation backward uses, prefetch one layer ahead
 ``on-demand``   swap out least-recently-used on pressure, swap in synchronously at use
 ==============  ===========================================================================
@@ -46,6 +49,7 @@ _REGISTRY = {
     "auto": ("cupool.planning.budget.auto", "plan_auto"),
     "greedy": ("cupool.planning.budget.auto", "plan_greedy"),
     "capuchin": ("cupool.planning.budget.capuchin", "plan_capuchin"),
+    "segments-ga": ("cupool.planning.budget.segments_ga", "plan_segments_ga"),
     "vdnn": ("cupool.planning.budget.baselines", "plan_vdnn"),
     "on-demand": ("cupool.planning.budget.baselines", "plan_on_demand"),
 }

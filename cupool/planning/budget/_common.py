@@ -26,8 +26,8 @@ class BudgetParams:
     """Knobs of the budget planners (each reads the fields it needs).
 
     seed: seed of every random choice (``segments-ga``); same seed → same plan.
-    time_limit_s: wall-clock seconds for a search (``segments-ga``: 5 s; ``auto``: its
-      GA member gets the same limit).
+    time_limit_s: wall-clock seconds for ``segments-ga``'s GA (5 s; counted from the
+      start of planning; ``auto`` does not run the GA).
     swap_weights: ``auto``'s greedy runs once per weight: µs of cost charged per µs of
       link time a swap uses (0 spends the link first-come; ``inf`` never swaps).
     max_chain: longest chain of dropped inputs a recompute may re-produce.
@@ -44,7 +44,7 @@ class BudgetParams:
 
     seed: int = 0
     time_limit_s: float = 5.0
-    swap_weights: tuple[float, ...] = (0.0, 0.02, 0.2, float("inf"))
+    swap_weights: tuple[float, ...] = (0.0, 0.02, 0.2, 1.0, float("inf"))
     max_chain: int = 6
     offset_solver: str = "greedy-size"
     placement_rounds: int = 5
@@ -100,12 +100,18 @@ def recipe_note(trace: Trace, original: Trace) -> str:
     return "from the trace" if has_recipes(original) else DERIVED_RULE
 
 
+FALLBACK_OFFSET_SOLVERS = ("best-fit", "greedy-breadth")
+"""Static solvers tried, in order, when ``params.offset_solver`` cannot place the
+residencies within the budget, before re-planning for a smaller internal budget."""
+
+
 def place_schedule(trace: Trace, budget_bytes: int, decide, policy: str, params: BudgetParams,
                    started: float, stats: dict):
     """Run ``decide(internal_budget) -> (Schedule | None, stats)`` and place its residencies.
 
-    When the offsets need more than the budget (fragmentation) the planner runs again for
-    an internal budget lowered by the overshoot. Returns the plan (``feasible`` or
+    When the offsets need more than the budget (fragmentation), the fallback offset
+    solvers try; if none fits, the planner runs again for an internal budget lowered by
+    the overshoot. Returns the plan (``feasible`` or
     ``over_capacity``) and the last failure reason (``None`` on success).
     """
     internal = budget_bytes
@@ -121,7 +127,10 @@ def place_schedule(trace: Trace, budget_bytes: int, decide, policy: str, params:
             reason = (f"policy left {peak} bytes resident at some op "
                       f"(budget {budget_bytes})")
             break
-        offsets, arena = place(trace, intervals, budget_bytes, params.offset_solver)
+        for solver in dict.fromkeys((params.offset_solver, *FALLBACK_OFFSET_SOLVERS)):
+            offsets, arena = place(trace, intervals, budget_bytes, solver)
+            if offsets is not None:
+                break
         if offsets is not None:
             info = {**stats, **more, "internal_budget_bytes": internal,
                     "placement_rounds": round_ + 1, "resident_peak_bytes": peak}

@@ -121,22 +121,30 @@ def residency_intervals(trace: Trace, schedule: Schedule) -> list[tuple[int, int
 def actions_of(trace: Trace, schedule: Schedule) -> tuple:
     """The schedule's actions in execution order: before op ``t`` come the swap-outs issued
     after op ``t - 1``, then swap-ins triggered at ``t``, then recomputes due at ``t``
-    (chain links deepest first, so every recompute finds its inputs resident)."""
+    in producer-op order (an input's producer runs before its consumer's, so every
+    recompute finds its inputs resident: chain links and gaps cut short at a pin alike)."""
     keyed = []
     for gaps in schedule.gaps.values():
         for g in gaps:
             if g.mode == SWAP:
-                keyed.append(((g.prev_use + 1, 0, 0, g.buffer_id),
+                keyed.append(((g.prev_use + 1, 0, 0, 0, g.buffer_id),
                               SwapOut(g.buffer_id, g.prev_use)))
-                keyed.append(((g.resident_from, 1, 0, g.buffer_id),
+                keyed.append(((g.resident_from, 1, 0, 0, g.buffer_id),
                               SwapIn(g.buffer_id, g.resident_from, g.next_use)))
             else:
-                keyed.append(((g.next_use, 2, 0, g.buffer_id),
+                keyed.append(((g.next_use, 2, _producer(trace, g.buffer_id), 0, g.buffer_id),
                               RecomputeAction(g.buffer_id, g.next_use)))
     for buffer_id, op, depth in schedule.chains:
-        keyed.append(((op, 2, -depth, buffer_id), RecomputeAction(buffer_id, op)))
+        keyed.append(((op, 2, _producer(trace, buffer_id), -depth, buffer_id),
+                      RecomputeAction(buffer_id, op)))
     keyed.sort(key=lambda item: item[0])
     return tuple(action for _key, action in keyed)
+
+
+def _producer(trace: Trace, buffer_id: int) -> int:
+    """The op a recompute of the buffer re-runs: inputs exist before it, so running the
+    recomputes before one op in producer order finds every input already made."""
+    return trace.buffer(buffer_id).recompute.op
 
 
 def resident_bytes(trace: Trace, intervals) -> np.ndarray:

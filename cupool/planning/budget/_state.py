@@ -22,6 +22,10 @@ import numpy as np
 from cupool.core.vocabulary import PERSISTENT, Trace
 from cupool.planning.budget._residency import RECOMPUTE, SWAP, Gap, Schedule, base_interval
 
+TRIGGER_SCAN = 48
+"""Triggers a swap tries below the latest one whose own copy lands on time (looking for
+one that also leaves every later copy on time) before it settles for a late swap."""
+
 
 class Engine:
     """One FIFO copy engine: copies ``(issue_us, length_us)`` kept in issue order."""
@@ -216,8 +220,9 @@ class PlanState:
             self.schedule.chains.append((x, next_use, depth))
             self.transient.setdefault(x, set()).add(next_use)
             self.live[next_use] += self.trace.buffer(x).size
-        for x in self.trace.buffer(buffer_id).recompute.inputs:
-            self.pinned.setdefault(x, set()).add(next_use)
+        for y in [buffer_id, *(x for x, _depth in links)]:
+            for x in self.trace.buffer(y).recompute.inputs:
+                self.pinned.setdefault(x, set()).add(next_use)
         self.extra[next_use] += cost
         self.recompute_us += cost
         self._times()
@@ -239,15 +244,25 @@ class PlanState:
         else:
             due = float(self.start_us[next_use])
             low = resident_until
-        earliest = None
-        for trigger in range(next_use, low - 1, -1):
+        # triggers in [earliest, next_use]: the copy in starts after the copy out landed
+        earliest = low if wraps else max(low, self.op_at_or_after(out_done, low))
+        if earliest > next_use:
+            return None
+        # the latest trigger whose own copy lands by ``due`` (monotone: FIFO engine), found
+        # by bisection; below it, scan a bounded number of triggers for one that also keeps
+        # every later copy on time
+        lo, hi = earliest, next_use + 1
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self.h2d.finish_if_added(float(self.start_us[mid]), in_len) <= due + 1e-9:
+                lo = mid + 1
+            else:
+                hi = mid
+        for trigger in range(lo - 1, max(earliest, lo - 1 - TRIGGER_SCAN) - 1, -1):
             issue = float(self.start_us[trigger])
-            if not wraps and issue < out_done:
-                break
-            earliest = trigger
             if self.h2d.fits(issue, in_len, due):
                 return resident_until, trigger, out_issue, out_len, issue, in_len, due, 0.0
-        if earliest is None or earliest >= next_use or not self.late_swaps:
+        if earliest >= next_use or not self.late_swaps:
             return None
         issue = float(self.start_us[earliest])
         return (resident_until, earliest, out_issue, out_len, issue, in_len, due,

@@ -1,8 +1,10 @@
 """``greedy`` and ``auto``.
 
-``greedy`` is the cost-aware greedy (:mod:`._greedy`, order ``"cost"``): cheapest bytes
-first, where a recompute costs its producer plus its chain of dropped inputs and a swap
-costs ``swap_weight`` µs per µs of link time it occupies (plus any lateness). Mixing per
+``greedy`` is the cost-aware greedy (:mod:`._greedy`, order ``"cost"``, repaired: ops a
+run leaves over the budget are served first in a re-run): cheapest bytes first (per byte
+and per over-budget op a hole covers), where a recompute costs its producer plus its
+chain of dropped inputs and a swap costs ``swap_weight`` µs per µs of link time it
+occupies (plus any lateness). Mixing per
 tensor is what closes the gap on a link-bound machine: activations of cheap (memory-bound)
 ops are recomputed, those of expensive ops ride the link while it has room, and weights
 and optimizer state leave the device between uses / across the iteration boundary only
@@ -11,8 +13,11 @@ when the budget still does not hold.
 ``auto`` (the default policy) plans with every member — ``greedy`` at each of
 ``params.swap_weights``, ``capuchin``, ``vdnn`` and ``on-demand`` — checks
 each plan with the independent validator, simulates it, and keeps the one with the least
-simulated iteration time (ties: fewer swapped bytes, then member order). ``info
-["candidates"]`` lists every member's overhead or why it has none.
+simulated iteration time (ties: fewer swapped bytes, then member order), then applies
+Capuchin's feedback to it (:mod:`.feedback`: late swap-ins triggered earlier, re-validated,
+kept only when faster). ``info["candidates"]`` lists every member's overhead or why it
+has none. ``segments-ga`` is not a member: on the shared traces it never beat the greedy
+(it migrates whole gaps a segment forces off, not only the bytes over the budget).
 """
 
 from __future__ import annotations
@@ -22,12 +27,13 @@ from dataclasses import replace
 
 from cupool.core.vocabulary import SolveStatus
 from cupool.planning.budget._common import BudgetParams, now, place_schedule
-from cupool.planning.budget._greedy import over_budget_op, run_greedy
+from cupool.planning.budget._greedy import over_budget_op, run_repaired
+from cupool.planning.budget.feedback import refine_triggers
 
 
 def _greedy(trace, budget_bytes, cost, params, started, swap_weight, name="greedy"):
     def decide(internal):
-        state = run_greedy(trace, internal, cost, order="cost", swap_weight=swap_weight,
+        state = run_repaired(trace, internal, cost, order="cost", swap_weight=swap_weight,
                            allow_swap=math.isfinite(swap_weight), max_chain=params.max_chain)
         op, resident = over_budget_op(state)
         if resident > internal:
@@ -79,6 +85,7 @@ def plan_auto(trace, budget_bytes, cost, params: BudgetParams, started: float):
         plan = replace(plan, solver="auto", stats={**plan.stats, "reason": reason})
         return plan, reason, extra
     _key, name, plan, sim = best
+    plan, sim, _moved = refine_triggers(trace, plan, cost, sim)
     stats = {**plan.stats, "member": name, "simulated_overhead": sim.overhead,
              "candidates": report}
     plan = replace(plan, solver="auto", stats=stats, solve_seconds=now() - started)

@@ -14,7 +14,8 @@ order (as capuchin, without recomputation); ``stats["vdnn_extra_swaps"]`` counts
 when the resident bytes of op ``t`` exceed the budget, the least recently used buffers not
 used by ``t`` are swapped out (issued after op ``t - 1``) and swapped back synchronously
 at their next use (trigger = due = that use). Persistent buffers with no later use this
-iteration go across the iteration boundary.
+iteration go across the iteration boundary, and so do those not used yet this iteration
+(they start it on the host, copied out after their last use, back at their first use).
 """
 
 from __future__ import annotations
@@ -81,6 +82,7 @@ def plan_on_demand(trace, budget_bytes, cost, params: BudgetParams, started: flo
         live = state.live  # updated in place as buffers leave
         schedule = Schedule()
         away_until = {}  # buffer -> op it comes back at
+        wrapped = {}  # persistent buffer -> its gap across the boundary, while open-ended
         for t in range(n):
             if live[t] <= internal:
                 continue
@@ -95,9 +97,10 @@ def plan_on_demand(trace, budget_bytes, cost, params: BudgetParams, started: flo
                     used_now.add(b.id)
                     continue
                 before = [x for x in u if x < t]
-                if not before:
-                    continue  # a persistent buffer not used yet: nothing to go back to
-                resident.append((before[-1], b.id))
+                if not before and (b.kind != PERSISTENT or not u):
+                    continue
+                # a persistent buffer not used yet this iteration may start it on the host
+                resident.append((before[-1] if before else -1, b.id))
             resident.sort()
             for last, buffer_id in resident:
                 if live[t] <= internal:
@@ -105,12 +108,21 @@ def plan_on_demand(trace, budget_bytes, cost, params: BudgetParams, started: flo
                 u = uses[buffer_id]
                 after = [x for x in u if x > t]
                 buf = trace.buffer(buffer_id)
-                if after:
+                if last < 0:  # across the boundary: back at its first use
+                    gap = Gap(buffer_id, u[-1], u[0], SWAP, n, u[0])
+                    wrapped[buffer_id] = gap
+                    live[:u[0]] -= buf.size
+                    away_until[buffer_id] = u[0]
+                elif after:
                     gap = Gap(buffer_id, last, after[0], SWAP, t, after[0])
                     live[t:after[0]] -= buf.size
                     away_until[buffer_id] = after[0]
                 elif buf.kind == PERSISTENT:
                     gap = Gap(buffer_id, last, u[0], SWAP, t, u[0])
+                    early = wrapped.pop(buffer_id, None)
+                    if early is not None:  # it began the iteration on the host already
+                        schedule.gaps[buffer_id].remove(early)
+                        live[:u[0]] += buf.size
                     live[t:] -= buf.size
                     live[:u[0]] -= buf.size
                     away_until[buffer_id] = n

@@ -7,12 +7,19 @@ copies fit the link on time costs nothing, otherwise the gap is recomputed (the 
 duration plus every dropped input recomputed with it: chains). Each swap-in's trigger is
 the latest op whose copy still lands before the next use *behind the copies already
 queued on the H2D engine* (FIFO), so the queue never makes an earlier decision late.
+
+Then Capuchin's feedback (:mod:`.feedback`): the plan is simulated, and every swap-in
+that still arrived late gets its trigger moved earlier by enough ops to cover the measured
+wait (bounded by the swap-out point, the budget and the offsets); the moved plan is
+re-validated and kept only when it simulates faster.
 """
 
 from __future__ import annotations
 
+from cupool.core.vocabulary import SolveStatus
 from cupool.planning.budget._common import BudgetParams, place_schedule
 from cupool.planning.budget._greedy import over_budget_op, run_greedy
+from cupool.planning.budget.feedback import refine_triggers
 
 
 def plan_capuchin(trace, budget_bytes, cost, params: BudgetParams, started: float):
@@ -25,4 +32,7 @@ def plan_capuchin(trace, budget_bytes, cost, params: BudgetParams, started: floa
                                     f"resident after every candidate (budget {internal})"}
         return state.schedule, {"planned_recompute_us": state.recompute_us}
 
-    return place_schedule(trace, budget_bytes, decide, "capuchin", params, started, {})
+    plan, reason = place_schedule(trace, budget_bytes, decide, "capuchin", params, started, {})
+    if plan.status == SolveStatus.FEASIBLE:
+        plan, _sim, _moved = refine_triggers(trace, plan, cost)
+    return plan, reason

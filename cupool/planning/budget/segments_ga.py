@@ -1,0 +1,261 @@
+"""``segments-ga``: segment reuse by a genetic algorithm (DESIGN.md idea 1).
+
+The device memory is cut into a *static region* and *K segments*:
+
+1. merge small objects: the smallest buffers (ascending size) join one static region,
+   always resident, while its peak live bytes stay within ``small_fraction`` of the
+   budget (small objects whose accesses are contiguous never migrate);
+2. the K largest remaining buffers whose sizes sum to at most what the region leaves
+   define K segments (segment ``k`` is as large as its defining buffer);
+3. every other large buffer is assigned to a segment it fits in. Objects sharing a
+   segment reuse it over time; an object's idle gap that contains another object's
+   access to the same segment must *migrate* (swap or recompute). Consecutive accesses
+   of one object with nothing between them (an idle gap no other object touches) keep
+   it resident::
+
+       segment 0:  a a . . b b . a        a's gap between its uses holds b's uses:
+                       [migrated )        a migrates there; b's gaps hold none: b stays
+
+A GA searches the assignment: segment-wise crossover (a child takes one segment's
+objects from the other parent), size-respecting swap mutation (two objects of different
+segments trade places when each fits the other's segment) with a rate growing linearly
+over the generations, elitism plus fresh random members; it stops on generations, the
+time limit, or ``stall_generations`` without improvement. The objective is (accesses of
+two objects of one segment at the same op, migrated bytes), lexicographically; the best
+few assignments become plans and the least simulated time wins.
+
+From assignment to plan: every migrated gap goes off the device, by the cheaper of swap
+and recompute (:func:`~._greedy.evaluate`, ``params.swap_weights[2]``-style weight);
+because copies take time (a swapped gap frees less than the whole gap) the cost-aware
+greedy then fixes whatever excess remains. Seeded: ``numpy.random.default_rng(seed)``.
+"""
+
+from __future__ import annotations
+
+import bisect
+
+import numpy as np
+
+from cupool.core.vocabulary import PERSISTENT, SolveStatus
+from cupool.planning.budget._common import BudgetParams, now, place_schedule
+from cupool.planning.budget._greedy import _apply, _cost_pass, candidates, evaluate
+from cupool.planning.budget._residency import failed_plan
+from cupool.planning.budget._state import PlanState, gaps_of
+
+SWAP_WEIGHT = 0.2
+"""µs of cost per µs of link time when a migrated gap chooses between swap and recompute."""
+
+FINALISTS = 3
+"""Distinct best assignments turned into plans and simulated."""
+
+
+class SegmentProblem:
+    """The static region, the segments, and per large object its uses and idle gaps."""
+
+    def __init__(self, trace, budget_bytes: int, small_fraction: float) -> None:
+        self.trace = trace
+        n = trace.num_ops
+        useful = [b for b in trace.buffers if b.uses or b.kind == PERSISTENT]
+        by_size = sorted(useful, key=lambda b: (b.size, b.id))
+        region = np.zeros(n, dtype=np.int64)
+        small = 0
+        limit = small_fraction * budget_bytes
+        for b in by_size:
+            s, e = _span(trace, b)
+            if region[s:e].max(initial=0) + b.size > limit:
+                break
+            region[s:e] += b.size
+            small += 1
+        self.region_bytes = int(region.max(initial=0))
+        large = sorted(by_size[small:], key=lambda b: (-b.size, b.id))
+        room = budget_bytes - self.region_bytes
+        seg_sizes = []
+        for b in large:
+            if sum(seg_sizes) + b.size > room:
+                break
+            seg_sizes.append(b.size)
+        self.objects = large
+        self.segment_bytes = np.array(seg_sizes, dtype=np.int64)
+        self.k = len(seg_sizes)
+        # object i may use segments 0 .. fits[i] - 1 (segments are sorted by size, desc)
+        self.fits = np.array([int(np.sum(self.segment_bytes >= b.size)) for b in large])
+        self.uses = [sorted(set(b.uses)) for b in large]
+        self.gaps = [gaps_of(trace, b) for b in large]
+        self.sizes = np.array([b.size for b in large], dtype=np.int64)
+        self.n = n
+
+    @property
+    def solvable(self) -> bool:
+        return self.k > 0 and bool(np.all(self.fits > 0))
+
+    def random_assignment(self, rng) -> np.ndarray:
+        return np.array([rng.integers(0, f) for f in self.fits], dtype=np.int64)
+
+    def fitness(self, assignment) -> tuple[int, int]:
+        """``(same-op clashes, migrated bytes)`` of an assignment (lower is better)."""
+        clashes = 0
+        migrated = 0
+        for seg in range(self.k):
+            members = np.flatnonzero(assignment == seg)
+            if not len(members):
+                continue
+            ops = sorted(u for i in members for u in self.uses[i])
+            clashes += len(ops) - len(set(ops))
+            for i in members:
+                for p, q in self.gaps[i]:
+                    if _any_between(ops, p, q, self.n):
+                        migrated += int(self.sizes[i])
+        return clashes, migrated
+
+    def migrated_gaps(self, assignment):
+        """``(buffer_id, prev_use, next_use)`` of every gap the assignment migrates."""
+        out = []
+        for seg in range(self.k):
+            members = np.flatnonzero(assignment == seg)
+            ops = sorted(u for i in members for u in self.uses[i])
+            for i in members:
+                for p, q in self.gaps[i]:
+                    if _any_between(ops, p, q, self.n):
+                        out.append((self.objects[i].id, p, q))
+        return out
+
+
+def _span(trace, b) -> tuple[int, int]:
+    if b.kind == PERSISTENT:
+        return 0, trace.num_ops
+    return b.uses[0], b.uses[-1] + 1
+
+
+def _any_between(ops, p: int, q: int, n: int) -> bool:
+    """Any op of the sorted list strictly inside the gap ``(p, q)`` (a wrap when ``q <= p``)."""
+    if q > p:
+        k = bisect.bisect_right(ops, p)
+        return k < len(ops) and ops[k] < q
+    return bisect.bisect_right(ops, p) < len(ops) or (bool(ops) and ops[0] < q)
+
+
+def search(problem: SegmentProblem, params: BudgetParams, started: float):
+    """The GA: returns the final population sorted best first, with fitnesses."""
+    rng = np.random.default_rng(params.seed)
+    pop = [problem.random_assignment(rng) for _ in range(params.population)]
+    # one greedy seed: every object in the largest segment it fits, spread by use order
+    pop[0] = np.minimum(np.arange(len(problem.objects)) % max(problem.k, 1), problem.fits - 1)
+    scores = [problem.fitness(a) for a in pop]
+    best = min(scores)
+    stall = 0
+    for gen in range(params.generations):
+        if now() - started > params.time_limit_s or stall >= params.stall_generations:
+            break
+        rate = params.mutation_rate_start + (params.mutation_rate_end
+                                             - params.mutation_rate_start) * (
+            gen / max(params.generations - 1, 1))
+        order = sorted(range(len(pop)), key=lambda i: scores[i])
+        nxt = [pop[i].copy() for i in order[:params.elite]]
+        while len(nxt) < params.population - params.immigrants:
+            a, b = (pop[min(rng.choice(len(pop), 2, replace=False), key=lambda i: scores[i])]
+                    for _ in range(2))
+            child = a.copy()
+            if rng.random() < params.crossover_rate:
+                child = _crossover(child, b, int(rng.integers(0, problem.k)))
+            _mutate(problem, child, rate, rng)
+            nxt.append(child)
+        while len(nxt) < params.population:
+            nxt.append(problem.random_assignment(rng))
+        pop = nxt
+        scores = [problem.fitness(a) for a in pop]
+        if min(scores) < best:
+            best, stall = min(scores), 0
+        else:
+            stall += 1
+    order = sorted(range(len(pop)), key=lambda i: scores[i])
+    return [(scores[i], pop[i]) for i in order]
+
+
+def _crossover(child, other, seg: int):
+    """The child takes ``other``'s objects of segment ``seg``; objects the child had there
+    and ``other`` did not go where ``other`` has them (valid: ``other`` is)."""
+    into = other == seg
+    out = (child == seg) & ~into
+    child[into] = seg
+    child[out] = other[out]
+    return child
+
+
+def _mutate(problem, child, rate: float, rng) -> None:
+    """Swap mutation: ``rate`` × objects pairs of different segments trade segments when
+    each fits the other's."""
+    m = len(child)
+    for _ in range(rng.binomial(m, rate)):
+        i, j = rng.integers(0, m, size=2)
+        si, sj = child[i], child[j]
+        if si != sj and sj < problem.fits[i] and si < problem.fits[j]:
+            child[i], child[j] = sj, si
+
+
+def build_state(trace, budget_bytes: int, cost, gaps, max_chain: int) -> PlanState:
+    """Take the migrated gaps off the device (cheaper of swap and recompute each), then let
+    the cost-aware greedy remove whatever excess the copies' timing leaves."""
+    state = PlanState(trace, budget_bytes, cost, max_chain=max_chain)
+    kw = {"allow_swap": True, "allow_recompute": True, "swap_weight": SWAP_WEIGHT}
+    for c in sorted(gaps, key=lambda c: (c[1], c[0])):
+        if c in state.taken:
+            continue
+        option = evaluate(state, *c, **kw)
+        if option is not None:
+            _apply(state, *c, option)
+            state.taken.add(c)
+    for persistent in (False, True):
+        if state.live.max() > budget_bytes:
+            _cost_pass(state, candidates(trace, persistent), budget_bytes, kw)
+    return state
+
+
+def plan_segments_ga(trace, budget_bytes, cost, params: BudgetParams, started: float):
+    from cupool.planning.validator import validate_plan
+    from cupool.sim.simulator import simulate
+
+    problem = SegmentProblem(trace, budget_bytes, params.small_fraction)
+    if not problem.solvable:
+        gaps_sets = [[]]
+        ga = {"segments": problem.k, "generations_run": 0}
+    else:
+        ranked = search(problem, params, started)
+        seen, gaps_sets = set(), []
+        for (_clash, _migrated), assignment in ranked:
+            key = assignment.tobytes()
+            if key not in seen:
+                seen.add(key)
+                gaps_sets.append(problem.migrated_gaps(assignment))
+            if len(gaps_sets) >= FINALISTS:
+                break
+        ga = {"segments": problem.k, "best_clashes": ranked[0][0][0],
+              "best_migrated_bytes": ranked[0][0][1]}
+    ga["static_region_bytes"] = problem.region_bytes
+    best = None
+    last = None
+    for gaps in gaps_sets:
+        def decide(internal, gaps=gaps):
+            state = build_state(trace, internal, cost, gaps, params.max_chain)
+            op = int(np.argmax(state.live))
+            if state.live[op] > internal:
+                return None, {"reason": f"segments-ga: op {op} still needs "
+                                        f"{int(state.live[op])} bytes resident (budget "
+                                        f"{internal})"}
+            return state.schedule, {"migrated_gaps": len(gaps)}
+
+        plan, reason = place_schedule(trace, budget_bytes, decide, "segments-ga", params,
+                                      started, dict(ga))
+        last = (plan, reason)
+        if plan.status != SolveStatus.FEASIBLE or not validate_plan(trace, plan).valid:
+            continue
+        sim = simulate(trace, plan, cost, validate=False)
+        if best is None or sim.iteration_us < best[0]:
+            best = (sim.iteration_us, plan, reason)
+    if best is None:
+        plan, reason = last
+        if plan.status == SolveStatus.FEASIBLE:  # placed, but not valid: never returned
+            reason = "segments-ga: no finalist passed the validator"
+            plan = failed_plan(trace, budget_bytes, "segments-ga", started,
+                               SolveStatus.OVER_CAPACITY, {**ga, "reason": reason})
+        return plan, reason
+    return best[1], best[2]
