@@ -43,6 +43,22 @@ class InputError(CupoolError):
         return (self.__class__, (self.detail, self.where, self.path))
 
 
+class ArgumentError(CupoolError):
+    """A call got a bad argument: ``"reserve(size=-3): size must be > 0"``. ``operation``
+    names the call, ``field`` the argument, ``value`` the bad value and ``rule`` what it
+    must satisfy. Layers mix it into their own base (``DeviceError``, ``KernelError``)."""
+
+    def __init__(self, operation: str, field: str, value: object, rule: str) -> None:
+        self.operation = operation
+        self.field = field
+        self.value = value
+        self.rule = rule
+        super().__init__(f"{operation}({field}={value!r}): {field} {rule}")
+
+    def __reduce__(self):
+        return (self.__class__, (self.operation, self.field, self.value, self.rule))
+
+
 class TraceFormatError(InputError):
     """A trace (trace v1 JSON or MiniMalloc CSV) breaks a rule of its format."""
 

@@ -16,7 +16,7 @@ Every class takes its fields as constructor arguments and pickles with them
 
 from __future__ import annotations
 
-from cupool.errors import CupoolError
+from cupool.errors import ArgumentError, CupoolError
 
 
 class DeviceError(CupoolError):
@@ -65,22 +65,12 @@ class DeviceOptionError(DeviceError):
         return (self.__class__, (self.kind, self.option, self.known))
 
 
-class InvalidSizeError(DeviceError):
+class InvalidSizeError(ArgumentError, DeviceError):
     """A size or byte count broke its rule: ``"reserve(size=-3): size must be > 0"``.
 
     ``operation`` names the call, ``field`` the argument, ``value`` the bad value and
     ``rule`` what it must satisfy.
     """
-
-    def __init__(self, operation: str, field: str, value: object, rule: str) -> None:
-        self.operation = operation
-        self.field = field
-        self.value = value
-        self.rule = rule
-        super().__init__(f"{operation}({field}={value!r}): {field} {rule}")
-
-    def __reduce__(self):
-        return (self.__class__, (self.operation, self.field, self.value, self.rule))
 
 
 class DeviceOutOfMemoryError(DeviceError):

@@ -13,26 +13,16 @@ Every class takes its fields as constructor arguments and pickles with them.
 
 from __future__ import annotations
 
-from cupool.errors import CupoolError
+from cupool.errors import ArgumentError, CupoolError
 
 
 class KernelError(CupoolError):
     """Base class of every error the kernels package raises on purpose."""
 
 
-class KernelArgumentError(KernelError):
+class KernelArgumentError(ArgumentError, KernelError):
     """``"fill_pattern(seed=-1): seed must be in [0, 2**64)"``: ``operation`` names the
     call, ``field`` the argument, ``value`` the bad value and ``rule`` what it must obey."""
-
-    def __init__(self, operation: str, field: str, value: object, rule: str) -> None:
-        self.operation = operation
-        self.field = field
-        self.value = value
-        self.rule = rule
-        super().__init__(f"{operation}({field}={value!r}): {field} {rule}")
-
-    def __reduce__(self):
-        return (self.__class__, (self.operation, self.field, self.value, self.rule))
 
 
 class SegmentRangeError(KernelError):
