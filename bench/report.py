@@ -1,0 +1,527 @@
+"""Render ``bench/results/REPORT.md`` from the benchmarks' saved results (issue 6, item 5).
+
+    python bench/report.py [--results DIR] [--out FILE] [--figures]
+
+Everything here is a pure function of files: the JSON the benchmarks wrote
+(``static.json``, ``pool.json``, ``swap.json``, ``replay.json``), the text tables of the
+benchmarks that print rather than write JSON (``capture.md``, ``exact_dsa.txt``, saved by
+``bench/run_all.py``), the run manifest ``run_all.json`` (machine, versions, commands; absent
+after a plain ``--render-only`` of committed results) and ``figures/figures.json`` (what the
+pictures show). No number is written here by hand: every table cell comes from those files,
+formatted by the helpers below (ratios 4 decimals, seconds 2, µs 2, overhead fractions as
+percentages with 1 decimal, bytes as exact integers). A missing file gives a section that
+says so, never an error. :func:`draw_figures` plans the bundled ResNet-50 training trace
+(deterministically) and draws the PNGs; it is the only part that needs matplotlib.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results"
+TRACES = ROOT / "cupool" / "data" / "traces"
+
+FIGURE_TRACE = "resnet50_train_b32_fp32"
+FIGURE_BUDGET = 0.7
+FIGURE_LINK = "gen5"
+FIGURES = {
+    "layout": "resnet50_train_layout.png",
+    "memory": "resnet50_train_memory.png",
+    "timeline": "resnet50_train_70pct_timeline.png",
+    "budget_layout": "resnet50_train_70pct_layout.png",
+}
+
+COMMANDS = {
+    "static": "python bench/static.py",
+    "pool": "python bench/pool.py",
+    "swap": "python bench/swap.py",
+    "replay": "python bench/replay.py",
+    "exact_dsa": "python bench/exact_dsa.py",
+    "capture": "python bench/capture.py OUT_DIR",
+    "figures": "python bench/run_all.py --render-only",
+}
+
+SWAP_TARGET = "auto <= 2 x bound + 5 percentage points"
+REPLAY_RATIO_TARGET = 1.15
+REPLAY_USE_TARGET_US = 5.0
+REPLAY_CONVERGE_ITERATIONS = 3
+
+
+# ---------------------------------------------------------------- formatting
+
+
+def f_ratio(x) -> str:
+    return "–" if x is None else f"{x:.4f}"
+
+
+def f_s(x) -> str:
+    return "–" if x is None else f"{x:.2f}"
+
+
+def f_us(x) -> str:
+    return "–" if x is None else f"{x:.2f}"
+
+
+def f_pct(x) -> str:
+    return "–" if x is None else f"{100 * x:.1f}%"
+
+
+def f_int(x) -> str:
+    return "–" if x is None else str(int(x))
+
+
+def f_mib(x) -> str:
+    return "–" if x is None else f"{x / 2**20:.1f}"
+
+
+def met(flag) -> str:
+    return "–" if flag is None else ("met" if flag else "**MISSED**")
+
+
+def table(header: list[str], rows: list[list[str]], align: str | None = None) -> str:
+    """A Markdown table; ``align`` is one character per column (``l`` or ``r``)."""
+    align = align or "l" * len(header)
+    rule = ["---:" if a == "r" else "---" for a in align]
+    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join(rule) + " |"]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- loading
+
+
+def load_results(results_dir: Path) -> dict:
+    """Every result file that exists under ``results_dir``: JSON parsed, text as text."""
+    results_dir = Path(results_dir)
+    out: dict = {}
+    for name in ("static", "pool", "swap", "replay", "run_all"):
+        path = results_dir / f"{name}.json"
+        if path.is_file():
+            out[name] = json.loads(path.read_text())
+    for name, file in (("capture", "capture.md"), ("exact_dsa", "exact_dsa.txt")):
+        path = results_dir / file
+        if path.is_file():
+            out[name] = path.read_text()
+    path = results_dir / "figures" / "figures.json"
+    if path.is_file():
+        out["figures"] = json.loads(path.read_text())
+    return out
+
+
+# ---------------------------------------------------------------- headline numbers
+
+
+def headline_static(static: dict) -> list[str]:
+    rows = static["rows"]
+    lines = []
+    auto = [r for r in rows if r["family"] == "trace" and r["solver"] == "auto"]
+    if auto:
+        ratios = [r["ratio"] for r in auto]
+        at_lb = sum(1 for r in auto if r["ratio"] == 1.0)
+        faster = sum(1 for r in auto if r["minimalloc_seconds"] is not None
+                     and r["seconds"] < r["minimalloc_seconds"])
+        lines.append(
+            f"- **Static `auto` on the {len(auto)} real traces**: arena / lower bound "
+            f"{f_ratio(min(ratios))}–{f_ratio(max(ratios))} ({at_lb}/{len(auto)} exactly at "
+            f"the lower bound), {faster}/{len(auto)} faster than MiniMalloc; slowest "
+            f"{f_s(max(r['seconds'] for r in auto))} s. — `{COMMANDS['static']}`")
+    exact = [r for r in rows if r["family"] == "dsa" and r["solver"] == "exact"
+             and r["instance"].startswith("challenging")]
+    if exact:
+        cells = ", ".join(f"{r['instance'].removeprefix('challenging-')} "
+                          f"{f_s(r['seconds'])} s vs {r['minimalloc_seconds']} s"
+                          for r in exact)
+        fits = sum(1 for r in exact if r["fits"])
+        lines.append(
+            f"- **`exact` on MiniMalloc's {len(exact)} challenging instances**: {fits}/"
+            f"{len(exact)} fit the capacity; ours vs MiniMalloc's time: {cells}. "
+            f"— `{COMMANDS['static']}`")
+    return lines
+
+
+def headline_pool(pool: dict) -> list[str]:
+    rows = pool["rows"]
+    if not rows:
+        return []
+    over = [r["planned_over_floor"] for r in rows]
+    reserved = [r["planned_ratio"] for r in rows]
+    targets = sum(1 for r in rows if all(r["targets_met"].values()))
+    return [f"- **`PlannedPool` through `cupy.empty`** ({len(rows)} traces): CPU time per "
+            f"allocation / floor {f_ratio(min(over))}–{f_ratio(max(over))} (target <= 1.5); "
+            f"reserved / lower bound {f_ratio(min(reserved))}–{f_ratio(max(reserved))} "
+            f"(target <= 1.01, below the CuPy and PyTorch models); all targets met on "
+            f"{targets}/{len(rows)} traces. — `{COMMANDS['pool']}`"]
+
+
+def headline_swap(swap: dict) -> list[str]:
+    cells = [f"{round(e['fraction'] * 100)}% {e['link']}: {f_pct(e['auto'])} vs bound "
+             f"{f_pct(e['bound'])} ({e['auto_meets_target']}/{e['traces']} within target)"
+             for e in swap["summary"]]
+    if not cells:
+        return []
+    joined = "; ".join(cells)
+    return ["- **Budget planner `auto`, median iteration overhead over the training traces "
+            f"vs the sound lower bound** ({SWAP_TARGET}): {joined}. — `{COMMANDS['swap']}`"]
+
+
+def headline_replay(replay: dict) -> list[str]:
+    mistimed = replay.get("mistimed", {})
+    return [f"- **Swap runtime replay** ({replay['trace']} at {replay['budget']}): corrupt "
+            f"bytes {f_int(replay['corrupt_bytes'])} of {f_int(replay['bytes_checked'])} "
+            f"checked (mis-timed plan: {f_int(mistimed.get('corrupt_bytes'))}); replay / "
+            f"simulator time {f_ratio(replay['replay_over_sim'])} (target <= "
+            f"{REPLAY_RATIO_TARGET}). — `{COMMANDS['replay']}`"]
+
+
+def headline(results: dict) -> str:
+    lines = ["## Headline numbers", "",
+             "Each line is computed from the JSON named in its section; the command beside it "
+             "regenerates that JSON (then `python bench/run_all.py --render-only` rebuilds this "
+             "file).", ""]
+    for name, fn in (("static", headline_static), ("pool", headline_pool),
+                     ("swap", headline_swap), ("replay", headline_replay)):
+        if name in results:
+            lines += fn(results[name])
+        else:
+            lines.append(f"- {name}: no `{name}.json` — run `{COMMANDS[name]}`")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- machine
+
+
+def _cell(value) -> str:
+    return "–" if value in (None, "") else f"`{value}`"
+
+
+def machine_section(results: dict) -> str:
+    lines = ["## Machine and versions", ""]
+    manifest = results.get("run_all")
+    if manifest:
+        m = manifest.get("machine", {})
+        if manifest.get("mode") == "render-only":
+            lines += ["Recorded by `bench/run_all.py --render-only` (no benchmark was run by "
+                      "`run_all.py` here): the machine that rendered this report. The numbers "
+                      "come from the benchmarks' own JSON; what each recorded itself is in the "
+                      "second table.", ""]
+        lines.append(table(["field", "value"], [[k, _cell(v)] for k, v in m.items()]))
+        lines += ["", f"`bench/run_all.py` started {manifest.get('started', '–')}, "
+                  f"mode: {manifest.get('mode', '–')}.", ""]
+        runs = manifest.get("benchmarks", {})
+        if runs:
+            lines.append(table(
+                ["benchmark", "command", "exit", "seconds", "wrote its results"],
+                [[name, f"`{r['command']}`", r["returncode"], f_s(r["seconds"]),
+                  "yes" if r.get("results_updated") else "no"] for name, r in runs.items()],
+                "lllrl"))
+            lines.append("")
+    else:
+        lines += ["`bench/run_all.py` has not recorded a run in this results directory (the "
+                  "report was rendered from results committed by the individual benchmarks). "
+                  "What each benchmark recorded itself:", ""]
+    rows = []
+    for name in ("static", "pool"):
+        for key, value in results.get(name, {}).get("machine", {}).items():
+            rows.append([name, key, _cell(value)])
+    if rows:
+        lines.append(table(["benchmark", "field", "value"], rows))
+    return "\n".join(lines).rstrip()
+
+
+# ---------------------------------------------------------------- sections
+
+
+def static_section(static: dict) -> str:
+    rows = static["rows"]
+    solvers = list(dict.fromkeys(r["solver"] for r in rows))
+    instances = list(dict.fromkeys((r["family"], r["instance"]) for r in rows))
+    by = {(r["family"], r["instance"], r["solver"]): r for r in rows}
+    body = []
+    for family, name in instances:
+        first = next(r for r in rows if r["family"] == family and r["instance"] == name)
+        cells = []
+        for solver in solvers:
+            r = by.get((family, name, solver))
+            cells.append("" if r is None else f"{f_ratio(r['ratio'])} ({f_s(r['seconds'])} s)")
+        targets = [f"{r['solver']}: {met(r['target'] == 'met')}" for r in rows
+                   if r["family"] == family and r["instance"] == name and r["target"]]
+        mm = next((r["minimalloc_seconds"] for r in rows if r["family"] == family
+                   and r["instance"] == name and r["minimalloc_seconds"] is not None), None)
+        body.append([family, name, first["buffers"], *cells,
+                     "" if mm is None else mm, "; ".join(targets)])
+    n_met = sum(1 for r in rows if r["target"] == "met")
+    n_missed = sum(1 for r in rows if r["target"] and r["target"] != "met")
+    invalid = sum(1 for r in rows if not r["valid"])
+    quick = " (**--quick run**: short limits, smaller synthetics)" if static.get("quick") else ""
+    return "\n".join([
+        "## Static offset planning (`bench/static.py`)", "",
+        f"Regenerate: `{COMMANDS['static']}`{quick}. Cells: arena / lower bound (DSA rows: "
+        "arena / capacity) and seconds including the validator. MiniMalloc seconds are issue "
+        "2's reference figures. Targets (issue 2): real traces — `auto` at the lower bound, "
+        "faster than MiniMalloc; challenging — `exact` fits within 10x MiniMalloc's time; "
+        "LSTM — `auto` at the lower bound; 100,000 random buffers — each greedy under 10 s.",
+        "",
+        f"Targets as recorded in the JSON: **{n_met} met, {n_missed} missed**; invalid plans: "
+        f"{invalid}.", "",
+        table(["family", "instance", "buffers", *solvers, "MiniMalloc s", "target"], body,
+              "llr" + "l" * len(solvers) + "rl")])
+
+
+def pool_section(pool: dict) -> str:
+    rows = pool["rows"]
+    target_names = list(dict.fromkeys(k for r in rows for k in r["targets_met"]))
+    body = [[r["trace"], r["allocations"], f_us(r["us_per_alloc"]["planned"]),
+             f_us(r["us_per_alloc"]["record"]), f_us(r["us_per_alloc"]["floor"]),
+             f_ratio(r["planned_over_floor"]), f_ratio(r["planned_ratio"]),
+             f_ratio(r["cupy_ratio"]), f_ratio(r["torch_ratio"]), f_mib(r["rss_bytes"]),
+             *[met(r["targets_met"].get(t)) for t in target_names]] for r in rows]
+    n_met = sum(1 for r in rows for v in r["targets_met"].values() if v)
+    n_all = sum(len(r["targets_met"]) for r in rows)
+    m = pool.get("machine", {})
+    return "\n".join([
+        "## Planned pool (`bench/pool.py`)", "",
+        f"Regenerate: `{COMMANDS['pool']}` ({pool.get('iterations')} timed rounds after "
+        f"{pool.get('warmup')} warm-up; load average before {m.get('loadavg_before')}, after "
+        f"{m.get('loadavg_after')}). µs per allocation (malloc + free through `cupy.empty`) "
+        "of the planned pool, the recording pool and the bump-allocator floor; reserved bytes "
+        "/ lower bound of the planned pool and of the CuPy and PyTorch allocator models. "
+        "Targets (issue 3): planned <= 1.5x floor, reserved <= 1.01x lower bound and below "
+        "both models.", "",
+        f"Targets as recorded in the JSON: **{n_met}/{n_all} met**.", "",
+        table(["trace", "allocs", "planned µs", "record µs", "floor µs", "planned/floor",
+               "reserved/LB", "CuPy/LB", "PyTorch/LB", "RSS MiB", *target_names], body,
+              "lrrrrrrrrr" + "l" * len(target_names))])
+
+
+def swap_section(swap: dict) -> str:
+    summary = swap["summary"]
+    policies = [k for k in summary[0] if k + "_found" in summary[0]] if summary else []
+    head = ["budget", "link", "traces", *policies, "bound", "auto within target"]
+    body = [[f"{round(e['fraction'] * 100)}%", e["link"], e["traces"],
+             *[f_pct(e[p]) if e[p] is not None else f"{e[p + '_found']}/{e['traces']} found"
+               for p in policies],
+             f_pct(e["bound"]), f"{e['auto_meets_target']}/{e['traces']}"] for e in summary]
+    row_policies = list(dict.fromkeys(p for r in swap["rows"] for p in r["policies"]))
+    per_row = []
+    for r in swap["rows"]:
+        cells = []
+        for p in row_policies:
+            entry = r["policies"].get(p, {})
+            cells.append(f_pct(entry["overhead"]) if entry.get("overhead") is not None
+                         else entry.get("status", "–"))
+        per_row.append([r["trace"], f"{round(r['fraction'] * 100)}%", r["link"],
+                        f_int(r["budget_bytes"]), f_pct(r["bound"]), *cells,
+                        r["policies"].get("auto", {}).get("member", "–")])
+    met_n = sum(e["auto_meets_target"] for e in summary)
+    all_n = sum(e["traces"] for e in summary)
+    return "\n".join([
+        "## Budget planners (`bench/swap.py`)", "",
+        f"Regenerate: `{COMMANDS['swap']}`. Iteration-time overhead (simulated; 5.0% = 5% "
+        "slower than with unlimited memory) of every policy on every training trace at 90, 70 "
+        "and 50% of its lower bound, PCIe Gen5 and Gen4, next to the sound lower bound on any "
+        f"plan's overhead. Target (issue 4): {SWAP_TARGET}.", "",
+        f"Target as recorded in the JSON summary: **auto within target in {met_n}/{all_n} "
+        "cases**.", "",
+        "Medians over the traces (a policy that found no plan for some trace shows how many "
+        "it found):", "",
+        table(head, body, "llr" + "r" * len(policies) + "rr"), "",
+        "Every case (a policy without a plan shows its status):", "",
+        table(["trace", "budget", "link", "budget bytes", "bound", *row_policies, "auto chose"],
+              per_row, "lllrr" + "r" * len(row_policies) + "l")])
+
+
+def replay_checks(replay: dict) -> list[tuple[str, str, str, bool | None]]:
+    """``(what, value, target, met)``: the targets of ``bench/replay.py``, checked on its JSON."""
+    mistimed = replay.get("mistimed", {})
+    late = mistimed.get("late_prefetches", [])
+    floor = mistimed.get("sim_late_floor")
+    converged = (None if not late or floor is None else
+                 any(x <= floor for x in late[:REPLAY_CONVERGE_ITERATIONS]))
+    return [
+        ("replay / simulator iteration time", f_ratio(replay["replay_over_sim"]),
+         f"<= {REPLAY_RATIO_TARGET}", replay["replay_over_sim"] <= REPLAY_RATIO_TARGET),
+        ("`h.use()` median on a resident tensor (µs)", f_us(replay["use_median_us"]),
+         f"<= {REPLAY_USE_TARGET_US}", replay["use_median_us"] <= REPLAY_USE_TARGET_US),
+        ("mis-timed plan: late prefetches per iteration", str(late),
+         f"<= simulator floor ({floor}) within {REPLAY_CONVERGE_ITERATIONS} iterations",
+         converged),
+        ("corrupt bytes (plan / mis-timed plan)",
+         f"{f_int(replay['corrupt_bytes'])} / {f_int(mistimed.get('corrupt_bytes'))}", "0",
+         replay["corrupt_bytes"] == 0 and mistimed.get("corrupt_bytes", 0) == 0),
+    ]
+
+
+def replay_section(replay: dict) -> str:
+    mistimed = replay.get("mistimed", {})
+    facts = [
+        ["trace / budget / policy", f"{replay['trace']} / {replay['budget']} "
+         f"({f_int(replay['budget_bytes'])} bytes) / {replay['policy']}"],
+        ["scaling", f"sizes / {replay['size_scale']}, op times x {replay['time_scale']}, "
+         f"link {replay['link_gbps']} GB/s"],
+        ["iteration µs (replay)", ", ".join(f_us(x) for x in replay["iteration_us"])],
+        ["mean iteration µs (replay / simulator)",
+         f"{f_us(replay['mean_iteration_us'])} / {f_us(replay['sim_iteration_us'])}"],
+        ["late prefetches per iteration", str(replay["late_prefetches"])],
+        ["stall µs per iteration", ", ".join(f_us(x) for x in replay["stall_us"])],
+        ["peak device bytes", f_int(replay["peak_device_bytes"])],
+        ["bytes checked / corrupt", f"{f_int(replay['bytes_checked'])} / "
+         f"{f_int(replay['corrupt_bytes'])}"],
+        [f"mis-timed {mistimed.get('policy', '–')} plan: iteration µs (simulator)",
+         ", ".join(f_us(x) for x in mistimed.get("iteration_us", []))
+         + f" ({f_us(mistimed.get('sim_iteration_us'))})"],
+        ["mis-timed plan: feedback moves per iteration", str(mistimed.get("feedback_moves"))],
+    ]
+    checks = [[what, value, target, met(ok)] for what, value, target, ok in
+              replay_checks(replay)]
+    return "\n".join([
+        "## Swap runtime replay (`bench/replay.py`)", "",
+        f"Regenerate: `{COMMANDS['replay']}`. The JSON records values, not verdicts: the "
+        "targets below are those `bench/replay.py` states (issue 5), checked here on its "
+        "numbers.", "",
+        table(["what", "value", "target", "target met"], checks), "",
+        table(["measured", "value"], facts)])
+
+
+def text_section(title: str, name: str, text: str | None, explain: str) -> str:
+    lines = [f"## {title}", "", explain, ""]
+    if text is None:
+        lines.append(f"Not run yet: `python bench/run_all.py --only {name}` saves its output.")
+    elif text.lstrip().startswith("|"):
+        lines.append(text.strip())
+    else:
+        lines += ["```", text.rstrip(), "```"]
+    return "\n".join(lines)
+
+
+def figures_section(figures: dict | None, results_dir: Path) -> str:
+    lines = ["## Pictures", ""]
+    if not figures:
+        return "\n".join([*lines, f"Not drawn yet: `{COMMANDS['figures']}` draws them."])
+    lines += [f"`{figures['trace']}`, drawn by `{COMMANDS['figures']}` (matplotlib "
+              f"{figures.get('matplotlib', '–')}) from the bundled trace, planned here "
+              "(deterministically).", ""]
+    captions = {
+        "layout": "Static layout of the `{solver}` plan: address × time, arena {arena} bytes, "
+                  "lower bound {lower_bound} bytes.",
+        "memory": "Memory over time: the plan's resident bytes vs the CuPy-pool and "
+                  "PyTorch-allocator models' reserved bytes (peaks: plan {planned}, CuPy "
+                  "{cupy}, PyTorch {torch}, lower bound {lower_bound} bytes).",
+        "timeline": "Stream timeline (compute, H2D, D2H, stalls) of the `auto` plan at "
+                    "{percent}% of the lower bound ({budget} bytes, {link}, chose {member}): "
+                    "simulated overhead {overhead}, {swapped} bytes swapped, {recompute} µs "
+                    "of recompute.",
+        "budget_layout": "Layout of the same {percent}% plan, swapped and recomputed "
+                         "intervals marked.",
+    }
+    for key, file in FIGURES.items():
+        info = figures.get("pictures", {}).get(key)
+        if info is None or not (Path(results_dir) / "figures" / file).is_file():
+            continue
+        lines += [captions[key].format(**info["caption"]), "", f"![{key}](figures/{file})", ""]
+    return "\n".join(lines).rstrip()
+
+
+def render(results_dir: Path = RESULTS) -> str:
+    """The whole report, a pure function of the files under ``results_dir``."""
+    results = load_results(results_dir)
+    parts = [
+        "# cupool benchmark report", "",
+        "Generated by `bench/run_all.py` (`--render-only` rebuilds it from the saved results "
+        "without running anything). Every number below is read from the JSON files in "
+        "`bench/results/`; none is typed by hand.",
+        "", headline(results), "", machine_section(results)]
+    for name, fn in (("static", static_section), ("pool", pool_section),
+                     ("swap", swap_section), ("replay", replay_section)):
+        parts += ["", fn(results[name]) if name in results else
+                  f"## {name}\n\nNo `{name}.json`: run `{COMMANDS[name]}`."]
+    parts += ["", text_section(
+        "Exact solver driver (`bench/exact_dsa.py`)", "exact_dsa", results.get("exact_dsa"),
+        f"Regenerate: `{COMMANDS['exact_dsa']}`. Its printed table (it writes no JSON), as "
+        "saved by `bench/run_all.py`.")]
+    parts += ["", text_section(
+        "Capture (`bench/capture.py`)", "capture", results.get("capture"),
+        f"Regenerate: `{COMMANDS['capture']}`. The table it prints (it writes traces, no "
+        "JSON), as saved by `bench/run_all.py` (`--quick`: tiny `--small` configurations).")]
+    parts += ["", figures_section(results.get("figures"), results_dir), ""]
+    return "\n".join(parts)
+
+
+# ---------------------------------------------------------------- pictures
+
+
+def draw_figures(results_dir: Path = RESULTS, traces_dir: Path = TRACES) -> dict:
+    """Plan the ResNet-50 training trace (static ``auto`` and budget ``auto`` at 70%), draw
+    the PNGs under ``results_dir/figures`` and write ``figures.json`` (what they show)."""
+    import matplotlib
+
+    from cupool.io import load_trace
+    from cupool.planning import plan as plan_trace
+    from cupool.planning.budget import plan_with_budget
+    from cupool.planning.budget.recipes import with_recompute_recipes
+    from cupool.sim import cost_model
+    from cupool.viz import plot_layout, plot_memory, plot_timeline
+
+    out = Path(results_dir) / "figures"
+    out.mkdir(parents=True, exist_ok=True)
+    trace = load_trace(Path(traces_dir) / f"{FIGURE_TRACE}.trace.json.gz")
+    static = plan_trace(trace, "auto")
+    plot_layout(trace, static, out / FIGURES["layout"])
+    peaks = plot_memory(trace, static, out / FIGURES["memory"])
+    cost = cost_model(FIGURE_LINK)
+    budget_trace = with_recompute_recipes(trace)
+    budget = int(budget_trace.lower_bound_bytes() * FIGURE_BUDGET)
+    budget_plan, info = plan_with_budget(budget_trace, budget, "auto", cost)
+    if budget_plan.status.value != "feasible":
+        raise RuntimeError(f"no plan at {FIGURE_BUDGET:.0%}: {info.get('reason')}")
+    summary = plot_timeline(info["trace"], budget_plan, cost, out / FIGURES["timeline"])
+    plot_layout(info["trace"], budget_plan, out / FIGURES["budget_layout"])
+    percent = round(FIGURE_BUDGET * 100)
+    document = {
+        "trace": trace.name, "matplotlib": matplotlib.__version__,
+        "pictures": {
+            "layout": {"file": FIGURES["layout"], "caption": {
+                "solver": "auto", "arena": static.arena_bytes,
+                "lower_bound": static.lower_bound_bytes}},
+            "memory": {"file": FIGURES["memory"], "peaks": peaks, "caption": {
+                "planned": peaks.get("planned_resident_peak_bytes"),
+                "cupy": peaks.get("cupy_peak_reserved_bytes"),
+                "torch": peaks.get("torch_peak_reserved_bytes"),
+                "lower_bound": peaks.get("lower_bound_bytes")}},
+            "timeline": {"file": FIGURES["timeline"], "summary": summary, "caption": {
+                "percent": percent, "budget": budget, "link": FIGURE_LINK,
+                "member": info.get("member", "–"),
+                "overhead": f_pct(summary.get("overhead")),
+                "swapped": f_int(summary.get("swapped_bytes")),
+                "recompute": f_us(summary.get("recompute_us"))}},
+            "budget_layout": {"file": FIGURES["budget_layout"], "caption": {
+                "percent": percent}},
+        },
+    }
+    (out / "figures.json").write_text(json.dumps(document, indent=1, default=str) + "\n")
+    return document
+
+
+def write_report(results_dir: Path = RESULTS, out: Path | None = None) -> Path:
+    out = Path(out) if out else Path(results_dir) / "REPORT.md"
+    out.write_text(render(results_dir))
+    return out
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--results", type=Path, default=RESULTS)
+    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--figures", action="store_true", help="(re)draw the PNGs first")
+    args = parser.parse_args(argv)
+    if args.figures:
+        draw_figures(args.results)
+    print(f"wrote {write_report(args.results, args.out)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
