@@ -31,6 +31,19 @@ def read_bytes(path: str | os.PathLike) -> bytes:
     return data
 
 
+def choose_device(weights: dict[int, int], device: int | None, fail, missing: str,
+                  present: str) -> int:
+    """The device an importer reads: ``device`` if given, else the one with the largest
+    weight (events, blocks), the lowest index on a tie. When the given one has none,
+    ``fail`` gets "device (=3) has no <missing>; devices with <present>: 0, 1"."""
+    if device is None:
+        return max(sorted(weights), key=lambda d: weights[d])
+    if device not in weights:
+        fail(f"device (={device!r}) has no {missing}; devices with {present}: "
+             f"{', '.join(map(str, sorted(weights)))}")
+    return device
+
+
 def write_atomic(path: str | os.PathLike, data: bytes) -> None:
     """Write ``data`` to ``path`` through a temporary file and a rename, so a reader never
     sees half a file and an existing file is replaced only by a complete one. Paths ending

@@ -33,6 +33,7 @@ import re
 
 from cupool.core.vocabulary import Buffer, Op, Trace
 from cupool.errors import TraceFormatError
+from cupool.io._files import choose_device
 
 HOOKS = ("alloc", "malloc", "free")
 FIELDS = {
@@ -98,11 +99,7 @@ def parse_hook_log(text: str, name: str = "cupy", path: str | None = None,
             counts[entry["device_id"]] = counts.get(entry["device_id"], 0) + 1
     if not counts:
         fail("the log has no malloc or free lines (empty trace)")
-    if device is None:
-        device = max(sorted(counts), key=lambda d: counts[d])
-    elif device not in counts:
-        fail(f"device (={device!r}) has no malloc or free lines; devices with some: "
-             f"{', '.join(map(str, sorted(counts)))}")
+    device = choose_device(counts, device, fail, "malloc or free lines", "some")
 
     ops: list[Op] = []
     spans: list[list] = []  # [start op, end op or None, size, label]

@@ -65,6 +65,7 @@ import pickle
 
 from cupool.core.vocabulary import PERSISTENT, TEMPORARY, Buffer, Op, Trace
 from cupool.errors import TraceFormatError
+from cupool.io._files import choose_device
 
 PICKLE_PROTOCOLS = range(2, 6)
 """Pickle protocols that start with the ``\\x80 <protocol>`` magic (torch writes 4 or 5)."""
@@ -200,11 +201,8 @@ def snapshot_to_trace(document, name: str = "snapshot", path: str | None = None,
         weights[index] = weights.get(index, 0) + len(blocks)
     if not weights:
         fail("the snapshot has no allocations on any device (empty trace)")
-    if device is None:
-        device = max(sorted(weights), key=lambda d: weights[d])
-    elif device not in weights:
-        fail(f"device (={device!r}) has no allocations in the snapshot; devices with "
-             f"allocations: {', '.join(map(str, sorted(weights)))}")
+    device = choose_device(weights, device, fail, "allocations in the snapshot",
+                           "allocations")
     entries = device_traces[device] if device < len(device_traces) else []
     return _device_trace(entries, active.get(device, {}), device, name, fail)
 
