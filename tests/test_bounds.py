@@ -3,6 +3,7 @@ on random small traces with random valid plans (Hypothesis)."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 
@@ -53,20 +54,27 @@ def test_hand_case_one_swap_after_the_peak():
     """op:  0    1    2      (10 us each), budget 1000 bytes
     A:  [==============)  uses 0 and 2, 1000 B
     C:       [==)         use 1, 1000 B: at op 1 A must be off the device
-    After op 1 the H2D link needs 13 us for A but compute only has op 2 (10 us): >= 3 us."""
+    A's copy out (13 us) starts when op 0 has produced it (10 us) and must finish before op
+    1 starts (C fills the same bytes): op 1 starts at 23 at the earliest. After op 1 the H2D
+    link needs 13 us for A but compute only has op 2 (10 us): T >= 23 + 10 + 13 = 46 us."""
     trace = trace_of([10.0] * 3, Buffer(1, 1000, 0, 3, (0, 2)), Buffer(2, 1000, 1, 2, (1,)))
     bound = overhead_lower_bound(trace, 1000, SLOW)
     assert bound.feasible
-    assert bound.overhead == pytest.approx(3.0 / 30.0)
+    assert bound.overhead == pytest.approx(16.0 / 30.0)
     assert bound.details["op"] == 1 and bound.details["excess_bytes"] == 1000
     swap = swap_plan(trace, [Residency(1, 0, 1, 0), Residency(1, 2, 3, 0),
                              Residency(2, 1, 2, 0)], [SwapOut(1, 0), SwapIn(1, 2, 2)])
     report = simulate(trace, swap, SLOW)
     assert report.feasible and report.overhead >= bound.overhead
+    # the simulator also makes the swap-in wait for op 1 (its trigger is op 2): 56 us
     assert report.overhead == pytest.approx(26.0 / 30.0)
 
 
 def test_recompute_makes_the_bound_cheaper():
+    """Same trace, A recomputable (op 0, 10 us). Swapping a fraction x of A costs 13x of
+    copy out before op 1 and 13x of copy in after it; recomputing the rest costs 10(1-x)
+    after op 1: T >= (10 + 13x) + 10 + max(10 + 10(1 - x), 13x) = 40 + 3x for x <= 20/23,
+    least at x = 0: recomputing all of A (40 us) is optimal, and the bound finds it."""
     trace = trace_of([10.0, 10.0, 10.0], Buffer(1, 1000, 0, 3, (0, 2), recompute=Recompute(0)),
                      Buffer(2, 1000, 1, 2, (1,)))
     bound = overhead_lower_bound(trace, 1000, SLOW)
@@ -74,10 +82,38 @@ def test_recompute_makes_the_bound_cheaper():
                              Residency(2, 1, 2, 0)], [RecomputeAction(1, 2)])
     report = simulate(trace, redo, SLOW)
     assert report.overhead == pytest.approx(10.0 / 30.0)
-    # the fractional mix: recompute 3/23 of A (10 us per A) and swap the rest (13 us per A)
-    # balances compute and link after op 1 at 10 + 30/23 us
-    assert bound.overhead == pytest.approx(1.0 / 23.0, rel=1e-6)  # the dual search converged
-    assert bound.overhead <= report.overhead
+    assert bound.overhead == pytest.approx(10.0 / 30.0, rel=1e-6)  # the dual search converged
+    assert bound.overhead <= report.overhead + 1e-12
+
+
+def test_freed_inputs_are_charged_to_a_recompute():
+    """op:  0    1    2    3      (10 us each), budget 2000 bytes
+    X:  [=======)              op 0 makes X (1000 B), freed after op 1
+    A:       [==============)  op 1 makes A from X (recipe: op 1, inputs X), uses 1 and 3
+    C:            [===)        2000 B, use 2: A must be off the device at op 2
+    Recomputing A before op 3 needs X, which the program freed: X is rematerialized first
+    (op 0 again), so a recompute of A costs 20 us, not 10. Swapping a fraction x of A
+    instead costs 13x out (after op 1, before op 2) and 13x in (after op 2):
+    T >= 20 + 13x + 10 + max(10 + 20(1 - x), 13x), least at x = 10/11: 590/11 us."""
+    trace = trace_of([10.0] * 4, Buffer(0, 1000, 0, 2, (0, 1), recompute=Recompute(0)),
+                     Buffer(1, 1000, 1, 4, (1, 3), recompute=Recompute(1, (0,))),
+                     Buffer(2, 2000, 2, 3, (2,)))
+    from cupool.sim.bounds import recompute_us
+    assert list(recompute_us(trace, [10.0] * 4)) == [10.0, 20.0, math.inf]
+    remat = swap_plan(trace, [Residency(0, 0, 2, 0), Residency(0, 3, 4, 1000),
+                              Residency(1, 1, 2, 1000), Residency(1, 3, 4, 0),
+                              Residency(2, 2, 3, 0)],
+                      [RecomputeAction(0, 3), RecomputeAction(1, 3)], budget=2000)
+    report = validate_plan(trace, remat)
+    assert report.valid, report.message
+    simulated = simulate(trace, remat, SLOW)
+    assert simulated.recompute_us == 20.0 and simulated.overhead == pytest.approx(0.5)
+    bound = overhead_lower_bound(trace, 2000, SLOW)
+    assert bound.overhead <= simulated.overhead
+    assert bound.overhead == pytest.approx(15.0 / 44.0, rel=1e-4)
+    # a rematerialization must be entered by a recompute, never by nothing or a swap-in
+    lost = dataclasses.replace(remat, actions=(RecomputeAction(1, 3),))
+    assert validate_plan(trace, lost).rule == "entry"
 
 
 def test_bad_budget_is_named():

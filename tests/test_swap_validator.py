@@ -203,3 +203,29 @@ def test_plan_level_rules():
     negative = dataclasses.replace(plan, residencies=(Residency(0, 0, 6, -8),
                                                       *plan.residencies[1:]))
     assert validate_plan(trace, negative).rule == "offset"
+
+
+def test_rematerialization_after_the_lifetime():
+    """A freed intermediate may come back after its lifetime only by a recompute."""
+    from cupool.core.vocabulary import Recompute
+    trace = trace_of([1.0] * 4, Buffer(0, 8, 0, 2, (0, 1), recompute=Recompute(0)),
+                     Buffer(1, 8, 1, 4, (1, 3), recompute=Recompute(1, (0,))),
+                     Buffer(2, 8, 0, 2, (0, 1)))
+    spans = [Residency(0, 0, 2, 0), Residency(1, 1, 2, 8), Residency(1, 3, 4, 8),
+             Residency(2, 0, 2, 16)]
+    good = swap_plan(trace, [*spans, Residency(0, 3, 4, 0)],
+                     [RecomputeAction(0, 3), RecomputeAction(1, 3)])
+    assert validate_plan(trace, good).valid
+    swapped = swap_plan(trace, [Residency(0, 0, 1, 0), Residency(0, 1, 2, 0), *spans[1:],
+                                Residency(0, 3, 4, 0)],
+                        [SwapOut(0, 0), SwapIn(0, 1, 1), SwapIn(0, 3, 3),
+                         RecomputeAction(1, 3)])
+    report = validate_plan(trace, swapped)
+    assert not report.valid
+    no_recipe = swap_plan(trace, [*spans, Residency(2, 3, 4, 0)],
+                          [RecomputeAction(2, 3)])
+    report = validate_plan(trace, no_recipe)
+    assert report.rule == "lifetime" and "recompute recipe" in report.message
+    missing_input = swap_plan(trace, spans, [RecomputeAction(1, 3)])
+    report = validate_plan(trace, missing_input)
+    assert report.rule == "recompute" and "input buffer 0 is not resident" in report.message

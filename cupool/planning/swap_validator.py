@@ -9,7 +9,11 @@ order they are checked (``rule`` of the :class:`ValidationReport` in brackets):
    (the budget); [placements] it has no placements (a swapping plan places residencies).
 2. [known] residencies and actions name buffers of the trace; [offset] offsets are
    integers >= 0; [lifetime] every residency ``[start, end)`` lies inside its buffer's
-   lifetime with ``start < end``; [placed] every buffer has at least one residency;
+   lifetime with ``start < end``, except a *rematerialization*: a temporary buffer with
+   a recompute recipe may be resident again after its lifetime ended (``start >=`` its
+   ``end``), entered by a ``RecomputeAction`` (rule 3), to feed a later recompute (a
+   chain through an intermediate the program had already freed: it holds no use);
+   [placed] every buffer has at least one residency;
    [order] a buffer's residencies are disjoint (``previous.end <= next.start``).
 3. How each residency gets its data:
 
@@ -22,7 +26,7 @@ order they are checked (``rule`` of the :class:`ValidationReport` in brackets):
      ([boundary]): its first residency starts at 0 and its last ends at ``num_ops``;
    - [entry] every later residency is entered by exactly one action at its ``start``:
      a ``SwapIn`` with ``trigger_op == start`` or a ``RecomputeAction`` with
-     ``before_op == start``;
+     ``before_op == start`` (a rematerialization only by a ``RecomputeAction``);
    - [swap_in] a ``SwapIn`` has ``trigger_op <= due_op < end`` and ``due_op <=`` the
      residency's first use; it needs exactly one ``SwapOut`` from the residency before it
      (for a boundary swap-in: from the buffer's last residency);
@@ -100,10 +104,13 @@ def _check_residencies(trace, plan):
         if isinstance(r.offset, bool) or not isinstance(r.offset, int) or r.offset < 0:
             return _bad("offset", f"buffer {r.buffer_id}: residency {_span(r)} offset "
                                   f"(={r.offset!r}) must be an integer >= 0", r.buffer_id)
-        if not (buffer.start <= r.start < r.end <= buffer.end):
+        remat = (buffer.kind != PERSISTENT and buffer.recompute is not None
+                 and buffer.end <= r.start < r.end <= trace.num_ops)
+        if not (buffer.start <= r.start < r.end <= buffer.end) and not remat:
             return _bad("lifetime", f"buffer {r.buffer_id}: residency {_span(r)} must lie "
                                     f"inside its lifetime [{buffer.start}, {buffer.end}) "
-                                    f"with start < end", r.buffer_id)
+                                    f"with start < end (only a temporary buffer with a "
+                                    f"recompute recipe may come back after it)", r.buffer_id)
         per_buffer[r.buffer_id].append(r)
     for buffer in trace.buffers:
         spans = sorted(per_buffer.get(buffer.id, ()), key=lambda r: r.start)
@@ -213,6 +220,10 @@ def _check_data(trace, plan):
                     return _bad("swap_in", f"buffer {b}: swap-in at op {r.start} needs exactly "
                                            f"one swap-out from residency {_span(rs[source])}, "
                                            f"found {len(swap_outs.get((b, source), ()))}", b)
+            if r.start >= buffer.end and not isinstance(action, RecomputeAction):
+                return _bad("entry", f"buffer {b}: residency {_span(r)} lies after its "
+                                     f"lifetime [{buffer.start}, {buffer.end}); only a "
+                                     f"recompute can bring it back there", b)
             if isinstance(action, RecomputeAction) and buffer.recompute is None:
                 return _bad("recompute", f"buffer {b} has no recompute recipe in the trace, so "
                                          f"it cannot be recomputed before op {r.start}", b)

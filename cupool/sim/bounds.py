@@ -20,32 +20,47 @@ device at ``i``. A buffer ``j`` (``s_j`` bytes) off the device at ``i`` is
   one swapped back into a residency without uses): its H2D copy landed before its first
   use, so before op ``i`` started, or is issued after op ``i`` ended.
 
-With ``P`` and ``S`` the op time before and after ``i``, ``d`` op ``i``'s, ``k`` copy
-engines per direction, ``Hb`` the H2D time before op ``i`` starts, ``Ha`` after it ends
-and ``R`` the recompute time after it::
+A temporary buffer off the device at ``i`` that comes back by a swap-in had its bytes
+copied out *before op i started*: the simulator makes every op or swap-in that fills
+overlapping bytes wait for that copy, so a copy still running at op ``i`` leaves its
+bytes held (inside the arena, within the budget); only bytes whose copy completed (or
+that are recomputed) are really off the device. (A persistent buffer may hold last
+iteration's host copy: no copy out is charged.)
 
-    T >= max(P, Hb / k) + d + max(S + R, Ha / k)
+With ``P`` and ``S`` the op time before and after ``i``, ``d`` op ``i``'s, ``k`` copy
+engines per direction, ``Hb`` the H2D time before op ``i`` starts, ``Ha`` after it ends,
+``Db`` the D2H time before op ``i`` starts and ``R`` the recompute time after it::
+
+    T >= max(P, Hb / k, Db / k) + d + max(S + R, Ha / k)
 
 (the compute stream cannot start op ``i`` before its predecessors ran nor before copies
-that had to land earlier; after op ``i`` the compute stream still has ``S + R`` to run and
-the H2D engines ``Ha``). A copy of ``s`` bytes costs ``a = latency + s / bandwidth``, so
-``Ha`` and ``Hb`` are sums of ``a_j`` over the chosen buffers, ``R`` a sum of ``r_j``, and
-the chosen buffers must cover ``X`` bytes. The minimum of the right-hand side over all
-such choices, relaxed to fractions of buffers (a relaxation only lowers the minimum), is
-a linear program; by weak duality, for any ``mu, lam`` in ``[0, 1]``::
+that had to finish earlier -- every engine starts the iteration idle; after op ``i`` the
+compute stream still has ``S + R`` to run and the H2D engines ``Ha``). A copy of ``s``
+bytes costs ``a = latency + s / bandwidth``, so ``Ha``, ``Hb`` and ``Db`` are sums of
+``a_j`` over the chosen buffers, ``R`` a sum of ``r_j``, and the chosen buffers must cover
+``X`` bytes. The minimum of the right-hand side over all such choices, relaxed to
+fractions of buffers (a relaxation only lowers the minimum), is a linear program; by weak
+duality, for any ``mu, lam, split`` in ``[0, 1]``, with ``nu = (1-mu) split`` and
+``rho = (1-mu)(1-split)``::
 
-    T >= mu P + d + lam S + min over choices of ((1-mu) Hb / k + lam R + (1-lam) Ha / k)
+    T >= mu P + d + lam S + min over choices of (nu Hb / k + rho Db / k + lam R
+                                                  + (1-lam) Ha / k)
 
-because ``max(u, v) >= mu u + (1 - mu) v``. For fixed ``mu, lam`` the minimum is a
+because ``max(u, v, w) >= mu u + nu v + rho w``. For fixed weights the minimum is a
 fractional knapsack (each byte of buffer ``j`` costs the cheapest of its options per
-byte; take the cheapest ``X`` bytes), computed exactly. Every ``(mu, lam)`` gives a valid
-bound, so searching them (golden section, the dual is concave) only tightens it and
+byte; take the cheapest ``X`` bytes), computed exactly. Every choice of weights gives a
+valid bound, so searching them (golden section over ``mu`` and ``lam``, the dual is
+concave; ``split`` 0, and 1 when some option lands before op ``i``) only tightens it and
 never breaks soundness. The overhead bound is ``max(ideal, T_i) / ideal - 1``.
 
+A recompute's time ``r_j`` counts its producer plus a share of the inputs the program had
+already freed (:func:`recompute_us`: those must be rematerialized too).
+
 What the bound ignores (so it may be loose): fragmentation (the arena must also pack),
-D2H copies (they must also finish before their swap-in starts), recompute chains (an
-input dropped too), and interactions between different ops' evictions (each op is
-bounded alone). A budget at or above the trace's lower bound gives 0: a static plan fits.
+when each copy out can start (after its buffer is produced), chains through inputs that
+are alive but dropped by the plan, and interactions between different ops' evictions
+(each op is bounded alone). A budget at or above the trace's lower bound gives 0: a
+static plan fits.
 """
 
 from __future__ import annotations
@@ -57,9 +72,13 @@ import numpy as np
 
 from cupool.core.vocabulary import PERSISTENT, TEMPORARY, Trace
 from cupool.errors import InputError
-from cupool.sim.cost import H2D, CostModel, cost_model
+from cupool.sim.cost import D2H, H2D, CostModel, cost_model
 
 _GOLDEN = (math.sqrt(5.0) - 1.0) / 2.0
+
+THRESHOLD_QUANTILES = (0.25, 0.5, 0.75)
+"""Release thresholds tried for the copies out (byte quantiles of when the candidates were
+produced, besides op 0): each gives a valid bound, the best is kept."""
 
 
 @dataclass(frozen=True)
@@ -90,10 +109,9 @@ class _Buffers:
         self.pend_last = np.where(self.persistent, n - 1, np.maximum(self.start, last_use))
         per_byte_copy = 1.0 / (cost.gbps(H2D) * 1e3)
         self.copy_per_byte = per_byte_copy + cost.latency_us / self.size
+        self.out_per_byte = 1.0 / (cost.gbps(D2H) * 1e3) + cost.latency_us / self.size
         op_us = cost.op_times(trace)
-        self.recompute_per_byte = np.array(
-            [op_us[b.recompute.op] / b.size if b.recompute is not None else np.inf
-             for b in buffers])
+        self.recompute_per_byte = recompute_us(trace, op_us) / self.size
         self.used_at = [[] for _ in range(n)]
         for index, b in enumerate(buffers):
             for u in b.uses:
@@ -102,6 +120,42 @@ class _Buffers:
         for index, b in enumerate(buffers):
             if b.kind == TEMPORARY:
                 self.born_temporary[b.start].append(index)
+
+
+def recompute_us(trace: Trace, op_us) -> np.ndarray:
+    """A lower bound on the compute time of recomputing each buffer (``inf``: no recipe).
+
+    Recomputing ``j`` re-runs its producer; an input ``x`` of the recipe that the program
+    freed by the time ``j`` exists (temporary, ``x.end <= j.start + 1``: dead at every op a
+    recompute of ``j`` can run, which is after ``j``'s start) cannot be resident then
+    except by a rematerialization -- a recompute of ``x`` itself (the validator's
+    [lifetime] rule). So ``j`` is charged its producer's time plus, for each such ``x``,
+    ``x``'s own charge split evenly among the recipes that read ``x`` (one recompute of
+    ``x`` may feed several: splitting keeps the sum over any set of buffers at or below
+    the compute they really need, so the knapsack stays a relaxation). A freed input
+    without a recipe makes ``j`` impossible to recompute (``inf``)."""
+    buffers = trace.buffers
+    readers: dict[int, int] = {}
+    for b in buffers:
+        if b.recompute is not None:
+            for x in set(b.recompute.inputs):
+                readers[x] = readers.get(x, 0) + 1
+    out = np.full(len(buffers), np.inf)
+    index = {b.id: k for k, b in enumerate(buffers)}
+    for k in sorted(range(len(buffers)), key=lambda k: (buffers[k].start, k)):
+        b = buffers[k]
+        if b.recompute is None:
+            continue
+        total = float(op_us[b.recompute.op])
+        for x in set(b.recompute.inputs):
+            buf = trace.buffer(x)
+            if x == b.id or buf.kind == PERSISTENT or buf.end > b.start + 1:
+                continue
+            # inputs start no later than b: already computed (inf: no recipe, so b cannot
+            # be recomputed at all)
+            total += out[index[x]] / readers[x]
+        out[k] = total
+    return out
 
 
 def _knapsack(costs, sizes, need):
@@ -145,6 +199,24 @@ class _OpBound:
     def __init__(self, arrays, prefix, op_us, engines, i, candidates, need):
         self.sizes = arrays.size[candidates]
         self.copy = arrays.copy_per_byte[candidates] / engines
+        # a temporary buffer's bytes off the device at op i were copied out before op i
+        # started (persistent ones may hold the previous iteration's host copy: free)
+        self.out = np.where(arrays.persistent[candidates], 0.0,
+                            arrays.out_per_byte[candidates] / engines)
+        # a copy out starts after its buffer was produced: after op ``start`` ended
+        self.released = arrays.start[candidates] + 1
+        self.prefix = prefix
+        temporary = ~arrays.persistent[candidates]
+        if temporary.any():
+            order = np.argsort(self.released[temporary], kind="stable")
+            weights = np.cumsum(self.sizes[temporary][order])
+            picks = np.searchsorted(weights, weights[-1] * np.array(THRESHOLD_QUANTILES))
+            picks = np.minimum(picks, len(order) - 1)
+            self.thresholds = sorted({0, *(int(self.released[temporary][order][k])
+                                           for k in picks)})
+        else:
+            self.thresholds = [0]
+        self.threshold = 0
         recompute = arrays.recompute_per_byte[candidates]
         self.can_redo = ~np.isinf(recompute)
         self.recompute = np.where(self.can_redo, recompute, 0.0)
@@ -154,21 +226,27 @@ class _OpBound:
         self.after = prefix[-1] - prefix[i + 1]
         self.need = need
 
-    def _costs(self, mu, lam):
-        """Per-byte cost of each option: recompute after, copy before, copy after."""
+    def _costs(self, mu, lam, split=1.0):
+        """Per-byte cost of each option: recompute after, copy before, copy after. The
+        ``1 - mu`` weight of the start of op i is split between the H2D engines
+        (``split``) and the D2H engines (the rest)."""
+        nu, rho = (1.0 - mu) * split, (1.0 - mu) * (1.0 - split)
+        out = np.where(self.released >= self.threshold, rho * self.out, 0.0)
         redo = np.where(self.used_later & self.can_redo, lam * self.recompute, np.inf)
-        early = np.where(self.used_later, np.inf, (1.0 - mu) * self.copy)
-        late = (1.0 - lam) * self.copy
+        early = np.where(self.used_later, np.inf, nu * self.copy + out)
+        late = (1.0 - lam) * self.copy + out
         return redo, early, late
 
-    def value(self, mu, lam):
-        costs = np.minimum.reduce(self._costs(mu, lam))
+    def value(self, mu, lam, split=1.0):
+        costs = np.minimum.reduce(self._costs(mu, lam, split))
+        rho = (1.0 - mu) * (1.0 - split)
         return (mu * self.before + self.here + lam * self.after
-                + _knapsack(costs, self.sizes, self.need))
+                + rho * self.prefix[self.threshold] + _knapsack(costs, self.sizes, self.need))
 
-    def primal(self, mu, lam):
-        """The iteration-time bound of the fractional choice the knapsack at (mu, lam) makes."""
-        options = np.stack(self._costs(mu, lam))
+    def primal(self, mu, lam, split=1.0):
+        """The iteration-time bound of the fractional choice the knapsack at (mu, lam,
+        split) makes: an upper bound on every dual value of this op."""
+        options = np.stack(self._costs(mu, lam, split))
         choice = np.argmin(options, axis=0)
         order = np.argsort(options.min(axis=0), kind="stable")
         taken = np.zeros_like(self.sizes)
@@ -181,17 +259,29 @@ class _OpBound:
         redo = float(np.dot(taken * self.recompute, choice == 0))
         early = float(np.dot(taken * self.copy, choice == 1))
         late = float(np.dot(taken * self.copy, choice == 2))
-        return max(self.before, early) + self.here + max(self.after + redo, late)
+        late_out = (choice != 0) & (self.released >= self.threshold)
+        out = self.prefix[self.threshold] + float(np.dot(taken * self.out, late_out))
+        return max(self.before, early, out) + self.here + max(self.after + redo, late)
 
     def search(self):
-        """The best ``(value, mu, lam)`` found."""
-        if not self.has_early:
-            best, lam = _golden_max(lambda lam: self.value(1.0, lam))
-            return best, 1.0, lam
-        best, mu = _golden_max(lambda mu: _golden_max(lambda lam: self.value(mu, lam), 12)[0],
-                               12)
-        value, lam = _golden_max(lambda lam: self.value(mu, lam))
-        return max(best, value), mu, lam
+        """The best ``(value, mu, lam, split)`` found: ``split`` 0 charges the start of op
+        i to the D2H engines only, 1 to the H2D ones only (each a valid bound)."""
+        best = (-np.inf, 1.0, 0.5, 0.0, 0)
+        tries = [(0.0, t) for t in self.thresholds] + ([(1.0, 0)] if self.has_early else [])
+        for split, threshold in tries:
+            self.threshold = threshold
+            best = max(best, (*self._search(split), split, threshold))
+        self.threshold = best[4]
+        return best
+
+    def _search(self, split):
+        """``(value, mu, lam)``: nested golden sections over ``mu`` and ``lam``."""
+        def over_lam(mu, evaluations=12):
+            return _golden_max(lambda lam: self.value(mu, lam, split), evaluations)
+
+        value, mu = _golden_max(lambda mu: over_lam(mu)[0], 12)
+        more, lam = over_lam(mu, 40)
+        return max(value, more), mu, lam
 
 
 def overhead_lower_bound(trace: Trace, budget_bytes: int, cost: CostModel | None = None,
@@ -231,19 +321,19 @@ def overhead_lower_bound(trace: Trace, budget_bytes: int, cost: CostModel | None
     if max_ops is not None:
         ops = ops[:max_ops]
     prefix = np.concatenate([[0.0], np.cumsum(op_us)])
-    best = (ideal, None, 1.0, 0.5)
+    best = (ideal, None, 1.0, 0.5, 0.0)
     for i in ops:
         i = int(i)
         alive = (arrays.pend_first <= i) & (i <= arrays.pend_last)
         alive[list(must[i])] = False
         op_bound = _OpBound(arrays, prefix, op_us, cost.copy_engines_per_direction, i,
                             np.flatnonzero(alive), float(excess[i]))
-        if op_bound.primal(best[2], best[3]) <= best[0]:
+        if op_bound.primal(best[2], best[3], best[4]) <= best[0]:
             continue  # even a feasible choice here is no worse than the best bound so far
-        value, mu, lam = op_bound.search()
+        value, mu, lam, split, _threshold = op_bound.search()
         if value > best[0]:
-            best = (value, i, mu, lam)
-    bound_us, op, mu, lam = best
+            best = (value, i, mu, lam, split)
+    bound_us, op, mu, lam, _split = best
     overhead = max(0.0, bound_us / ideal - 1.0) if ideal > 0 else 0.0
     details.update(bound_us=bound_us, op=op, mu=mu, lam=lam, ops_examined=len(ops),
                    excess_bytes=None if op is None else int(excess[op]))

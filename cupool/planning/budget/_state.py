@@ -190,11 +190,13 @@ class PlanState:
             if self.resident(x, op) or x in seen:
                 continue
             buf = self.trace.buffer(x)
-            # a dropped input can be re-produced only inside its lifetime, inside a
-            # recompute hole (a transient residency before a swap-in would break the swap)
-            if buf.kind == PERSISTENT or not buf.start <= op < buf.end:
+            # a dropped input is re-produced inside a recompute hole of its lifetime (a
+            # transient residency before a swap-in would break the swap), or after its
+            # lifetime ended (a rematerialization of an intermediate the program freed)
+            if buf.kind == PERSISTENT or op < buf.start:
                 return None
-            if self.hole_kind(x, op) not in (RECOMPUTE, None) or op < self.base[x][0]:
+            if op < buf.end and (self.hole_kind(x, op) not in (RECOMPUTE, None)
+                                 or op < self.base[x][0]):
                 return None
             sub = self.chain(x, op, depth + 1, seen)
             if sub is None:
@@ -238,6 +240,12 @@ class PlanState:
         out_issue = float(self.end_us[prev_use])
         out_done = self.d2h.finish_if_added(out_issue, out_len)
         resident_until = min(self.op_at_or_after(out_done, prev_use + 1), self.n)
+        # the bytes are reused from ``resident_until`` on: the copy out, and every copy out
+        # queued behind it, must have landed by then
+        out_due = (float(self.start_us[resident_until]) if resident_until < self.n
+                   else float("inf"))
+        if not self.d2h.fits(out_issue, out_len, out_due):
+            return None
         if wraps:
             due = float(self.start_us[next_use])
             low = 0
@@ -280,7 +288,8 @@ class PlanState:
         else:
             self.holes.setdefault(buffer_id, []).append((resident_until, next_use, SWAP))
             self._free(size, resident_until, trigger)
-        self.d2h.add(out_issue, out_len)
+        self.d2h.add(out_issue, out_len, float(self.start_us[resident_until])
+                     if resident_until < self.n else float("inf"))
         self.h2d.add(in_issue, in_len, due)
 
     def hole_blocked(self, buffer_id: int, a: int, b: int) -> bool:
