@@ -8,6 +8,8 @@ runs under ``FakeTensorMode`` and allocates nothing.
 from __future__ import annotations
 
 import math
+import re
+from pathlib import Path
 
 import pytest
 
@@ -22,7 +24,8 @@ from cupool.core.vocabulary import PERSISTENT  # noqa: E402
 from cupool.errors import InputError  # noqa: E402
 from cupool.io import load_trace, save_trace  # noqa: E402
 
-CASES = [("resnet50", "train"), ("resnet50", "infer"), ("gpt2", "train"), ("llama", "train")]
+CASES = [("resnet50", "train"), ("resnet50", "infer"), ("gpt2", "train"), ("llama", "train"),
+         ("bert-base", "train"), ("mobilenetv2", "infer")]
 _CACHE: dict = {}
 
 
@@ -36,21 +39,12 @@ def captured(model: str, mode: str):
 def memtracker_peak(model: str, mode: str) -> int:
     """Peak live bytes of the same step on real CPU tensors, by torch's MemTracker."""
     torch.manual_seed(0)
-    spec = model_spec(model)
-    net = spec.build(True)
-    optimizer = None
-    if mode == "train":
-        optimizer = torch.optim.AdamW(net.parameters(), foreach=True)
-        tracer._train_step(net, spec, optimizer, 2, True, False, lambda phase: None)
-    else:
-        net.eval()
+    workload = tracer.Workload(model, mode, 2, small=True)  # runs the warm-up step
     tracker = MemTracker()
-    tracker.track_external(net, *([optimizer] if optimizer else []))
+    tracker.track_external(workload.net, *workload.inputs.values(),
+                           *([workload.optimizer] if workload.optimizer else []))
     with tracker:
-        if optimizer:
-            tracer._train_step(net, spec, optimizer, 2, True, False, lambda phase: None)
-        else:
-            tracer._infer_step(net, spec, 2, True, False, lambda phase: None)
+        workload.run()
     return tracker.get_tracker_snapshot("peak")[torch.device("cpu")]["Total"]
 
 
@@ -84,21 +78,58 @@ def test_trace_invariants(model, mode):
         assert op.duration_us is not None and math.isfinite(op.duration_us)
         assert op.duration_us >= 0 and op.flops is not None and op.flops >= 0
     phases = {op.phase for op in trace.ops}
-    assert phases == ({"data", "fw", "bw", "opt"} if mode == "train" else {"data", "fw"})
+    assert phases == ({"fw", "bw", "opt"} if mode == "train" else {"fw"})
     assert any(op.flops > 0 for op in trace.ops)
 
 
-def test_persistent_buffers_are_parameters_buffers_and_optimizer_state():
+def test_persistent_buffers_are_parameters_buffers_inputs_and_optimizer_state():
     trace = captured("resnet50", "train")
     net = model_spec("resnet50").build(True)
     persistent = [b for b in trace.buffers if b.kind == PERSISTENT]
     params = sum(p.numel() * 4 for p in net.parameters())
     stats = sum(b.numel() * b.element_size() for b in net.buffers())
-    steps = 4 * len(list(net.parameters()))  # AdamW's float32 step counters
-    assert sum(b.size for b in persistent) == 3 * params + stats + steps
-    assert {b.name.split(":")[0] for b in persistent} == {"param", "buffer", "opt_state"}
+    inputs = 2 * 3 * 32 * 32 * 4 + 2 * 8  # two 32x32 images, two int64 labels
+    momentum = params  # SGD's momentum buffers, one per parameter
+    assert sum(b.size for b in persistent) == params + stats + inputs + momentum
+    assert {b.name.split(":")[0] for b in persistent} == {"param", "buffer", "input",
+                                                          "opt_state"}
     # gradients are temporaries: born in backward, freed by zero_grad at the very end
-    assert all(b.kind != PERSISTENT for b in trace.buffers if b.name.startswith("aten.conv"))
+    grads = [b for b in trace.buffers if b.name.startswith("grad:")]
+    assert len(grads) == len(list(net.parameters()))
+    assert all(b.kind != PERSISTENT and b.end == trace.num_ops for b in grads)
+
+
+def test_transformers_train_with_adamw_and_its_step_counters():
+    trace = captured("gpt2", "train")
+    names = [b.name for b in trace.buffers if b.kind == PERSISTENT]
+    assert any(n.endswith(".step") for n in names)
+    assert any(n.endswith(".exp_avg_sq") for n in names)
+    assert any(op.name.startswith("aten._foreach_addcdiv_") for op in trace.ops)
+    sgd = capture_model("gpt2", "train", 2, small=True, optimizer="sgd")
+    assert not any(op.name.startswith("aten._foreach_addcdiv_") for op in sgd.ops)
+
+
+def test_a_tensor_made_inside_the_step_is_born_where_it_is_made():
+    # AdamW makes its step increment with torch.tensor(1.0) inside optimizer.step()
+    trace = captured("gpt2", "train")
+    legacy = capture_model("gpt2", "train", 2, small=True, lifted_from_start=True)
+    lifted = [b for b in trace.buffers if b.name == "lifted"]
+    assert [(b.size, b.end - b.start) for b in lifted] == [(4, 1)]
+    assert trace.ops[lifted[0].start].name == "aten._foreach_add_.Tensor"
+    moved = [(a, b) for a, b in zip(trace.buffers, legacy.buffers, strict=True) if a != b]
+    assert len(moved) == 1 and moved[0][1].start == 0 and moved[0][1].end == lifted[0].end
+    assert legacy.lower_bound_bytes() == trace.lower_bound_bytes() + 4
+
+
+def test_module_tracker_only_delays_frees():
+    tracked = captured("bert-base", "train")
+    bare = capture_model("bert-base", "train", 2, small=True, module_tracker=False)
+    assert [op.name for op in bare.ops] == [op.name for op in tracked.ops]
+    pairs = list(zip(bare.buffers, tracked.buffers, strict=True))
+    assert all((a.size, a.start, a.uses) == (b.size, b.start, b.uses) for a, b in pairs)
+    assert all(a.end <= b.end for a, b in pairs)
+    # the input gradients of BertSelfOutput / BertOutput wait for their residual partner
+    assert sum(a.end < b.end for a, b in pairs) >= 2
 
 
 def test_round_trip_and_determinism(tmp_path):
@@ -148,7 +179,55 @@ def test_bad_input_is_refused_with_the_value():
         capture_model("gpt2", "eval", small=True)
     with pytest.raises(InputError, match=r"batch \(=0\)"):
         capture_model("gpt2", "train", 0, small=True)
+    with pytest.raises(InputError, match=r"optimizer \(='lamb'\).*sgd, adamw"):
+        capture_model("gpt2", "train", 1, small=True, optimizer="lamb")
     with pytest.raises(InputError, match=r"unknown device preset \(='B200'\).*H100-SXM"):
         device_preset("B200")
     with pytest.raises(InputError, match=r"efficiency \(=0\)"):
         RooflineModel(efficiency=0)
+
+
+# -- the bundled traces: a re-capture reproduces them buffer for buffer ---------------------
+
+BUNDLED = Path(__file__).resolve().parents[1] / "cupool" / "data" / "traces"
+
+
+def bundled_config(trace) -> dict:
+    """The capture configuration a bundled trace's ``source`` line names."""
+    source = trace.source
+    return {"model": re.search(r"model=([\w-]+)", source).group(1),
+            "mode": "train" if "training step" in source else "infer",
+            "batch": int(re.search(r"batch=(\d+)", source).group(1)),
+            "amp": "amp=True" in source}
+
+
+@pytest.mark.parametrize("name", ["mobilenetv2_infer_b1", "resnet50_infer_b8"])
+def test_recapture_reproduces_the_bundled_trace(name):
+    bundled = load_trace(BUNDLED / f"{name}.trace.json.gz")
+    config = bundled_config(bundled)
+    trace = capture_model(config["model"], config["mode"], config["batch"], amp=config["amp"])
+    assert trace.lower_bound_bytes() == bundled.lower_bound_bytes()
+    assert len(trace.buffers) == len(bundled.buffers)
+
+    def persistent(t):
+        return sum(b.size for b in t.buffers if b.kind == PERSISTENT)
+
+    assert persistent(trace) == persistent(bundled)
+    assert [op.name for op in trace.ops] == [op.name for op in bundled.ops]
+    assert [op.flops for op in trace.ops] == [op.flops for op in bundled.ops]
+    assert [(b.size, b.start, b.end, b.uses, b.kind) for b in trace.buffers] == \
+        [(b.size, b.start, b.end, b.uses, b.kind) for b in bundled.buffers]
+
+
+def test_small_models_have_the_reference_parameter_counts():
+    # the published sizes: ResNet-50 25,557,032; MobileNetV2 3,504,872; GPT-2 small
+    # 124,439,808; BERT-base with its MLM head 109,514,298 (shared weights counted once)
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from cupool.capture.models import parameter_count
+
+    with FakeTensorMode():
+        counts = {name: parameter_count(MODELS[name].build(False))
+                  for name in ("resnet50", "mobilenetv2", "gpt2", "bert-base")}
+    assert counts == {"resnet50": 25_557_032, "mobilenetv2": 3_504_872,
+                      "gpt2": 124_439_808, "bert-base": 109_514_298}

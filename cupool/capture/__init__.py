@@ -3,7 +3,8 @@
 - :mod:`.cost`: the roofline cost model and GPU presets (plain Python, no torch);
 - :mod:`.tracer`: the recorder (``FakeTensorMode`` + a dispatch mode + storage weak
   references) and :func:`~cupool.capture.tracer.capture_model`;
-- :mod:`.models`: ResNet-50, GPT-2 small, BERT-base, ViT-B/16 and a LLaMA-style decoder.
+- :mod:`.models`: ResNet-50, MobileNetV2, GPT-2 small, BERT-base, ViT-B/16 and a LLaMA-style
+  decoder.
 
 Importing this package does not import torch; :func:`capture_model` does, and raises
 :class:`~cupool.errors.CupoolError` with the install command when torch is missing.
@@ -17,14 +18,15 @@ from cupool.errors import CupoolError
 TORCH_REQUIREMENT = "torch==2.13.0"
 """The PyTorch release the capture is written and tested against."""
 
-MODEL_NAMES = ("resnet50", "gpt2", "bert-base", "vit-b16", "llama")
+MODEL_NAMES = ("resnet50", "mobilenetv2", "gpt2", "bert-base", "vit-b16", "llama")
 """Names :func:`capture_model` accepts (the keys of :data:`cupool.capture.models.MODELS`)."""
 
 
 def capture_model(model: str, mode: str = "train", batch: int = 1, **options):
     """Capture one training step or inference pass of ``model`` as a
     :class:`~cupool.core.vocabulary.Trace`; see :func:`cupool.capture.tracer.capture_model`
-    for the options (``small``, ``amp``, ``cost_model``, ``fake``, ``seed``)."""
+    for the options (``small``, ``amp``, ``cost_model``, ``fake``, ``seed``, ``optimizer``,
+    ``module_tracker``, ``lifted_from_start``)."""
     try:
         from cupool.capture import tracer
     except ImportError as exc:

@@ -13,13 +13,14 @@ it. For every aten op the recorder sees:
   Python objects are preserved while the C++ storage lives), and the buffer's ``end`` is
   the number of ops recorded by then (freed right after the last recorded op, half-open);
 - ``flops`` come from :data:`torch.utils.flop_counter.flop_registry` (the formulas
-  ``FlopCounterMode`` uses), the duration from :class:`~cupool.capture.cost.RooflineModel`.
+  ``FlopCounterMode`` uses; CPU attention kernels count as their CUDA counterparts), the
+  duration from :class:`~cupool.capture.cost.RooflineModel`.
 
-Storages named in ``persistent`` (parameters, buffers, optimizer state, which exist
-before the step) become ``"persistent"`` buffers spanning ``[0, len(ops))``. Storages still
-alive when the step ends are freed at ``len(ops)``. The cyclic garbage collector is
-paused while recording so that free points depend on reference counts only (the capture
-is deterministic).
+Storages named in ``persistent`` (parameters, buffers, optimizer state and the step's
+inputs, which exist before the step) become ``"persistent"`` buffers spanning
+``[0, len(ops))``. Storages still alive when the step ends are freed at ``len(ops)``. The
+cyclic garbage collector is paused while recording so that free points depend on reference
+counts only (the capture is deterministic).
 
 The same recorder works on real tensors (leave ``fake`` off), which is how the tests check
 the capture against torch's own accounting.
@@ -46,6 +47,16 @@ _ZERO_TRAFFIC = frozenset({"empty", "empty_like", "empty_strided", "new_empty",
                            "new_empty_strided", "_local_scalar_dense", "lift_fresh",
                            "resize_", "set_"})
 """Ops that allocate or inspect without reading or writing tensor data."""
+_aten = torch.ops.aten
+_FLOP_ALIASES = {
+    # CPU kernels standing in for the CUDA ones, counted with the CUDA ones' formulas
+    _aten._scaled_dot_product_flash_attention_for_cpu:
+        _aten._scaled_dot_product_flash_attention,
+    _aten._scaled_dot_product_flash_attention_for_cpu_backward:
+        _aten._scaled_dot_product_flash_attention_backward,
+}
+"""Ops whose FLOPs ``torch.utils.flop_counter`` has no formula for, and the op whose
+formula they share (same arguments up front: query, key, value; grad_out first in backward)."""
 _CONV_OPS = frozenset({"convolution", "convolution_backward", "_convolution",
                        "conv2d", "conv1d", "conv3d"})
 
@@ -85,9 +96,10 @@ class StorageRecorder(TorchDispatchMode):
     pauses the garbage collector and builds the :class:`Trace`.
     """
 
-    def __init__(self, cost_model: RooflineModel) -> None:
+    def __init__(self, cost_model: RooflineModel, lifted_from_start: bool = False) -> None:
         super().__init__()
         self.cost_model = cost_model
+        self.lifted_from_start = lifted_from_start
         self.phase = "fw"
         self.ops: list[Op] = []
         self.records: list[_StorageRecord] = []
@@ -135,6 +147,11 @@ class StorageRecorder(TorchDispatchMode):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
         if _is_view_op(func):
+            if func.__name__.startswith("lift_fresh") and not self.lifted_from_start:
+                # A tensor made from Python data inside the step (``torch.tensor(1.0)``,
+                # as AdamW does for its step increment) is born here, before the next op.
+                for tensor in _tensors(out):
+                    self.track(tensor, "lifted", TEMPORARY, len(self.ops))
             return out
         index = len(self.ops)
         name = str(func)
@@ -155,7 +172,8 @@ class StorageRecorder(TorchDispatchMode):
 
     def _op(self, func, name, args, kwargs, out, inputs, outputs) -> Op:
         flops = 0
-        counter = flop_registry.get(func._overloadpacket)
+        packet = func._overloadpacket
+        counter = flop_registry.get(_FLOP_ALIASES.get(packet, packet))
         if counter is not None:
             flops = int(counter(*args, **kwargs, out_val=out))
         short = func.__name__.split(".")[0]
@@ -172,29 +190,49 @@ class StorageRecorder(TorchDispatchMode):
         return Op(name, round(duration, 3), flops, self.phase)
 
 
-def record(step: Callable[[Callable[[str], None]], None],
+class Marker:
+    """What a recorded step gets to annotate the trace: ``mark(phase)`` labels the following
+    ops (``"fw"``, ``"bw"``, ``"opt"``...); ``mark.label(tensor, name)`` renames the buffer
+    of ``tensor``'s storage (e.g. ``grad:<parameter>``)."""
+
+    def __init__(self, recorder: StorageRecorder) -> None:
+        self._recorder = recorder
+
+    def __call__(self, phase: str) -> None:
+        self._recorder.phase = phase
+
+    def label(self, tensor: torch.Tensor, name: str) -> None:
+        record = self._recorder._live.get(self._recorder._key(tensor.untyped_storage()))
+        if record is not None and record.kind != PERSISTENT:
+            record.name = name
+
+
+def record(step: Callable[[Marker], None],
            persistent: Mapping[str, torch.Tensor], *, name: str, source: str = "",
-           cost_model: RooflineModel | None = None) -> Trace:
+           cost_model: RooflineModel | None = None, lifted_from_start: bool = False) -> Trace:
     """Run ``step(mark)`` once under a :class:`StorageRecorder` and return its trace.
 
-    ``step`` receives ``mark(phase)`` and calls it to label the following ops (``"fw"``,
-    ``"bw"``, ``"opt"``...). ``persistent`` names the tensors that live across iterations
-    (parameters, buffers, optimizer state; several names may share one storage, the first
-    one names the buffer). Run inside ``FakeTensorMode`` for a capture without memory, or
-    outside it on real tensors. Buffers of zero bytes are left out.
+    ``step`` receives a :class:`Marker` and calls ``mark(phase)`` to label the following
+    ops. ``persistent`` names the tensors that live across iterations (parameters, buffers,
+    optimizer state, inputs staged before the step; several names may share one storage,
+    the first one names the buffer). Run inside ``FakeTensorMode`` for a capture without
+    memory, or outside it on real tensors. Buffers of zero bytes are left out.
+
+    A storage first seen as an op's input is taken to exist from op 0, except (under
+    ``FakeTensorMode``) one made from Python data inside the step, which is born where it is
+    made; ``lifted_from_start=True`` takes those from op 0 as well, as the capture that made
+    the bundled traces did (AdamW's 4-byte step increment then counts in the whole step's
+    lower bound: +4 bytes, see ``bench/capture.py --bundled``).
     """
     cost_model = cost_model or RooflineModel()
-    recorder = StorageRecorder(cost_model)
+    recorder = StorageRecorder(cost_model, lifted_from_start)
     for tensor_name, tensor in persistent.items():
         recorder.track(tensor, tensor_name, PERSISTENT, 0)
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        def mark(phase: str) -> None:
-            recorder.phase = phase
-
         with recorder:
-            step(mark)
+            step(Marker(recorder))
             gc.collect()
     finally:
         recorder.release()
@@ -205,6 +243,9 @@ def record(step: Callable[[Callable[[str], None]], None],
 
 def _trace(recorder: StorageRecorder, name: str, source: str,
            cost_model: RooflineModel) -> Trace:
+    """The trace of a finished recording. A temporary buffer's allocation counts as a use
+    (so a storage that existed before the step, first seen as an input, is used at op 0);
+    a buffer never touched gets its start as its one use."""
     num_ops = len(recorder.ops)
     if num_ops == 0:
         raise InputError(f"the step of {name!r} ran no aten op: nothing to record")
@@ -212,15 +253,17 @@ def _trace(recorder: StorageRecorder, name: str, source: str,
     for record in recorder.records:
         if record.size == 0:
             continue
+        uses = record.uses
         if record.kind == PERSISTENT:
             start, end = 0, num_ops
         else:
             start = record.start
-            last_use = record.uses[-1] if record.uses else start
-            end = max(record.end if record.end is not None else num_ops, last_use + 1)
             if start >= num_ops:  # allocated after the last recorded op: never used
                 continue
-        buffers.append(Buffer(len(buffers), record.size, start, end, tuple(record.uses),
+            if not uses or uses[0] != start:
+                uses = [start, *uses]
+            end = max(record.end if record.end is not None else num_ops, uses[-1] + 1)
+        buffers.append(Buffer(len(buffers), record.size, start, end, tuple(uses or (start,)),
                               record.kind, record.name))
     return Trace(name, tuple(recorder.ops), tuple(buffers), source,
                  cost_model.preset.device())
@@ -240,94 +283,139 @@ MODES = ("train", "infer")
 """What :func:`capture_model` records: one training step or one inference pass."""
 
 
+class Workload:
+    """One model ready to step: the module, its inputs, its optimizer (training only).
+
+    Building it runs the unrecorded warm-up training step (so the optimizer's state
+    exists). :meth:`run` is the recorded step: forward (and the loss) under bfloat16
+    autocast when ``amp``, ``loss.backward()``, ``optimizer.step()``,
+    ``optimizer.zero_grad()`` (``mode="train"``), or one forward pass under
+    ``torch.no_grad()`` in ``eval()`` mode (``mode="infer"``). The inputs are staged before
+    the step and persist across it, like a batch already on the device; the loss is held
+    until the step ends.
+
+    ``module_tracker`` runs the step under ``torch.utils.module_tracker.ModuleTracker`` (the
+    module-boundary tracking of ``FlopCounterMode``; ``MemTracker``'s ``ModTracker`` works
+    the same way). Its backward hooks hold the gradients of a module's inputs until all of
+    them are computed, so they live a little longer than in a bare step: the bundled traces
+    were captured with it, and it is on by default so that a re-capture reproduces them.
+    """
+
+    def __init__(self, model: str, mode: str, batch: int, *, small: bool = False,
+                 amp: bool = False, optimizer: str | None = None,
+                 module_tracker: bool = True) -> None:
+        from cupool.capture.models import OPTIMIZERS, model_spec
+
+        self.spec = model_spec(model)
+        if mode not in MODES:
+            raise InputError(f"mode (={mode!r}) must be one of {', '.join(MODES)}")
+        if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+            raise InputError(f"batch (={batch!r}) must be an integer >= 1")
+        optimizer = optimizer or self.spec.optimizer
+        if optimizer not in OPTIMIZERS:
+            raise InputError(f"optimizer (={optimizer!r}) must be one of "
+                             f"{', '.join(OPTIMIZERS)}")
+        self.mode, self.batch, self.small, self.amp = mode, batch, small, amp
+        self.optimizer_name = optimizer
+        self.module_tracker = module_tracker
+        self.net = self.spec.build(small)
+        self.inputs = self.spec.inputs(batch, small, mode == "train")
+        self.optimizer = None
+        if mode == "train":
+            self.net.train()
+            self.optimizer = OPTIMIZERS[optimizer](self.net.parameters())
+            self._train(None)
+        else:
+            self.net.eval()
+
+    def persistent(self) -> dict[str, torch.Tensor]:
+        """Tensors living across the step, by name: ``param:``, ``buffer:``, ``input:``,
+        ``opt_state:<parameter>.<key>``."""
+        tensors: dict[str, torch.Tensor] = {}
+        for name, tensor in self.net.named_parameters():
+            tensors[f"param:{name}"] = tensor
+        for name, tensor in self.net.named_buffers():
+            tensors[f"buffer:{name}"] = tensor
+        for name, tensor in self.inputs.items():
+            tensors[f"input:{name}"] = tensor
+        if self.optimizer is not None:
+            names = {id(p): n for n, p in self.net.named_parameters()}
+            for param, state in self.optimizer.state.items():
+                for key, value in state.items():
+                    if isinstance(value, torch.Tensor):
+                        tensors[f"opt_state:{names.get(id(param), '?')}.{key}"] = value
+        return tensors
+
+    def run(self, mark: Marker | None = None) -> None:
+        """One step (see the class doc); ``mark`` labels phases and gradients."""
+        tracker = contextlib.nullcontext()
+        if self.module_tracker:
+            from torch.utils.module_tracker import ModuleTracker
+
+            tracker = ModuleTracker()
+        with tracker:
+            if self.mode == "train":
+                self._train(mark)
+            else:
+                if mark is not None:
+                    mark("fw")
+                with torch.no_grad(), _autocast(self.amp):
+                    output = self.spec.infer(self.net, self.inputs)
+                del output
+
+    def _train(self, mark: Marker | None) -> None:
+        if mark is not None:
+            mark("fw")
+        with _autocast(self.amp):
+            loss = self.spec.loss(self.net, self.inputs)
+        if mark is not None:
+            mark("bw")
+        loss.backward()
+        if mark is not None:
+            mark("opt")
+        self.optimizer.step()
+        if mark is not None:
+            for name, param in self.net.named_parameters():
+                if param.grad is not None:
+                    mark.label(param.grad, f"grad:{name}")
+        self.optimizer.zero_grad(set_to_none=True)
+        del loss
+
+
 def capture_model(model: str, mode: str = "train", batch: int = 1, *, small: bool = False,
                   amp: bool = False, cost_model: RooflineModel | None = None,
-                  fake: bool = True, seed: int = 0) -> Trace:
+                  fake: bool = True, seed: int = 0, optimizer: str | None = None,
+                  module_tracker: bool = True, lifted_from_start: bool = False) -> Trace:
     """Capture one iteration of a model from :data:`cupool.capture.models.MODELS`.
 
-    ``mode="train"``: one warm-up step (unrecorded, so AdamW's state exists), then the
-    recorded step: batch creation (phase ``"data"``), forward and loss (``"fw"``),
-    backward (``"bw"``), ``AdamW(foreach=True).step()`` and ``zero_grad()`` (``"opt"``).
-    ``mode="infer"``: one forward pass under ``torch.no_grad()`` in ``eval()`` mode.
-    ``amp`` runs the forward under CPU autocast to bfloat16. ``fake=False`` runs on real
-    CPU tensors (small configurations only: it allocates). Persistent buffers: parameters,
-    module buffers and optimizer state.
+    ``mode="train"``: one warm-up step (unrecorded, so the optimizer's state exists), then
+    the recorded step: forward and loss (phase ``"fw"``), backward (``"bw"``), the
+    optimizer's step and ``zero_grad()`` (``"opt"``). ``mode="infer"``: one forward pass
+    under ``torch.no_grad()`` in ``eval()`` mode. ``amp`` runs the forward and the loss
+    under CPU autocast to bfloat16. ``optimizer`` overrides the model's own (``"sgd"`` for
+    the convolutional networks, ``"adamw"`` for the transformers; see
+    :data:`~cupool.capture.models.OPTIMIZERS`). ``fake=False`` runs on real CPU tensors
+    (small configurations only: it allocates). Persistent buffers: parameters, module
+    buffers, the inputs and the optimizer state. ``module_tracker``: see :class:`Workload`;
+    ``lifted_from_start``: see :func:`record`.
     """
-    from cupool.capture.models import model_spec
-
-    spec = model_spec(model)
-    if mode not in MODES:
-        raise InputError(f"mode (={mode!r}) must be one of {', '.join(MODES)}")
-    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
-        raise InputError(f"batch (={batch!r}) must be an integer >= 1")
     cost_model = cost_model or RooflineModel()
     torch.manual_seed(seed)
     context = fake_mode() if fake else contextlib.nullcontext()
     with context:
-        net = spec.build(small)
-        optimizer = None
-        if mode == "train":
-            optimizer = torch.optim.AdamW(net.parameters(), foreach=True)
-            net.train()
-            _train_step(net, spec, optimizer, batch, small, amp, lambda phase: None)
-        else:
-            net.eval()
-        persistent = _persistent_tensors(net, optimizer)
-
-        def step(mark):
-            if mode == "train":
-                _train_step(net, spec, optimizer, batch, small, amp, mark)
-            else:
-                _infer_step(net, spec, batch, small, amp, mark)
-
+        workload = Workload(model, mode, batch, small=small, amp=amp, optimizer=optimizer,
+                            module_tracker=module_tracker)
         size = "small" if small else "full"
         how = "FakeTensorMode capture" if fake else "real-tensor run"
-        what = "one full training step" if mode == "train" else "one inference pass"
-        source = (f"torch {torch.__version__} {how} of {what} (model={model} [{size}], "
-                  f"batch={batch}, amp={amp}); durations are {cost_model.describe()}")
-        return record(step, persistent, name=f"{model}_{mode}_b{batch}", source=source,
-                      cost_model=cost_model)
+        what = ("one full training step" if mode == "train"
+                else "one inference forward pass under torch.no_grad(), model.eval()")
+        extra = f", optimizer={workload.optimizer_name}" if mode == "train" else ""
+        source = (f"torch {torch.__version__} {how} of {what} (model={workload.spec.name} "
+                  f"[{size}], batch={batch}, amp={amp}{extra}); "
+                  f"durations are {cost_model.describe()}")
+        return record(workload.run, workload.persistent(), name=f"{model}_{mode}_b{batch}",
+                      source=source, cost_model=cost_model, lifted_from_start=lifted_from_start)
 
 
 def _autocast(amp: bool):
     return torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp)
-
-
-def _train_step(net, spec, optimizer, batch, small, amp, mark) -> None:
-    mark("data")
-    inputs, targets = spec.batch(batch, small)
-    mark("fw")
-    with _autocast(amp):
-        output = net(inputs)
-    loss = spec.loss(output, targets)
-    del inputs, targets, output
-    mark("bw")
-    loss.backward()
-    del loss
-    mark("opt")
-    optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
-
-
-def _infer_step(net, spec, batch, small, amp, mark) -> None:
-    mark("data")
-    inputs, _ = spec.batch(batch, small)
-    mark("fw")
-    with torch.no_grad(), _autocast(amp):
-        output = net(inputs)
-    del inputs, output
-
-
-def _persistent_tensors(net, optimizer) -> dict[str, torch.Tensor]:
-    tensors: dict[str, torch.Tensor] = {}
-    for name, tensor in net.named_parameters():
-        tensors[f"param:{name}"] = tensor
-    for name, tensor in net.named_buffers():
-        tensors[f"buffer:{name}"] = tensor
-    if optimizer is not None:
-        names = {id(p): n for n, p in net.named_parameters()}
-        for param, state in optimizer.state.items():
-            for key, value in state.items():
-                if isinstance(value, torch.Tensor):
-                    tensors[f"opt_state:{names.get(id(param), '?')}.{key}"] = value
-    return tensors
