@@ -220,12 +220,21 @@ def test_replay_runs_the_swap_runtime_and_checks_every_byte():
 
 @pytest.mark.parametrize("argv,message", [
     (("--budget", "70%", "--iterations", "0"), "(='0') must be an integer >= 1"),
-    (("--budget", "70%", "--device", "cuda"), "replay runs on 'emulated' only"),
     (("--budget", "1MiB"), "infeasible: op "),
 ])
 def test_replay_bad_input_exits_2(argv, message):
     code, out, err = cli("replay", RESNET_TRAIN, *argv)
     assert code == 2 and out == "" and message in err and len(err.strip().splitlines()) == 1
+
+
+def test_replay_on_cuda_without_a_gpu_exits_2_with_one_line():
+    from cupool.devices import probe_cuda
+
+    if probe_cuda()[0]:
+        pytest.skip("a GPU is usable here: tests/gpu/test_replay_cuda.py runs the replay")
+    code, out, err = cli("replay", RESNET_TRAIN, "--budget", "70%", "--device", "cuda")
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert "device kind 'cuda' is unavailable" in err
 
 
 def test_convert_a_pytorch_snapshot_to_csv_and_plan_it(tmp_path):

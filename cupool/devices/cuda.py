@@ -20,6 +20,8 @@ Mapping:
 ``host_callback``          ``Stream.launch_host_func(callback, arg)``
 ``mem_info``               ``runtime.memGetInfo()``
 ``synchronize``            ``runtime.deviceSynchronize()``
+``array_at``               ``cupy.ndarray(shape, dtype, memptr=MemoryPointer(UnownedMemory(
+                           ptr, nbytes, owner, device_id), 0))`` (no CUDA call)
 =========================  ===========================================================
 
 Every call runs with ``cupy.cuda.Device(device_id)`` current. Copy statistics count
@@ -96,6 +98,9 @@ CUPY_CALLS: tuple[CupyCall, ...] = (
     CupyCall("cupy.cuda.Event.done", None),
     CupyCall("cupy.cuda.Event.record", 1),
     CupyCall("cupy.cuda.Event.synchronize", 0),
+    CupyCall("cupy.cuda.UnownedMemory", 4),
+    CupyCall("cupy.cuda.MemoryPointer", 2),
+    CupyCall("cupy.ndarray", 1, ("dtype", "memptr")),
 )
 """Every CuPy name :mod:`cupool.devices.cuda` touches. In the code, CuPy is reached
 only through ``device._cupy``, ``device._cuda`` (``cupy.cuda``), ``device._rt``
@@ -227,6 +232,12 @@ class CudaDevice(Device):
         with self._errors("mem_info()"):
             free, total = self._rt.memGetInfo()
         return int(free), int(total)
+
+    def _array_at(self, ptr: int, nbytes: int, dtype, shape: tuple[int, ...], owner: object,
+                  block: Memory):
+        memory = self._cuda.UnownedMemory(ptr, nbytes, owner, self.device_id)
+        return self._cupy.ndarray(shape, dtype=dtype,
+                                  memptr=self._cuda.MemoryPointer(memory, 0))
 
     @property
     def default_stream(self) -> CudaStream:

@@ -191,7 +191,9 @@ class EmulatedDevice(Device):
     ``h2d_gbps``/``d2h_gbps``/``d2d_gbps``: link bandwidth per direction in GB/s
     (10**9 bytes/s); ``None`` = as fast as ``memmove``. ``latency_us``: fixed cost
     added to every copy's pacing (µs). ``close_timeout``: seconds ``close()`` waits for
-    enqueued work before aborting waits.
+    enqueued work before aborting waits. ``cupy_arrays``: :meth:`array_at` returns
+    ``cupy.ndarray`` objects over the emulated bytes (as the cuda backend does; no kernel
+    can run on them here) instead of NumPy views.
     """
 
     kind = "emulated"
@@ -199,8 +201,9 @@ class EmulatedDevice(Device):
     def __init__(self, capacity: int | str | None = None, *, h2d_gbps: float | None = None,
                  d2h_gbps: float | None = None, d2d_gbps: float | None = None,
                  latency_us: float = 0.0, close_timeout: float = 10.0,
-                 name: str = "emulated") -> None:
+                 cupy_arrays: bool = False, name: str = "emulated") -> None:
         super().__init__(name)
+        self.cupy_arrays = bool(cupy_arrays)
         self.capacity = default_capacity() if capacity is None else parse_bytes(capacity,
                                                                                  "capacity")
         self.bandwidth_gbps = {H2D: h2d_gbps, D2H: d2h_gbps, D2D: d2d_gbps}
@@ -257,6 +260,18 @@ class EmulatedDevice(Device):
     def _mem_info(self) -> tuple[int, int]:
         with self._lock:
             return self.capacity - self._committed, self.capacity
+
+    def _array_at(self, ptr: int, nbytes: int, dtype: np.dtype, shape: tuple[int, ...],
+                  owner: object, block: Memory):
+        used = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        if not self.cupy_arrays:
+            # A slice of the block's own buffer: the view keeps the bytes addressable.
+            start = ptr - block.ptr
+            return block.keepalive[start:start + used].view(dtype).reshape(shape)
+        import cupy  # the allocator objects work without a driver (DESIGN.md)
+
+        memory = cupy.cuda.UnownedMemory(ptr, nbytes, owner, 0)
+        return cupy.ndarray(shape, dtype=dtype, memptr=cupy.cuda.MemoryPointer(memory, 0))
 
     def device_array(self, memory: Memory) -> np.ndarray:
         """A ``uint8`` NumPy view of a live reservation (emulated only: for tests and
@@ -390,7 +405,8 @@ class EmulatedDevice(Device):
                                   f"never returns?)")
 
     def _options(self) -> dict:
-        return {"capacity": self.capacity, "h2d_gbps": self.bandwidth_gbps[H2D],
+        return {"capacity": self.capacity, "cupy_arrays": self.cupy_arrays,
+                "h2d_gbps": self.bandwidth_gbps[H2D],
                 "d2h_gbps": self.bandwidth_gbps[D2H], "d2d_gbps": self.bandwidth_gbps[D2D],
                 "latency_us": self.latency_us}
 

@@ -27,7 +27,12 @@ Ordering contract (the same on both backends)::
   ``default_stream.synchronize()`` before reading results either way.
 - Work that fails on a stream (a host callback raising) does not stop the stream;
   the first failure is raised as :class:`~cupool.devices.errors.StreamTaskError`
-  by the next ``synchronize()`` of that stream or of the device.
+  by the next ``synchronize()`` of that stream or of the device; until then later
+  work can see it with ``stream.pending_failure()``.
+
+Arrays: :meth:`Device.array_at` gives an array of any dtype and shape over reserved bytes,
+of the backend's type (a ``cupy.ndarray`` on ``cuda``; a NumPy view on ``emulated``, or a
+``cupy.ndarray`` there too when it was opened with ``cupy_arrays=True``).
 
 Ownership: the caller owns what it reserved and returns it with :meth:`Device.release`
 / :meth:`Device.free_pinned`; :meth:`Device.close` returns whatever is still out.
@@ -120,6 +125,36 @@ def check_size(operation: str, name: str, value: object, *, allow_zero: bool = F
         raise InvalidSizeError(operation, name, number, "must be >= 0" if allow_zero
                                else "must be > 0")
     return number
+
+
+def check_layout(operation: str, nbytes: int, dtype: object,
+                 shape: object) -> tuple[np.dtype, tuple[int, ...]]:
+    """``(np.dtype, shape)`` for an array over ``nbytes`` bytes, else
+    :class:`InvalidSizeError` quoting the bad dtype or shape (see :meth:`Device.array_at`)."""
+    try:
+        dtype = np.dtype(dtype)
+    except TypeError:
+        raise InvalidSizeError(operation, "dtype", dtype, "must be a NumPy dtype") from None
+    if dtype.itemsize == 0 or dtype.hasobject:
+        raise InvalidSizeError(operation, "dtype", str(dtype),
+                               "must be a fixed-size, non-object dtype")
+    if shape is None:
+        if nbytes % dtype.itemsize:
+            raise InvalidSizeError(operation, "nbytes", nbytes,
+                                   f"must be a multiple of the {dtype} item size "
+                                   f"({dtype.itemsize}) for a flat array")
+        return dtype, (nbytes // dtype.itemsize,)
+    try:
+        shape = tuple(operator.index(n) for n in shape)
+    except TypeError:
+        raise InvalidSizeError(operation, "shape", shape, "must be a tuple of ints") from None
+    if any(n < 0 for n in shape):
+        raise InvalidSizeError(operation, "shape", shape, "must not be negative")
+    needed = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    if needed > nbytes:
+        raise InvalidSizeError(operation, "shape", shape,
+                               f"needs {needed} bytes of {dtype}, only {nbytes} are given")
+    return dtype, shape
 
 
 def check_pointer(operation: str, name: str, value: object) -> int:
@@ -222,6 +257,15 @@ class Stream(ABC):
         """True when all work enqueued so far on this stream has run."""
         self.device._check_open(f"stream {self.name!r}.query()")
         return self._query()
+
+    def pending_failure(self) -> str | None:
+        """``"task failed: error"`` for the first failure of this stream's work that no
+        ``synchronize()`` has reported yet, else ``None``; does not clear it. Work on the
+        stream (a host callback) can ask whether what ran before it failed."""
+        failures = self._failures
+        with failures.lock:
+            first = failures.first
+        return None if first is None else f"{first[0]} failed: {first[1]!r}"
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r} of {self.device.name!r}>"
@@ -329,6 +373,34 @@ class Device(ABC):
                                       f"{memory!r} is not a live pinned allocation of "
                                       f"device {self.name!r}")
         return host_view(memory.ptr, memory.size)
+
+    def array_at(self, ptr: int, nbytes: int, dtype: object = "uint8",
+                 shape: tuple[int, ...] | None = None, owner: object = None):
+        """An array of ``dtype`` and ``shape`` over device bytes ``[ptr, ptr + nbytes)``,
+        which must lie inside one live reservation of this device.
+
+        ``shape=None`` means flat: ``nbytes // itemsize`` elements (``nbytes`` must then be a
+        multiple of the item size); a given shape may use fewer than ``nbytes`` bytes, never
+        more. The backend decides the array type: ``cuda`` gives a ``cupy.ndarray`` over
+        ``MemoryPointer(UnownedMemory(ptr, nbytes, owner), 0)`` (``owner``, e.g. the
+        :class:`Memory` or a pool's ``MemoryPointer``, is kept alive by the array);
+        ``emulated`` gives a NumPy view of its host-backed bytes, or the same
+        ``cupy.ndarray`` when opened with ``cupy_arrays=True``. Making one costs
+        microseconds (CuPy's constructor): make it when the bytes arrive, not per access.
+        Raises :class:`InvalidSizeError` for a bad dtype, shape or size and
+        :class:`InvalidPointerError` for bytes outside every live reservation.
+        """
+        nbytes = check_size("array_at", "nbytes", nbytes, allow_zero=True)
+        ptr = check_pointer("array_at", "ptr", ptr)
+        dtype, shape = check_layout("array_at", nbytes, dtype, shape)
+        self._check_open(f"array_at(ptr={ptr:#x}, nbytes={nbytes})")
+        with self._lock:
+            block = self._blocks[DEVICE_MEMORY].containing(ptr)
+        if block is None or ptr + nbytes > block.end:
+            raise InvalidPointerError("array_at", ptr, nbytes,
+                                      f"{nbytes} bytes at {ptr:#x} are not inside one live "
+                                      f"reservation of device {self.name!r}")
+        return self._array_at(ptr, nbytes, dtype, shape, block if owner is None else owner, block)
 
     def mem_info(self) -> tuple[int, int]:
         """``(free_bytes, total_bytes)`` of device memory, like ``cudaMemGetInfo``."""
@@ -487,6 +559,11 @@ class Device(ABC):
 
     @abstractmethod
     def _mem_info(self) -> tuple[int, int]: ...
+
+    @abstractmethod
+    def _array_at(self, ptr: int, nbytes: int, dtype: np.dtype, shape: tuple[int, ...],
+                  owner: object, block: Memory):
+        """The array (checked arguments; ``block`` is the live reservation holding it)."""
 
     @abstractmethod
     def _create_stream(self, name: str | None) -> Stream: ...

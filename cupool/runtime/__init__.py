@@ -8,9 +8,15 @@
   :mod:`.record` (recorded iterations → trace v1), :mod:`.stats` (the statistics' key
   grammar), :mod:`.errors`.
 
+The swap runtime: :mod:`.handles` (tensor handles and ``h.use()``), :mod:`.copy_engine`
+(D2H/H2D streams), :mod:`.staging` (pinned staging), :mod:`.checks` (stream-ordered
+pattern checks on either backend), :mod:`.executor` (one iteration of a swapping plan,
+its residencies served by a ``PlannedPool``; late-prefetch feedback), :mod:`.replay` and
+:mod:`.passive`.
+
 The pool imports CuPy (it *is* a ``cupy.cuda.MemoryPool``), on first use of
-``cupool.PlannedPool``/``cupool.managed``; the swap runtime (:mod:`.handles`,
-:mod:`.copy_engine`, :mod:`.staging`, :mod:`.executor`, :mod:`.replay`) does not need it.
+``cupool.PlannedPool``/``cupool.managed``, and so do the executor and replay, which serve
+every residency from one; handles, the copy engine and staging do not need it.
 """
 
 from __future__ import annotations

@@ -15,14 +15,19 @@ the order they were issued, like one DMA engine per direction::
   caller makes whatever lands there next wait for it (``waits`` of :meth:`swap_in`, or a
   compute-stream wait before a buffer is produced there).
 - A swap-in waits for its trigger op's predecessor, for the copies still reading the
-  bytes it lands in, and for the buffer's own swap-out; copies the slot back; records
-  ``in`` after the copy, then releases the slot.
+  bytes it lands in, and for the buffer's own swap-out; copies the slot back; moves the
+  handle to ``device`` and releases the slot (a host callback), then records ``in`` — so
+  work that waits on ``in`` (a GPU stream cannot wait on a host-side state) finds the
+  handle resident.
 - Handle states move in stream order (host callbacks before and after each copy).
 - A copy the device refuses when it is issued (a bad range, a closed device) fails the
   handle with :class:`~cupool.runtime.handles.CopyFailedError`, which the buffer's next
-  use raises; its slot is released at once. A failure while a stream runs is raised by
-  the next ``synchronize()`` (the device protocol's contract), wrapped the same way by
-  the executor.
+  use raises; its slot is released at once. A copy that fails while the stream runs
+  (the stream's :meth:`~cupool.devices.protocol.Stream.pending_failure`, seen by the
+  callback after the copy) fails the handle the same way, so the use raises instead of
+  reading bytes that never arrived; the next ``synchronize()`` reports it too (the
+  device protocol's contract), wrapped by the executor. (A CUDA copy error is sticky
+  and surfaces at ``synchronize()``.)
 - Pageable slots (staging fallback) are copied by a host callback on the same stream
   (``memmove``, paced like the link when the device paces copies); a real GPU would do
   a synchronous pageable copy there.
@@ -74,7 +79,15 @@ class CopyEngine:
             self._failed(handle, D2H, nbytes, exc)
             return slot, out
         out.record(stream)
-        self.device.host_callback(stream, lambda: handle.move(HOST))
+
+        def copied_out() -> None:
+            failure = stream.pending_failure()
+            if failure is not None:  # the copy (or work before it) failed as the stream ran
+                handle.fail(CopyFailedError(handle.buffer.id, D2H, nbytes, failure))
+                return
+            handle.move(HOST)
+
+        self.device.host_callback(stream, copied_out)
         self._count(D2H, nbytes)
         return slot, out
 
@@ -95,14 +108,18 @@ class CopyEngine:
             if not keep_slot:
                 self.staging.release(slot)
             return landed
-        landed.record(stream)
 
         def arrived() -> None:
-            handle.move(DEVICE, view, ptr)
             if not keep_slot:
                 self.staging.release(slot)
+            failure = stream.pending_failure()
+            if failure is not None:  # the copy (or work before it) failed as the stream ran
+                handle.fail(CopyFailedError(handle.buffer.id, H2D, nbytes, failure))
+                return
+            handle.move(DEVICE, view, ptr)
 
         self.device.host_callback(stream, arrived)
+        landed.record(stream)  # after the handle moved: a stream waiting on it sees DEVICE
         self._count(H2D, nbytes)
         return landed
 

@@ -16,8 +16,13 @@ state a use sees is the state of the device, not of the thread that enqueued the
 
 ``with handle.use() as view:`` (``intent="read"`` or ``"write"``) marks an access and
 guarantees, for the duration of the block, that the bytes are on the device at the
-planned address: ``view`` is a ``uint8`` array over exactly those bytes (a NumPy array on
-the emulated device, whose "device" memory is host memory). What a use does by state:
+planned address: ``view`` is an array of the handle's ``dtype`` and ``shape`` (default:
+flat ``uint8``) over exactly those bytes, made by the device when the bytes arrive
+(:meth:`TensorHandle.array_at`, :meth:`Device.array_at
+<cupool.devices.protocol.Device.array_at>`): a ``cupy.ndarray`` whose ``data.ptr`` is the
+planned address on the cuda device (and on the emulated one opened with
+``cupy_arrays=True``), a NumPy view of the host-backed bytes on the emulated device
+otherwise. What a use does by state:
 
 =============  =========================================================================
 ``device``     proceeds at once (the fast path: one lock, no allocation beyond the
@@ -132,9 +137,13 @@ class TensorHandle:
     """One buffer's bytes during an iteration (see the module docstring).
 
     ``buffer`` is the trace's :class:`~cupool.core.vocabulary.Buffer`. ``recompute`` is an
-    optional callable ``recompute(view)`` that regenerates the contents in place (from
-    other handles); the executor calls it for the plan's recompute actions. Counters:
-    ``uses`` (completed uses), ``waited_us`` (total time uses waited for swap-ins).
+    optional callable ``recompute(out, *inputs)`` that regenerates the contents of ``out``
+    (this handle's array) from ``inputs`` (the arrays of the handles of
+    ``buffer.recompute.inputs``, in that order); the executor calls it for the plan's
+    recompute actions, in stream order, with ``out`` held for write and every input held
+    for read. ``dtype`` and ``shape`` (default flat ``uint8``; a shape may not need more
+    than ``buffer.size`` bytes) are what :meth:`use` yields. Counters: ``uses`` (completed
+    uses), ``waited_us`` (total time uses waited for swap-ins).
     """
 
     __slots__ = (
@@ -143,17 +152,31 @@ class TensorHandle:
         "_readers",
         "_writers",
         "buffer",
+        "dtype",
         "failure",
         "ptr",
         "recompute",
+        "shape",
         "state",
         "uses",
         "view",
         "waited_us",
     )
 
-    def __init__(self, buffer: Buffer, recompute: Callable[[object], object] | None = None
-                 ) -> None:
+    def __init__(self, buffer: Buffer, recompute: Callable[..., object] | None = None, *,
+                 dtype: object = "uint8", shape: tuple[int, ...] | None = None) -> None:
+        from cupool.devices.protocol import check_layout
+
+        if recompute is not None and not callable(recompute):
+            raise HandleError(f"buffer {buffer.id}: recompute (={recompute!r}) must be "
+                              f"callable or None")
+        try:
+            self.dtype, checked = check_layout(f"TensorHandle(buffer {buffer.id})",
+                                               buffer.size, dtype,
+                                               shape if shape is not None else (0,))
+        except CupoolError as exc:
+            raise HandleError(str(exc)) from None
+        self.shape = None if shape is None else checked
         self.buffer = buffer
         self.recompute = recompute
         self.state = UNBORN
@@ -170,6 +193,15 @@ class TensorHandle:
     def __repr__(self) -> str:
         return (f"<TensorHandle buffer={self.buffer.id} size={self.buffer.size} "
                 f"state={self.state}>")
+
+    def array_at(self, device, ptr: int, nbytes: int):
+        """This handle's array (its dtype and shape) over ``nbytes`` device bytes at
+        ``ptr`` of ``device``; a flat handle gets ``nbytes // itemsize`` elements (replays
+        scale sizes down). What the runtime passes to :meth:`move` as ``view``."""
+        if self.shape is None:
+            count = nbytes // self.dtype.itemsize
+            return device.array_at(ptr, count * self.dtype.itemsize, self.dtype, (count,))
+        return device.array_at(ptr, nbytes, self.dtype, self.shape)
 
     # -- using ----------------------------------------------------------------------
     def use(self, intent: str = READ) -> _Use:

@@ -162,18 +162,19 @@ def passive_iteration(trace: Trace, budget_bytes: int, device, *, size_scale: in
                 swapped_at = time.perf_counter()
                 if b in born:
                     ptr = place(i, b, keep)
-                    handles[b].move(DEVICE, host_view(ptr, sizes[b]), ptr)
+                    handles[b].move(DEVICE, handles[b].array_at(device, ptr, sizes[b]), ptr)
                 elif b not in offset:
                     ptr = place(i, b, keep)
                     engine.swap_in(handles[b], slot.pop(b), sizes[b], ptr,
-                                   host_view(ptr, sizes[b]), [])
+                                   handles[b].array_at(device, ptr, sizes[b]), [])
                     engine.h2d_stream.synchronize()
                     counts["in"] += 1
                 spent = time.perf_counter() - swapped_at
                 swap += spent
                 checked_at = time.perf_counter()
                 intent = WRITE if b in born else "read"
-                with handles[b].use(intent) as view:
+                with handles[b].use(intent):  # the host-backed bytes at the handle's address
+                    view = host_view(handles[b].ptr, sizes[b])
                     if b in born:
                         fill(view, seed, b, 0)
                     else:

@@ -1028,6 +1028,13 @@ class PlannedPool(MemoryPool):
         return arena.plan if arena is not None else None
 
     @property
+    def arena_ptr(self) -> int | None:
+        """Device address of the active plan's arena (``None`` without one): slot k of a
+        planned iteration is served at ``arena_ptr + offset_k``."""
+        arena = self._arena
+        return arena.memory.ptr if arena is not None and arena.memory is not None else None
+
+    @property
     def trace(self) -> Trace | None:
         """The trace the last plan was solved for."""
         arena = self._last_arena
@@ -1101,6 +1108,63 @@ class PlannedPool(MemoryPool):
                 raise PoolOutOfMemoryError(arena_bytes, self._counters.reserved_bytes_current,
                                            self._limit, self._report(arena_bytes,
                                                                      "loaded plan's arena"))
+        return plan
+
+    def install_plan(self, plan: Plan, trace: Trace) -> Plan:
+        """Install a static ``plan`` for ``trace`` (a pool recording: buffer ``k`` is the
+        k-th allocation of an iteration, sizes multiples of 512, as :meth:`save_plan`
+        writes) without files; the next iteration runs from it. The swap runtime's
+        executor uses it to serve every residency of a swapping plan from the planned
+        arena (:mod:`cupool.runtime.executor`).
+
+        The plan must pass the validator. When the active plan's arena has no live block
+        and the same size, its reservation is kept for the new plan (its bytes stay where
+        they are, so data a caller left there survives a re-plan); otherwise the active
+        plan is dropped and the new arena reserved. Not inside an iteration. Raises
+        :class:`~cupool.errors.PlanFormatError` for a plan that is invalid or not for a
+        pool recording, :class:`PoolOutOfMemoryError` when the arena does not fit.
+        """
+        from cupool.planning import validate_plan
+
+        if not plan.is_static:
+            raise PlanFormatError("install_plan() takes a static plan (placements only); "
+                                  "the swap runtime serves swapping plans through one")
+        report = validate_plan(trace, plan)
+        if not report.valid:
+            raise PlanFormatError(f"the plan is invalid for its trace: {report.message}")
+        try:
+            recording = from_trace(trace)
+        except ValueError as exc:
+            raise PlanFormatError(str(exc)) from None
+        odd = [s for s in recording.sizes if s % ALLOCATION_UNIT]
+        if odd:
+            raise PlanFormatError(f"buffer size (={odd[0]}) is not a multiple of "
+                                  f"{ALLOCATION_UNIT}: not a pool recording")
+        with self._lock:
+            self._drain()
+            if self._in_iteration:
+                raise IterationStateError("install_plan() inside an iteration; call it "
+                                          "between iterations")
+            active = self._arena
+            if active is not None and active.memory is not None \
+                    and active.live_count() == 0 and active.reserved_bytes == plan.arena_bytes:
+                memory = active.memory
+                active.memory = None  # handed over: retiring the old plan releases nothing
+                active.retire()
+                active.close_tickets()
+                self._arena = self._last_arena = _PlannedArena(plan, trace, recording, memory,
+                                                               self._release_ticket)
+                self._counters.plans += 1
+                self._mode = PLANNED
+                self._divergent_streak = 0
+                self._recordings = []
+                return plan
+            self._drop_plan()
+            if not self._install(plan, trace, recording):
+                self._counters.oom_errors += 1
+                raise PoolOutOfMemoryError(plan.arena_bytes,
+                                           self._counters.reserved_bytes_current, self._limit,
+                                           self._report(plan.arena_bytes, "installed plan's arena"))
         return plan
 
     # -- CuPy's MemoryPool methods ----------------------------------------------------------

@@ -1,9 +1,17 @@
 """Replay: run N iterations of a trace under a budget with the real swap runtime, checked.
 
 :func:`replay` plans the trace for the budget (:func:`~cupool.planning.budget.plan_with_budget`),
-validates the plan, and runs it with the :class:`~cupool.runtime.executor.Executor` — handles,
-copy streams, pinned staging, patterns verified at every use, late-prefetch feedback
-between iterations — then reports one flat dict (the ``cupool replay --json`` object).
+validates the plan, and runs it with the :class:`~cupool.runtime.executor.Executor` — a
+:class:`~cupool.runtime.pool.PlannedPool` serving every residency at its planned offset,
+handles, copy streams, pinned staging, patterns verified at every use, late-prefetch
+feedback between iterations — then reports one flat dict (the ``cupool replay --json``
+object).
+
+**Devices.** ``"emulated"`` opens an emulated device paced like the link (below).
+``"cuda"`` opens the GPU (:class:`~cupool.devices.errors.DeviceUnavailableError` without
+one): patterns are filled and verified by the CUDA kernels, op durations are spin kernels,
+and copies run at the GPU's own link speed, unpaced — so only ``size_scale=1`` keeps the
+timing comparable with the simulator there (``time_scale`` still stretches the ops).
 
 **Scaling** (so a multi-GB trace replays in a few MB and a few hundred ms, with timing
 comparable to the simulator):
@@ -20,8 +28,12 @@ comparable to the simulator):
 
 Result keys: ``iterations``, ``mean_iteration_us`` (trace µs, mean over iterations),
 ``iteration_us`` (per iteration), ``late_prefetches`` (per iteration: swap-ins whose due op
-waited), ``stall_us`` (per iteration), ``peak_device_bytes`` (the arena the runtime
-reserved, in trace bytes: scaled reservation × ``size_scale``), ``bytes_checked``,
+waited), ``stall_us`` (per iteration), ``peak_device_bytes`` (the arena of the plan the
+pool serves, in trace bytes),
+``arena_reserved_bytes`` (what the pool reserved at the scale used: stretches between
+residency boundaries rounded up to its 512-byte unit), ``pool`` (the pool's statistics;
+``planned_hits`` counts residencies served at their planned offset), ``off_plan`` (per
+iteration, residencies served elsewhere), ``bytes_checked``,
 ``corrupt_bytes``, ``sim_iteration_us`` (the simulator's prediction for the first plan),
 ``feedback_moves`` (per iteration, triggers moved), ``sim_late_floor`` (swap-ins the
 simulator predicts late, by more than the timer-noise threshold, for the plan as the
@@ -65,14 +77,18 @@ def open_paced_device(link="gen5", size_scale: int = DEFAULT_SIZE_SCALE,
 def replay(trace: Trace, budget, device="emulated", iterations: int = 3, link="gen5",
            size_scale: int = DEFAULT_SIZE_SCALE, *, time_scale: float = DEFAULT_TIME_SCALE,
            policy: str = "auto", plan=None, plan_trace: Trace | None = None,
-           feedback: bool = True, seed: int = 0, plan_out=None) -> dict:
+           feedback: bool = True, seed: int = 0, plan_out=None,
+           recompute: dict | None = None) -> dict:
     """Replay ``trace`` for ``iterations`` under ``budget`` (bytes, ``"4GiB"`` or ``"70%"`` of
-    the lower bound) on ``device`` (``"emulated"`` opens a paced one and closes it after;
-    a device object is used as is and must be paced by the caller, see
-    :func:`open_paced_device`). ``plan`` (with ``plan_trace``, the trace it was made for)
-    replays a given swapping plan instead of planning. ``plan_out`` (a path) receives the
-    plan as adjusted by the late-prefetch feedback (plan JSON, via ``save_plan``).
-    Raises :class:`ReplayError` when no valid swapping plan exists,
+    the lower bound) on ``device`` (``"emulated"`` opens a paced one, ``"cuda"`` the GPU,
+    and closes it after; a device object is used as is and must be paced by the caller,
+    see :func:`open_paced_device`). ``plan`` (with ``plan_trace``, the trace it was made
+    for) replays a given swapping plan instead of planning. ``plan_out`` (a path)
+    receives the plan as adjusted by the late-prefetch feedback (plan JSON, via
+    ``save_plan``). ``recompute`` maps buffer ids to ``recompute(out, *inputs)``
+    callables replacing the default regeneration of recomputed buffers
+    (:mod:`.executor`). Raises :class:`ReplayError` when no valid swapping plan exists,
+    :class:`~cupool.devices.errors.DeviceUnavailableError` for ``"cuda"`` without a GPU,
     :class:`~cupool.errors.InputError` for bad arguments.
     """
     if not isinstance(iterations, int) or iterations < 1:
@@ -97,9 +113,14 @@ def replay(trace: Trace, budget, device="emulated", iterations: int = 3, link="g
     predicted = simulate(plan_trace, plan, cost, validate=False)
     own_device = isinstance(device, str)
     if own_device:
-        if device != "emulated":
-            raise ReplayError(f"device (={device!r}): replay runs on 'emulated' only for now")
-        device = open_paced_device(link, size_scale, time_scale)
+        if device not in ("emulated", "cuda"):
+            raise InputError(f"device (={device!r}) must be 'emulated' or 'cuda'")
+        if device == "cuda":
+            from cupool.devices import open_device
+
+            device = open_device("cuda")
+        else:
+            device = open_paced_device(link, size_scale, time_scale)
     runs, moves = [], []
 
     def predict(candidate):
@@ -107,7 +128,8 @@ def replay(trace: Trace, budget, device="emulated", iterations: int = 3, link="g
 
     try:
         with Executor(plan_trace, plan, device, size_scale=size_scale, time_scale=time_scale,
-                      seed=seed, op_us=cost.op_times(plan_trace)) as executor:
+                      seed=seed, op_us=cost.op_times(plan_trace),
+                      recompute=recompute) as executor:
             for iteration in progress.iterate(range(iterations), "replay", "iter"):
                 run = executor.run_iteration(iteration)
                 runs.append(run)
@@ -118,8 +140,9 @@ def replay(trace: Trace, budget, device="emulated", iterations: int = 3, link="g
                     if moved:
                         executor.set_plan(plan)
                 moves.append(len(moved))
-            peak = executor.arena.size * size_scale
+            reserved = executor.arena_bytes
             staging, copies = executor.staging.stats(), executor.engine.stats()
+            pool = executor.pool.memory_stats()
     finally:
         if own_device:
             device.close()
@@ -134,7 +157,8 @@ def replay(trace: Trace, budget, device="emulated", iterations: int = 3, link="g
         "late_prefetches": [len(r["late"]) for r in runs],
         "stall_us": [r["stall_us"] for r in runs], "feedback_moves": moves,
         "sim_late_floor": sum(1 for wait in floor.values() if wait > noise_us),
-        "peak_device_bytes": peak,
+        "peak_device_bytes": plan.arena_bytes, "arena_reserved_bytes": reserved,
+        "off_plan": [r["off_plan"] for r in runs], "pool": pool,
         "bytes_checked": sum(r["bytes_checked"] for r in runs),
         "corrupt_bytes": sum(r["corrupt_bytes"] for r in runs),
         "staging": staging, "copies": copies,

@@ -1,0 +1,229 @@
+"""Stream-ordered work of a replayed op, on either backend: integrity checks, callables and
+op durations, enqueued on the compute stream so they run in the stream's order.
+
+The executor (:mod:`.executor`) enqueues everything an iteration does before waiting for
+any of it, so every piece of work must be *stream work*, not something done now. The
+two backends differ in what may run where, and :class:`StreamWork` hides that:
+
+==================  ========================================  ==============================
+                    ``emulated``                              ``cuda``
+==================  ========================================  ==============================
+:meth:`run` ``fn``  a host callback on the stream (``fn``     ``fn()`` now, with the stream
+                    runs when the stream reaches it)          current in CuPy, so the
+                                                              kernels it launches are
+                                                              ordered on the stream
+:meth:`fill`        NumPy twin (:func:`~cupool.kernels.       ``cupool_pattern_fill``
+                    reference.fill`) in a host callback       (:func:`~cupool.kernels.
+                                                              fill_pattern`)
+:meth:`verify`      NumPy twin (``count_mismatches``) in a    ``cupool_pattern_verify``
+                    host callback, summed on the host         through the kernels' loader,
+                                                              summed into one device
+                                                              counter per iteration
+:meth:`spin`        (the executor sleeps on its own clock)    ``cupool_spin_ns``
+==================  ========================================  ==============================
+
+:meth:`callback` is a host callback on both (bookkeeping in Python: marking uses,
+timestamps); on a GPU such a callback must not call CUDA (a ``cudaLaunchHostFunc`` rule),
+and none of the executor's does.
+
+**Batches.** A host callback costs a queue hand-off on the emulated device, and the
+executor enqueues thousands per iteration, so between :meth:`begin_batch` and
+:meth:`end_batch` the emulated backend collects the work (callbacks, ``run``, fills,
+verifies, timed waits) and enqueues it as *one* host callback that runs it in order
+(the first exception is re-raised after the rest ran, so bookkeeping that undoes a
+use still happens). On a GPU batching changes nothing.
+
+Counts: :meth:`results` returns ``(bytes_checked, corrupt_bytes)`` of the iteration once the
+stream has been synchronised; :meth:`begin_iteration` resets them. Mismatches are counted,
+never raised: a lost byte is a number in the report.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from cupool.devices.errors import DeviceError
+from cupool.devices.protocol import host_view
+from cupool.kernels import reference
+
+_BLOCK = 256  # threads per block (a multiple of 32, as the verify reduction needs)
+_MAX_BLOCKS = 4096
+
+
+def _grid(nbytes: int) -> int:
+    words = (nbytes - 1) // 8 + 1
+    return max(1, min(_MAX_BLOCKS, -(-words // _BLOCK)))
+
+
+class StreamWork:
+    """Work on ``stream`` of ``device`` (kind ``"emulated"`` or ``"cuda"``), patterns seeded
+    with ``seed`` (see the module docstring). ``_lock`` guards the host-side counts (the
+    emulated checks add to them from the stream's thread)."""
+
+    def __init__(self, device, stream, seed: int) -> None:
+        kind = getattr(device, "kind", None)
+        if kind not in ("emulated", "cuda"):
+            raise DeviceError(f"StreamWork: device {device!r} has kind {kind!r}; expected "
+                              f"'emulated' or 'cuda'")
+        self.device, self.stream, self.seed = device, stream, seed
+        self.gpu = kind == "cuda"
+        self._lock = threading.Lock()
+        self._checked = 0
+        self._corrupt = 0
+        self._counter = None  # cuda: uint64[2] device array [mismatches, first mismatch]
+        self._batch: list | None = None  # emulated: work collected for one host callback
+
+    def begin_iteration(self) -> None:
+        """Reset the counts (call with nothing of the previous iteration still queued)."""
+        with self._lock:
+            self._checked = self._corrupt = 0
+        self._batch = None  # a batch an exception left open is dropped, never enqueued
+        if self.gpu:
+            cupy = self.device.cupy
+            with self._on_gpu():
+                self._counter = cupy.array([0, reference.MASK64], dtype=cupy.uint64)
+
+    def begin_batch(self) -> None:
+        """Collect the following work into one host callback (emulated; module docstring)."""
+        if not self.gpu:
+            self._batch = []
+
+    def end_batch(self) -> None:
+        """Enqueue the collected work as one host callback."""
+        batch, self._batch = self._batch, None
+        if not batch:
+            return
+
+        def batch_of_work() -> None:
+            first = None
+            for fn in batch:
+                try:
+                    fn()
+                except Exception as exc:
+                    first = first or exc
+            if first is not None:
+                raise first
+
+        self.device.host_callback(self.stream, batch_of_work)
+
+    def callback(self, fn: Callable[[], object]) -> None:
+        """Enqueue ``fn()`` as a host callback (pure Python; no CUDA calls)."""
+        if self._batch is not None:
+            self._batch.append(fn)
+        else:
+            self.device.host_callback(self.stream, fn)
+
+    def run(self, fn: Callable[[], object]) -> None:
+        """Run ``fn()`` in stream order: a host callback on the emulated device; on a GPU,
+        now, with the stream current (``fn`` launches its work on it)."""
+        if not self.gpu:
+            self.callback(fn)
+            return
+        with self._on_gpu():
+            fn()
+
+    def timed_wait(self, event, report: Callable[[float, float], object]) -> None:
+        """Make later work wait for ``event``; ``report(began, ended)`` (``perf_counter``
+        seconds) receives how long the stream stood still for it."""
+        if self.gpu:
+            began = []
+            self.callback(lambda: began.append(time.perf_counter()))
+            self.stream.wait_event(event)
+            self.callback(lambda: report(began.pop(), time.perf_counter()))
+            return
+
+        def wait() -> None:
+            began = time.perf_counter()
+            if not event.query():
+                event.synchronize()
+            report(began, time.perf_counter())
+
+        self.callback(wait)
+
+    def fill(self, ptr: int, nbytes: int, buffer_id: int, iteration: int) -> None:
+        """Enqueue: device bytes ``[ptr, ptr + nbytes)`` get the pattern of ``(seed,
+        buffer_id, iteration)``."""
+        if nbytes == 0:
+            return
+        seed = self.seed
+        if self.gpu:
+            from cupool.kernels import fill_pattern
+
+            fill_pattern(self.device, ptr, nbytes, seed=seed, buffer_id=buffer_id,
+                         iteration=iteration, stream=self.stream)
+            return
+
+        def fill() -> None:
+            reference.fill(host_view(ptr, nbytes), seed, buffer_id, iteration)
+
+        self.callback(fill)
+
+    def verify(self, ptr: int, nbytes: int, buffer_id: int, iteration: int) -> None:
+        """Enqueue: count the bytes of ``[ptr, ptr + nbytes)`` that differ from the pattern
+        of ``(seed, buffer_id, iteration)`` into the iteration's counts."""
+        if nbytes == 0:
+            return
+        with self._lock:
+            self._checked += nbytes
+        seed = self.seed
+        if self.gpu:
+            u64 = np.uint64
+            counter = self._counter.data.ptr
+            self._launch("cupool_pattern_verify", _grid(nbytes),
+                         (u64(ptr), u64(nbytes), u64(0), u64(seed), u64(buffer_id),
+                          u64(iteration), u64(counter), u64(counter + 8)))
+            return
+
+        def verify() -> None:
+            wrong = reference.count_mismatches(host_view(ptr, nbytes), seed, buffer_id,
+                                               iteration)
+            if wrong:
+                with self._lock:
+                    self._corrupt += wrong
+
+        self.callback(verify)
+
+    def spin(self, seconds: float) -> None:
+        """Enqueue a wait of ``seconds`` on a GPU (``cupool_spin_ns``; the cuda backend only:
+        the emulated executor keeps its own clock)."""
+        from cupool.kernels import spin
+
+        spin(self.device, max(0, int(seconds * 1e9)), stream=self.stream)
+
+    def results(self) -> tuple[int, int]:
+        """``(bytes_checked, corrupt_bytes)`` of the iteration; synchronise the stream
+        first (on a GPU this reads the device counter)."""
+        with self._lock:
+            checked, corrupt = self._checked, self._corrupt
+        if self.gpu and self._counter is not None:
+            with self._on_gpu():
+                corrupt += int(self._counter.get()[0])
+        return checked, corrupt
+
+    # -- GPU helpers ------------------------------------------------------------------
+    def _on_gpu(self):
+        """A context: this GPU current, the stream current, CuPy's default pool as the
+        allocator (scratch arrays never come from an installed planned pool)."""
+        import contextlib
+
+        cupy = self.device.cupy
+        stack = contextlib.ExitStack()
+        stack.enter_context(cupy.cuda.Device(self.device.device_id))
+        stack.enter_context(self.stream.cupy_stream)
+        stack.enter_context(cupy.cuda.using_allocator(cupy.get_default_memory_pool().malloc))
+        return stack
+
+    def _launch(self, function: str, grid: int, args: tuple) -> None:
+        from cupool.kernels.loader import get_function
+
+        kernel = get_function(self.device, function)
+        cupy = self.device.cupy
+        try:
+            with self._on_gpu():
+                kernel((grid,), (_BLOCK,), args)
+        except (cupy.cuda.driver.CUDADriverError, cupy.cuda.runtime.CUDARuntimeError) as exc:
+            raise DeviceError(f"launching {function} on {self.device.name!r}: {exc}") from exc
