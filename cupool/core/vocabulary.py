@@ -203,9 +203,18 @@ class Residency:
     offset: int
 
 
+PINNED = "pinned"
+PAGEABLE = "pageable"
+HOST_LEVELS = (PINNED, PAGEABLE)
+"""Host memory levels a swap may use: page-locked (``pinned``, the default: copies run at
+link speed) or ordinary ``pageable`` memory (copies staged by the driver: slower, more
+latency; see :mod:`cupool.sim.cost`). A swap-in reads the level its swap-out wrote."""
+
+
 @dataclass(frozen=True)
 class SwapOut:
-    """Copy the buffer to pinned host memory on the D2H stream, issued right after op
+    """Copy the buffer to host memory (``level``: pinned unless said) on the D2H stream,
+    issued right after op
     ``after_op`` finishes. ``after_op`` lies inside the residency it leaves
     (``start <= after_op < end``) and at or after that residency's last use (uses may
     write: a write after the copy started would be lost). The residency's device bytes
@@ -213,6 +222,7 @@ class SwapOut:
 
     buffer_id: int
     after_op: int
+    level: str = PINNED
 
 
 @dataclass(frozen=True)
@@ -221,11 +231,13 @@ class SwapIn:
     ``trigger_op``, issued when op ``trigger_op`` is dispatched (its predecessor finished),
     or later when the bytes it lands in are still being copied out. Op ``due_op``
     (``trigger_op <= due_op <=`` the residency's first use) waits for it; uses in
-    ``[trigger_op, due_op)`` are invalid (the data is not there yet)."""
+    ``[trigger_op, due_op)`` are invalid (the data is not there yet). ``level`` is the
+    host level the bytes come from (that of the paired :class:`SwapOut`)."""
 
     buffer_id: int
     trigger_op: int
     due_op: int
+    level: str = PINNED
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,11 @@ is optional (and empty in a valid swapping plan), and two lists are added::
       ]
     }
 
+A swap may say which host level holds the bytes: ``"level": "pinned"`` (the default, and
+what a swap without the field means) or ``"pageable"`` (issue 7, multi-level placement).
+The writer omits the field for pinned swaps, so files of plans without pageable swaps are
+what they were before levels existed, and older files read unchanged.
+
 The meaning of residencies and actions is defined once, in
 :mod:`cupool.core.vocabulary` (:class:`~cupool.core.vocabulary.Residency`,
 :class:`~cupool.core.vocabulary.SwapOut`, ...), and checked by
@@ -51,6 +56,8 @@ from __future__ import annotations
 import json
 
 from cupool.core.vocabulary import (
+    HOST_LEVELS,
+    PINNED,
     Placement,
     Plan,
     RecomputeAction,
@@ -79,13 +86,20 @@ ACTION_FIELDS = {
 def action_to_entry(action) -> dict:
     """The JSON object of one action."""
     if isinstance(action, SwapOut):
-        return {"kind": "swap_out", "id": action.buffer_id, "after_op": action.after_op}
+        return {"kind": "swap_out", "id": action.buffer_id, "after_op": action.after_op,
+                **_level_entry(action)}
     if isinstance(action, SwapIn):
         return {"kind": "swap_in", "id": action.buffer_id, "trigger_op": action.trigger_op,
-                "due_op": action.due_op}
+                "due_op": action.due_op, **_level_entry(action)}
     if isinstance(action, RecomputeAction):
         return {"kind": "recompute", "id": action.buffer_id, "before_op": action.before_op}
     raise TypeError(f"not a plan action: {action!r}")
+
+
+def _level_entry(action) -> dict:
+    """``{"level": ...}`` for a swap to a host level other than pinned memory, else ``{}``:
+    files of pinned-only plans stay what they were before levels existed."""
+    return {} if action.level == PINNED else {"level": action.level}
 
 
 def plan_to_document(plan: Plan) -> dict:
@@ -223,13 +237,17 @@ def _parse_actions(raw, fail) -> tuple:
             value = entry.get(key)
             if not _is_int(value) or value < 0:
                 fail(f"{kind} field {key!r} (={value!r}) must be an integer >= 0", where)
+        level = entry.get("level", PINNED)
+        if kind != "recompute" and level not in HOST_LEVELS:
+            fail(f"{kind} field 'level' (={level!r}) must be one of {', '.join(HOST_LEVELS)}",
+                 where)
         if kind == "swap_out":
-            actions.append(SwapOut(entry["id"], entry["after_op"]))
+            actions.append(SwapOut(entry["id"], entry["after_op"], level))
         elif kind == "swap_in":
             if entry["due_op"] < entry["trigger_op"]:
                 fail(f"swap_in of buffer {entry['id']}: due_op (={entry['due_op']}) must be "
                      f">= trigger_op (={entry['trigger_op']})", where)
-            actions.append(SwapIn(entry["id"], entry["trigger_op"], entry["due_op"]))
+            actions.append(SwapIn(entry["id"], entry["trigger_op"], entry["due_op"], level))
         else:
             actions.append(RecomputeAction(entry["id"], entry["before_op"]))
     return tuple(actions)

@@ -10,6 +10,20 @@ Link presets (:data:`LINK_PRESETS`) are pinned-memory bandwidths of a x16 link:
 PCIe Gen4 ≈ 25 GB/s, Gen5 ≈ 55 GB/s, both directions. An op's time is its trace
 ``duration_us``; an op without one takes ``default_op_us`` (10 µs unless set), and
 reports count such ops so that a number built on the default says so.
+
+Host levels (issue 7, multi-level placement): a swap goes to *pinned* host memory (the
+link bandwidths above) or to *pageable* host memory. A copy from or to pageable memory is
+staged by the driver through its own pinned bounce buffer (a CPU memcpy plus the DMA,
+in chunks), so it reaches only part of the link and pays more fixed cost. The defaults
+are assumptions, overridable per model: ``pageable_*_gbps`` = :data:`PAGEABLE_FRACTION`
+(0.5) of the pinned bandwidth of the same direction (``bandwidthTest --memory=pageable``
+on PCIe Gen4/Gen5 hosts typically reports 40-60% of the pinned figure) and
+``pageable_latency_us`` = :data:`DEFAULT_PAGEABLE_LATENCY_US` (10 µs: staging setup and the
+synchronisation with the host thread). Pageable copies use the same copy engine of their
+direction (FIFO) as pinned ones::
+
+    gen5 pinned:    1 MB -> 3 + 1e6 / 55e3   = 21.18 µs
+    gen5 pageable:  1 MB -> 10 + 1e6 / 27.5e3 = 46.36 µs
 """
 
 from __future__ import annotations
@@ -17,7 +31,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from cupool.core.vocabulary import Trace
+from cupool.core.vocabulary import HOST_LEVELS, PAGEABLE, PINNED, Trace
 from cupool.errors import InputError
 
 LINK_PRESETS = {"gen4": 25.0, "gen5": 55.0}
@@ -30,25 +44,40 @@ DEFAULT_OP_US = 10.0
 H2D = "h2d"
 D2H = "d2h"
 DIRECTIONS = (H2D, D2H)
+PAGEABLE_FRACTION = 0.5
+"""Default pageable-memory bandwidth as a fraction of the pinned bandwidth."""
+DEFAULT_PAGEABLE_LATENCY_US = 10.0
+"""Default fixed cost of a copy from or to pageable host memory, in µs."""
 
 
 @dataclass(frozen=True)
 class CostModel:
     """Link bandwidths (GB/s, GB = 1e9 B) per direction, a per-copy latency (µs), copy
     engines per direction (each a FIFO server), and the duration assumed for ops the
-    trace gives none (µs)."""
+    trace gives none (µs). ``h2d_gbps``, ``d2h_gbps`` and ``latency_us`` are those of
+    pinned host memory; the ``pageable_*`` fields those of pageable host memory
+    (``None``: :data:`PAGEABLE_FRACTION` of the pinned bandwidth, and
+    :data:`DEFAULT_PAGEABLE_LATENCY_US`)."""
 
     h2d_gbps: float
     d2h_gbps: float
     latency_us: float = DEFAULT_LATENCY_US
     copy_engines_per_direction: int = 1
     default_op_us: float = DEFAULT_OP_US
+    pageable_h2d_gbps: float | None = None
+    pageable_d2h_gbps: float | None = None
+    pageable_latency_us: float | None = None
 
     def __post_init__(self):
         for name in ("h2d_gbps", "d2h_gbps"):
             _positive(name, getattr(self, name))
-        for name in ("latency_us", "default_op_us"):
+        for name in ("pageable_h2d_gbps", "pageable_d2h_gbps"):
+            if getattr(self, name) is not None:
+                _positive(name, getattr(self, name))
+        for name in ("latency_us", "default_op_us", "pageable_latency_us"):
             value = getattr(self, name)
+            if value is None and name == "pageable_latency_us":
+                continue
             if not _number(value) or not math.isfinite(value) or value < 0:
                 raise InputError(f"{name} (={value!r}) must be a finite number >= 0")
         engines = self.copy_engines_per_direction
@@ -63,9 +92,30 @@ class CostModel:
             return self.d2h_gbps
         raise InputError(f"direction (={direction!r}) must be 'h2d' or 'd2h'")
 
-    def copy_us(self, nbytes: int, direction: str) -> float:
-        """Time of one copy of ``nbytes`` in ``direction`` on a free engine (µs)."""
-        return self.latency_us + nbytes / (self.gbps(direction) * 1e3)
+    def level_gbps(self, direction: str, level: str = PINNED) -> float:
+        """Bandwidth of ``direction`` from or to host ``level`` (``"pinned"``, ``"pageable"``)."""
+        pinned = self.gbps(direction)
+        if level == PINNED:
+            return pinned
+        if level == PAGEABLE:
+            stated = self.pageable_h2d_gbps if direction == H2D else self.pageable_d2h_gbps
+            return pinned * PAGEABLE_FRACTION if stated is None else stated
+        raise InputError(f"level (={level!r}) must be one of {', '.join(HOST_LEVELS)}")
+
+    def level_latency_us(self, level: str = PINNED) -> float:
+        """Fixed cost of one copy from or to host ``level`` (µs)."""
+        if level == PAGEABLE:
+            stated = self.pageable_latency_us
+            return DEFAULT_PAGEABLE_LATENCY_US if stated is None else stated
+        self.level_gbps(H2D, level)  # names a bad level
+        return self.latency_us
+
+    def copy_us(self, nbytes: int, direction: str, level: str = PINNED) -> float:
+        """Time of one copy of ``nbytes`` in ``direction`` from or to host ``level``
+        (pinned unless said) on a free engine (µs)."""
+        if level == PINNED:
+            return self.latency_us + nbytes / (self.gbps(direction) * 1e3)
+        return self.level_latency_us(level) + nbytes / (self.level_gbps(direction, level) * 1e3)
 
     def op_us(self, trace: Trace, i: int) -> float:
         """Duration of op ``i`` of ``trace`` (µs): its ``duration_us``, else the default."""
@@ -111,8 +161,10 @@ def link_gbps(link: str | float) -> float:
 def cost_model(link: str | float = "gen5", h2d_gbps: float | None = None,
                d2h_gbps: float | None = None, latency_us: float | None = None,
                copy_engines_per_direction: int = 1,
-               default_op_us: float | None = None) -> CostModel:
-    """A :class:`CostModel` for a link preset or bandwidth, each part overridable.
+               default_op_us: float | None = None, pageable_gbps: float | None = None,
+               pageable_latency_us: float | None = None) -> CostModel:
+    """A :class:`CostModel` for a link preset or bandwidth, each part overridable
+    (``pageable_gbps`` sets the pageable bandwidth of both directions).
 
     Bad values raise :class:`~cupool.errors.InputError` quoting them.
     """
@@ -123,4 +175,6 @@ def cost_model(link: str | float = "gen5", h2d_gbps: float | None = None,
         latency_us=DEFAULT_LATENCY_US if latency_us is None else latency_us,
         copy_engines_per_direction=copy_engines_per_direction,
         default_op_us=DEFAULT_OP_US if default_op_us is None else default_op_us,
+        pageable_h2d_gbps=pageable_gbps, pageable_d2h_gbps=pageable_gbps,
+        pageable_latency_us=pageable_latency_us,
     )

@@ -17,9 +17,9 @@ The machine (one iteration, starting with every swap engine idle)::
   duration; then op ``i`` runs for its duration.
 - every :class:`SwapOut` after op ``i`` is handed to the D2H engine when op ``i``
   finishes; its bytes stay held until the copy completes.
-- a copy of ``n`` bytes takes ``latency_us + n / bandwidth`` on an engine
-  (:mod:`cupool.sim.cost`); each direction serves requests in the order they were handed
-  over.
+- a copy of ``n`` bytes takes ``latency_us + n / bandwidth`` on an engine, both those of
+  the host level the swap names (pinned unless said; :mod:`cupool.sim.cost`); each
+  direction serves requests in the order they were handed over.
 
 The iteration ends when the last op has finished and every copy has completed.
 ``iteration_us = ideal_us + recompute_us + stall_us`` exactly: ``stall_us`` is the time
@@ -41,6 +41,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from cupool.core.vocabulary import (
+    PINNED,
     Plan,
     RecomputeAction,
     SolveStatus,
@@ -160,7 +161,7 @@ class _Replay:
                 entered[(b, action.before_op)] = action
             elif isinstance(action, SwapOut):
                 r = next(r for r in spans[b] if r.start <= action.after_op < r.end)
-                self.swap_outs[action.after_op].append((b, r))
+                self.swap_outs[action.after_op].append((b, r, action.level))
         self.filled = defaultdict(list)  # op -> residencies compute fills starting there
         for r in self.residencies:
             if not isinstance(entered.get((r.buffer_id, r.start)), SwapIn):
@@ -176,24 +177,25 @@ class _Replay:
 
     def engine(self, direction):
         while True:
-            buffer_id, nbytes, enqueued, done = yield self.queues[direction].get()
+            buffer_id, nbytes, enqueued, done, level = yield self.queues[direction].get()
             started = self.env.now
             self.record(f"{direction}_start", buffer_id)
-            yield self.env.timeout(self.cost.copy_us(nbytes, direction))
+            yield self.env.timeout(self.cost.copy_us(nbytes, direction, level))
             self.record(f"{direction}_end", buffer_id)
             self.copies.append((buffer_id, direction, nbytes, enqueued, started, self.env.now))
             done.succeed(self.env.now)  # its value is the completion time
 
-    def copy(self, direction, buffer_id, waits):
-        """Hand a copy to ``direction``'s engine once ``waits`` are done; the returned event
-        triggers when the copy completed."""
+    def copy(self, direction, buffer_id, waits, level=PINNED):
+        """Hand a copy from or to host ``level`` to ``direction``'s engine once ``waits``
+        are done; the returned event triggers when the copy completed."""
         done = self.env.event()
 
         def hand_over():
             if waits:
                 yield self.env.all_of(waits)
             self.record(f"{direction}_queued", buffer_id)
-            self.queues[direction].put((buffer_id, self.sizes[buffer_id], self.env.now, done))
+            self.queues[direction].put((buffer_id, self.sizes[buffer_id], self.env.now, done,
+                                        level))
 
         self.env.process(hand_over())
         return done
@@ -212,7 +214,7 @@ class _Replay:
                 waits = [done for lo, hi, done in pending if lo < high and low < hi]
                 if b in last_out and not last_out[b].processed:
                     waits.append(last_out[b])
-                landed[(b, swap_in.trigger_op)] = self.copy(H2D, b, waits)
+                landed[(b, swap_in.trigger_op)] = self.copy(H2D, b, waits, swap_in.level)
             waits = [landed[key] for key in self.due[i]]
             for r in self.filled[i]:
                 low, high = r.offset, r.offset + self.sizes[r.buffer_id]
@@ -231,8 +233,8 @@ class _Replay:
             yield env.timeout(self.op_us[i])
             self.record("op_end", i)
             self.op_times.append((dispatch, start, env.now))
-            for b, r in self.swap_outs[i]:
-                done = self.copy(D2H, b, [])
+            for b, r, level in self.swap_outs[i]:
+                done = self.copy(D2H, b, [], level)
                 pending.append((r.offset, r.offset + self.sizes[b], done))
                 last_out[b] = done
                 self.held_after.append((r, done))

@@ -1,0 +1,226 @@
+"""Multi-level placement: host levels in the cost model, the simulator and the plan format,
+and the ``tiers`` local search (never worse than its two-level seed, validated, seeded)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from cupool.core.vocabulary import PAGEABLE, PERSISTENT, PINNED, Buffer, SwapIn, SwapOut
+from cupool.errors import InputError, PlanFormatError, SolverError
+from cupool.io import load_plan, save_plan
+from cupool.io.plan_json import parse_plan, plan_to_document
+from cupool.planning.budget import BudgetParams, plan_with_budget
+from cupool.planning.budget.multilevel import (
+    TierParams,
+    pinned_peak_bytes,
+    plan_tiers,
+    search_tiers,
+)
+from cupool.planning.budget.recipes import with_recompute_recipes
+from cupool.planning.validator import validate_plan
+from cupool.sim import cost_model, simulate
+from cupool.sim.cost import DEFAULT_PAGEABLE_LATENCY_US, PAGEABLE_FRACTION, CostModel
+from tests.swap_cases import six_op_swap_plan, six_op_trace, trace_of
+
+GEN5 = cost_model("gen5")
+
+
+# -- levels in the cost model ------------------------------------------------------------
+
+def test_pageable_copies_are_slower_by_the_documented_defaults():
+    assert GEN5.copy_us(1_000_000, "h2d", PINNED) == GEN5.copy_us(1_000_000, "h2d")
+    expected = DEFAULT_PAGEABLE_LATENCY_US + 1e6 / (55.0 * PAGEABLE_FRACTION * 1e3)
+    assert GEN5.copy_us(1_000_000, "h2d", PAGEABLE) == pytest.approx(expected)
+    assert GEN5.copy_us(1_000_000, "d2h", PAGEABLE) == pytest.approx(46.3636, abs=1e-3)
+
+
+def test_pageable_numbers_are_overridable():
+    custom = cost_model("gen4", pageable_gbps=5.0, pageable_latency_us=0.0)
+    assert custom.copy_us(5_000, "h2d", PAGEABLE) == pytest.approx(1.0)
+    assert custom.level_gbps("d2h", PAGEABLE) == 5.0 and custom.level_gbps("d2h") == 25.0
+    assert CostModel(10.0, 10.0, pageable_d2h_gbps=2.0).level_gbps("d2h", PAGEABLE) == 2.0
+
+
+@pytest.mark.parametrize("make, text", [
+    (lambda: GEN5.copy_us(8, "h2d", "floppy"), "level (='floppy')"),
+    (lambda: cost_model(pageable_gbps=0.0), "pageable_h2d_gbps (=0.0)"),
+    (lambda: cost_model(pageable_latency_us=-1.0), "pageable_latency_us (=-1.0)"),
+])
+def test_bad_levels_and_pageable_numbers_are_input_errors(make, text):
+    with pytest.raises(InputError) as info:
+        make()
+    assert text in str(info.value)
+
+
+# -- levels in the simulator and the plan format -----------------------------------------
+
+def _leveled(plan, level):
+    return replace(plan, actions=tuple(replace(a, level=level) for a in plan.actions))
+
+
+def test_the_simulator_charges_each_copy_at_its_level():
+    trace = six_op_trace()
+    plan = six_op_swap_plan(trace)
+    cost = cost_model(1.0, latency_us=0.0, pageable_gbps=0.5, pageable_latency_us=0.0)
+    pinned = simulate(trace, plan, cost)
+    pageable = simulate(trace, _leveled(plan, PAGEABLE), cost)
+    assert pinned.feasible and pageable.feasible
+    pinned_times = sorted(c[5] - c[4] for c in pinned.copies)
+    pageable_times = sorted(c[5] - c[4] for c in pageable.copies)
+    assert pinned_times == pytest.approx([16 / 1e3] * 2)   # 16 B at 1 GB/s
+    assert pageable_times == pytest.approx([32 / 1e3] * 2)  # at 0.5 GB/s
+
+
+def test_plan_json_writes_level_only_when_not_pinned_and_reads_it_back(tmp_path):
+    trace = six_op_trace()
+    plan = six_op_swap_plan(trace)
+    document = plan_to_document(plan)
+    assert all("level" not in a for a in document["actions"])  # old files unchanged
+    leveled = _leveled(plan, PAGEABLE)
+    document = plan_to_document(leveled)
+    assert [a.get("level") for a in document["actions"]] == [PAGEABLE, PAGEABLE]
+    path = tmp_path / "plan.json"
+    save_plan(leveled, path, trace)
+    again = load_plan(path, trace)
+    assert again.actions == leveled.actions
+    assert again.actions[0] == SwapOut(1, 0, PAGEABLE) and again.actions[1] == SwapIn(1, 3, 4,
+                                                                                    PAGEABLE)
+
+
+def test_plan_json_without_level_reads_as_pinned_and_a_bad_level_is_named():
+    trace = six_op_trace()
+    document = json.loads(json.dumps(plan_to_document(six_op_swap_plan(trace))))
+    plan = parse_plan(document)
+    assert all(a.level == PINNED for a in plan.actions)
+    document["actions"][1]["level"] = "tape"
+    with pytest.raises(PlanFormatError) as info:
+        parse_plan(document)
+    assert "actions[1]" in str(info.value) and "'tape'" in str(info.value)
+
+
+# -- the search ----------------------------------------------------------------------------
+
+def _seeded(trace, budget, cost=GEN5):
+    plan, info = plan_with_budget(trace, budget, "auto", cost)
+    return plan, info["trace"]
+
+
+def test_plan_tiers_beats_auto_on_the_six_op_trace():
+    trace = six_op_trace()
+    auto, planned = _seeded(trace, 24)
+    tiers, reason = plan_tiers(planned, 24, GEN5, BudgetParams(), 0.0)
+    assert reason is None and validate_plan(planned, tiers).valid
+    auto_us = simulate(planned, auto, GEN5).iteration_us
+    tiers_us = simulate(planned, tiers, GEN5).iteration_us
+    # auto recomputes A (10 µs, op 0 again); a swap of 16 B lands in time for ~0 µs
+    assert auto_us == pytest.approx(70.0)
+    assert tiers_us < auto_us - 5
+    assert tiers.solver == "tiers" and tiers.stats["seed_iteration_us"] == pytest.approx(70.0)
+
+
+def _small_trace(seed: int):
+    import random
+
+    rng = random.Random(seed)
+    n = 12
+    buffers = [Buffer(0, 64, 0, n, (0, n - 1), PERSISTENT)]
+    for i in range(1, 9):
+        start = rng.randrange(0, n - 2)
+        end = rng.randrange(start + 2, n + 1)
+        uses = tuple(sorted({start, end - 1, rng.randrange(start, end)}))
+        buffers.append(Buffer(i, rng.choice((32, 48, 64, 96)), start, end, uses))
+    return with_recompute_recipes(trace_of([rng.choice((5.0, 20.0, 50.0)) for _ in range(n)],
+                                           *buffers, name=f"small{seed}"))
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, 10_000), st.sampled_from((0.6, 0.75, 0.9)), st.sampled_from((None, 0)))
+def test_the_search_is_valid_and_never_slower_than_its_start(seed, fraction, pinned):
+    trace = _small_trace(seed)
+    budget = max(1, int(trace.lower_bound_bytes() * fraction))
+    plan, planned = _seeded(trace, budget)
+    if plan.status.value != "feasible":
+        return
+    params = TierParams(time_limit_s=1.0, pinned_host_bytes=pinned)
+    tiers, stats = search_tiers(planned, plan, GEN5, params)
+    assert validate_plan(planned, tiers).valid
+    start, _ = search_tiers(planned, plan, GEN5, replace(params, max_evaluations=1))
+    start_us = simulate(planned, start, GEN5).iteration_us
+    tiers_us = simulate(planned, tiers, GEN5).iteration_us
+    assert tiers_us <= start_us + 1e-9
+    assert stats["iteration_us"] == pytest.approx(tiers_us)
+    if pinned is None:
+        assert start_us == pytest.approx(simulate(planned, plan, GEN5).iteration_us)
+    else:
+        assert stats["pinned_peak_bytes"] == 0
+
+
+def test_same_seed_same_plan_and_the_search_improves_the_seed():
+    trace = _small_trace(14)
+    budget = int(trace.lower_bound_bytes() * 0.6)
+    plan, planned = _seeded(trace, budget)
+    params = TierParams(seed=1, time_limit_s=30.0, max_evaluations=200)
+    one, stats = search_tiers(planned, plan, GEN5, params)
+    two, _ = search_tiers(planned, plan, GEN5, params)
+    assert one.residencies == two.residencies and one.actions == two.actions
+    assert sum(stats["moves_accepted"].values()) >= 1
+    assert stats["iteration_us"] < stats["seed_iteration_us"] - 1
+    assert validate_plan(planned, one).valid
+
+
+def test_max_evaluations_bounds_the_search():
+    trace = _small_trace(14)
+    plan, planned = _seeded(trace, int(trace.lower_bound_bytes() * 0.6))
+    _plan, stats = search_tiers(planned, plan, GEN5, TierParams(max_evaluations=3))
+    assert stats["evaluations"] == 3
+
+
+def test_a_pinned_limit_moves_swaps_to_pageable_memory():
+    trace = six_op_trace()
+    plan = six_op_swap_plan(trace)
+    assert pinned_peak_bytes(trace, plan) == 16
+    # the repair alone (one evaluation: no move is tried)
+    repaired, stats = search_tiers(trace, plan, GEN5, TierParams(pinned_host_bytes=0,
+                                                                  max_evaluations=1))
+    assert validate_plan(trace, repaired).valid
+    swaps = [a for a in repaired.actions if isinstance(a, (SwapOut, SwapIn))]
+    assert swaps and all(a.level == PAGEABLE for a in swaps)
+    assert stats["pinned_peak_bytes"] == 0 and stats["pageable_swaps"] == len(swaps) // 2
+    copies = simulate(trace, repaired, GEN5).copies
+    assert all(c[5] - c[4] == pytest.approx(GEN5.copy_us(16, c[1], PAGEABLE)) for c in copies)
+    # the search keeps the limit and does not get slower than the repaired start
+    searched, stats = search_tiers(trace, plan, GEN5, TierParams(pinned_host_bytes=0,
+                                                                  time_limit_s=5.0))
+    assert validate_plan(trace, searched).valid and stats["pinned_peak_bytes"] == 0
+    assert (simulate(trace, searched, GEN5).iteration_us
+            <= simulate(trace, repaired, GEN5).iteration_us + 1e-9)
+
+
+def test_plan_tiers_reports_when_no_seed_policy_found_a_plan():
+    trace = six_op_trace()
+    plan, reason = plan_tiers(with_recompute_recipes(trace), 1, GEN5, BudgetParams(), 0.0)
+    assert plan.status.value != "feasible" and reason.startswith("tiers: no seed policy")
+
+
+@pytest.mark.parametrize("kwargs, text", [
+    ({"time_limit_s": 0}, "time_limit_s"), ({"checkpoint_ops": 0}, "checkpoint_ops"),
+    ({"tolerance": 1.5}, "tolerance"), ({"pinned_host_bytes": -1}, "pinned_host_bytes"),
+    ({"seed_policies": ("tiers",)}, "seed_policies"), ({"max_passes": 0}, "max_passes"),
+    ({"max_evaluations": 0}, "max_evaluations"),
+])
+def test_bad_tier_params_are_solver_errors(kwargs, text):
+    with pytest.raises(SolverError, match=text):
+        TierParams(**kwargs)
+
+
+def test_search_needs_a_feasible_swapping_plan():
+    from cupool.planning import plan as static_plan
+
+    trace = six_op_trace()
+    with pytest.raises(SolverError, match="feasible swapping plan"):
+        search_tiers(trace, static_plan(trace, "greedy-size"), GEN5)
