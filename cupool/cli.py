@@ -56,6 +56,7 @@ _seconds = _number(float, 0, "a number of seconds", exclusive=True)
 _non_negative_float = _number(float, 0, "a number")
 _positive_int = _number(int, 1, "an integer")
 _seed = _number(int, 0, "an integer")
+_minutes = _number(float, 0, "a number of minutes", exclusive=True)
 
 
 def _model_names() -> tuple[str, ...]:
@@ -75,13 +76,16 @@ def _build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     p = commands.add_parser("plan", help="plan offsets for every buffer of a trace")
-    p.add_argument("trace", help="trace v1 .json/.json.gz or MiniMalloc .csv")
-    p.add_argument("--solver", default="auto", choices=SOLVER_NAMES)
+    p.add_argument("trace", nargs="+", help="trace v1 .json/.json.gz or MiniMalloc .csv "
+                   "(several only with --solver blocks: models sharing one pool)")
+    p.add_argument("--solver", default="auto", choices=(*SOLVER_NAMES, BLOCKS_SOLVER))
     p.add_argument("--budget", help="capacity: bytes, 4GiB, or 70%% of the lower bound")
     p.add_argument("--time-limit", type=_seconds, help="seconds for search solvers")
     p.add_argument("--seed", type=_seed, default=0)
     p.add_argument("--out", help="write the plan: PLAN.json (plan format) or PLAN.csv")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--alignment", type=_positive_int, default=512,
+                   help="--solver blocks: block and region alignment in bytes (default 512)")
 
     s = commands.add_parser("simulate", help="plan under a budget and replay it in the "
                             "discrete-event simulator")
@@ -155,6 +159,37 @@ def _build_parser() -> argparse.ArgumentParser:
     d.add_argument("--time-limit", type=_seconds, default=2.0,
                    help="seconds per search solver (genetic, exact) per trace")
     d.add_argument("--json", action="store_true")
+
+    t = commands.add_parser("stress", help="the pool, swaps at 50%% budget, and concurrent "
+                            "streams under random load for M minutes, every byte checked")
+    t.add_argument("--device", required=True, choices=("cuda", "emulated"))
+    t.add_argument("--minutes", type=_minutes, required=True,
+                   help="how long to run (fractions allowed: 0.5 = 30 s)")
+    t.add_argument("--seed", type=_seed, default=0)
+    t.add_argument("--json", action="store_true")
+
+    # time-shared devices (issue 7, item 1): cupool/sharing/
+    sh = commands.add_parser("share", help="lay out several jobs (traces) on one time-shared "
+                             "device: persistent slots, shared temporary region, admission")
+    sh.add_argument("trace", nargs="+")
+    sh.add_argument("--capacity", help="device bytes (default: enough for every slot)")
+    sh.add_argument("--gap", default="0", help="bytes between persistent slots")
+    sh.add_argument("--alignment", type=_positive_int, default=512)
+    sh.add_argument("--scale", type=_positive_int, default=1, help="divide sizes by this")
+    sh.add_argument("--json", action="store_true")
+    br = commands.add_parser("broker", help="run the per-device broker of a time-shared "
+                             "device (foreground), or query / stop the running one")
+    br.add_argument("--capacity", help="arena bytes (required to run a broker)")
+    br.add_argument("--temporary", help="shared temporary region bytes (required to run)")
+    br.add_argument("--device", default="emulated:0", help="emulated:<i> or cuda:<i>")
+    br.add_argument("--runtime-dir", help="directory of the socket, lock and key files")
+    br.add_argument("--gap", default="0")
+    br.add_argument("--alignment", type=_positive_int, default=512)
+    br.add_argument("--slice-iterations", type=_positive_int, default=1)
+    br.add_argument("--policy", choices=("resident", "naive"), default="resident")
+    br.add_argument("--stats", action="store_true", help="print the running broker's stats")
+    br.add_argument("--stop", action="store_true", help="stop the running broker")
+    br.add_argument("--json", action="store_true")
     return parser
 
 
@@ -185,6 +220,12 @@ def _emit(stdout, args, document: dict, lines: list[str]) -> None:
 
 
 def _cmd_plan(args, stdout) -> int:
+    if args.solver == BLOCKS_SOLVER:
+        return _cmd_plan_blocks(args, stdout)
+    if len(args.trace) > 1:
+        raise InputError(f"--solver {args.solver} plans one trace (got {len(args.trace)}); "
+                         f"several traces share one pool only with --solver {BLOCKS_SOLVER}")
+    args.trace = args.trace[0]
     trace = load_trace(args.trace)
     lower = trace.lower_bound_bytes()
     capacity = None if args.budget is None else parse_budget(args.budget, lower, "--budget")
@@ -224,6 +265,59 @@ def _cmd_plan(args, stdout) -> int:
         lines.append(f"budget       {capacity} B: {'fits' if fits else 'does not fit'}")
     if document["out"]:
         lines.append(f"plan written to {args.out}")
+    _emit(stdout, args, document, lines)
+    return EXIT_OK if valid and fits else EXIT_NO
+
+
+BLOCKS_SOLVER = "blocks"
+"""``cupool plan T1 [T2 ...] --solver blocks``: several models in one pool of blocks
+(:mod:`cupool.planning.blocks`); ``--budget`` (bytes, or % of the sum of the models' lower
+bounds) caps the shared arena; ``--out DIR`` writes one plan per model into a directory."""
+
+
+def _cmd_plan_blocks(args, stdout) -> int:
+    from cupool.planning.blocks import BlockParams, check_pool, plan_shared
+
+    traces = [load_trace(path) for path in args.trace]
+    sum_peaks = sum(t.lower_bound_bytes() for t in traces)
+    capacity = None if args.budget is None else parse_budget(args.budget, sum_peaks, "--budget")
+    if args.out is not None and not Path(args.out).is_dir():
+        raise InputError("--out with --solver blocks must be an existing directory (one plan "
+                         "per model is written into it)", path=args.out)
+    pool = plan_shared(traces, BlockParams(alignment=args.alignment))
+    valid = check_pool(traces, pool).valid
+    fits = capacity is None or pool.arena_bytes <= capacity
+    written = []
+    if args.out is not None and valid and fits:
+        for index, (trace, planned) in enumerate(zip(traces, pool.plans, strict=True)):
+            path = Path(args.out) / f"{index}-{trace.name}.plan.json"
+            save_plan(planned, path, trace)
+            written.append(str(path))
+    summary = pool.summary()
+    # the contract's fields, for the pool: lower bound = sum(persistent) + max(temporary peak)
+    document = {"trace": "+".join(t.name for t in traces), "traces": [t.name for t in traces],
+                "solver": BLOCKS_SOLVER, "buffers": sum(len(t.buffers) for t in traces),
+                **summary, "lower_bound_bytes": pool.floor_bytes,
+                "ratio": round(pool.arena_bytes / pool.floor_bytes, 6) if pool.floor_bytes
+                else 1.0, "valid": valid, "status": "feasible" if fits else "over_capacity",
+                "budget_bytes": capacity, "fits": fits, "out": written or None}
+    lines = [f"{len(traces)} models in one pool of blocks "
+             f"({'concurrent' if pool.concurrent else 'never concurrent'}):"]
+    for row in summary["per_model"]:
+        lines.append(f"  {row['trace']:<28} peak {format_bytes(row['peak_bytes']):>11}, "
+                     f"persistent {format_bytes(row['persistent_bytes']):>11}, temporary "
+                     f"{format_bytes(row['temporary_bytes']):>11} ({row['layout']} layout, "
+                     f"{row['blocks']} blocks in {row['size_classes']} classes)")
+    lines += [f"pool         {pool.arena_bytes} B ({format_bytes(pool.arena_bytes)}), "
+              f"{'valid' if valid else 'INVALID'}",
+              f"sum of peaks {pool.sum_peak_bytes} B ({format_bytes(pool.sum_peak_bytes)}): "
+              f"ratio {summary['ratio_to_sum_of_peaks']:.4f}",
+              f"target       max(peak) + sum(persistent) = {pool.target_bytes} B: "
+              f"{'met' if summary['within_target'] else 'NOT met'}"]
+    if capacity is not None:
+        lines.append(f"budget       {capacity} B: {'fits' if fits else 'does not fit'}")
+    if written:
+        lines.append(f"plans written to {args.out} ({len(written)} files)")
     _emit(stdout, args, document, lines)
     return EXIT_OK if valid and fits else EXIT_NO
 
@@ -532,3 +626,78 @@ _COMMANDS = {"plan": _cmd_plan, "validate": _cmd_validate, "info": _cmd_info,
              "simulate": _cmd_simulate, "replay": _cmd_replay, "convert": _cmd_convert,
              "capture": _cmd_capture, "viz": _cmd_viz,
              "demo": _cmd_demo}
+
+
+def _cmd_stress(args, stdout) -> int:
+    """Exit 0 when no byte was corrupt, no block leaked and no scenario failed, else 1;
+    a device that cannot run (no GPU, no NVRTC) is bad input (2)."""
+    from cupool import progress
+    from cupool.stress import run_stress, summary_lines
+
+    with progress.enabled():
+        result = run_stress(args.device, args.minutes, args.seed)
+    if args.json:
+        print(json.dumps(result.summary()), file=stdout)
+        for message in result.messages:
+            print(f"cupool stress: {message}", file=sys.stderr)
+    else:
+        print("\n".join(summary_lines(result)), file=stdout)
+    return EXIT_OK if result.passed else EXIT_NO
+
+
+_COMMANDS["stress"] = _cmd_stress
+
+
+def _gap_bytes(text: str) -> int:
+    from cupool.core.units import parse_bytes
+
+    return 0 if text.strip() == "0" else parse_bytes(text, "--gap")
+
+
+def _cmd_share(args, stdout) -> int:
+    """Exit 0 when every job is admitted, 1 when some job cannot fit even alone."""
+    from cupool.core.units import parse_bytes
+    from cupool.sharing.commands import share_layout
+
+    capacity = None if args.capacity is None else parse_bytes(args.capacity, "--capacity")
+    traces = [load_trace(path) for path in args.trace]
+    document, lines = share_layout(traces, capacity, _gap_bytes(args.gap),
+                                   args.alignment, args.scale)
+    _emit(stdout, args, document, lines)
+    return EXIT_OK if document["all_admitted"] else EXIT_NO
+
+
+def _cmd_broker(args, stdout) -> int:
+    from cupool.core.units import parse_bytes
+    from cupool.sharing import BrokerConfig
+    from cupool.sharing.commands import broker_status, run_broker
+
+    if args.stats or args.stop:
+        answer = broker_status("shutdown" if args.stop else "stats", args.device,
+                               args.runtime_dir)
+        document = {"stats": answer.get("stats"), "jobs": answer.get("jobs")} if args.stats \
+            else {"stopped": True}
+        lines = [f"{key} = {value}" for key, value in (document.get("stats") or {}).items()]
+        _emit(stdout, args, document, lines or ["broker stopped"])
+        return EXIT_OK
+    if args.capacity is None or args.temporary is None:
+        raise InputError("--capacity and --temporary are required to run a broker "
+                         "(or pass --stats / --stop)", where="cupool broker")
+    config = BrokerConfig(parse_bytes(args.capacity, "--capacity"),
+                          parse_bytes(args.temporary, "--temporary"), device=args.device,
+                          gap_bytes=_gap_bytes(args.gap), alignment=args.alignment,
+                          slice_iterations=args.slice_iterations, policy=args.policy,
+                          runtime_dir=args.runtime_dir)
+
+    def announce(broker):
+        print(f"cupool broker: device {config.device}, epoch {broker.epoch}, socket "
+              f"{broker.address}; Ctrl-C to stop", file=stdout, flush=True)
+
+    stats = run_broker(config, announce)
+    _emit(stdout, args, {"stats": stats}, [f"cupool broker: stopped after "
+                                           f"{stats['slices.granted']} slices"])
+    return EXIT_OK
+
+
+_COMMANDS["share"] = _cmd_share
+_COMMANDS["broker"] = _cmd_broker
