@@ -177,3 +177,30 @@ def test_feedback_moves_a_late_swap_in_earlier():
     assert SwapIn(0, 4, 5) in better.actions and Residency(0, 4, 6, 0) in better.residencies
     assert validate_plan(trace, better).valid
     assert report.stall_us == 0 and report.iteration_us < before.iteration_us
+
+
+def test_a_recompute_brings_a_swapped_input_back_earlier():
+    """A is recomputed before op 5 from X, which is swapped out until its own use at op 6:
+    the planner moves X's swap-in due to op 5 (an earlier trigger) instead of giving up."""
+    from cupool.core.vocabulary import Recompute, SwapIn
+    from cupool.planning.budget._common import BudgetParams, now, place_schedule
+    from cupool.planning.budget._state import PlanState
+
+    trace = Trace("advance", tuple(Op(f"op{i}", 10.0) for i in range(8)), (
+        Buffer(0, 1000, 0, 8, (0, 6)),
+        Buffer(1, 1000, 1, 8, (1, 5), recompute=Recompute(1, (0,)))))
+    cost = cost_model(1.0)
+    state = PlanState(trace, 10_000, cost)
+    state.apply_swap(0, 0, 6, state.swap_window(0, 0, 6))
+    assert not state.resident(0, 5)
+    chain = state.chain(1, 5)
+    assert chain is not None and chain[2], chain  # X's swap-in is advanced, not recomputed
+    state.apply_recompute(1, 1, 5, chain)
+    assert state.resident(0, 5)
+    plan, reason = place_schedule(trace, 10_000, lambda _budget: (state.schedule, {}), "test",
+                                  BudgetParams(), now(), {})
+    assert reason is None
+    assert validate_plan(trace, plan).valid
+    swap_in = next(a for a in plan.actions if isinstance(a, SwapIn))
+    assert swap_in.buffer_id == 0 and swap_in.due_op == 5 and swap_in.trigger_op <= 5
+    assert simulate(trace, plan, cost).feasible

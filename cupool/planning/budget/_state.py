@@ -103,6 +103,16 @@ class Engine:
         self._finishes = None
         self._tol = None
 
+    def remove(self, issue: float, length: float, due: float) -> None:
+        """Take back a copy added with these arguments."""
+        for k in range(bisect.bisect_left(self.issues, issue), len(self.issues)):
+            if self.lengths[k] == length and self.dues[k] == due:
+                del self.issues[k], self.lengths[k], self.dues[k]
+                self._finishes = None
+                self._tol = None
+                return
+        raise ValueError(f"no copy issued at {issue} us for {length} us due {due} us")
+
     def busy_us(self) -> float:
         return float(sum(self.lengths))
 
@@ -136,6 +146,7 @@ class PlanState:
         self.live = np.cumsum(self.live[:-1])
         self.d2h = Engine()
         self.h2d = Engine()
+        self.h2d_copies: dict[tuple[int, int], tuple[float, float, float]] = {}
         self.recompute_us = 0.0
         self.taken: set = set()
 
@@ -177,19 +188,30 @@ class PlanState:
 
     # -- recompute -----------------------------------------------------------------------
     def chain(self, buffer_id: int, op: int, depth: int = 0, seen=None):
-        """Cost (µs) and the chain ``[(buffer, depth)]`` to recompute ``buffer_id`` just
-        before ``op``: its producer plus every dropped input that must be recomputed too.
-        ``None`` when some input cannot be made resident there."""
+        """``(cost µs, chain, advances)`` to recompute ``buffer_id`` just before ``op``: its
+        producer plus every dropped input that must be recomputed too (``chain``:
+        ``[(buffer, depth)]``), and the swapped-out inputs whose swap-in must land by
+        ``op`` instead of their next use (``advances``: ``[(gap, new trigger)]``, see
+        :meth:`advance_swap`). ``None`` when some input cannot be made resident there."""
         recipe = self.trace.buffer(buffer_id).recompute
         if recipe is None or depth > self.max_chain:
             return None
         seen = set() if seen is None else seen
         cost = float(self.durations[recipe.op])
         links: list[tuple[int, int]] = []
+        advances: list[tuple] = []
         for x in recipe.inputs:
             if self.resident(x, op) or x in seen:
                 continue
             buf = self.trace.buffer(x)
+            if buf.kind != PERSISTENT and self.hole_kind(x, op) == SWAP:
+                # swapped out: bring it back by ``op`` instead (an earlier swap-in)
+                advance = self.advance_swap(x, op)
+                if advance is None:
+                    return None
+                seen.add(x)
+                advances.append(advance)
+                continue
             # a dropped input is re-produced inside a recompute hole of its lifetime (a
             # transient residency before a swap-in would break the swap), or after its
             # lifetime ended (a rematerialization of an intermediate the program freed)
@@ -204,8 +226,55 @@ class PlanState:
             seen.add(x)
             cost += sub[0]
             links.extend(sub[1])
+            advances.extend(sub[2])
             links.append((x, depth + 1))
-        return cost, links
+        return cost, links, advances
+
+    def advance_swap(self, buffer_id: int, op: int):
+        """How to make a swapped-out buffer valid again by ``op`` (its swap-in due there
+        instead of at its next use): ``(old gap, new trigger)``, or ``None`` when no trigger
+        lands the copy on time behind the queued ones, or its bytes would push an op over
+        the budget while they wait on the device."""
+        gap = next((g for g in self.schedule.gaps.get(buffer_id, ())
+                    if g.mode == SWAP and not g.wraps and g.resident_until <= op < g.next_use),
+                   None)
+        if gap is None or op < gap.resident_until:
+            return None
+        size = self.trace.buffer(buffer_id).size
+        in_len = self.cost.copy_us(size, "h2d")
+        old = self.h2d_copies[(buffer_id, gap.prev_use)]
+        due = float(self.start_us[op])
+        self.h2d.remove(*old)
+        try:
+            for trigger in range(op, max(gap.resident_until, op - TRIGGER_SCAN) - 1, -1):
+                if self.h2d.fits(float(self.start_us[trigger]), in_len, due):
+                    break
+            else:
+                return None
+        finally:
+            self.h2d.add(*old)
+        if trigger < gap.resident_from and (
+                int(self.live[trigger:gap.resident_from].max()) + size > self.budget):
+            return None
+        return gap, trigger
+
+    def _apply_advance(self, gap: Gap, trigger: int, op: int) -> None:
+        size = self.trace.buffer(gap.buffer_id).size
+        key = (gap.buffer_id, gap.prev_use)
+        self.h2d.remove(*self.h2d_copies[key])
+        self.h2d_copies[key] = (float(self.start_us[trigger]), self.h2d_copies[key][1],
+                                float(self.start_us[op]))
+        self.h2d.add(*self.h2d_copies[key])
+        if trigger < gap.resident_from:
+            self.live[trigger:gap.resident_from] += size
+        else:
+            self.live[gap.resident_from:trigger] -= size
+        gaps = self.schedule.gaps[gap.buffer_id]
+        gaps[gaps.index(gap)] = Gap(gap.buffer_id, gap.prev_use, op, SWAP, gap.resident_until,
+                                    trigger)
+        holes = self.holes[gap.buffer_id]
+        holes[holes.index((gap.resident_until, gap.next_use, SWAP))] = (
+            gap.resident_until, op, SWAP)
 
     # -- applying decisions --------------------------------------------------------------
     def _free(self, size: int, a: int, b: int) -> None:
@@ -214,7 +283,9 @@ class PlanState:
 
     def apply_recompute(self, buffer_id: int, prev_use: int, next_use: int, chain) -> None:
         size = self.trace.buffer(buffer_id).size
-        cost, links = chain
+        cost, links, advances = chain
+        for gap, trigger in advances:
+            self._apply_advance(gap, trigger, next_use)
         self.schedule.add(Gap(buffer_id, prev_use, next_use, RECOMPUTE, prev_use + 1, next_use))
         self.holes.setdefault(buffer_id, []).append((prev_use + 1, next_use, RECOMPUTE))
         self._free(size, prev_use + 1, next_use)
@@ -291,6 +362,7 @@ class PlanState:
         self.d2h.add(out_issue, out_len, float(self.start_us[resident_until])
                      if resident_until < self.n else float("inf"))
         self.h2d.add(in_issue, in_len, due)
+        self.h2d_copies[(buffer_id, prev_use)] = (in_issue, in_len, due)
 
     def hole_blocked(self, buffer_id: int, a: int, b: int) -> bool:
         """True when the data would be invalid during ``[a, b)`` while a planned recompute

@@ -92,7 +92,7 @@ def _move_late_triggers(trace, plan, sim):
     for action in plan.actions:
         key = (action.buffer_id, getattr(action, "trigger_op", None))
         if isinstance(action, SwapIn) and key in new_trigger:
-            action = SwapIn(action.buffer_id, new_trigger[key], action.due_op)
+            action = replace(action, trigger_op=new_trigger[key])  # keeps its level
         actions.append(action)
     actions = _in_execution_order(actions)
     return replace(plan, residencies=tuple(residencies), actions=tuple(actions)), \
