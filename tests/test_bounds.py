@@ -217,3 +217,22 @@ def test_bound_never_exceeds_a_valid_plans_overhead(case):
     assert simulated.iteration_us == pytest.approx(
         simulated.ideal_us + simulated.recompute_us + simulated.stall_us)
     assert simulated.peak_bytes <= plan_.capacity_bytes
+
+
+def test_offloaded_persistent_state_is_copied_out_after_its_last_use():
+    """op:  0    1    2    3      (10 us each), budget 1000 bytes
+    W:  persistent 1000 B used only at op 3 (like optimizer state in the step)
+    A:  [==============)       1000 B, uses 0 and 2: W cannot be on the device at op 0
+    W is off the device since the iteration began, so it is offloaded across the boundary
+    and copied out again after op 3: the iteration cannot end before 40 + 13 us."""
+    trace = trace_of([10.0] * 4, Buffer(0, 1000, 0, 4, (3,), PERSISTENT),
+                     Buffer(1, 1000, 0, 3, (0, 2)))
+    offload = swap_plan(trace, [Residency(0, 3, 4, 0), Residency(1, 0, 3, 0)],
+                        [SwapIn(0, 3, 3), SwapOut(0, 3)], budget=1000)
+    report = validate_plan(trace, offload)
+    assert report.valid, report.message
+    simulated = simulate(trace, offload, SLOW)
+    assert simulated.overhead == pytest.approx(26.0 / 40.0)  # 13 us in before op 3, 13 out
+    bound = overhead_lower_bound(trace, 1000, SLOW)
+    assert bound.overhead == pytest.approx(13.0 / 40.0, rel=1e-6)
+    assert bound.overhead <= simulated.overhead

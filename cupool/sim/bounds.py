@@ -24,8 +24,15 @@ A temporary buffer off the device at ``i`` that comes back by a swap-in had its 
 copied out *before op i started*: the simulator makes every op or swap-in that fills
 overlapping bytes wait for that copy, so a copy still running at op ``i`` leaves its
 bytes held (inside the arena, within the budget); only bytes whose copy completed (or
-that are recomputed) are really off the device. (A persistent buffer may hold last
-iteration's host copy: no copy out is charged.)
+that are recomputed) are really off the device. The same holds for a persistent buffer
+off the device after its first use; one that is off the device at ``i`` before its first
+use began the iteration on the host (offloaded across the boundary), so it is copied out
+again after its last use ``l``, and the iteration cannot end before that copy has::
+
+    T >= start(t) + (D2H time of such copies issued after op t - 1) / k     for any op t
+
+(a second bound, mixed in with a weight ``kappa``: ``T >= kappa * (the bound below) +
+(1 - kappa) * this``, ``t`` at a few quantiles of the last uses).
 
 With ``P`` and ``S`` the op time before and after ``i``, ``d`` op ``i``'s, ``k`` copy
 engines per direction, ``Hb`` the H2D time before op ``i`` starts, ``Ha`` after it ends,
@@ -77,6 +84,7 @@ from cupool.sim.cost import D2H, H2D, CostModel, cost_model
 _GOLDEN = (math.sqrt(5.0) - 1.0) / 2.0
 
 THRESHOLD_QUANTILES = (0.25, 0.5, 0.75)
+TAIL_QUANTILES = (0.0, 0.5, 0.9)
 """Release thresholds tried for the copies out (byte quantiles of when the candidates were
 produced, besides op 0): each gives a valid bound, the best is kept."""
 
@@ -105,6 +113,7 @@ class _Buffers:
         self.start = np.array([b.start for b in buffers])
         last_use = np.array([b.uses[-1] if b.uses else -1 for b in buffers])
         self.last_use = last_use
+        self.first_use = np.array([min(b.uses) if b.uses else -1 for b in buffers])
         self.pend_first = np.where(self.persistent, 0, self.start)
         self.pend_last = np.where(self.persistent, n - 1, np.maximum(self.start, last_use))
         per_byte_copy = 1.0 / (cost.gbps(H2D) * 1e3)
@@ -199,14 +208,26 @@ class _OpBound:
     def __init__(self, arrays, prefix, op_us, engines, i, candidates, need):
         self.sizes = arrays.size[candidates]
         self.copy = arrays.copy_per_byte[candidates] / engines
-        # a temporary buffer's bytes off the device at op i were copied out before op i
-        # started (persistent ones may hold the previous iteration's host copy: free)
-        self.out = np.where(arrays.persistent[candidates], 0.0,
-                            arrays.out_per_byte[candidates] / engines)
-        # a copy out starts after its buffer was produced: after op ``start`` ended
-        self.released = arrays.start[candidates] + 1
+        # bytes off the device at op i that held data on the device earlier in the
+        # iteration (a temporary buffer after it was produced, a persistent one after its
+        # first use) were copied out before op i started; the copy starts after op
+        # ``start`` (first use) ended
+        persistent = arrays.persistent[candidates]
+        first = arrays.first_use[candidates]
+        out = arrays.out_per_byte[candidates] / engines
+        used_before = ~persistent | ((first >= 0) & (first < i))
+        self.out = np.where(used_before, out, 0.0)
+        self.released = np.where(persistent, first + 1, arrays.start[candidates] + 1)
+        # a persistent buffer off the device since the iteration began (offloaded across
+        # the boundary) is copied out again after its last use: the iteration cannot end
+        # before that copy does
+        self.tail = np.where(persistent & (first > i), out, 0.0)
+        self.tail_released = arrays.last_use[candidates] + 1
+        tails = self.tail > 0
+        self.tail_thresholds = sorted({int(t) for t in np.quantile(
+            self.tail_released[tails], TAIL_QUANTILES, method="lower")}) if tails.any() else []
         self.prefix = prefix
-        temporary = ~arrays.persistent[candidates]
+        temporary = self.out > 0
         if temporary.any():
             order = np.argsort(self.released[temporary], kind="stable")
             weights = np.cumsum(self.sizes[temporary][order])
@@ -217,6 +238,7 @@ class _OpBound:
         else:
             self.thresholds = [0]
         self.threshold = 0
+        self.kappa, self.tail_threshold = 1.0, 0
         recompute = arrays.recompute_per_byte[candidates]
         self.can_redo = ~np.isinf(recompute)
         self.recompute = np.where(self.can_redo, recompute, 0.0)
@@ -238,10 +260,23 @@ class _OpBound:
         return redo, early, late
 
     def value(self, mu, lam, split=1.0):
-        costs = np.minimum.reduce(self._costs(mu, lam, split))
+        redo, early, late = self._costs(mu, lam, split)
         rho = (1.0 - mu) * (1.0 - split)
-        return (mu * self.before + self.here + lam * self.after
-                + rho * self.prefix[self.threshold] + _knapsack(costs, self.sizes, self.need))
+        main = (mu * self.before + self.here + lam * self.after
+                + rho * self.prefix[self.threshold])
+        kappa = self.kappa
+        if kappa == 1.0:
+            costs = np.minimum.reduce((redo, early, late))
+            return main + _knapsack(costs, self.sizes, self.need)
+        # T >= kappa * (the bound above) + (1 - kappa) * (tail: op t's start plus the
+        # copies out released at or after it)
+        tail = (1.0 - kappa) * np.where(self.tail_released >= self.tail_threshold,
+                                        self.tail, 0.0)
+        with np.errstate(invalid="ignore"):  # kappa 0 times an impossible option
+            options = [np.where(np.isinf(c), np.inf, kappa * c) for c in (redo, early, late)]
+        costs = np.minimum.reduce((options[0], options[1] + tail, options[2] + tail))
+        return (kappa * main + (1.0 - kappa) * self.prefix[self.tail_threshold]
+                + _knapsack(costs, self.sizes, self.need))
 
     def primal(self, mu, lam, split=1.0):
         """The iteration-time bound of the fractional choice the knapsack at (mu, lam,
@@ -272,6 +307,17 @@ class _OpBound:
             self.threshold = threshold
             best = max(best, (*self._search(split), split, threshold))
         self.threshold = best[4]
+        _value, mu, lam, split, _threshold = best
+        for tail_threshold in self.tail_thresholds:
+            self.tail_threshold = tail_threshold
+
+            def weighted(kappa, mu=mu, lam=lam, split=split):
+                self.kappa = kappa
+                return self.value(mu, lam, split)
+
+            value, _kappa = _golden_max(weighted, 20)
+            best = max(best, (value, mu, lam, split, self.threshold))
+        self.kappa = 1.0
         return best
 
     def _search(self, split):

@@ -30,6 +30,9 @@ class BudgetParams:
       start of planning; ``auto`` does not run the GA).
     swap_weights: ``auto``'s greedy runs once per weight: µs of cost charged per µs of
       link time a swap uses (0 spends the link first-come; ``inf`` never swaps).
+    late_swap_weights: ``auto`` also runs the greedy at each of these weights with late
+      swaps triggered at the latest op whose own copy lands on time (more bytes off the
+      device when the link is saturated, paid in lateness).
     max_chain: longest chain of dropped inputs a recompute may re-produce.
     offset_solver: static solver placing the residencies (``"greedy-size"`` is fast;
       ``"auto"`` tries harder when fragmentation matters).
@@ -45,6 +48,7 @@ class BudgetParams:
     seed: int = 0
     time_limit_s: float = 5.0
     swap_weights: tuple[float, ...] = (0.0, 0.02, 0.2, 1.0, float("inf"))
+    late_swap_weights: tuple[float, ...] = (0.2,)
     max_chain: int = 6
     offset_solver: str = "greedy-size"
     placement_rounds: int = 5

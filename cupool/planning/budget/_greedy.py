@@ -118,18 +118,22 @@ def free_time(state: PlanState, buffer_id: int, prev_use: int, next_use: int) ->
 def run_greedy(trace: Trace, budget_bytes: int, cost, *, order: str = "cost",
                allow_swap: bool = True, allow_recompute: bool = True,
                swap_weight: float = 0.05, offload_persistent: bool = True,
-               max_chain: int = 6, hot_ops=()) -> PlanState:
+               max_chain: int = 6, hot_ops=(), late_trigger: str = "earliest") -> PlanState:
     """Take gaps off the device until every op fits ``budget_bytes`` (or nothing helps).
 
     Temporary buffers first; persistent ones (their gaps between uses and across the
     iteration boundary, swap only) only if the budget still does not hold, because a
     weight on the host also blocks recomputing the activations it produces.
 
+    ``late_trigger`` says where a swap that cannot land on time is triggered
+    (:meth:`PlanState.swap_window`).
+
     ``hot_ops`` (ops a previous run could not bring under the budget) are served first,
     in the given order, each by the cheapest gaps that free bytes *at that op*, before the
     link and the recompute inputs are spent on easier ops (:func:`run_repaired`).
     """
-    state = PlanState(trace, budget_bytes, cost, max_chain=max_chain)
+    state = PlanState(trace, budget_bytes, cost, max_chain=max_chain,
+                      late_trigger=late_trigger)
     kw = {"allow_swap": allow_swap, "allow_recompute": allow_recompute,
           "swap_weight": swap_weight}
     if hot_ops:

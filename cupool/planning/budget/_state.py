@@ -121,8 +121,9 @@ class PlanState:
     """Mutable state of a greedy planner over one trace (with recipes) and budget."""
 
     def __init__(self, trace: Trace, budget_bytes: int, cost, max_chain: int = 6,
-                 late_swaps: bool = True) -> None:
+                 late_swaps: bool = True, late_trigger: str = "earliest") -> None:
         self.late_swaps = late_swaps
+        self.late_trigger = late_trigger
         self.trace = trace
         self.cost = cost
         self.budget = budget_bytes
@@ -303,8 +304,10 @@ class PlanState:
     def swap_window(self, buffer_id: int, prev_use: int, next_use: int, wraps: bool = False):
         """``(resident_until, trigger, out_issue, out_len, in_issue, in_len, due, late_us)``
         of the latest swap of this gap that lands on time (``late_us == 0``), else (when
-        ``late_swaps``) of the earliest-triggered one with its estimated lateness; ``None``
-        when the gap leaves no room for a copy."""
+        ``late_swaps``) of a late one with its estimated lateness: triggered as early as the
+        copy out allows (``late_trigger="earliest"``: least lateness, smallest hole) or at
+        the latest op whose own copy lands on time (``"latest"``: largest hole, delaying the
+        copies queued behind it); ``None`` when the gap leaves no room for a copy."""
         size = self.trace.buffer(buffer_id).size
         out_len = self.cost.copy_us(size, "d2h")
         in_len = self.cost.copy_us(size, "h2d")
@@ -343,8 +346,9 @@ class PlanState:
                 return resident_until, trigger, out_issue, out_len, issue, in_len, due, 0.0
         if earliest >= next_use or not self.late_swaps:
             return None
-        issue = float(self.start_us[earliest])
-        return (resident_until, earliest, out_issue, out_len, issue, in_len, due,
+        trigger = earliest if self.late_trigger == "earliest" else max(earliest, lo - 1)
+        issue = float(self.start_us[trigger])
+        return (resident_until, trigger, out_issue, out_len, issue, in_len, due,
                 self.h2d.lateness(issue, in_len, due))
 
     def apply_swap(self, buffer_id: int, prev_use: int, next_use: int, window) -> None:

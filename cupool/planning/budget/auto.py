@@ -11,7 +11,9 @@ and optimizer state leave the device between uses / across the iteration boundar
 when the budget still does not hold.
 
 ``auto`` (the default policy) plans with every member — ``greedy`` at each of
-``params.swap_weights``, ``capuchin``, ``vdnn`` and ``on-demand`` — checks
+``params.swap_weights``, ``greedy`` with late swaps triggered as late as their own copy
+allows (a large hole, the lateness paid by the copies behind it) at each of
+``params.late_swap_weights``, ``capuchin``, ``vdnn`` and ``on-demand`` — checks
 each plan with the independent validator, simulates it, and keeps the one with the least
 simulated iteration time (ties: fewer swapped bytes, then member order), then applies
 Capuchin's feedback to it (:mod:`.feedback`: late swap-ins triggered earlier, re-validated,
@@ -31,15 +33,17 @@ from cupool.planning.budget._greedy import over_budget_op, run_repaired
 from cupool.planning.budget.feedback import refine_triggers
 
 
-def _greedy(trace, budget_bytes, cost, params, started, swap_weight, name="greedy"):
+def _greedy(trace, budget_bytes, cost, params, started, swap_weight, name="greedy",
+            late_trigger="earliest"):
     def decide(internal):
         state = run_repaired(trace, internal, cost, order="cost", swap_weight=swap_weight,
-                           allow_swap=math.isfinite(swap_weight), max_chain=params.max_chain)
+                             allow_swap=math.isfinite(swap_weight), max_chain=params.max_chain,
+                             late_trigger=late_trigger)
         op, resident = over_budget_op(state)
         if resident > internal:
             return None, {"reason": f"{name}: op {op} still needs {resident} bytes resident "
                                     f"(budget {internal})"}
-        return state.schedule, {"swap_weight": swap_weight,
+        return state.schedule, {"swap_weight": swap_weight, "late_trigger": late_trigger,
                                 "planned_recompute_us": state.recompute_us}
 
     return place_schedule(trace, budget_bytes, decide, name, params, started, {})
@@ -58,6 +62,9 @@ def plan_auto(trace, budget_bytes, cost, params: BudgetParams, started: float):
 
     members = [(f"greedy(swap_weight={w:g})", lambda t0, w=w: _greedy(
         trace, budget_bytes, cost, params, t0, w)) for w in params.swap_weights]
+    members += [(f"greedy(swap_weight={w:g}, late=latest)", lambda t0, w=w: _greedy(
+        trace, budget_bytes, cost, params, t0, w, late_trigger="latest"))
+        for w in params.late_swap_weights]
     members += [("capuchin", lambda t0: plan_capuchin(trace, budget_bytes, cost, params, t0)),
                 ("vdnn", lambda t0: plan_vdnn(trace, budget_bytes, cost, params, t0)),
                 ("on-demand", lambda t0: plan_on_demand(trace, budget_bytes, cost, params, t0))]
