@@ -3,21 +3,25 @@
     python bench/report.py [--results DIR] [--out FILE] [--figures]
 
 Everything here is a pure function of files: the JSON the benchmarks wrote
-(``static.json``, ``pool.json``, ``swap.json``, ``replay.json``), the text tables of the
-benchmarks that print rather than write JSON (``capture.md``, ``exact_dsa.txt``, saved by
-``bench/run_all.py``), the run manifest ``run_all.json`` (machine, versions, commands; absent
-after a plain ``--render-only`` of committed results) and ``figures/figures.json`` (what the
-pictures show). No number is written here by hand: every table cell comes from those files,
+(``static.json``, ``pool.json``, ``swap.json``, ``replay.json``, ``multilevel.json``,
+``blocks.json``, ``sharing.json``, ``stress.json``, and ``capture.json`` from
+``bench/capture.py --bundled``), the text tables of the benchmarks that print rather than
+write JSON (``capture.md``, ``exact_dsa.txt``, saved by ``bench/run_all.py``), the run
+manifest ``run_all.json`` (machine, versions, commands; absent after a plain
+``--render-only`` of committed results) and ``figures/figures.json`` (what the pictures
+show). No number is written here by hand: every table cell comes from those files,
 formatted by the helpers below (ratios 4 decimals, seconds 2, µs 2, overhead fractions as
-percentages with 1 decimal, bytes as exact integers). A missing file gives a section that
-says so, never an error. :func:`draw_figures` plans the bundled ResNet-50 training trace
-(deterministically) and draws the PNGs; it is the only part that needs matplotlib.
+percentages with 1 decimal, bytes as exact integers, per-switch byte means rounded to the
+byte). A missing or unreadable file gives a section that says so, never an error.
+:func:`draw_figures` plans the bundled ResNet-50 training trace (deterministically) and
+draws the PNGs; it is the only part that needs matplotlib.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 from pathlib import Path
 
@@ -42,6 +46,11 @@ COMMANDS = {
     "replay": "python bench/replay.py",
     "exact_dsa": "python bench/exact_dsa.py",
     "capture": "python bench/capture.py OUT_DIR",
+    "capture_bundled": "python bench/capture.py --bundled",
+    "multilevel": "python bench/multilevel.py",
+    "blocks": "python bench/blocks.py",
+    "sharing": "python bench/sharing.py",
+    "stress": "python bench/stress.py",
     "figures": "python bench/run_all.py --render-only",
 }
 
@@ -49,6 +58,11 @@ SWAP_TARGET = "auto <= 2 x bound + 5 percentage points"
 REPLAY_RATIO_TARGET = 1.15
 REPLAY_USE_TARGET_US = 5.0
 REPLAY_CONVERGE_ITERATIONS = 3
+
+# result name -> the JSON file its benchmark writes (``capture_bundled``: ``capture.py --bundled``)
+JSON_FILES = {name: f"{name}.json" for name in
+              ("static", "pool", "swap", "replay", "multilevel", "blocks", "sharing", "stress")}
+JSON_FILES["capture_bundled"] = "capture.json"
 
 
 # ---------------------------------------------------------------- formatting
@@ -74,6 +88,17 @@ def f_int(x) -> str:
     return "–" if x is None else str(int(x))
 
 
+def f_round(x) -> str:
+    """A mean of byte counts, to the byte."""
+    return "–" if x is None else f"{x:.0f}"
+
+
+def median(values: list) -> float | None:
+    """Median of the values that are not ``None`` (``None`` when there are none)."""
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
 def f_mib(x) -> str:
     return "–" if x is None else f"{x / 2**20:.1f}"
 
@@ -95,13 +120,19 @@ def table(header: list[str], rows: list[list[str]], align: str | None = None) ->
 
 
 def load_results(results_dir: Path) -> dict:
-    """Every result file that exists under ``results_dir``: JSON parsed, text as text."""
+    """Every result file that exists under ``results_dir``: JSON parsed, text as text.
+
+    A JSON file that does not parse (say, a benchmark killed while writing it) is left out
+    and its error kept under ``"unreadable"`` (name -> message), so its section says so."""
     results_dir = Path(results_dir)
-    out: dict = {}
-    for name in ("static", "pool", "swap", "replay", "run_all"):
-        path = results_dir / f"{name}.json"
+    out: dict = {"unreadable": {}}
+    for name, file in (*JSON_FILES.items(), ("run_all", "run_all.json")):
+        path = results_dir / file
         if path.is_file():
-            out[name] = json.loads(path.read_text())
+            try:
+                out[name] = json.loads(path.read_text())
+            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+                out["unreadable"][name] = f"{type(exc).__name__}: {exc}"
     for name, file in (("capture", "capture.md"), ("exact_dsa", "exact_dsa.txt")):
         path = results_dir / file
         if path.is_file():
@@ -177,17 +208,132 @@ def headline_replay(replay: dict) -> list[str]:
             f"{REPLAY_RATIO_TARGET}). — `{COMMANDS['replay']}`"]
 
 
+def multilevel_facts(multilevel: dict) -> dict:
+    """Counts over ``multilevel.json``'s cases (a trace at a budget) that had a two-level plan."""
+    rows = multilevel["rows"]
+    cases = [r for r in rows if r.get("tiers") is not None]
+    limited = [r["pinned_limited"] for r in cases if r.get("pinned_limited") is not None]
+    return {
+        "rows": len(rows), "cases": len(cases),
+        "not_worse": sum(1 for r in cases if r["tiers"]["not_worse"]),
+        "faster": sum(1 for r in cases if r["tiers"]["iteration_us"]
+                      < r[r["best_two_level"]]["iteration_us"]),
+        "valid": sum(1 for r in cases if r["tiers"]["valid"]
+                     and (r.get("pinned_limited") is None or r["pinned_limited"]["valid"])),
+        "best_median": median([r[r["best_two_level"]]["overhead"] for r in cases]),
+        "tiers_median": median([r["tiers"]["overhead"] for r in cases]),
+        "limited": len(limited),
+        "repaired_median": median([p["repaired_overhead"] for p in limited]),
+        "searched_median": median([p["overhead"] for p in limited]),
+    }
+
+
+def headline_multilevel(multilevel: dict) -> list[str]:
+    f = multilevel_facts(multilevel)
+    if not f["cases"]:
+        return [f"- **Multi-level placement `tiers`**: no case had a two-level plan "
+                f"({f['rows']} cases). — `{COMMANDS['multilevel']}`"]
+    return [f"- **Multi-level placement `tiers`** ({multilevel.get('link', '–')}, "
+            f"{f['cases']} trace × budget cases with a two-level plan): never slower than the "
+            f"best two-level plan in {f['not_worse']}/{f['cases']}, strictly faster in "
+            f"{f['faster']}/{f['cases']}; median overhead {f_pct(f['best_median'])} (best "
+            f"two-level) → {f_pct(f['tiers_median'])} (`tiers`); with half the pinned host "
+            f"memory ({f['limited']} cases that swap), median {f_pct(f['repaired_median'])} "
+            f"repaired → {f_pct(f['searched_median'])} searched; valid plans "
+            f"{f['valid']}/{f['cases']}. — `{COMMANDS['multilevel']}`"]
+
+
+def headline_blocks(blocks: dict) -> list[str]:
+    rows = blocks["rows"]
+    if not rows:
+        return []
+    ratios = [r["ratio_to_sum_of_peaks"] for r in rows]
+    within = sum(1 for r in rows if r["within_target"])
+    valid = sum(1 for r in rows if r["valid"] and r["concurrent_valid"])
+    big = max(rows, key=lambda r: r["n"])
+    return [f"- **Several models in one pool of blocks** ({len(rows)} sets of "
+            f"{min(r['n'] for r in rows)}–{big['n']} inference models): pool / sum of the "
+            f"models' peaks {f_ratio(min(ratios))}–{f_ratio(max(ratios))} ({big['n']} models: "
+            f"{f_int(big['pool_bytes'])} vs {f_int(big['sum_peak_bytes'])} bytes); within "
+            f"max(peak) + sum(persistent) in {within}/{len(rows)} sets; shared and concurrent "
+            f"pools valid in {valid}/{len(rows)}. — `{COMMANDS['blocks']}`"]
+
+
+def headline_sharing(sharing: dict) -> list[str]:
+    rows = sharing.get("rows") or []
+    if not rows:
+        return [f"- **Time-shared device**: `sharing.json` has no rows. "
+                f"— `{COMMANDS['sharing']}`"]
+    jobs = sorted({r.get("jobs") for r in rows if r.get("jobs") is not None})
+    top = jobs[-1] if jobs else None
+    by = {r.get("scenario"): r for r in rows if r.get("jobs") == top}
+    fit, naive = by.get("fit", {}), by.get("naive", {})
+    targets = sharing.get("targets", {})
+    fit_most = max((r.get("persistent_bytes_per_switch") for r in rows
+                    if r.get("scenario") == "fit"
+                    and r.get("persistent_bytes_per_switch") is not None), default=None)
+    return [f"- **Time-shared device, broker** ({', '.join(map(str, jobs))} jobs, sizes / "
+            f"{sharing.get('scale', '–')}): persistent bytes copied per switch when every "
+            f"slot fits, at most {f_round(fit_most)} (target 0: "
+            f"{met(targets.get('persistent_bytes_per_switch_when_fitting_is_zero'))}); at {top} "
+            f"jobs, bytes copied per switch {f_round(fit.get('bytes_moved_per_switch'))} (fit) "
+            f"vs {f_round(naive.get('bytes_moved_per_switch'))} (naive), broker switch median "
+            f"{f_us(fit.get('broker_switch_us_median'))} vs "
+            f"{f_us(naive.get('broker_switch_us_median'))} µs; no corrupt or dirty byte: "
+            f"{met(targets.get('no_corrupt_or_dirty_bytes'))}. — `{COMMANDS['sharing']}`"]
+
+
+def headline_stress(stress: dict) -> list[str]:
+    result = stress.get("result", {})
+    return [f"- **Stress run** ({result.get('device', '–')}, {f_s(result.get('seconds'))} s, "
+            f"{f_int(result.get('scenarios'))} scenarios): corrupt bytes "
+            f"{f_int(result.get('corrupt_bytes'))} of {f_int(result.get('bytes_checked'))} "
+            f"checked, leaked blocks {f_int(result.get('leaked_blocks'))}, errors "
+            f"{f_int(result.get('errors'))} (target: all zero, {met(stress.get('target_met'))})."
+            f" — `{COMMANDS['stress']}`"]
+
+
+def identical(entry: dict, persistent_bytes: int) -> bool:
+    """A re-capture equal to the bundled trace: ops, FLOPs, every buffer, lower bound."""
+    return bool(entry["ops_equal"] and entry["buffers_identical"]
+                and entry["lower_bound_equal"] and entry["persistent_bytes"] == persistent_bytes)
+
+
+def capture_bundled_facts(capture: dict) -> dict:
+    rows = capture["rows"]
+    same = [r for r in rows if identical(r, r["bundled_persistent_bytes"])]
+    lifted = [r for r in rows if r not in same and r.get("lifted_from_start")
+              and identical(r["lifted_from_start"], r["bundled_persistent_bytes"])]
+    return {"rows": len(rows), "identical": len(same), "lifted": len(lifted),
+            "differ": len(rows) - len(same) - len(lifted)}
+
+
+def headline_capture_bundled(capture: dict) -> list[str]:
+    f = capture_bundled_facts(capture)
+    return [f"- **Bundled traces re-captured** (torch {capture.get('torch', '–')}): "
+            f"{f['identical']}/{f['rows']} identical to the bundled file (ops, FLOPs, every "
+            f"buffer's size, lifetime, uses and kind); {f['lifted']} more identical with "
+            f"`lifted_from_start=True`; {f['differ']} differ. — `{COMMANDS['capture_bundled']}`"]
+
+
 def headline(results: dict) -> str:
     lines = ["## Headline numbers", "",
              "Each line is computed from the JSON named in its section; the command beside it "
              "regenerates that JSON (then `python bench/run_all.py --render-only` rebuilds this "
              "file).", ""]
     for name, fn in (("static", headline_static), ("pool", headline_pool),
-                     ("swap", headline_swap), ("replay", headline_replay)):
+                     ("swap", headline_swap), ("multilevel", headline_multilevel),
+                     ("replay", headline_replay), ("blocks", headline_blocks),
+                     ("sharing", headline_sharing), ("stress", headline_stress),
+                     ("capture_bundled", headline_capture_bundled)):
         if name in results:
             lines += fn(results[name])
+        elif name in results.get("unreadable", {}):
+            lines.append(f"- {name}: `{JSON_FILES[name]}` could not be read — rerun "
+                         f"`{COMMANDS[name]}`")
         else:
-            lines.append(f"- {name}: no `{name}.json` — run `{COMMANDS[name]}`")
+            lines.append(f"- {name}: not run (no `{JSON_FILES[name]}`) — run "
+                         f"`{COMMANDS[name]}`")
     return "\n".join(lines)
 
 
@@ -386,6 +532,209 @@ def replay_section(replay: dict) -> str:
         table(["measured", "value"], facts)])
 
 
+def _yes(flag) -> str:
+    return "–" if flag is None else ("yes" if flag else "**no**")
+
+
+def _two_level_cell(entry: dict | None) -> str:
+    """A two-level plan's overhead, or its status when it found none."""
+    if not entry:
+        return "–"
+    if entry.get("overhead") is not None:
+        return f_pct(entry["overhead"])
+    return entry.get("status", "–")
+
+
+def multilevel_section(multilevel: dict) -> str:
+    body = []
+    for r in multilevel["rows"]:
+        t, p = r.get("tiers"), r.get("pinned_limited")
+        head = [r["trace"], f"{round(r['fraction'] * 100)}%", f_int(r["budget_bytes"]),
+                _two_level_cell(r.get("capuchin")), _two_level_cell(r.get("auto"))]
+        if t is None:
+            body.append([*head, "no two-level plan", *[""] * 9])
+            continue
+        valid = t["valid"] and (p is None or p["valid"])
+        body.append([
+            *head, f_pct(t["overhead"]), f"{_yes(t['not_worse'])} ({r['best_two_level']})",
+            "valid" if valid else "**INVALID**", sum(t["moves_accepted"].values()),
+            t["evaluations"], f_s(t["seconds"]),
+            *(["no swaps", "", "", ""] if p is None else
+              [f_int(p["pinned_host_bytes"]), f_pct(p["repaired_overhead"]),
+               f_pct(p["overhead"]), p["pageable_swaps"]])])
+    f = multilevel_facts(multilevel)
+    pageable = multilevel.get("pageable", {})
+    return "\n".join([
+        "## Multi-level placement (`bench/multilevel.py`)", "",
+        f"Regenerate: `{COMMANDS['multilevel']}` (several minutes; `--quick` runs one trace at "
+        "70% and prints its table without writing the JSON). Simulated iteration-time overhead "
+        f"on PCIe {multilevel.get('link', '–')} of the Capuchin-style plan, `auto` and the "
+        "`tiers` local search started from the faster of the two (`<= best` checks that it "
+        f"never ends slower; each search at most {multilevel.get('search_evaluations', '–')} "
+        f"simulations or {f_s(multilevel.get('search_seconds'))} s). The `pinned/2` columns "
+        "give pinned host memory half of what that plan keeps pinned at its peak: swaps that "
+        f"do not fit go to pageable memory ({f_pct(pageable.get('fraction_of_pinned'))} of "
+        f"the pinned bandwidth, {f_us(pageable.get('latency_us'))} µs latency), first "
+        "`repaired`, then `searched`. Every plan is checked by the independent swap "
+        "validator.", "",
+        f"As recorded in the JSON: `tiers` not slower than the best two-level plan in "
+        f"**{f['not_worse']}/{f['cases']}** cases (strictly faster in {f['faster']}); valid "
+        f"plans {f['valid']}/{f['cases']}; {f['rows'] - f['cases']} of {f['rows']} cases had "
+        "no two-level plan.", "",
+        table(["trace", "budget", "budget bytes", "capuchin", "auto", "tiers",
+               "<= best (best)", "valid", "moves accepted", "simulations", "search s",
+               "pinned/2 bytes", "pinned/2 repaired", "pinned/2 searched", "pageable swaps"],
+              body, "llrrrrllrrrrrrr")])
+
+
+def blocks_section(blocks: dict) -> str:
+    body = [[r["n"], " + ".join(r["models"]), f_int(r["sum_peak_bytes"]),
+             f_int(r["target_bytes"]), f_int(r["floor_bytes"]), f_int(r["pool_bytes"]),
+             f_ratio(r["ratio_to_sum_of_peaks"]), f_ratio(r["pool_bytes"] / r["floor_bytes"]),
+             _yes(r["within_target"]), "valid" if r["valid"] else "**INVALID**",
+             f"{f_int(r['concurrent_pool_bytes'])} "
+             f"({'valid' if r['concurrent_valid'] else '**INVALID**'})",
+             ", ".join(r["layouts"]), f_s(r["solve_seconds"])] for r in blocks["rows"]]
+    params = blocks.get("params", {})
+    within = sum(1 for r in blocks["rows"] if r["within_target"])
+    return "\n".join([
+        "## Several models in one pool of blocks (`bench/blocks.py`)", "",
+        f"Regenerate: `{COMMANDS['blocks']}`. Sets of inference models (a name twice: two "
+        "replicas) in one shared pool of blocks, models never running at the same time, "
+        "against one arena per model (sum of peaks), issue 7's target max(peak) + "
+        "sum(persistent), and the floor sum(persistent) + max(temporary peak) that no layout "
+        "keeping persistent regions apart can beat. `concurrent`: the pool when the models "
+        "may run at once (no byte shared). Each model's plan is checked by the independent "
+        "validator on its own trace and the pool by `check_pool`. Bytes; parameters: "
+        + ", ".join(f"`{k}={', '.join(map(str, v)) if isinstance(v, list) else v}`"
+                    for k, v in params.items()) + ".", "",
+        f"As recorded in the JSON: within the target in **{within}/{len(blocks['rows'])}** "
+        "sets.", "",
+        table(["N", "models", "sum of peaks", "max(peak)+sum(persistent)", "floor", "pool",
+               "pool/sum of peaks", "pool/floor", "within target", "validator",
+               "concurrent pool", "layouts", "solve s"], body, "rlrrrrrrlllll")])
+
+
+def sharing_section(sharing: dict) -> str:
+    """Written against a layout still settling: every field is optional."""
+    rows = sharing.get("rows") or []
+    body = []
+    for r in rows:
+        corrupt, dirty = r.get("persistent_corrupt_bytes"), r.get("temporary_dirty_bytes")
+        body.append([
+            r.get("jobs", "–"), r.get("scenario", "–"), f_int(r.get("capacity_bytes")),
+            f_int(r.get("switches")), f_int(r.get("evictions")),
+            f_round(r.get("persistent_bytes_per_switch")),
+            f_round(r.get("bytes_moved_per_switch")),
+            f_round(r.get("temporary_bytes_zeroed_per_switch")),
+            f"{f_us(r.get('broker_switch_us_median'))} / {f_us(r.get('broker_switch_us_max'))}",
+            f_us(r.get("client_handoff_us_median")), f_ratio(r.get("bytes_vs_naive")),
+            f_ratio(r.get("switch_time_vs_naive")), f"{f_int(corrupt)} / {f_int(dirty)}"])
+    jobs = sharing.get("jobs") or {}
+    job_rows = [[name, f_int(j.get("persistent_bytes")), f_int(j.get("temporary_bytes"))]
+                for name, j in jobs.items()]
+    targets = sharing.get("targets") or {}
+    parts = [
+        "## Time-shared device (`bench/sharing.py`)", "",
+        f"Regenerate: `{COMMANDS['sharing']}` (`--quick`: 2 jobs only). Jobs are separate "
+        "processes built from the bundled inference traces (persistent bytes: the trace's "
+        "persistent buffers; temporary: a validated static plan's arena of the rest), sizes "
+        f"divided by {sharing.get('scale', '–')}, {sharing.get('iterations', '–')} checked "
+        "iterations per job, one per slice, round robin, with the broker in its own process: "
+        "`fit` (every persistent slot resident), `evict` (persistent area "
+        f"{f_pct(sharing.get('evict_fraction'))} of the slots' bytes: slots evicted to host "
+        "and restored), `naive` (each switch copies the whole footprint out and in). Bytes "
+        "per switch are means; times are medians (broker: end of a slice to the next grant; "
+        "client: last byte touched to the next job's grant, across processes).", "",
+        "Targets as recorded in the JSON: "
+        + ("; ".join(f"{name.replace('_', ' ')}: {met(ok)}" for name, ok in targets.items())
+           or "none recorded") + ".", ""]
+    if body:
+        parts += [table(["jobs", "scenario", "capacity", "switches", "evictions",
+                         "persistent B/switch", "copied B/switch", "zeroed B/switch",
+                         "broker switch µs (median / max)", "client handoff µs",
+                         "bytes vs naive", "time vs naive", "corrupt / dirty bytes"],
+                        body, "rlrrrrrrrrrrr"), ""]
+    else:
+        parts += ["No rows in `sharing.json`.", ""]
+    if job_rows:
+        parts.append(table(["job", "persistent bytes", "temporary bytes"], job_rows, "lrr"))
+    return "\n".join(parts).rstrip()
+
+
+def stress_section(stress: dict) -> str:
+    result = stress.get("result", {})
+    zero = "0"
+    rows = [["device", result.get("device", "–"), ""],
+            ["seconds", f_s(result.get("seconds")), ""],
+            ["scenarios", f_int(result.get("scenarios")), ""],
+            ["bytes checked", f_int(result.get("bytes_checked")), ""],
+            ["corrupt bytes", f_int(result.get("corrupt_bytes")), zero],
+            ["leaked blocks", f_int(result.get("leaked_blocks")), zero],
+            ["late prefetches", f_int(result.get("late_prefetches")), ""],
+            ["errors", f_int(result.get("errors")), zero],
+            ["exit code", f_int(stress.get("exit_code")), zero]]
+    return "\n".join([
+        "## Stress run (`bench/stress.py`)", "",
+        f"Regenerate: `{COMMANDS['stress']}` (emulated device, 2 minutes; `--minutes M` for "
+        f"another length). It ran `{stress.get('command', '–')}`. Target (issue 8): zero "
+        "corrupt bytes, zero leaked blocks and no scenario error.", "",
+        f"Target as recorded in the JSON: {met(stress.get('target_met'))}.", "",
+        table(["quantity", "value", "target"], rows, "lrr")])
+
+
+def capture_bundled_section(capture: dict) -> str:
+    def legacy_cell(r):
+        legacy = r.get("lifted_from_start")
+        if legacy is None:
+            return ""
+        return (f"{f_int(legacy['lower_bound_bytes'])}, identical "
+                f"{_yes(identical(legacy, r['bundled_persistent_bytes']))}")
+
+    body = [[r["trace"], f"{r['model']} {r['mode']} b{r['batch']}{' amp' if r['amp'] else ''}",
+             f_int(r["bundled_lower_bound_bytes"]), f_int(r["lower_bound_bytes"]),
+             f"{f_int(r['bundled_buffers'])} / {f_int(r['buffers'])}",
+             _yes(r["persistent_bytes"] == r["bundled_persistent_bytes"]),
+             _yes(r["ops_equal"]), _yes(r["buffers_identical"]),
+             _yes(identical(r, r["bundled_persistent_bytes"])), legacy_cell(r),
+             f_s(r["seconds"])] for r in capture["rows"]]
+    f = capture_bundled_facts(capture)
+    differences = [f"- {r['trace']}: {r['first_difference']}" for r in capture["rows"]
+                   if r.get("first_difference")]
+    parts = [
+        "## Bundled traces re-captured (`bench/capture.py --bundled`)", "",
+        f"Regenerate: `{COMMANDS['capture_bundled']}` (about 2 minutes; `--quick` in "
+        "`run_all.py` re-captures two small inference traces only). Each bundled trace is "
+        "captured again with the configuration its `source` line names (torch "
+        f"{capture.get('torch', '–')}, Python {capture.get('python', '–')}) and compared "
+        "with the bundled file: lower bound, buffer count, persistent bytes, op names and "
+        "FLOPs, and every buffer's (size, start, end, uses, kind) in order. Where they "
+        "differ, the capture is re-run with `lifted_from_start=True`, the one convention in "
+        "which the recorder of the bundled traces differs.", "",
+        f"As recorded in the JSON: **{f['identical']}/{f['rows']}** identical; "
+        f"{f['lifted']} more identical with `lifted_from_start=True`; {f['differ']} differ.",
+        "",
+        table(["trace", "captured as", "bundled lower bound", "re-captured lower bound",
+               "buffers (bundled / ours)", "persistent equal", "ops & FLOPs equal",
+               "buffers identical", "identical", "with lifted_from_start", "seconds"],
+              body, "llrrrlllllr")]
+    if differences:
+        parts += ["", "Where the default re-capture first differs:", "", *differences]
+    return "\n".join(parts)
+
+
+def missing_section(title: str, name: str, results: dict) -> str:
+    """The section of a benchmark whose JSON is absent or does not parse."""
+    file = JSON_FILES[name]
+    problem = results.get("unreadable", {}).get(name)
+    if problem:
+        text = f"Could not read `{file}` ({problem}): rerun `{COMMANDS[name]}`."
+    else:
+        text = f"Not run yet. No `{file}`: run `{COMMANDS[name]}` (or `python " \
+               f"bench/run_all.py --only {name}`)."
+    return f"## {title}\n\n{text}"
+
+
 def text_section(title: str, name: str, text: str | None, explain: str) -> str:
     lines = [f"## {title}", "", explain, ""]
     if text is None:
@@ -425,6 +774,24 @@ def figures_section(figures: dict | None, results_dir: Path) -> str:
     return "\n".join(lines).rstrip()
 
 
+# the JSON sections in report order (``capture_bundled`` comes after the capture table)
+SECTIONS = (("static", static_section), ("pool", pool_section), ("swap", swap_section),
+            ("multilevel", multilevel_section), ("replay", replay_section),
+            ("blocks", blocks_section), ("sharing", sharing_section),
+            ("stress", stress_section))
+SECTION_TITLES = {
+    "static": "Static offset planning (`bench/static.py`)",
+    "pool": "Planned pool (`bench/pool.py`)",
+    "swap": "Budget planners (`bench/swap.py`)",
+    "multilevel": "Multi-level placement (`bench/multilevel.py`)",
+    "replay": "Swap runtime replay (`bench/replay.py`)",
+    "blocks": "Several models in one pool of blocks (`bench/blocks.py`)",
+    "sharing": "Time-shared device (`bench/sharing.py`)",
+    "stress": "Stress run (`bench/stress.py`)",
+    "capture_bundled": "Bundled traces re-captured (`bench/capture.py --bundled`)",
+}
+
+
 def render(results_dir: Path = RESULTS) -> str:
     """The whole report, a pure function of the files under ``results_dir``."""
     results = load_results(results_dir)
@@ -434,10 +801,9 @@ def render(results_dir: Path = RESULTS) -> str:
         "without running anything). Every number below is read from the JSON files in "
         "`bench/results/`; none is typed by hand.",
         "", headline(results), "", machine_section(results)]
-    for name, fn in (("static", static_section), ("pool", pool_section),
-                     ("swap", swap_section), ("replay", replay_section)):
+    for name, fn in SECTIONS:
         parts += ["", fn(results[name]) if name in results else
-                  f"## {name}\n\nNo `{name}.json`: run `{COMMANDS[name]}`."]
+                  missing_section(SECTION_TITLES[name], name, results)]
     parts += ["", text_section(
         "Exact solver driver (`bench/exact_dsa.py`)", "exact_dsa", results.get("exact_dsa"),
         f"Regenerate: `{COMMANDS['exact_dsa']}`. Its printed table (it writes no JSON), as "
@@ -446,6 +812,9 @@ def render(results_dir: Path = RESULTS) -> str:
         "Capture (`bench/capture.py`)", "capture", results.get("capture"),
         f"Regenerate: `{COMMANDS['capture']}`. The table it prints (it writes traces, no "
         "JSON), as saved by `bench/run_all.py` (`--quick`: tiny `--small` configurations).")]
+    parts += ["", capture_bundled_section(results["capture_bundled"])
+              if "capture_bundled" in results else
+              missing_section(SECTION_TITLES["capture_bundled"], "capture_bundled", results)]
     parts += ["", figures_section(results.get("figures"), results_dir), ""]
     return "\n".join(parts)
 

@@ -1,7 +1,8 @@
 """Run every benchmark of the project and write ``bench/results/REPORT.md`` (issue 6, item 5).
 
     python bench/run_all.py                  # everything (tens of minutes), then the report
-    python bench/run_all.py --quick          # --quick where a benchmark has it, --small capture
+    python bench/run_all.py --quick          # --quick where a benchmark has it, --small capture,
+                                             # a 12 s stress run, 2 bundled traces re-captured
     python bench/run_all.py --only static,pool
     python bench/run_all.py --render-only    # rebuild REPORT.md + figures from saved results
 
@@ -10,7 +11,8 @@ crash does not stop the others; its exit code, wall time and whether it rewrote 
 file go into ``bench/results/run_all.json`` with the machine and versions (Python, numpy,
 CuPy, torch if present, matplotlib, CPU count, platform, git commit). Benchmarks that print
 instead of writing JSON (``exact_dsa``, ``capture``) have their stdout saved as
-``exact_dsa.txt`` / ``capture.md``. Then the pictures are drawn and the report rendered by
+``exact_dsa.txt`` / ``capture.md`` (``capture_bundled``, ``capture.py --bundled``, writes
+``capture.json``). Then the pictures are drawn and the report rendered by
 ``bench/report.py``, a pure function of those files; ``--render-only`` does only that last step
 (it records the machine in ``run_all.json``, marked ``render-only``, only when no run
 did). ``--no-figures`` skips drawing (the report then shows the
@@ -37,14 +39,23 @@ import report
 ROOT = report.ROOT
 BENCH = ROOT / "bench"
 
-# name -> (script, normal flags, quick flags, results file it writes, or None: stdout is kept)
+# name -> (script, normal flags, quick flags, the results file it writes: for the names in
+# STDOUT_KEPT, the file its stdout is saved to). ``multilevel --quick`` prints its table but
+# writes no JSON; ``capture_bundled``'s quick run re-captures two small inference traces.
 BENCHMARKS: dict[str, tuple[str, list[str], list[str], str]] = {
     "static": ("static.py", [], ["--quick"], "static.json"),
     "pool": ("pool.py", [], [], "pool.json"),
     "swap": ("swap.py", [], ["--quick"], "swap.json"),
+    "multilevel": ("multilevel.py", [], ["--quick"], "multilevel.json"),
     "replay": ("replay.py", [], [], "replay.json"),
+    "blocks": ("blocks.py", [], [], "blocks.json"),
+    "sharing": ("sharing.py", [], ["--quick"], "sharing.json"),
+    "stress": ("stress.py", [], ["--minutes", "0.2"], "stress.json"),
     "exact_dsa": ("exact_dsa.py", [], [], "exact_dsa.txt"),
     "capture": ("capture.py", ["{tmp}"], ["{tmp}", "--small"], "capture.md"),
+    "capture_bundled": ("capture.py", ["--bundled"],
+                        ["--bundled", "--only", "mobilenetv2_infer_b1,resnet50_infer_b8"],
+                        "capture.json"),
 }
 STDOUT_KEPT = {"exact_dsa", "capture"}
 
