@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
+from pathlib import Path
+
 from cupool.core.vocabulary import (
     PERSISTENT,
     Buffer,
@@ -56,3 +59,18 @@ def six_op_recompute_plan(trace):
     return swap_plan(trace, [Residency(0, 0, 6, 0), Residency(1, 0, 1, 8),
                              Residency(1, 4, 5, 8), Residency(2, 1, 3, 8)],
                      [RecomputeAction(1, 4)])
+
+
+TRACE_DIR = Path(__file__).resolve().parents[1] / "cupool" / "data" / "traces"
+
+
+@lru_cache(maxsize=1)
+def resnet_capuchin_plan():
+    """``(trace, plan, planned trace)``: a capuchin plan at 70% of ResNet-50 (fp32)
+    training's lower bound (swaps and recomputes), shared by the runtime tests."""
+    from cupool.io import load_trace
+    from cupool.planning.budget import plan_with_budget
+
+    trace = load_trace(TRACE_DIR / "resnet50_train_b32_fp32.trace.json.gz")
+    plan, info = plan_with_budget(trace, int(trace.lower_bound_bytes() * 0.7), "capuchin")
+    return trace, plan, info["trace"]

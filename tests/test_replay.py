@@ -5,8 +5,6 @@ from __future__ import annotations
 import pickle
 import threading
 from dataclasses import replace
-from functools import lru_cache
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,7 +12,6 @@ import pytest
 from cupool.core.vocabulary import Buffer, SwapIn
 from cupool.devices import open_device
 from cupool.devices.protocol import host_view
-from cupool.io import load_trace
 from cupool.planning.swap_validator import validate_swap_plan
 from cupool.runtime.copy_engine import CopyEngine
 from cupool.runtime.executor import FEEDBACK_MARGIN, _moved, adjust_triggers, predicted_waits
@@ -33,19 +30,13 @@ from cupool.runtime.replay import replay
 from cupool.runtime.staging import PinnedStaging, StagingError
 from cupool.sim.cost import cost_model
 from cupool.sim.simulator import simulate
+from tests.swap_cases import resnet_capuchin_plan, swap_plan, trace_of
 
-TRACES = Path(__file__).resolve().parents[1] / "cupool" / "data" / "traces"
 SIZE_SCALE = 4096
 TIME_SCALE = 40.0
 
 
-@lru_cache(maxsize=1)
-def _planned():
-    from cupool.planning.budget import plan_with_budget
-
-    trace = load_trace(TRACES / "resnet50_train_b32_fp32.trace.json.gz")
-    plan, info = plan_with_budget(trace, int(trace.lower_bound_bytes() * 0.7), "capuchin")
-    return trace, plan, info["trace"]
+_planned = resnet_capuchin_plan
 
 
 def _resident_handle(size=64):
@@ -254,7 +245,6 @@ def test_a_rematerialized_intermediate_feeds_a_recompute_byte_exact():
     wrong recompute of A is counted."""
     from cupool.core.vocabulary import Buffer, Recompute, RecomputeAction, Residency
     from cupool.planning.validator import validate_plan
-    from tests.swap_cases import swap_plan, trace_of
 
     trace = trace_of([20.0] * 4, Buffer(0, 4096, 0, 2, (0, 1), recompute=Recompute(0)),
                      Buffer(1, 4096, 1, 4, (1, 3), recompute=Recompute(1, (0,))),

@@ -5,8 +5,6 @@ pool and staging clean after errors."""
 from __future__ import annotations
 
 import threading
-from functools import lru_cache
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,7 +12,7 @@ import pytest
 from cupool.core.vocabulary import Buffer, RecomputeAction
 from cupool.devices import open_device
 from cupool.devices.errors import InvalidPointerError, InvalidSizeError, StreamTaskError
-from cupool.io import load_plan, load_trace
+from cupool.io import load_plan
 from cupool.planning.swap_validator import validate_swap_plan
 from cupool.planning.validator import validate_plan
 from cupool.runtime.copy_engine import CopyEngine
@@ -31,19 +29,12 @@ from cupool.runtime.handles import (
 from cupool.runtime.pool import PlannedPool
 from cupool.runtime.replay import replay
 from cupool.runtime.staging import PinnedStaging
+from tests.swap_cases import resnet_capuchin_plan
 
-TRACES = Path(__file__).resolve().parents[1] / "cupool" / "data" / "traces"
 SIZE_SCALE = 4096
 
 
-@lru_cache(maxsize=1)
-def _planned():
-    """A capuchin plan at 70% of resnet50's lower bound: swaps and recomputes."""
-    from cupool.planning.budget import plan_with_budget
-
-    trace = load_trace(TRACES / "resnet50_train_b32_fp32.trace.json.gz")
-    plan, info = plan_with_budget(trace, int(trace.lower_bound_bytes() * 0.7), "capuchin")
-    return trace, plan, info["trace"]
+_planned = resnet_capuchin_plan
 
 
 def _executor(device, **options):

@@ -5,31 +5,22 @@ skipped without a usable device (``cuda_device`` of ``tests/gpu/conftest.py``)."
 
 from __future__ import annotations
 
-from functools import lru_cache
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 from cupool.core.vocabulary import Buffer, RecomputeAction
-from cupool.io import load_trace
 from cupool.runtime.executor import Executor
 from cupool.runtime.handles import DEVICE, RETIRED, WRITE, TensorHandle
 from cupool.runtime.replay import replay
 
 pytestmark = pytest.mark.gpu
 
-TRACES = Path(__file__).resolve().parents[2] / "cupool" / "data" / "traces"
+from tests.swap_cases import resnet_capuchin_plan  # noqa: E402
+
 SIZE_SCALE = 4096
 
 
-@lru_cache(maxsize=1)
-def _planned():
-    from cupool.planning.budget import plan_with_budget
-
-    trace = load_trace(TRACES / "resnet50_train_b32_fp32.trace.json.gz")
-    plan, info = plan_with_budget(trace, int(trace.lower_bound_bytes() * 0.7), "capuchin")
-    return trace, plan, info["trace"]
+_planned = resnet_capuchin_plan
 
 
 def test_typed_array_at_a_device_address(cuda_device):
