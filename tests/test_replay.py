@@ -218,7 +218,14 @@ def test_staging_best_fit_merges_and_falls_back_to_pageable():
         stats = staging.stats()
         assert stats["staging.pageable_slots.count"] == 1
         assert stats["staging.pageable_bytes.total"] == 600
-        for slot in (small, c, overflow):
+        planned = staging.acquire(64, level="pageable")  # room left, but the plan said so
+        assert not planned.pinned
+        stats = staging.stats()
+        assert stats["staging.planned_pageable_slots.count"] == 1
+        assert stats["staging.pageable_slots.count"] == 1
+        with pytest.raises(StagingError, match="level must be 'pinned' or 'pageable'"):
+            staging.acquire(64, level="disk")
+        for slot in (small, c, overflow, planned):
             staging.release(slot)
         assert staging.is_clean()
         with pytest.raises(StagingError, match="released twice"):
@@ -264,3 +271,21 @@ def test_a_rematerialized_intermediate_feeds_a_recompute_byte_exact():
     result = replay(trace, 8192, iterations=1, size_scale=1, time_scale=1.0, plan=plan,
                     plan_trace=trace, feedback=False, recompute={1: wrong})
     assert result["corrupt_bytes"] > 0
+
+
+def test_a_plan_that_swaps_to_pageable_memory_gets_pageable_slots():
+    """Multi-level plans (issue 7): a swap the plan puts on the pageable level is staged in
+    pageable host memory, counted apart from pinned slots, and its bytes come back intact."""
+    from tests.swap_cases import six_op_swap_plan, six_op_trace
+
+    trace = six_op_trace()
+    plan = six_op_swap_plan(trace)
+    pageable = replace(plan, actions=tuple(replace(a, level="pageable") for a in plan.actions))
+    results = {}
+    for name, chosen in (("pinned", plan), ("pageable", pageable)):
+        results[name] = replay(trace, plan.capacity_bytes, iterations=2, size_scale=1,
+                               time_scale=1.0, plan=chosen, plan_trace=trace, feedback=False)
+        assert results[name]["corrupt_bytes"] == 0 and results[name]["bytes_checked"] > 0
+    assert results["pinned"]["staging"]["staging.planned_pageable_slots.count"] == 0
+    assert results["pageable"]["staging"]["staging.planned_pageable_slots.count"] == 2
+    assert results["pageable"]["staging"]["staging.pinned_slots.count"] == 0

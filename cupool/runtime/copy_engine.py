@@ -62,13 +62,15 @@ class CopyEngine:
         self._stats = {"copies.d2h": 0, "copies.h2d": 0, "bytes.d2h": 0, "bytes.h2d": 0,
                        "failed.count": 0}
 
-    def swap_out(self, handle, ptr: int, nbytes: int, after, slot: Slot | None = None):
+    def swap_out(self, handle, ptr: int, nbytes: int, after, slot: Slot | None = None,
+                 level: str = "pinned"):
         """Copy ``nbytes`` of ``handle``'s device bytes at ``ptr`` to a host slot once
         ``after`` (an event) completed. Returns ``(slot, out)``:
         the slot now owned by the handle's host copy, and the event recorded after the
-        copy. ``slot`` reuses a caller's slot (a persistent buffer's boundary copy)."""
+        copy. ``slot`` reuses a caller's slot (a persistent buffer's boundary copy);
+        otherwise one is taken from staging on the plan's host ``level``."""
         stream = self.d2h_stream
-        slot = slot or self.staging.acquire(max(1, nbytes))
+        slot = slot or self.staging.acquire(max(1, nbytes), level)
         out = self.device.create_event()
         if after is not None:
             stream.wait_event(after)

@@ -284,6 +284,7 @@ class Executor:
         entered = {}
         self.swap_ins, self.due = defaultdict(list), defaultdict(list)
         self.recomputes, self.swap_outs = defaultdict(list), defaultdict(list)
+        self.out_levels = {}  # (buffer, after op) -> host level of that swap-out
         for action in plan.actions:
             b = action.buffer_id
             if isinstance(action, SwapIn):
@@ -295,6 +296,7 @@ class Executor:
                 entered[(b, action.before_op)] = action
             elif isinstance(action, SwapOut):
                 self.swap_outs[action.after_op].append(b)
+                self.out_levels[(b, action.after_op)] = action.level
         self.produced, self.ends = defaultdict(list), defaultdict(list)
         self.home = {}  # persistent buffer -> start of the residency it starts the iteration in
         self.left_by_swap = {(b, r.start) for b, spans in by_buffer.items() for r in spans
@@ -363,7 +365,8 @@ class Executor:
             if self.trace.buffer(b).kind != PERSISTENT:
                 continue
             if isinstance(self.entered.get((b, spans[0].start)), SwapIn):
-                slot = self.staging.acquire(max(1, self.sizes[b]))
+                level = self.out_levels[max(k for k in self.out_levels if k[0] == b)]
+                slot = self.staging.acquire(max(1, self.sizes[b]), level)
                 fill(slot.array[:self.sizes[b]], self.seed, b, 0)
                 self._boundary_slots[b] = slot
                 self.handles[b].move(HOST)
@@ -575,7 +578,7 @@ class Executor:
         for b in self.swap_outs[i]:
             ptr = self._resident_ptr(b, i, ptrs)
             slot, out = engine.swap_out(handles[b], ptr, sizes[b], done[i],
-                                        self._boundary_slots.get(b))
+                                        self._boundary_slots.get(b), self.out_levels[(b, i)])
             if b not in self._boundary_slots:
                 host_slot[b] = slot
             pending.append((ptr, ptr + sizes[b], out))

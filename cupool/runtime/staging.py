@@ -19,7 +19,8 @@ Statistics (one flat dict, ``<quantity>.<qualifier>``):
 ``staging.in_use_bytes.peak``      maximum of the above
 ``staging.pinned_slots.count``     slots served from the reservation (ever)
 ``staging.pageable_slots.count``   slots that fell back to pageable memory (ever)
-``staging.pageable_bytes.total``   bytes of those fallback slots (ever)
+``staging.planned_pageable_slots.count``  slots the plan put on the pageable level (ever)
+``staging.pageable_bytes.total``   bytes of all pageable slots (ever)
 ``staging.live_slots.current``     slots acquired and not released (both kinds)
 =================================  ====================================================
 
@@ -35,6 +36,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from cupool.core.vocabulary import PAGEABLE, PINNED
 from cupool.errors import CupoolError
 
 ALIGNMENT = 256
@@ -78,16 +80,22 @@ class PinnedStaging:
         self._stats = {"staging.capacity_bytes": capacity_bytes,
                        "staging.in_use_bytes.current": 0, "staging.in_use_bytes.peak": 0,
                        "staging.pinned_slots.count": 0, "staging.pageable_slots.count": 0,
+                       "staging.planned_pageable_slots.count": 0,
                        "staging.pageable_bytes.total": 0, "staging.live_slots.current": 0}
 
-    def acquire(self, nbytes: int) -> Slot:
-        """A slot of ``nbytes`` (> 0): pinned if a free range fits, else pageable."""
+    def acquire(self, nbytes: int, level: str = PINNED) -> Slot:
+        """A slot of ``nbytes`` (> 0). ``level="pinned"``: pinned if a free range fits,
+        else pageable (a fallback, counted); ``"pageable"``: pageable memory, as a plan that
+        put this swap on the pageable level asked (counted apart)."""
         if not isinstance(nbytes, int) or nbytes <= 0:
             raise StagingError(f"acquire(nbytes={nbytes!r}): nbytes must be an int > 0")
+        if level not in (PINNED, PAGEABLE):
+            raise StagingError(f"acquire(level={level!r}): level must be {PINNED!r} or "
+                               f"{PAGEABLE!r}")
         rounded = -(-nbytes // ALIGNMENT) * ALIGNMENT
         with self._lock:
             best = None
-            for start in self._free_starts:
+            for start in self._free_starts if level == PINNED else ():
                 size = self._free[start]
                 if size >= rounded and (best is None or size < self._free[best]):
                     best = start
@@ -109,7 +117,8 @@ class PinnedStaging:
                 skip = -raw.ctypes.data % ALIGNMENT
                 array = raw[skip:skip + nbytes]
                 slot = Slot(array.ctypes.data, nbytes, False, -1, array)
-                self._stats["staging.pageable_slots.count"] += 1
+                kind = "pageable_slots" if level == PINNED else "planned_pageable_slots"
+                self._stats[f"staging.{kind}.count"] += 1
                 self._stats["staging.pageable_bytes.total"] += nbytes
             self._live.add(id(slot))
             self._stats["staging.live_slots.current"] += 1
