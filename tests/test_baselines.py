@@ -8,13 +8,13 @@ import itertools
 import pickle
 
 import pytest
-from conftest import TRACES
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cupool.baselines import POLICIES, CupyMemoryPool, TorchCachingAllocator, replay
 from cupool.errors import InputError
 from cupool.io import load_trace
+from tests.conftest import TRACES
 
 KIB = 1024
 MIB = 1024 * KIB

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import DSA, TRACES
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_greedy import dsa_problem, problems
@@ -23,6 +22,7 @@ from cupool.planning.solvers.genetic import (
 from cupool.planning.solvers.greedy import solve_greedy_size
 from cupool.planning.synthetic import small_problem
 from cupool.planning.validator import validate_offsets
+from tests.conftest import DSA, TRACES
 
 QUICK = dict(population=8, generations=15, stall_generations=15, time_limit_s=60.0)
 

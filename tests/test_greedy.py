@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import DSA, TRACES
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -27,6 +26,7 @@ from cupool.planning.solvers.greedy import (
 )
 from cupool.planning.synthetic import lstm_problem, random_problem
 from cupool.planning.validator import validate_offsets
+from tests.conftest import DSA, TRACES
 
 SOLVERS = {"greedy-size": solve_greedy_size, "greedy-breadth": solve_greedy_breadth,
            "best-fit": solve_best_fit}

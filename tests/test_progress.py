@@ -7,13 +7,13 @@ import pickle
 
 import numpy as np
 import pytest
-from conftest import tiny_document
 
 from cupool import progress
 from cupool.planning.solvers.base import SolverParams
 from cupool.planning.solvers.exact import solve_exact
 from cupool.planning.solvers.genetic import solve_genetic
 from cupool.planning.synthetic import small_problem
+from tests.conftest import tiny_document
 
 # Seed 9 of small_problem(n=12) is one where greedy misses the lower bound, so the exact
 # minimizer takes a capacity step and the GA breeds generations.

@@ -12,7 +12,6 @@ from functools import lru_cache
 from pathlib import Path
 
 import pytest
-from conftest import tiny_document
 
 from cupool.errors import InputError
 from cupool.io import load_trace, save_plan
@@ -28,6 +27,7 @@ from cupool.viz import (
 from cupool.viz.layout import off_device_bytes
 from cupool.viz.memory import resident_bytes_per_op
 from cupool.viz.timeline import stall_spans
+from tests.conftest import tiny_document
 
 pytest.importorskip("matplotlib")
 
