@@ -205,7 +205,9 @@ def headline_replay(replay: dict) -> list[str]:
             f"bytes {f_int(replay['corrupt_bytes'])} of {f_int(replay['bytes_checked'])} "
             f"checked (mis-timed plan: {f_int(mistimed.get('corrupt_bytes'))}); replay / "
             f"simulator time {f_ratio(replay['replay_over_sim'])} (target <= "
-            f"{REPLAY_RATIO_TARGET}). — `{COMMANDS['replay']}`"]
+            f"{REPLAY_RATIO_TARGET}); mis-timed plan's late prefetches per iteration "
+            f"{mistimed.get('late_prefetches', '–')} (simulator floor "
+            f"{mistimed.get('sim_late_floor', '–')}). — `{COMMANDS['replay']}`"]
 
 
 def multilevel_facts(multilevel: dict) -> dict:
