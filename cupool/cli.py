@@ -549,18 +549,24 @@ def _demo_replay(args, stdout) -> dict:
     for a few iterations, every byte checked, beside the simulator's prediction."""
     from cupool.data import bundled_traces
     from cupool.devices import probe_cuda
+    from cupool.runtime.executor import ReplayError
     from cupool.runtime.replay import DEFAULT_SIZE_SCALE, replay
 
     path = next(p for p in bundled_traces() if p.name.startswith(DEMO_BUDGET_TRACE))
     trace = load_trace(path)
     usable, why = probe_cuda()
-    result = replay(trace, "70%", device="emulated", iterations=DEMO_REPLAY_ITERATIONS)
+    device = "cuda" if usable else "emulated"
+    try:
+        result = replay(trace, "70%", device=device, iterations=DEMO_REPLAY_ITERATIONS)
+    except ReplayError as exc:
+        if not args.json:
+            print(f"\nreplay of {trace.name} at 70% skipped: {exc}", file=stdout)
+        return {"skipped": str(exc)}
     if not args.json:
-        device_note = ("a GPU is present, but the replay runs on the emulated device only "
-                       "for now" if usable else f"no GPU here: {why}")
-        print(f"\nreplay of {trace.name} at 70% on the emulated device (sizes / "
-              f"{DEFAULT_SIZE_SCALE}, copies paced to the scaled PCIe Gen5 link)\n  {device_note}",
-              file=stdout)
+        where = ("the GPU (copies at its own speed)" if usable else
+                 f"the emulated device (sizes / {DEFAULT_SIZE_SCALE}, copies paced to the "
+                 f"scaled PCIe Gen5 link)\n  no GPU here: {why}")
+        print(f"\nreplay of {trace.name} at 70% on {where}", file=stdout)
         print(f"  iteration us per iteration {[round(t) for t in result['iteration_us']]} vs "
               f"simulator {result['sim_iteration_us']:.0f} us", file=stdout)
         print(f"  late prefetches per iteration {result['late_prefetches']}; bytes checked "

@@ -289,3 +289,21 @@ def test_a_plan_that_swaps_to_pageable_memory_gets_pageable_slots():
     assert results["pinned"]["staging"]["staging.planned_pageable_slots.count"] == 0
     assert results["pageable"]["staging"]["staging.planned_pageable_slots.count"] == 2
     assert results["pageable"]["staging"]["staging.pinned_slots.count"] == 0
+
+
+def test_without_cupy_the_runtime_says_what_to_install(monkeypatch):
+    """PlannedPool is a CuPy memory pool: without CuPy the executor refuses with a clear
+    error (the CLI's exit 2), never an ImportError traceback."""
+    import sys
+
+    from cupool.runtime.executor import ReplayError
+    from tests.swap_cases import six_op_swap_plan, six_op_trace
+
+    for name in [m for m in sys.modules if m == "cupy" or m.startswith("cupy.")] or ["cupy"]:
+        monkeypatch.setitem(sys.modules, name, None)
+    monkeypatch.delitem(sys.modules, "cupool.runtime.pool", raising=False)
+    trace = six_op_trace()
+    plan = six_op_swap_plan(trace)
+    with pytest.raises(ReplayError, match=r"pip install 'cupool\[cuda13\]'"):
+        replay(trace, plan.capacity_bytes, iterations=1, size_scale=1, time_scale=1.0,
+               plan=plan, plan_trace=trace)

@@ -27,7 +27,7 @@ _EXPORTS = {
     "AllocationSizeError": "cupool.runtime.errors", "CapacityError": "cupool.runtime.errors",
     "IterationStateError": "cupool.runtime.errors", "ManagedStateError": "cupool.runtime.errors",
     "PoolError": "cupool.runtime.errors", "PoolOutOfMemoryError": "cupool.runtime.errors",
-    "managed": "cupool.runtime.context", "ALLOCATION_UNIT": "cupool.runtime.pool",
+    "managed": "cupool.runtime.context", "ALLOCATION_UNIT": "cupool.runtime.arena",
     "MODES": "cupool.runtime.pool", "PlannedPool": "cupool.runtime.pool",
 }
 

@@ -30,6 +30,9 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass
 
+ALLOCATION_UNIT = 512
+"""Every pool request is rounded up to a multiple of this many bytes (as CuPy's pool does)."""
+
 
 @dataclass(frozen=True)
 class ArenaStats:

@@ -101,6 +101,7 @@ from cupool.core.vocabulary import (
 )
 from cupool.devices.protocol import host_view
 from cupool.errors import CupoolError
+from cupool.runtime.arena import ALLOCATION_UNIT
 from cupool.runtime.checks import StreamWork
 from cupool.runtime.copy_engine import CopyEngine
 from cupool.runtime.handles import (
@@ -113,7 +114,6 @@ from cupool.runtime.handles import (
     CopyFailedError,
     TensorHandle,
 )
-from cupool.runtime.pool import ALLOCATION_UNIT
 from cupool.runtime.staging import PinnedStaging
 
 FEEDBACK_MARGIN = 1.25
@@ -213,8 +213,12 @@ class Executor:
     def __init__(self, trace: Trace, plan: Plan, device, *, size_scale: int = 1,
                  time_scale: float = 1.0, seed: int = 0, staging_bytes: int | None = None,
                  op_us=None, recompute: dict | None = None) -> None:
-        from cupool.runtime.pool import PlannedPool
-
+        try:
+            from cupool.runtime.pool import PlannedPool
+        except ImportError as exc:  # PlannedPool is a cupy.cuda.MemoryPool
+            raise ReplayError(f"the swap runtime serves every buffer from PlannedPool, a "
+                              f"CuPy memory pool, and CuPy is not installed ({exc}): pip "
+                              f"install 'cupool[cuda13]' (or 'cupool[cuda12]')") from None
         if getattr(device, "kind", "") not in ("emulated", "cuda"):
             raise ReplayError(f"device (={device!r}): the executor runs on an 'emulated' or "
                               f"'cuda' device")

@@ -97,7 +97,7 @@ from cupool.core.vocabulary import Plan, SolveStatus, Trace
 from cupool.devices import Device, open_device
 from cupool.devices.errors import DeviceOutOfMemoryError
 from cupool.errors import PlanFormatError
-from cupool.runtime.arena import BestFitArena
+from cupool.runtime.arena import ALLOCATION_UNIT, BestFitArena
 from cupool.runtime.errors import (
     AllocationSizeError,
     CapacityError,
@@ -110,8 +110,6 @@ from cupool.runtime.stats import PoolCounters
 
 __all__ = ["ALLOCATION_UNIT", "MODES", "PlannedPool"]
 
-ALLOCATION_UNIT = 512
-"""Every request is rounded up to a multiple of this many bytes (as CuPy's pool does)."""
 
 RECORD, PLANNED, UNPLANNED = "record", "planned", "unplanned"
 MODES = (RECORD, PLANNED, UNPLANNED)
