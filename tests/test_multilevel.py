@@ -105,22 +105,29 @@ def test_plan_json_without_level_reads_as_pinned_and_a_bad_level_is_named():
 
 # -- the search ----------------------------------------------------------------------------
 
-def _seeded(trace, budget, cost=GEN5):
-    plan, info = plan_with_budget(trace, budget, "auto", cost)
+UNREFINED = BudgetParams(refine_evaluations=0)  # auto without its final local search
+
+
+def _seeded(trace, budget, cost=GEN5, params=None):
+    plan, info = plan_with_budget(trace, budget, "auto", cost, params)
     return plan, info["trace"]
 
 
-def test_plan_tiers_beats_auto_on_the_six_op_trace():
+def test_plan_tiers_beats_the_best_two_level_member_on_the_six_op_trace():
     trace = six_op_trace()
-    auto, planned = _seeded(trace, 24)
-    tiers, reason = plan_tiers(planned, 24, GEN5, BudgetParams(), 0.0)
+    auto, planned = _seeded(trace, 24, params=UNREFINED)
+    tiers, reason = plan_tiers(planned, 24, GEN5, UNREFINED, 0.0)
     assert reason is None and validate_plan(planned, tiers).valid
     auto_us = simulate(planned, auto, GEN5).iteration_us
     tiers_us = simulate(planned, tiers, GEN5).iteration_us
-    # auto recomputes A (10 µs, op 0 again); a swap of 16 B lands in time for ~0 µs
+    # the greedy recomputes A (10 µs, op 0 again); a swap of 16 B lands in time for ~0 µs
     assert auto_us == pytest.approx(70.0)
     assert tiers_us < auto_us - 5
     assert tiers.solver == "tiers" and tiers.stats["seed_iteration_us"] == pytest.approx(70.0)
+    # auto's own final refinement (the same search, pinned level only) finds it too
+    refined, _planned = _seeded(trace, 24)
+    assert simulate(planned, refined, GEN5).iteration_us == pytest.approx(tiers_us)
+    assert refined.solver == "auto" and refined.stats["refine_gain_us"] > 5
 
 
 def _small_trace(seed: int):
@@ -163,7 +170,7 @@ def test_the_search_is_valid_and_never_slower_than_its_start(seed, fraction, pin
 def test_same_seed_same_plan_and_the_search_improves_the_seed():
     trace = _small_trace(14)
     budget = int(trace.lower_bound_bytes() * 0.6)
-    plan, planned = _seeded(trace, budget)
+    plan, planned = _seeded(trace, budget, params=UNREFINED)
     params = TierParams(seed=1, time_limit_s=30.0, max_evaluations=200)
     one, stats = search_tiers(planned, plan, GEN5, params)
     two, _ = search_tiers(planned, plan, GEN5, params)

@@ -30,6 +30,8 @@ class BudgetParams:
       start of planning; ``auto`` does not run the GA).
     swap_weights: ``auto``'s greedy runs once per weight: µs of cost charged per µs of
       link time a swap uses (0 spends the link first-come; ``inf`` never swaps).
+    refine_evaluations: simulations ``auto``'s final local search (:mod:`.multilevel`) may
+      run on the best plan (0: none).
     late_swap_weights: ``auto`` also runs the greedy at each of these weights with late
       swaps triggered at the latest op whose own copy lands on time (more bytes off the
       device when the link is saturated, paid in lateness).
@@ -49,6 +51,7 @@ class BudgetParams:
     time_limit_s: float = 5.0
     swap_weights: tuple[float, ...] = (0.0, 0.02, 0.2, 1.0, float("inf"))
     late_swap_weights: tuple[float, ...] = (0.2,)
+    refine_evaluations: int = 240
     max_chain: int = 6
     offset_solver: str = "greedy-size"
     placement_rounds: int = 5
@@ -63,6 +66,10 @@ class BudgetParams:
     small_fraction: float = 0.3
 
     def __post_init__(self) -> None:
+        if (isinstance(self.refine_evaluations, bool) or not isinstance(
+                self.refine_evaluations, int) or self.refine_evaluations < 0):
+            raise SolverError(f"refine_evaluations (={self.refine_evaluations!r}) must be an "
+                              f"integer >= 0")
         if not self.time_limit_s > 0:
             raise SolverError(f"time_limit_s (={self.time_limit_s}) must be > 0 seconds")
         if self.population < 2 or self.generations < 1:

@@ -17,8 +17,12 @@ allows (a large hole, the lateness paid by the copies behind it) at each of
 each plan with the independent validator, simulates it, and keeps the one with the least
 simulated iteration time (ties: fewer swapped bytes, then member order), then applies
 Capuchin's feedback to it (:mod:`.feedback`: late swap-ins triggered earlier, re-validated,
-kept only when faster). ``info["candidates"]`` lists every member's overhead or why it
-has none. ``segments-ga`` is not a member: on the shared traces it never beat the greedy
+kept only when faster), and finally improves it by the local search of
+:mod:`.multilevel` without its pageable level (``params.refine_evaluations`` simulations;
+never worse: only faster plans that pass the validator are kept; deterministic: bounded
+by the count, not the clock). ``info["candidates"]`` lists every member's overhead or
+why it has none.
+``segments-ga`` is not a member: on the shared traces it never beat the greedy
 (it migrates whole gaps a segment forces off, not only the bytes over the budget).
 """
 
@@ -31,6 +35,10 @@ from cupool.core.vocabulary import SolveStatus
 from cupool.planning.budget._common import BudgetParams, now, place_schedule
 from cupool.planning.budget._greedy import over_budget_op, run_repaired
 from cupool.planning.budget.feedback import refine_triggers
+
+REFINE_TIME_LIMIT_S = 600.0
+"""A safety cap on the refining search's wall time; ``refine_evaluations`` ends it first
+on any reasonable machine (so the plan does not depend on the machine's speed)."""
 
 
 def _greedy(trace, budget_bytes, cost, params, started, swap_weight, name="greedy",
@@ -93,8 +101,21 @@ def plan_auto(trace, budget_bytes, cost, params: BudgetParams, started: float):
         return plan, reason, extra
     _key, name, plan, sim = best
     plan, sim, _moved = refine_triggers(trace, plan, cost, sim)
+    refined = {}
+    if params.refine_evaluations:
+        from cupool.planning.budget.multilevel import TierParams, search_tiers
+
+        searched, tier_stats = search_tiers(trace, plan, cost, TierParams(
+            seed=params.seed, time_limit_s=REFINE_TIME_LIMIT_S,
+            max_evaluations=params.refine_evaluations, pageable=False))
+        if tier_stats["iteration_us"] < sim.iteration_us:
+            plan = replace(searched, stats={**plan.stats})
+            sim = simulate(trace, plan, cost, validate=False)
+        refined = {"refine_evaluations": tier_stats["evaluations"],
+                   "refine_moves": tier_stats["moves_accepted"],
+                   "refine_gain_us": tier_stats["seed_iteration_us"] - tier_stats["iteration_us"]}
     stats = {**plan.stats, "member": name, "simulated_overhead": sim.overhead,
-             "candidates": report}
+             "candidates": report, **refined}
     plan = replace(plan, solver="auto", stats=stats, solve_seconds=now() - started)
     extra["member"] = name
     extra["simulation"] = sim

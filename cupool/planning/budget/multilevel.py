@@ -75,6 +75,8 @@ class TierParams:
     pinned_host_bytes: pinned host memory available for swaps (``None``: unlimited).
     seed_policies: two-level policies whose best simulated plan seeds the search.
     max_passes: walks over the ops at most (each pass stops early when time is up).
+    pageable: whether moves may put swaps on the pageable level (``False``: a two-level
+      search, as ``auto``'s final refinement runs it).
     max_evaluations: simulations the search may run (``None``: no limit but the time).
       The search is deterministic for a seed when it ends before ``time_limit_s``: give
       a generous time and a ``max_evaluations`` for runs that must repeat exactly.
@@ -88,6 +90,7 @@ class TierParams:
     seed_policies: tuple[str, ...] = ("auto",)
     max_passes: int = 3
     max_evaluations: int | None = None
+    pageable: bool = True
 
     def __post_init__(self) -> None:
         if not self.time_limit_s > 0:
@@ -459,7 +462,8 @@ def _ops_covering(report, op: int, wait_us: float) -> int:
     return op - k
 
 
-def _candidates(state: _State, op: int, report, waited, link_moves: bool):
+def _candidates(state: _State, op: int, report, waited, link_moves: bool,
+                level_moves: bool = True):
     """Moves anchored at ``op``; ``link_moves`` adds those that only relieve the link
     (cancel a swap, change its level): useless while nothing waits for a copy, so the
     first pass skips them then."""
@@ -467,7 +471,8 @@ def _candidates(state: _State, op: int, report, waited, link_moves: bool):
     for a in state.actions:
         if isinstance(a, SwapOut) and a.after_op == op and link_moves:
             out.append(("cancel_swap", a))
-            out.append(("level", a))
+            if level_moves:
+                out.append(("level", a))
             out.append(("swap_to_recompute", a))
         elif isinstance(a, RecomputeAction) and a.before_op == op:
             out.append(("cancel_recompute", a))
@@ -572,7 +577,8 @@ def search_tiers(trace: Trace, seed_plan: Plan, cost, params: TierParams | None 
             key, state, report = current
             waited = _waits(report)
             moves = _candidates(state, op, report, waited,
-                                link_moves=pass_ > 0 or report.stall_us > 0)
+                                link_moves=pass_ > 0 or report.stall_us > 0,
+                                level_moves=params.pageable)
             search.rng.shuffle(moves)
             for move in moves:
                 if out_of_budget():
