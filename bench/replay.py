@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
-from cupool.core.vocabulary import Buffer, SwapIn
+from cupool.core.vocabulary import Buffer
 from cupool.devices import open_device
 from cupool.io import load_trace
+from cupool.planning.budget.feedback import delay_swap_ins
 from cupool.runtime.handles import DEVICE, TensorHandle
 from cupool.runtime.replay import replay
 
@@ -52,25 +52,13 @@ def _median_use(handle, samples: int) -> float:
     return float(np.median(times) * 1e6)
 
 
-def mistimed(plan):
-    """``plan`` with every swap-in issued only when its due op is dispatched."""
-    for action in [a for a in plan.actions if isinstance(a, SwapIn) and a.due_op > a.trigger_op]:
-        residencies = tuple(replace(r, start=action.due_op)
-                            if r.buffer_id == action.buffer_id and r.start == action.trigger_op
-                            else r for r in plan.residencies)
-        actions = tuple(replace(a, trigger_op=a.due_op) if a == action else a
-                        for a in plan.actions)
-        plan = replace(plan, residencies=residencies, actions=actions)
-    return plan
-
-
 def convergence(trace) -> dict:
     """Replay a mis-timed capuchin plan (a policy that swaps) with feedback."""
     from cupool.planning.budget import plan_with_budget
 
     plan, info = plan_with_budget(trace, int(trace.lower_bound_bytes() * 0.7), "capuchin")
     result = replay(trace, "70%", iterations=ITERATIONS, size_scale=SIZE_SCALE,
-                    time_scale=TIME_SCALE, plan=mistimed(plan), plan_trace=info["trace"])
+                    time_scale=TIME_SCALE, plan=delay_swap_ins(plan), plan_trace=info["trace"])
     keys = ("late_prefetches", "stall_us", "feedback_moves", "sim_late_floor", "iteration_us",
             "sim_iteration_us", "corrupt_bytes", "off_plan")
     return {"policy": "capuchin", **{k: result[k] for k in keys}}

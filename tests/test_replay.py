@@ -12,9 +12,10 @@ import pytest
 from cupool.core.vocabulary import Buffer, SwapIn
 from cupool.devices import open_device
 from cupool.devices.protocol import host_view
+from cupool.planning.budget.feedback import delay_swap_ins, move_swap_in
 from cupool.planning.swap_validator import validate_swap_plan
 from cupool.runtime.copy_engine import CopyEngine
-from cupool.runtime.executor import FEEDBACK_MARGIN, _moved, adjust_triggers, predicted_waits
+from cupool.runtime.executor import FEEDBACK_MARGIN, adjust_triggers, predicted_waits
 from cupool.runtime.handles import (
     DEVICE,
     HOST,
@@ -59,16 +60,10 @@ def test_replay_at_70_percent_is_byte_exact():
 
 
 def _mistimed(plan):
-    """``plan`` with every swap-in issued only when its due op is dispatched."""
+    """``plan`` with every swap-in issued only when its due op is dispatched, and the
+    swap-ins that moved."""
     late = [a for a in plan.actions if isinstance(a, SwapIn) and a.due_op > a.trigger_op]
-    for action in late:
-        residencies = tuple(replace(r, start=action.due_op)
-                            if r.buffer_id == action.buffer_id and r.start == action.trigger_op
-                            else r for r in plan.residencies)
-        actions = tuple(replace(a, trigger_op=a.due_op) if a == action else a
-                        for a in plan.actions)
-        plan = replace(plan, residencies=residencies, actions=actions)
-    return plan, late
+    return delay_swap_ins(plan), late
 
 
 def test_feedback_moves_late_triggers_earlier_and_keeps_the_plan_valid():
@@ -91,7 +86,7 @@ def test_feedback_moves_late_triggers_earlier_and_keeps_the_plan_valid():
         action = next(a for a in adjusted.actions
                       if isinstance(a, SwapIn) and a.buffer_id == b and a.trigger_op == new)
         bounded = new == floor or not validate_swap_plan(
-            planned, _moved(adjusted, spans[k], action, new - 1)).valid
+            planned, move_swap_in(adjusted, action, new - 1)).valid
         assert covered >= FEEDBACK_MARGIN * 200.0 or bounded, (b, old, new)
 
 

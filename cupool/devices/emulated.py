@@ -276,12 +276,7 @@ class EmulatedDevice(Device):
     def device_array(self, memory: Memory) -> np.ndarray:
         """A ``uint8`` NumPy view of a live reservation (emulated only: for tests and
         for emulated kernels). Keeps the bytes alive."""
-        with self._lock:
-            live = self._blocks[DEVICE_MEMORY].containing(memory.ptr)
-        if live is not memory:
-            raise InvalidPointerError("device_array", memory.ptr, memory.size,
-                                      f"{memory!r} is not a live reservation of device "
-                                      f"{self.name!r}")
+        self._check_live(memory, DEVICE_MEMORY, "device_array", "reservation")
         return memory.keepalive
 
     # -- streams, events ----------------------------------------------------------------

@@ -366,13 +366,17 @@ class Device(ABC):
     def pinned_array(self, memory: Memory) -> np.ndarray:
         """A ``uint8`` NumPy view of a pinned allocation (host-addressable on every
         backend). The view does not keep the bytes alive: drop it before freeing."""
-        with self._lock:
-            live = self._blocks[PINNED_MEMORY].containing(memory.ptr)
-        if live is not memory:
-            raise InvalidPointerError("pinned_array", memory.ptr, memory.size,
-                                      f"{memory!r} is not a live pinned allocation of "
-                                      f"device {self.name!r}")
+        self._check_live(memory, PINNED_MEMORY, "pinned_array", "pinned allocation")
         return host_view(memory.ptr, memory.size)
+
+    def _check_live(self, memory: Memory, kind: str, operation: str, what: str) -> None:
+        """:class:`InvalidPointerError` unless ``memory`` is a live block of ``kind``."""
+        with self._lock:
+            live = self._blocks[kind].containing(memory.ptr)
+        if live is not memory:
+            raise InvalidPointerError(operation, memory.ptr, memory.size,
+                                      f"{memory!r} is not a live {what} of device "
+                                      f"{self.name!r}")
 
     def array_at(self, ptr: int, nbytes: int, dtype: object = "uint8",
                  shape: tuple[int, ...] | None = None, owner: object = None):

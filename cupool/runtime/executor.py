@@ -84,7 +84,7 @@ import contextlib
 import threading
 import time
 from collections import defaultdict
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from cupool.core.vocabulary import (
     PERSISTENT,
@@ -93,7 +93,6 @@ from cupool.core.vocabulary import (
     Placement,
     Plan,
     RecomputeAction,
-    Residency,
     SolveStatus,
     SwapIn,
     SwapOut,
@@ -101,6 +100,7 @@ from cupool.core.vocabulary import (
 )
 from cupool.devices.protocol import host_view
 from cupool.errors import CupoolError
+from cupool.planning.budget.feedback import move_swap_in
 from cupool.runtime.arena import ALLOCATION_UNIT
 from cupool.runtime.checks import StreamWork
 from cupool.runtime.copy_engine import CopyEngine
@@ -707,24 +707,24 @@ def _move_late(trace: Trace, plan: Plan, late: dict, op_us, validate,
                 target -= 1
                 covered += op_us[target]
             if target < old and (b, old) not in stuck:
-                targets.append((b, action, spans[k], old, target))
+                targets.append((b, action, old, target))
     moves = {}
 
     def apply(plan, batch):
         together = plan
-        for _b, action, residency, _old, target in batch:
-            together = _moved(together, residency, action, target)
+        for _b, action, _old, target in batch:
+            together = move_swap_in(together, action, target)
         if validate(trace, together).valid:
-            moves.update({b: (old, target) for b, _a, _r, old, target in batch})
+            moves.update({b: (old, target) for b, _a, old, target in batch})
             return together
         if len(batch) > 1:
             half = len(batch) // 2
             return apply(apply(plan, batch[:half]), batch[half:])
-        b, action, residency, old, target = batch[0]
+        b, action, old, target = batch[0]
         low, high = target + 1, old  # the earliest valid trigger is in [low, high]
         while low < high:
             middle = (low + high) // 2
-            if validate(trace, _moved(plan, residency, action, middle)).valid:
+            if validate(trace, move_swap_in(plan, action, middle)).valid:
                 high = middle
             else:
                 low = middle + 1
@@ -732,16 +732,9 @@ def _move_late(trace: Trace, plan: Plan, late: dict, op_us, validate,
             stuck.add((b, old))
             return plan
         moves[b] = (old, high)
-        return _moved(plan, residency, action, high)
+        return move_swap_in(plan, action, high)
 
     return (apply(plan, targets) if targets else plan), moves
-
-
-def _moved(plan: Plan, residency: Residency, action: SwapIn, trigger: int) -> Plan:
-    residencies = tuple(replace(r, start=trigger) if r == residency else r
-                        for r in plan.residencies)
-    actions = tuple(replace(a, trigger_op=trigger) if a == action else a for a in plan.actions)
-    return replace(plan, residencies=residencies, actions=actions)
 
 
 __all__ = ["FEEDBACK_MARGIN", "LATE_THRESHOLD_WALL_US", "PREDICTED_ROUNDS", "Executor",

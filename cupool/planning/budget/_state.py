@@ -247,13 +247,11 @@ class PlanState:
         due = float(self.start_us[op])
         self.h2d.remove(*old)
         try:
-            for trigger in range(op, max(gap.resident_until, op - TRIGGER_SCAN) - 1, -1):
-                if self.h2d.fits(float(self.start_us[trigger]), in_len, due):
-                    break
-            else:
-                return None
+            trigger = self._fitting_trigger(op, gap.resident_until, in_len, due)
         finally:
             self.h2d.add(*old)
+        if trigger is None:
+            return None
         if trigger < gap.resident_from and (
                 int(self.live[trigger:gap.resident_from].max()) + size > self.budget):
             return None
@@ -340,16 +338,24 @@ class PlanState:
                 lo = mid + 1
             else:
                 hi = mid
-        for trigger in range(lo - 1, max(earliest, lo - 1 - TRIGGER_SCAN) - 1, -1):
+        trigger = self._fitting_trigger(lo - 1, earliest, in_len, due)
+        if trigger is not None:
             issue = float(self.start_us[trigger])
-            if self.h2d.fits(issue, in_len, due):
-                return resident_until, trigger, out_issue, out_len, issue, in_len, due, 0.0
+            return resident_until, trigger, out_issue, out_len, issue, in_len, due, 0.0
         if earliest >= next_use or not self.late_swaps:
             return None
         trigger = earliest if self.late_trigger == "earliest" else max(earliest, lo - 1)
         issue = float(self.start_us[trigger])
         return (resident_until, trigger, out_issue, out_len, issue, in_len, due,
                 self.h2d.lateness(issue, in_len, due))
+
+    def _fitting_trigger(self, top: int, low: int, in_len: float, due: float) -> int | None:
+        """The latest trigger in ``[max(low, top - TRIGGER_SCAN), top]`` whose copy in
+        keeps itself and every later-issued copy on time (``None``: none does)."""
+        for trigger in range(top, max(low, top - TRIGGER_SCAN) - 1, -1):
+            if self.h2d.fits(float(self.start_us[trigger]), in_len, due):
+                return trigger
+        return None
 
     def apply_swap(self, buffer_id: int, prev_use: int, next_use: int, window) -> None:
         resident_until, trigger, out_issue, out_len, in_issue, in_len, due, _late = window

@@ -26,6 +26,24 @@ ROUNDS = 3
 """Simulate → move → re-validate rounds."""
 
 
+def move_swap_in(plan, action: SwapIn, trigger: int):
+    """``plan`` with the swap-in ``action`` triggered at ``trigger`` instead: the residency
+    it enters starts there too (nothing else is checked: validate the result)."""
+    residencies = tuple(replace(r, start=trigger)
+                        if r.buffer_id == action.buffer_id and r.start == action.trigger_op
+                        else r for r in plan.residencies)
+    actions = tuple(replace(a, trigger_op=trigger) if a == action else a for a in plan.actions)
+    return replace(plan, residencies=residencies, actions=actions)
+
+
+def delay_swap_ins(plan):
+    """``plan`` mis-timed on purpose: every swap-in triggered only at its due op (the data
+    is asked for when it is needed), to exercise the feedback."""
+    for action in [a for a in plan.actions if isinstance(a, SwapIn) and a.due_op > a.trigger_op]:
+        plan = move_swap_in(plan, action, action.due_op)
+    return plan
+
+
 def refine_triggers(trace, plan, cost, sim=None, rounds: int = ROUNDS):
     """``(plan, report, moved)``: the fastest plan found (``plan`` itself when nothing
     helped), its simulation and how many triggers moved in total."""
