@@ -9,13 +9,18 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from cupool.core.vocabulary import Buffer, SwapIn
+from cupool.core.vocabulary import Buffer, Residency, SwapIn, SwapOut
 from cupool.devices import open_device
 from cupool.devices.protocol import host_view
 from cupool.planning.budget.feedback import delay_swap_ins, move_swap_in
 from cupool.planning.swap_validator import validate_swap_plan
 from cupool.runtime.copy_engine import CopyEngine
-from cupool.runtime.executor import FEEDBACK_MARGIN, adjust_triggers, predicted_waits
+from cupool.runtime.executor import (
+    FEEDBACK_MARGIN,
+    adjust_triggers,
+    predicted_waits,
+    queued_ahead,
+)
 from cupool.runtime.handles import (
     DEVICE,
     HOST,
@@ -116,6 +121,62 @@ def test_predicted_waits_match_the_simulated_copies():
     action = next(a for a in mistimed.actions if isinstance(a, SwapIn) and a.buffer_id == b)
     end = max(c[5] for c in report.copies if c[0] == b and c[1] == "h2d")
     assert waits[b] == pytest.approx(end - report.op_times[action.due_op][0])
+
+
+def _blocked_plan():
+    """op:        0    1    2    3    4    5    6    7    8    9   (20 µs each, 1 GB/s, 3 µs)
+    X 0 (30 kB): [=)  out after 0 (D2H 20..53)   in at 4, due 8 (H2D 80..113)
+    Y 1 (1 kB):  [==============)  out after 3 (D2H 80..84)
+                                   in at 4, due 5: queued behind X (H2D 113..117), op 5
+                                   dispatched at 100 waits 17 µs, and Y cannot move: it
+                                   re-enters at 4, where its bytes left."""
+    trace = trace_of([20.0] * 10, Buffer(0, 30000, 0, 9, (0, 8)),
+                     Buffer(1, 1000, 0, 6, (0, 3, 5)))
+    plan = swap_plan(trace, [Residency(0, 0, 1, 0), Residency(0, 4, 9, 0),
+                             Residency(1, 0, 4, 30000), Residency(1, 4, 6, 30000)],
+                     [SwapOut(0, 0), SwapOut(1, 3), SwapIn(0, 4, 8), SwapIn(1, 4, 5)])
+    return trace, plan, cost_model(1.0, latency_us=3.0)
+
+
+def test_a_stuck_late_swap_in_moves_the_copy_queued_ahead_of_it():
+    trace, plan, cost = _blocked_plan()
+    assert validate_swap_plan(trace, plan).valid
+    report = simulate(trace, plan, cost, validate=False)
+    waits = predicted_waits(report, plan)
+    assert waits == {1: pytest.approx(17.0)}
+    assert queued_ahead(report, plan, waits) == {0: pytest.approx(17.0)}
+    assert predicted_waits(report, plan, guard_us=5.0) == {1: pytest.approx(22.0)}
+
+    def predict(candidate):
+        return simulate(trace, candidate, cost, validate=False)
+
+    adjusted, moves = adjust_triggers(trace, plan, waits, [20.0] * 10, validate_swap_plan,
+                                      predict)
+    # X moves by the rule for Y's wait: 1.25 x 17 µs needs two 20 µs ops, so 4 -> 2; its
+    # copy then runs 53..86 and Y's 86..90, before op 5 at 100
+    assert moves == {0: (4, 2)}
+    assert validate_swap_plan(trace, adjusted).valid
+    assert predicted_waits(predict(adjusted), adjusted) == {}
+    # without the simulator, Y's measured wait alone cannot move anything
+    assert adjust_triggers(trace, plan, waits, [20.0] * 10, validate_swap_plan)[1] == {}
+
+
+def test_feedback_on_the_simulator_reaches_a_late_free_plan():
+    """From the mis-timed ResNet-50 plan, the rule applied to the simulator's own waits
+    (with a 10 µs guard band) ends with no swap-in the simulator predicts late."""
+    _trace, plan, planned = _planned()
+    mistimed, _late = _mistimed(plan)
+    cost = cost_model("gen5")
+
+    def predict(candidate):
+        return simulate(planned, candidate, cost, validate=False)
+
+    op_us = cost.op_times(planned)
+    adjusted, moves = adjust_triggers(planned, mistimed, predicted_waits(predict(mistimed),
+                                                                         mistimed),
+                                      op_us, validate_swap_plan, predict, guard_us=10.0)
+    assert moves and validate_swap_plan(planned, adjusted).valid
+    assert predicted_waits(predict(adjusted), adjusted) == {}
 
 
 def test_use_after_lifetime_raises():

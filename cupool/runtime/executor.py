@@ -75,7 +75,12 @@ on time, and a move can queue a small swap-in behind a large one that is now iss
 first. So the feedback then asks the simulator (``predict``, the same copy model) which
 swap-ins of the adjusted plan would still be late, moves those by the same rule, and
 repeats (at most :data:`PREDICTED_ROUNDS` times) until none is predicted late or none can
-move; what stays late is the floor the simulator predicts for the plan.
+move. A late swap-in that cannot move (its residency would break the budget or overlap
+another one a step earlier, or it already starts where its bytes left) is late because
+the FIFO engine was busy with copies enqueued ahead of it: those *blockers* (H2D copies
+that started before it and were still running when it was enqueued) move earlier instead,
+by the same rule for its wait, so it starts as soon as it is enqueued. What stays late is
+the floor the simulator predicts for the plan.
 """
 
 from __future__ import annotations
@@ -640,20 +645,32 @@ class Executor:
 
 
 def adjust_triggers(trace: Trace, plan: Plan, late: dict, op_us, validate,
-                    predict=None, rounds: int = PREDICTED_ROUNDS) -> tuple[Plan, dict]:
+                    predict=None, rounds: int = PREDICTED_ROUNDS,
+                    guard_us: float = 0.0) -> tuple[Plan, dict]:
     """Move the triggers of late swap-ins earlier (rule in the module docstring).
 
     ``late`` maps buffer ids to measured waits (trace µs); ``op_us`` are observed op
     durations (trace µs); ``validate(trace, plan)`` is the swap validator. ``predict``
-    (optional, ``predict(plan) -> {buffer: wait µs}``, e.g. :func:`predicted_waits` over
-    :func:`~cupool.sim.simulate`) is then asked, up to ``rounds`` times, which swap-ins of
-    the adjusted plan would still be late — those hidden behind a measured wait, and those
-    a move queued behind a large copy — and they move by the same rule. Returns the new
-    plan and ``{buffer: (first old trigger, last new trigger)}`` for the moves kept."""
+    (optional, ``predict(plan) -> SimReport``, e.g. :func:`~cupool.sim.simulate` with the
+    plan's cost model) is then asked, up to ``rounds`` times, which swap-ins of the
+    adjusted plan would still be late — those hidden behind a measured wait, and those a
+    move queued behind a large copy — and they move by the same rule, or, where they
+    cannot, the copies queued ahead of them do. A predicted copy counts as late when it
+    lands less than ``guard_us`` before its due op (a guard band against copy-time
+    jitter the model does not have; the replay uses its timer-noise threshold). Returns
+    the new plan and ``{buffer: (first old trigger, last new trigger)}`` for the moves
+    kept."""
     stuck = set()
     plan, moves = _move_late(trace, plan, late, op_us, validate, stuck)
     for _round in range(rounds if predict is not None else 0):
-        plan, moved = _move_late(trace, plan, predict(plan), op_us, validate, stuck)
+        report = predict(plan)
+        waits = predicted_waits(report, plan, guard_us)
+        plan, moved = _move_late(trace, plan, waits, op_us, validate, stuck)
+        if not moved:
+            # every swap-in still late (measured or predicted) is stuck: move what is
+            # queued ahead of it
+            blockers = queued_ahead(report, plan, {**late, **waits}, guard_us)
+            plan, moved = _move_late(trace, plan, blockers, op_us, validate, stuck)
         if not moved:
             break
         for b, (old, new) in moved.items():
@@ -661,28 +678,56 @@ def adjust_triggers(trace: Trace, plan: Plan, late: dict, op_us, validate,
     return plan, moves
 
 
-def predicted_waits(report, plan: Plan) -> dict:
+def _h2d_copies(report, plan: Plan):
+    """``[(swap-in, (buffer, direction, nbytes, enqueued, start, end))]``: each swap-in of
+    ``plan`` with its H2D copy in ``report`` (a :class:`~cupool.sim.simulator.SimReport` of
+    ``plan``). A buffer's H2D copies, in the order the engine served them, belong to its
+    swap-ins in trigger order (one engine is FIFO, and a buffer's swap-ins are ordered by
+    its residencies)."""
+    copies = defaultdict(list)
+    for copy in report.copies:
+        if copy[1] == "h2d":
+            copies[copy[0]].append(copy)
+    seen = defaultdict(int)
+    pairs = []
+    for action in sorted((a for a in plan.actions if isinstance(a, SwapIn)),
+                         key=lambda a: a.trigger_op):
+        b = action.buffer_id
+        pairs.append((action, copies[b][seen[b]]))
+        seen[b] += 1
+    return pairs
+
+
+def predicted_waits(report, plan: Plan, guard_us: float = 0.0) -> dict:
     """``{buffer: µs}`` that each swap-in of ``plan`` made its due op wait in ``report``
     (a :class:`~cupool.sim.simulator.SimReport` of ``plan``): its H2D copy's end minus
-    the due op's dispatch, where positive. A buffer's H2D copies, in the order the engine
-    served them, belong to its swap-ins in trigger order (one engine is FIFO, and a
-    buffer's swap-ins are ordered by its residencies)."""
-    landed = defaultdict(list)
-    for b, direction, _nbytes, _enqueued, _start, end in report.copies:
-        if direction == "h2d":
-            landed[b].append(end)
+    the due op's dispatch, plus ``guard_us``, where positive (the largest, for a buffer
+    swapped in twice)."""
     waits = {}
-    swap_ins = sorted((a for a in plan.actions if isinstance(a, SwapIn)),
-                      key=lambda a: a.trigger_op)
-    seen = defaultdict(int)
-    for action in swap_ins:
-        b = action.buffer_id
-        end = landed[b][seen[b]]
-        seen[b] += 1
-        wait = end - report.op_times[action.due_op][0]
+    for action, copy in _h2d_copies(report, plan):
+        wait = copy[5] - report.op_times[action.due_op][0] + guard_us
         if wait > 0:
+            b = action.buffer_id
             waits[b] = max(waits.get(b, 0.0), wait)
     return waits
+
+
+def queued_ahead(report, plan: Plan, late: dict, guard_us: float = 0.0) -> dict:
+    """``{buffer: µs}``: for each buffer of ``late`` (``{buffer: wait µs}``) whose copy lands
+    in ``report`` less than ``guard_us`` before its due op, the swap-ins whose H2D copies
+    held the engine while its copy waited in the queue (started before it and ended after
+    it was enqueued), each with that wait to cover (the largest, for a copy ahead of
+    several)."""
+    pairs = _h2d_copies(report, plan)
+    blockers = {}
+    for action, copy in pairs:
+        b = action.buffer_id
+        if b not in late or report.op_times[action.due_op][0] - copy[5] >= guard_us:
+            continue
+        for other, ahead in pairs:
+            if ahead[4] < copy[4] and ahead[5] > copy[3] and other.buffer_id != b:
+                blockers[other.buffer_id] = max(blockers.get(other.buffer_id, 0.0), late[b])
+    return blockers
 
 
 def _move_late(trace: Trace, plan: Plan, late: dict, op_us, validate,
@@ -738,4 +783,4 @@ def _move_late(trace: Trace, plan: Plan, late: dict, op_us, validate,
 
 
 __all__ = ["FEEDBACK_MARGIN", "LATE_THRESHOLD_WALL_US", "PREDICTED_ROUNDS", "Executor",
-           "ReplayError", "adjust_triggers", "predicted_waits"]
+           "ReplayError", "adjust_triggers", "predicted_waits", "queued_ahead"]

@@ -122,9 +122,10 @@ def replay(trace: Trace, budget, device="emulated", iterations: int = 3, link="g
         else:
             device = open_paced_device(link, size_scale, time_scale)
     runs, moves = [], []
+    noise_us = LATE_THRESHOLD_WALL_US / time_scale
 
     def predict(candidate):
-        return predicted_waits(simulate(plan_trace, candidate, cost, validate=False), candidate)
+        return simulate(plan_trace, candidate, cost, validate=False)
 
     try:
         with Executor(plan_trace, plan, device, size_scale=size_scale, time_scale=time_scale,
@@ -136,7 +137,8 @@ def replay(trace: Trace, budget, device="emulated", iterations: int = 3, link="g
                 moved = {}
                 if feedback and run["late"]:
                     plan, moved = adjust_triggers(plan_trace, plan, run["late"], run["op_us"],
-                                                  validate_swap_plan, predict)
+                                                  validate_swap_plan, predict,
+                                                  guard_us=noise_us)
                     if moved:
                         executor.set_plan(plan)
                 moves.append(len(moved))
@@ -147,8 +149,7 @@ def replay(trace: Trace, budget, device="emulated", iterations: int = 3, link="g
         if own_device:
             device.close()
     times = [r["iteration_us"] for r in runs]
-    noise_us = LATE_THRESHOLD_WALL_US / time_scale
-    floor = predict(plan)
+    floor = predicted_waits(predict(plan), plan)
     return {
         "trace": trace.name, "policy": policy, "budget_bytes": budget_bytes,
         "link_gbps": link_gbps(link), "size_scale": size_scale, "time_scale": time_scale,
