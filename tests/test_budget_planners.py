@@ -119,6 +119,39 @@ def test_engine_fits_matches_a_brute_force_queue(copies, issue, length, slack):
     assert engine.fits(issue + 1e-7, length, due + 1e-7) == expected
 
 
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 50), st.integers(1, 20)), max_size=6),
+       st.integers(0, 60), st.integers(1, 20), st.integers(0, 80))
+def test_engine_end_growth_matches_the_queue_with_the_copy_added(copies, issue, length, end):
+    engine = Engine()
+    for i, ln in sorted(copies):
+        engine.add(float(i), float(ln))
+    before = max([end, *engine.finishes()])
+    engine.add(float(issue), float(length))
+    after = max([end, *engine.finishes()])
+    growth = Engine()
+    for i, ln in sorted(copies):
+        growth.add(float(i), float(ln))
+    assert growth.end_growth(float(issue), float(length), float(end)) == \
+        pytest.approx(after - before)
+
+
+def test_a_swap_across_the_boundary_costs_what_its_copy_out_adds_past_the_last_op():
+    """W (10 kB, persistent) used only at op 4 of six 10 µs ops, 1 GB/s and 3 µs per copy:
+    across the boundary its copy out runs 50..63 µs, 3 µs past the last op's end (60)."""
+    from cupool.planning.budget._greedy import evaluate
+    from cupool.planning.budget._state import PlanState
+
+    trace = Trace("wrap", tuple(Op(f"op{i}", 10.0) for i in range(6)),
+                  (Buffer(0, 10000, 0, 6, (4,), PERSISTENT),
+                   Buffer(1, 1000, 0, 6, tuple(range(6)), PERSISTENT)))
+    state = PlanState(trace, 1000, cost_model(1.0, latency_us=3.0))
+    cost, mode, window, holes, _next = evaluate(state, 0, 4, 4, allow_swap=True,
+                                                allow_recompute=False, swap_weight=0.0)
+    assert mode == "swap" and window[2:4] == (50.0, 13.0) and holes == [(0, 2)]
+    assert cost == pytest.approx(3.0, abs=1e-4)
+
+
 @st.composite
 def small_traces(draw):
     n = draw(st.integers(3, 10))

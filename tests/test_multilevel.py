@@ -17,6 +17,9 @@ from cupool.io.plan_json import parse_plan, plan_to_document
 from cupool.planning.budget import BudgetParams, plan_with_budget
 from cupool.planning.budget.multilevel import (
     TierParams,
+    _apply,
+    _Search,
+    _State,
     pinned_peak_bytes,
     plan_tiers,
     search_tiers,
@@ -212,6 +215,20 @@ def test_plan_tiers_reports_when_no_seed_policy_found_a_plan():
     trace = six_op_trace()
     plan, reason = plan_tiers(with_recompute_recipes(trace), 1, GEN5, BudgetParams(), 0.0)
     assert plan.status.value != "feasible" and reason.startswith("tiers: no seed policy")
+
+
+def test_a_move_listed_for_an_earlier_state_does_not_apply():
+    """Moves are listed once per op and tried against the state the accepted ones left: a
+    residency index or an action that is gone makes the move not apply (it used to raise
+    IndexError deep in a long search)."""
+    trace = six_op_trace()
+    state = _State(trace, six_op_swap_plan(trace))
+    search = _Search(trace, cost_model("gen5"), TierParams())
+    report = simulate(trace, state.plan(), cost_model("gen5"), validate=False)
+    waited = [0.0] * trace.num_ops
+    assert _apply(search, state, ("reoffset", (1, 5)), report, waited) is None
+    assert _apply(search, state, ("cancel_swap", SwapOut(1, 2)), report, waited) is None
+    assert _apply(search, state, ("level", SwapOut(1, 0)), report, waited) is not None
 
 
 @pytest.mark.parametrize("kwargs, text", [

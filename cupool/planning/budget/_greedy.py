@@ -64,8 +64,12 @@ def evaluate(state: PlanState, buffer_id: int, prev_use: int, next_use: int, *,
             invalid = (until, next_use)  # the data is back only at the due op
             if holes and not state.hole_blocked(buffer_id, *invalid):
                 link = window[3] + window[5]
-                options.append((swap_weight * link + window[7] + 1e-9 * size, SWAP, window,
-                                holes, next_use))
+                # across the boundary the copy out follows the last use: what it adds to
+                # the D2H queue past the last op lengthens the iteration
+                tail = (state.d2h.end_growth(window[2], window[3], float(state.end_us[-1]))
+                        if wraps else 0.0)
+                options.append((swap_weight * link + window[7] + tail + 1e-9 * size, SWAP,
+                                window, holes, next_use))
     if not options:
         return None
     return min(options, key=lambda option: option[0])

@@ -116,6 +116,17 @@ class Engine:
     def busy_us(self) -> float:
         return float(sum(self.lengths))
 
+    def end_growth(self, issue: float, length: float, end: float) -> float:
+        """How much later than ``end`` (or than the queue's last finish, if later) the
+        queue's last copy would finish with this copy added."""
+        finishes = self.finishes()
+        before = max(end, finishes[-1] if finishes else 0.0)
+        k = bisect.bisect_right(self.issues, issue)
+        free = max(finishes[k - 1] if k else 0.0, issue) + length
+        for j in range(k, len(self.issues)):
+            free = max(free, self.issues[j]) + self.lengths[j]
+        return max(0.0, free - before)
+
 
 class PlanState:
     """Mutable state of a greedy planner over one trace (with recipes) and budget."""

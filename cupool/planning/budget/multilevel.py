@@ -489,7 +489,17 @@ def _candidates(state: _State, op: int, report, waited, link_moves: bool,
 
 
 def _apply(search: _Search, state, move, report, waited):
+    """The state after ``move``, or ``None`` when it does not apply. Moves are listed for
+    the state at the start of an op's turn and tried in turn, each against the state
+    the accepted ones left: a move whose action is gone, or whose residency index no
+    longer exists, does not apply."""
     kind, subject = move
+    if kind in ("reoffset", "overwrite"):
+        b, k = subject
+        if k >= len(state.spans.get(b, ())):
+            return None
+    elif subject not in state.actions:
+        return None
     if kind == "cancel_swap":
         return search.cancel_swap(state, subject)
     if kind == "level":
