@@ -63,10 +63,15 @@ REPLAY = {"trace": "toy_train", "budget": "70%", "policy": "auto", "budget_bytes
           "feedback_moves": [0, 0], "sim_late_floor": 0, "peak_device_bytes": 999,
           "bytes_checked": 4096, "corrupt_bytes": 0, "replay_over_sim": 1.075,
           "use_median_us": 6.5,
-          "mistimed": {"policy": "capuchin", "late_prefetches": [9, 8, 7, 6],
-                       "stall_us": [1.0], "feedback_moves": [3, 0], "sim_late_floor": 2,
-                       "iteration_us": [300.0], "sim_iteration_us": 250.0,
-                       "corrupt_bytes": 0}}
+          "mistimed": {"policy": "capuchin", "sim_iteration_us": 250.0, "corrupt_bytes": 0,
+                       "runs": [{"seed": 0, "late_prefetches": [9, 8, 7, 6],
+                                 "stall_us": [1.0], "feedback_moves": [3, 0],
+                                 "sim_late_floor": 2, "iteration_us": [300.0],
+                                 "corrupt_bytes": 0},
+                                {"seed": 1, "late_prefetches": [9, 4, 2, 3],
+                                 "stall_us": [1.0], "feedback_moves": [3, 0],
+                                 "sim_late_floor": 2, "iteration_us": [300.0],
+                                 "corrupt_bytes": 0}]}}
 
 
 
@@ -222,8 +227,12 @@ def test_replay_targets_are_checked_on_the_json_values(results):
     assert checks["replay / simulator iteration time"][1:] == ["1.0750", "<= 1.15", "met"]
     assert checks["`h.use()` median on a resident tensor (µs)"][1:] == [
         "6.50", "<= 5.0", "**MISSED**"]
-    late = checks["mis-timed plan: late prefetches per iteration"]
-    assert late[1] == "[9, 8, 7, 6]" and late[3] == "**MISSED**"  # floor 2 never reached
+    # seed 0 never reaches its floor of 2; seed 1 does in its third iteration
+    late = checks["mis-timed plan: seeded runs at the simulator's floor"]
+    assert late[1] == "1 of 2" and late[3] == "**MISSED**"
+    runs = _table_rows(text, "seed")
+    assert [(r[0], r[1], r[2], r[-1]) for r in runs] == [
+        ("0", "[9, 8, 7, 6]", "2", "**no**"), ("1", "[9, 4, 2, 3]", "2", "yes")]
     facts = dict((r[0], r[1]) for r in _table_rows(text, "measured"))
     assert facts["iteration µs (replay)"] == "100.25, 200.75"
     assert facts["bytes checked / corrupt"] == "4096 / 0"
