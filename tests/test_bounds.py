@@ -149,7 +149,9 @@ def trace_and_plan(draw):
         start = 0 if persistent else draw(st.integers(0, n - 1))
         end = n if persistent else draw(st.integers(start + 1, n))
         uses = sorted(set(draw(st.lists(st.integers(start, end - 1), max_size=4))) | {start})
-        recipe = Recompute(start) if draw(st.booleans()) else None
+        if persistent and draw(st.booleans()):  # state first used later (optimizer-like)
+            uses = sorted(set(draw(st.lists(st.integers(0, n - 1), min_size=1, max_size=3))))
+        recipe = Recompute(start) if draw(st.booleans()) and not persistent else None
         kind = PERSISTENT if persistent else TEMPORARY
         buffers.append(Buffer(buffer_id, size, start, end, tuple(uses), kind, "", recipe))
     live = [sum(b.size for b in buffers if b.start <= i < b.end) for i in range(n)]
@@ -157,6 +159,12 @@ def trace_and_plan(draw):
     pieces = []
     for buffer in buffers:
         buffer_id, uses, begin, actions = buffer.id, buffer.uses, buffer.start, []
+        # persistent state may be offloaded across the iteration boundary: it enters by a
+        # swap-in due at its first use and leaves by a copy out after its last use
+        wraps = buffer.kind == PERSISTENT and uses[0] > 0 and draw(st.booleans())
+        if wraps:
+            begin = draw(st.integers(0, uses[0]))
+            actions.append(SwapIn(buffer_id, begin, uses[0]))
         for before, after in itertools.pairwise(uses):
             across = before < peak < after  # evict everything idle at the peak op
             options = ["swap", "recompute"] if across else ["keep", "swap", "recompute"]
@@ -180,6 +188,10 @@ def trace_and_plan(draw):
             begin = entry
         persistent = buffer.kind == PERSISTENT
         last = n if persistent else draw(st.sampled_from([uses[-1] + 1, buffer.end]))
+        if wraps:
+            last = draw(st.integers(max(begin, uses[-1]) + 1, n))
+            actions.append(SwapOut(buffer_id, draw(st.integers(max(begin, uses[-1]),
+                                                               last - 1))))
         pieces.append((buffer_id, begin, last))
         pieces.extend(actions)
     spans = [p for p in pieces if isinstance(p, tuple)]
@@ -217,6 +229,32 @@ def test_bound_never_exceeds_a_valid_plans_overhead(case):
     assert simulated.iteration_us == pytest.approx(
         simulated.ideal_us + simulated.recompute_us + simulated.stall_us)
     assert simulated.peak_bytes <= plan_.capacity_bytes
+
+
+def test_recomputes_before_the_last_use_delay_the_copy_out_of_offloaded_state():
+    """op:  0    1    2    3    4      (2, then 10 us each: ideal 42 us), budget 1000 B,
+    26 us per 1000-byte copy
+    W:  persistent 1000 B used only at op 4 (optimizer state): off the device at op 1
+        since the iteration began, so copied out after op 4:  T >= 42 + 26 + R
+    A:  [=============)   1000 B, uses 0 and 2; a fraction x is copied out after op 0 and
+        back, the rest recomputed before op 2 (R = 2 (1 - x) us, before op 4)
+    B:       [==)         1000 B, used at op 1
+    Op 1 starts after A's copy out: T >= 2 + 26x + 10 + (26 + 26x), the copies in after
+    op 1. The least T over x meets both: 38 + 52x = 70 - 2x, x = 32/54, T = 70 - 64/54 us.
+    (Without charging R before op 4 the tail row would allow 68 us.)"""
+    pytest.importorskip("scipy")
+    link = cost_model(0.04, latency_us=1.0)
+    trace = trace_of([2.0, 10.0, 10.0, 10.0, 10.0], Buffer(0, 1000, 0, 5, (4,), PERSISTENT),
+                     Buffer(1, 1000, 0, 3, (0, 2), recompute=Recompute(0)),
+                     Buffer(2, 1000, 1, 2, (1,)))
+    bound = overhead_lower_bound(trace, 1000, link)
+    assert bound.details["method"] == "lp"
+    assert bound.details["bound_us"] == pytest.approx(70.0 - 64.0 / 54.0, rel=1e-5)
+    plan_ = swap_plan(trace, [Residency(0, 3, 5, 0), Residency(1, 0, 1, 0),
+                              Residency(1, 2, 3, 0), Residency(2, 1, 2, 0)],
+                      [RecomputeAction(1, 2), SwapIn(0, 3, 4), SwapOut(0, 4)], budget=1000)
+    assert validate_plan(trace, plan_).valid
+    assert bound.overhead <= simulate(trace, plan_, link).overhead
 
 
 def test_offloaded_persistent_state_is_copied_out_after_its_last_use():

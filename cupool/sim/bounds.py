@@ -60,6 +60,20 @@ valid bound, so searching them (golden section over ``mu`` and ``lam``, the dual
 concave; ``split`` 0, and 1 when some option lands before op ``i``) only tightens it and
 never breaks soundness. The overhead bound is ``max(ideal, T_i) / ideal - 1``.
 
+The tail rows also count recomputation: a buffer recomputed after op ``i`` runs on the
+compute stream before its next use ``u_j``, so ``start(t) >= prefix(t) + sum of r_j over
+u_j < t`` (for ``t > i``), and the copies out after op ``t`` come on top of that.
+
+**Exact relaxation.** With SciPy installed (extra ``bound``), the relaxation of the
+:data:`LP_OPS` ops with the most excess (and of the op the dual search chose) is also
+solved as a linear program (HiGHS): every inequality above at once -- the start of op
+``i`` after ``P``, after the copies in before it and after each release threshold's copies
+out; the time after op ``i`` after ``S + R`` and after ``Ha``; ``T`` after both plus
+``d`` and after each tail row -- with the fractional choice of options per candidate as
+variables. Its optimum is the relaxation's least ``T``, so at least every dual value; it
+is taken off by ``LP_TOLERANCE`` (relative) for HiGHS' feasibility tolerance, and the bound
+is the best of both (``details["method"]``: ``"lp"`` or ``"dual"``).
+
 A recompute's time ``r_j`` counts its producer plus a share of the inputs the program had
 already freed (:func:`recompute_us`: those must be rematerialized too).
 
@@ -125,10 +139,22 @@ class _Buffers:
         for index, b in enumerate(buffers):
             for u in b.uses:
                 self.used_at[u].append(index)
+        self.uses = [np.asarray(b.uses, dtype=np.int64) for b in buffers]
+        self.n = n
         self.born_temporary = [[] for _ in range(n)]
         for index, b in enumerate(buffers):
             if b.kind == TEMPORARY:
                 self.born_temporary[b.start].append(index)
+
+    def next_uses(self, candidates, i: int) -> np.ndarray:
+        """Each candidate's first use after op ``i`` (``n`` when none)."""
+        out = np.full(len(candidates), self.n, dtype=np.int64)
+        for k, j in enumerate(candidates):
+            uses = self.uses[j]
+            q = int(np.searchsorted(uses, i, side="right"))
+            if q < len(uses):
+                out[k] = uses[q]
+        return out
 
 
 def recompute_us(trace: Trace, op_us) -> np.ndarray:
@@ -205,8 +231,12 @@ class _OpBound:
     and the primal value of the choice it makes (an upper bound on the best dual value,
     used to skip ops that cannot beat the best bound found so far)."""
 
-    def __init__(self, arrays, prefix, op_us, engines, i, candidates, need):
+    def __init__(self, arrays, prefix, op_us, engines, i, candidates, need, next_use=None):
+        self.i = i
         self.sizes = arrays.size[candidates]
+        # the op before which a candidate recomputed after op i is back (its next use)
+        self.next_use = (np.full(len(candidates), len(op_us)) if next_use is None
+                         else np.asarray(next_use))
         self.copy = arrays.copy_per_byte[candidates] / engines
         # bytes off the device at op i that held data on the device earlier in the
         # iteration (a temporary buffer after it was produced, a persistent one after its
@@ -272,9 +302,14 @@ class _OpBound:
         # copies out released at or after it)
         tail = (1.0 - kappa) * np.where(self.tail_released >= self.tail_threshold,
                                         self.tail, 0.0)
+        # op t starts after the recomputes that bring buffers back before it
+        before_t = (1.0 - kappa) * np.where(
+            (self.next_use < self.tail_threshold) & (self.tail_threshold > self.i),
+            self.recompute, 0.0)
         with np.errstate(invalid="ignore"):  # kappa 0 times an impossible option
             options = [np.where(np.isinf(c), np.inf, kappa * c) for c in (redo, early, late)]
-        costs = np.minimum.reduce((options[0], options[1] + tail, options[2] + tail))
+        costs = np.minimum.reduce((options[0] + before_t, options[1] + tail,
+                                   options[2] + tail))
         return (kappa * main + (1.0 - kappa) * self.prefix[self.tail_threshold]
                 + _knapsack(costs, self.sizes, self.need))
 
@@ -330,6 +365,82 @@ class _OpBound:
         return max(value, more), mu, lam
 
 
+LP_OPS = 12
+"""Ops (most excess first, plus the one the dual search chose) whose relaxation is also
+solved exactly as a linear program when SciPy is installed."""
+LP_TOLERANCE = 1e-6
+"""Relative amount taken off an LP optimum (HiGHS meets its constraints to ~1e-7)."""
+LP_THRESHOLDS = 8
+"""Release thresholds (byte quantiles) the LP states its copy-out rows for."""
+
+
+def _lp_value(ob: _OpBound, prefix) -> float | None:
+    """The exact minimum of op ``ob.i``'s relaxation (module docstring: every inequality
+    at once, instead of the weighted sums the dual search mixes them by), or ``None`` when
+    SciPy is missing or HiGHS does not report an optimum. Variables: bytes of each
+    candidate recomputed (``r``), copied in before op i (``e``), copied in after it
+    (``l``); ``A`` the start of op i, ``B`` the time after it, ``T`` the iteration."""
+    try:
+        from scipy.optimize import linprog
+        from scipy.sparse import coo_matrix
+    except ImportError:
+        return None
+    m = len(ob.sizes)
+    if m == 0:
+        return None
+    a_col, b_col, t_col = 3 * m, 3 * m + 1, 3 * m + 2
+    redo_ok = ob.used_later & ob.can_redo
+    early_ok = ~ob.used_later
+    rec = np.where(redo_ok, ob.recompute, 0.0)
+    j = np.arange(m)
+    rows, cols, vals, rhs = [], [], [], []
+
+    def add(columns, values, bound):
+        row = len(rhs)
+        rows.extend([row] * len(columns))
+        cols.extend(columns)
+        vals.extend(values)
+        rhs.append(bound)
+
+    add(list(range(3 * m)), [-1.0] * (3 * m), -ob.need)  # X bytes off the device
+    for k in range(m):  # each byte once
+        add([k, m + k, 2 * m + k], [1.0, 1.0, 1.0], float(ob.sizes[k]))
+    add([*(m + j), a_col], [*ob.copy, -1.0], 0.0)  # copies landed before op i
+    out = ob.out > 0
+    released = ob.released[out]
+    thresholds = {0}
+    if out.any():
+        thresholds |= {int(x) for x in np.quantile(released, np.linspace(0, 1, LP_THRESHOLDS),
+                                                   method="lower")}
+    for th in sorted(thresholds):  # copies out released at th or later, before op i
+        sel = j[out & (ob.released >= th)]
+        add([*(m + sel), *(2 * m + sel), a_col], [*ob.out[sel], *ob.out[sel], -1.0],
+            -float(prefix[th]))
+    add([*j, b_col], [*rec, -1.0], -ob.after)  # compute after op i
+    add([*(2 * m + j), b_col], [*ob.copy, -1.0], 0.0)  # copies in after op i
+    add([a_col, b_col, t_col], [1.0, 1.0, -1.0], -ob.here)
+    tails = ob.tail > 0
+    for t in sorted({int(x) for x in ob.tail_released[tails]}):
+        sel = j[tails & (ob.tail_released >= t)]
+        redo = j[redo_ok & (ob.next_use < t)] if t > ob.i else j[:0]
+        add([*(m + sel), *(2 * m + sel), *redo, t_col],
+            [*ob.tail[sel], *ob.tail[sel], *rec[redo], -1.0], -float(prefix[t]))
+    upper = np.concatenate([np.where(redo_ok, ob.sizes, 0.0),
+                            np.where(early_ok, ob.sizes, 0.0), ob.sizes,
+                            [np.inf, np.inf, np.inf]])
+    lower = np.zeros(3 * m + 3)
+    lower[a_col] = ob.before
+    lower[b_col] = ob.after
+    objective = np.zeros(3 * m + 3)
+    objective[t_col] = 1.0
+    matrix = coo_matrix((vals, (rows, cols)), shape=(len(rhs), 3 * m + 3)).tocsr()
+    result = linprog(objective, A_ub=matrix, b_ub=np.array(rhs),
+                     bounds=np.column_stack([lower, upper]), method="highs")
+    if result.status != 0:
+        return None
+    return float(result.fun) * (1.0 - LP_TOLERANCE)
+
+
 def overhead_lower_bound(trace: Trace, budget_bytes: int, cost: CostModel | None = None,
                          max_ops: int | None = None) -> Bound:
     """A lower bound on the simulated overhead of every valid plan of ``trace`` within
@@ -368,20 +479,36 @@ def overhead_lower_bound(trace: Trace, budget_bytes: int, cost: CostModel | None
         ops = ops[:max_ops]
     prefix = np.concatenate([[0.0], np.cumsum(op_us)])
     best = (ideal, None, 1.0, 0.5, 0.0)
-    for i in ops:
-        i = int(i)
+
+    def op_bound(i):
         alive = (arrays.pend_first <= i) & (i <= arrays.pend_last)
         alive[list(must[i])] = False
-        op_bound = _OpBound(arrays, prefix, op_us, cost.copy_engines_per_direction, i,
-                            np.flatnonzero(alive), float(excess[i]))
-        if op_bound.primal(best[2], best[3], best[4]) <= best[0]:
+        candidates = np.flatnonzero(alive)
+        return _OpBound(arrays, prefix, op_us, cost.copy_engines_per_direction, i,
+                        candidates, float(excess[i]), arrays.next_uses(candidates, i))
+
+    for i in ops:
+        i = int(i)
+        bound = op_bound(i)
+        if bound.primal(best[2], best[3], best[4]) <= best[0]:
             continue  # even a feasible choice here is no worse than the best bound so far
-        value, mu, lam, split, _threshold = op_bound.search()
+        value, mu, lam, split, _threshold = bound.search()
         if value > best[0]:
             best = (value, i, mu, lam, split)
+    method = "dual"
+    lp_ops = list(dict.fromkeys([int(i) for i in ops[:LP_OPS]]
+                                + ([best[1]] if best[1] is not None else [])))
+    for i in lp_ops:
+        value = _lp_value(op_bound(i), prefix)
+        if value is None:
+            break
+        method = "lp"
+        if value > best[0]:
+            best = (value, i, None, None, None)
     bound_us, op, mu, lam, _split = best
     overhead = max(0.0, bound_us / ideal - 1.0) if ideal > 0 else 0.0
     details.update(bound_us=bound_us, op=op, mu=mu, lam=lam, ops_examined=len(ops),
+                   method=method, lp_ops=len(lp_ops) if method == "lp" else 0,
                    excess_bytes=None if op is None else int(excess[op]))
     if op is None:
         reason = "no op forces copies or recomputation beyond what overlaps compute"
