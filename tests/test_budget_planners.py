@@ -210,6 +210,32 @@ def test_feedback_moves_a_late_swap_in_earlier():
     assert report.stall_us == 0 and report.iteration_us < before.iteration_us
 
 
+def test_a_copy_with_slack_queued_ahead_of_a_late_one_is_postponed_behind_it():
+    """op:          0    1    2    3    4    5 ...  9   (20 µs each, 1 GB/s, 3 µs a copy)
+    X (30 kB):   out after 0; in at 3 (H2D 60..93), due 9 (at 180+): lots of slack
+    Y (1 kB):    out after 2; in at 4, due 4: queued behind X, lands at 97, op 4 waits
+    Postponed to op 5, X runs 104..137, still before op 9; Y lands at 84."""
+    from cupool.core.vocabulary import Residency, SwapIn, SwapOut
+    from cupool.planning.budget.feedback import _postpone_blockers
+    from tests.swap_cases import swap_plan, trace_of
+
+    trace = trace_of([20.0] * 10, Buffer(0, 30000, 0, 10, (0, 9)),
+                     Buffer(1, 1000, 0, 5, (0, 2, 4)))
+    plan = swap_plan(trace, [Residency(0, 0, 1, 0), Residency(0, 3, 10, 0),
+                             Residency(1, 0, 3, 30000), Residency(1, 4, 5, 30000)],
+                     [SwapOut(0, 0), SwapOut(1, 2), SwapIn(0, 3, 9), SwapIn(1, 4, 4)])
+    link = cost_model(1.0, latency_us=3.0)
+    before = simulate(trace, plan, link)
+    assert before.iteration_us == pytest.approx(217.0)
+    postponed, moved = _postpone_blockers(trace, plan, before)
+    assert moved == 1 and SwapIn(0, 5, 9) in postponed.actions
+    assert Residency(0, 5, 10, 0) in postponed.residencies
+    assert validate_plan(trace, postponed).valid
+    after = simulate(trace, postponed, link)
+    assert [c[5] for c in after.copies if c[1] == "h2d"] == pytest.approx([84.0, 137.0])
+    assert after.iteration_us == pytest.approx(204.0)
+
+
 def test_a_recompute_brings_a_swapped_input_back_earlier():
     """A is recomputed before op 5 from X, which is swapped out until its own use at op 6:
     the planner moves X's swap-in due to op 5 (an earlier trigger) instead of giving up."""

@@ -105,7 +105,7 @@ from cupool.core.vocabulary import (
 )
 from cupool.devices.protocol import host_view
 from cupool.errors import CupoolError
-from cupool.planning.budget.feedback import move_swap_in
+from cupool.planning.budget.feedback import move_swap_in, predicted_waits, queued_ahead
 from cupool.runtime.arena import ALLOCATION_UNIT
 from cupool.runtime.checks import StreamWork
 from cupool.runtime.copy_engine import CopyEngine
@@ -676,58 +676,6 @@ def adjust_triggers(trace: Trace, plan: Plan, late: dict, op_us, validate,
         for b, (old, new) in moved.items():
             moves[b] = (moves.get(b, (old, new))[0], new)
     return plan, moves
-
-
-def _h2d_copies(report, plan: Plan):
-    """``[(swap-in, (buffer, direction, nbytes, enqueued, start, end))]``: each swap-in of
-    ``plan`` with its H2D copy in ``report`` (a :class:`~cupool.sim.simulator.SimReport` of
-    ``plan``). A buffer's H2D copies, in the order the engine served them, belong to its
-    swap-ins in trigger order (one engine is FIFO, and a buffer's swap-ins are ordered by
-    its residencies)."""
-    copies = defaultdict(list)
-    for copy in report.copies:
-        if copy[1] == "h2d":
-            copies[copy[0]].append(copy)
-    seen = defaultdict(int)
-    pairs = []
-    for action in sorted((a for a in plan.actions if isinstance(a, SwapIn)),
-                         key=lambda a: a.trigger_op):
-        b = action.buffer_id
-        pairs.append((action, copies[b][seen[b]]))
-        seen[b] += 1
-    return pairs
-
-
-def predicted_waits(report, plan: Plan, guard_us: float = 0.0) -> dict:
-    """``{buffer: µs}`` that each swap-in of ``plan`` made its due op wait in ``report``
-    (a :class:`~cupool.sim.simulator.SimReport` of ``plan``): its H2D copy's end minus
-    the due op's dispatch, plus ``guard_us``, where positive (the largest, for a buffer
-    swapped in twice)."""
-    waits = {}
-    for action, copy in _h2d_copies(report, plan):
-        wait = copy[5] - report.op_times[action.due_op][0] + guard_us
-        if wait > 0:
-            b = action.buffer_id
-            waits[b] = max(waits.get(b, 0.0), wait)
-    return waits
-
-
-def queued_ahead(report, plan: Plan, late: dict, guard_us: float = 0.0) -> dict:
-    """``{buffer: µs}``: for each buffer of ``late`` (``{buffer: wait µs}``) whose copy lands
-    in ``report`` less than ``guard_us`` before its due op, the swap-ins whose H2D copies
-    held the engine while its copy waited in the queue (started before it and ended after
-    it was enqueued), each with that wait to cover (the largest, for a copy ahead of
-    several)."""
-    pairs = _h2d_copies(report, plan)
-    blockers = {}
-    for action, copy in pairs:
-        b = action.buffer_id
-        if b not in late or report.op_times[action.due_op][0] - copy[5] >= guard_us:
-            continue
-        for other, ahead in pairs:
-            if ahead[4] < copy[4] and ahead[5] > copy[3] and other.buffer_id != b:
-                blockers[other.buffer_id] = max(blockers.get(other.buffer_id, 0.0), late[b])
-    return blockers
 
 
 def _move_late(trace: Trace, plan: Plan, late: dict, op_us, validate,

@@ -19,7 +19,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from cupool.core.vocabulary import Residency, SwapIn
+from cupool.core.vocabulary import Plan, Residency, SwapIn
 from cupool.sim.cost import H2D
 
 ROUNDS = 3
@@ -44,9 +44,64 @@ def delay_swap_ins(plan):
     return plan
 
 
+def _h2d_copies(report, plan: Plan):
+    """``[(swap-in, (buffer, direction, nbytes, enqueued, start, end))]``: each swap-in of
+    ``plan`` with its H2D copy in ``report`` (a :class:`~cupool.sim.simulator.SimReport` of
+    ``plan``). A buffer's H2D copies, in the order the engine served them, belong to its
+    swap-ins in trigger order (one engine is FIFO, and a buffer's swap-ins are ordered by
+    its residencies)."""
+    copies = defaultdict(list)
+    for copy in report.copies:
+        if copy[1] == H2D:
+            copies[copy[0]].append(copy)
+    seen = defaultdict(int)
+    pairs = []
+    for action in sorted((a for a in plan.actions if isinstance(a, SwapIn)),
+                         key=lambda a: a.trigger_op):
+        b = action.buffer_id
+        pairs.append((action, copies[b][seen[b]]))
+        seen[b] += 1
+    return pairs
+
+
+def predicted_waits(report, plan: Plan, guard_us: float = 0.0) -> dict:
+    """``{buffer: µs}`` that each swap-in of ``plan`` made its due op wait in ``report``
+    (a :class:`~cupool.sim.simulator.SimReport` of ``plan``): its H2D copy's end minus
+    the due op's dispatch, plus ``guard_us``, where positive (the largest, for a buffer
+    swapped in twice)."""
+    waits = {}
+    for action, copy in _h2d_copies(report, plan):
+        wait = copy[5] - report.op_times[action.due_op][0] + guard_us
+        if wait > 0:
+            b = action.buffer_id
+            waits[b] = max(waits.get(b, 0.0), wait)
+    return waits
+
+
+def queued_ahead(report, plan: Plan, late: dict, guard_us: float = 0.0) -> dict:
+    """``{buffer: µs}``: for each buffer of ``late`` (``{buffer: wait µs}``) whose copy lands
+    in ``report`` less than ``guard_us`` before its due op, the swap-ins whose H2D copies
+    held the engine while its copy waited in the queue (started before it and ended after
+    it was enqueued), each with that wait to cover (the largest, for a copy ahead of
+    several)."""
+    pairs = _h2d_copies(report, plan)
+    blockers = {}
+    for action, copy in pairs:
+        b = action.buffer_id
+        if b not in late or report.op_times[action.due_op][0] - copy[5] >= guard_us:
+            continue
+        for other, ahead in pairs:
+            if ahead[4] < copy[4] and ahead[5] > copy[3] and other.buffer_id != b:
+                blockers[other.buffer_id] = max(blockers.get(other.buffer_id, 0.0), late[b])
+    return blockers
+
+
 def refine_triggers(trace, plan, cost, sim=None, rounds: int = ROUNDS):
     """``(plan, report, moved)``: the fastest plan found (``plan`` itself when nothing
-    helped), its simulation and how many triggers moved in total."""
+    helped), its simulation and how many triggers moved in total. Each round tries the
+    late swap-ins' triggers earlier, then the copies queued ahead of late ones later
+    (:func:`_postpone_blockers`); a candidate is kept when it passes the validator and
+    simulates faster."""
     from cupool.planning.validator import validate_plan
     from cupool.sim.simulator import simulate
 
@@ -54,16 +109,48 @@ def refine_triggers(trace, plan, cost, sim=None, rounds: int = ROUNDS):
         sim = simulate(trace, plan, cost, validate=False)
     moved_total = 0
     for _round in range(rounds):
-        candidate, moved = _move_late_triggers(trace, plan, sim)
-        if not moved or not validate_plan(trace, candidate).valid:
+        improved = False
+        for mover in (_move_late_triggers, _postpone_blockers):
+            candidate, moved = mover(trace, plan, sim)
+            if not moved or not validate_plan(trace, candidate).valid:
+                continue
+            report = simulate(trace, candidate, cost, validate=False)
+            if report.iteration_us < sim.iteration_us - 1e-9:
+                plan, sim, moved_total = candidate, report, moved_total + moved
+                improved = True
+        if not improved:
             break
-        report = simulate(trace, candidate, cost, validate=False)
-        if not report.iteration_us < sim.iteration_us - 1e-9:
-            break
-        plan, sim, moved_total = candidate, report, moved_total + moved
     if moved_total:
         plan = replace(plan, stats={**plan.stats, "feedback_moved_triggers": moved_total})
     return plan, sim, moved_total
+
+
+def _postpone_blockers(trace, plan, sim):
+    """``(plan, moved)``: the swap-ins whose copies held the FIFO H2D engine while a late
+    one waited behind them, and that had more slack before their own due op than the late
+    copy takes, triggered one op after the late one instead (queued behind it). A later
+    trigger only shortens a residency, so budget and addresses still hold; the simulator
+    judges the rest."""
+    pairs = _h2d_copies(sim, plan)
+    dispatch = [times[0] for times in sim.op_times]
+    new_trigger = {}
+    for action, copy in sorted(pairs, key=lambda p: p[1][4]):
+        if copy[5] <= dispatch[action.due_op] + 1e-9 or action in new_trigger:
+            continue
+        length = copy[5] - copy[4]
+        target = action.trigger_op + 1
+        for other, ahead in pairs:
+            held = ahead[4] < copy[4] and ahead[5] > copy[3]  # ran while it waited
+            if (held and other is not action and other not in new_trigger
+                    and other.trigger_op < target <= other.due_op
+                    and dispatch[other.due_op] - ahead[5] > length):
+                new_trigger[other] = target
+    if not new_trigger:
+        return plan, 0
+    for other, target in new_trigger.items():
+        plan = move_swap_in(plan, other, target)
+    return replace(plan, actions=tuple(_in_execution_order(list(plan.actions)))), \
+        len(new_trigger)
 
 
 def _move_late_triggers(trace, plan, sim):
