@@ -215,6 +215,38 @@ def test_pacing_holds_a_copy_to_the_link_bandwidth():
     assert elapsed >= 0.060, f"64 MiB at 1 GB/s took {elapsed * 1e3:.1f} ms, expected >= 60 ms"
 
 
+def test_queued_copies_run_back_to_back_on_the_link_clock(monkeypatch):
+    """A copy its thread reaches after the previous one on the link was due to end starts
+    at that end (the thread's wake-up delay is not link time), but never before an event
+    its stream waited for was recorded. The catch-up window is widened so that the test
+    does not depend on how fast threads wake on this machine."""
+    import cupool.devices.emulated as emulated
+
+    monkeypatch.setattr(emulated, "LINK_CATCH_UP_S", 5.0)
+    paced = 0.02  # 20 ms of latency per copy
+    with EmulatedDevice(capacity=MiB, h2d_gbps=None, latency_us=paced * 1e6) as dev:
+        host, target = dev.alloc_pinned(64), dev.reserve(64)
+        stream, other = dev.create_stream(), dev.create_stream()
+        gate = threading.Event()
+        dev.host_callback(stream, gate.wait)
+        dev.copy_h2d_async(target.ptr, host.ptr, 16, stream)
+        dev.copy_h2d_async(target.ptr + 16, host.ptr, 16, stream)
+        gate.set()
+        stream.synchronize()
+        first_end = dev._link_free_at["h2d"] - paced
+        # the second copy started exactly where the first was due to end
+        assert dev._link_free_at["h2d"] == pytest.approx(first_end + paced, abs=1e-9)
+        # a copy behind an event recorded later starts after the event, not at the link's end
+        event = dev.create_event()
+        dev.host_callback(other, lambda: time.sleep(0.05))
+        event.record(other)
+        stream.wait_event(event)
+        dev.copy_h2d_async(target.ptr + 32, host.ptr, 16, stream)
+        stream.synchronize()
+        recorded_at = event._token.recorded_at
+        assert dev._link_free_at["h2d"] == pytest.approx(recorded_at + paced, abs=1e-9)
+
+
 def test_latency_and_a_shared_link():
     """Latency paces even tiny copies; two streams share one link per direction."""
     with EmulatedDevice(capacity=MiB, d2h_gbps=1.0, latency_us=10_000) as dev:

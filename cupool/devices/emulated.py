@@ -28,7 +28,12 @@ it is faithful where that matters and strict where a real GPU would be silent:
   which releases the GIL, so streams copy in parallel with Python code). A copy can
   be paced: it then takes ``max(actual, latency_us + nbytes / bandwidth)`` of wall
   time, measured from when it starts; paced copies of one direction run one at a
-  time, like one copy engine per direction sharing one link.
+  time, like one copy engine per direction sharing one link. A copy's start is when its
+  stream thread reached it, except that a copy reached at most ``LINK_CATCH_UP_S`` after
+  it could have started -- after the previous copy on its link was due to end and after
+  the events its stream waited for were recorded -- starts then: a copy engine takes the
+  next copy at once, a woken thread does not, and those wake-up delays would otherwise
+  add up along a queue of copies.
 - **Host callbacks** (``host_callback``) run on the stream's thread; they are the
   hook for emulating kernels and op durations.
 - **Close.** ``close()`` lets enqueued work finish (up to ``close_timeout`` seconds,
@@ -83,6 +88,10 @@ def default_capacity() -> int:
     return int(psutil.virtual_memory().available * 0.8) // (1 << 20) * (1 << 20)
 
 
+LINK_CATCH_UP_S = 0.0005
+"""How late (wall seconds) a paced copy's thread may reach it and still start it where it
+could have started (module docstring): above thread wake-up delays, below a real wait."""
+
 class _Shared:
     """State the worker threads share with the device, without referencing it (so an
     unclosed device can still be garbage-collected). ``abort`` is set when close()
@@ -130,6 +139,7 @@ class EmulatedStream(Stream):
         self._worker = None if synchronous else _Worker(self._failures,
                                                         f"cupool-{device.name}-{name}")
         self._caller_lock = threading.Lock()  # serialises callers of a synchronous stream
+        self._ready_at = 0.0  # when the last event this stream waited for was recorded
 
     def _submit(self, task: str, fn: Callable[[], object]) -> None:
         if self._worker is None:
@@ -142,7 +152,12 @@ class EmulatedStream(Stream):
         token = event._token
         if token is not None:
             shared = self._shared
-            self._submit("wait_event", lambda: _wait_token(token, shared))
+
+            def wait() -> None:
+                _wait_token(token, shared)
+                self._ready_at = max(self._ready_at, getattr(token, "recorded_at", 0.0))
+
+            self._submit("wait_event", wait)
 
     def _synchronize(self) -> None:
         if self._worker is not None:
@@ -172,7 +187,12 @@ class EmulatedEvent(Event):
     def _record(self, stream: Stream) -> None:
         token = threading.Event()
         self._token = token
-        stream._submit("event.record", token.set)
+
+        def record() -> None:
+            token.recorded_at = time.perf_counter()
+            token.set()
+
+        stream._submit("event.record", record)
 
     def _query(self) -> bool:
         token = self._token
@@ -218,6 +238,7 @@ class EmulatedDevice(Device):
         self._shared = _Shared()
         self._committed = 0  # device bytes reserved (guarded by _lock), for mem_info
         self._links = {kind: threading.Lock() for kind in COPY_KINDS}
+        self._link_free_at = {kind: 0.0 for kind in COPY_KINDS}  # last paced copy's end
         self._streams: list[EmulatedStream] = []
         self._stream_numbers = itertools.count(1)
         self._default = EmulatedStream(self, "default", synchronous=True)
@@ -326,6 +347,7 @@ class EmulatedDevice(Device):
             paced_seconds = self.latency_us * 1e-6 + (nbytes / (gbps * 1e9) if gbps else 0.0)
         link = self._links[kind]
         shared = self._shared
+        free_at = self._link_free_at
 
         def copy() -> None:
             keep = blocks  # the buffers stay alive until the copy has run
@@ -333,7 +355,11 @@ class EmulatedDevice(Device):
                 ctypes.memmove(dst_ptr, src_ptr, nbytes)
             else:
                 with link:
-                    deadline = time.perf_counter() + paced_seconds
+                    now = time.perf_counter()
+                    ready = max(free_at[kind], stream._ready_at)
+                    start = ready if ready <= now <= ready + LINK_CATCH_UP_S else now
+                    deadline = start + paced_seconds
+                    free_at[kind] = deadline
                     ctypes.memmove(dst_ptr, src_ptr, nbytes)
                     remaining = deadline - time.perf_counter()
                     while remaining > 0 and not shared.abort.wait(remaining):
