@@ -475,12 +475,16 @@ def swap_section(swap: dict) -> str:
                         r["policies"].get("auto", {}).get("member", "–")])
     met_n = sum(e["auto_meets_target"] for e in summary)
     all_n = sum(e["traces"] for e in summary)
+    methods = sorted({r.get("bound_method") or "dual" for r in swap["rows"]})
+    how = {"lp": "each examined op's relaxation solved as a linear program (HiGHS)",
+           "dual": "the dual search of the relaxation (SciPy missing)"}
     return "\n".join([
         "## Budget planners (`bench/swap.py`)", "",
         f"Regenerate: `{COMMANDS['swap']}`. Iteration-time overhead (simulated; 5.0% = 5% "
         "slower than with unlimited memory) of every policy on every training trace at 90, 70 "
         "and 50% of its lower bound, PCIe Gen5 and Gen4, next to the sound lower bound on any "
-        f"plan's overhead. Target (issue 4): {SWAP_TARGET}.", "",
+        f"plan's overhead (bound: {'; '.join(how.get(m, m) for m in methods)}). Target "
+        f"(issue 4): {SWAP_TARGET}.", "",
         f"Target as recorded in the JSON summary: **auto within target in {met_n}/{all_n} "
         "cases**.", "",
         "Medians over the traces (a policy that found no plan for some trace shows how many "

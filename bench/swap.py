@@ -47,7 +47,8 @@ def run(quick: bool) -> dict:
                 bound = overhead_lower_bound(trace, budget, cost)
                 row = {"trace": path.name.split(".")[0], "fraction": fraction, "link": link,
                        "budget_bytes": budget, "bound": bound.overhead if bound.feasible
-                       else None, "policies": {}}
+                       else None, "bound_method": bound.details.get("method"),
+                       "policies": {}}
                 for policy in POLICIES:
                     started = time.perf_counter()
                     plan, info = plan_with_budget(trace, budget, policy, cost)
