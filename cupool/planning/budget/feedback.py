@@ -10,6 +10,12 @@ The new trigger never goes before the end of the buffer's previous residency (th
 must have left first) and only as far as the moved residency keeps the budget at every
 op and its offset range free of every other residency it would now overlap in time; the
 plan is checked by the independent validator and kept only when it simulates faster.
+
+The H2D engine is FIFO, so a swap-in can also be late behind copies with time to spare:
+those are then triggered one op after it (*postponed*, which only shortens their
+residencies), kept on the same terms. The helpers that pair a plan's swap-ins with a
+simulation's copies (:func:`predicted_waits`, :func:`queued_ahead`) also serve the
+runtime's feedback (:mod:`cupool.runtime.executor`).
 """
 
 from __future__ import annotations
