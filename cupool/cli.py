@@ -390,7 +390,8 @@ def _cmd_simulate(args, stdout) -> int:
     bound = overhead_lower_bound(sim_trace, budget, cost)
     document = {"trace": trace.name, "policy": policy, "budget_bytes": budget,
                 "link_gbps": cost.h2d_gbps, **report.summary(),
-                "lower_bound_overhead": bound.overhead if bound.feasible else None}
+                "lower_bound_overhead": bound.overhead if bound.feasible else None,
+                "lower_bound_method": bound.details.get("method")}
     if report.feasible:
         lines = [f"{trace.name} at {budget} B ({100 * budget / lower:.0f}% of the lower bound), "
                  f"{policy}, link {cost.h2d_gbps:g} GB/s:",
@@ -534,6 +535,7 @@ def _demo_budgets(args, stdout) -> list[dict]:
             cells.append(f"{100 * report.overhead:9.1f}%" if report.feasible else "   no plan")
         bound = overhead_lower_bound(info["trace"], budget, cost)
         row["lower_bound_overhead"] = bound.overhead if bound.feasible else None
+        row["lower_bound_method"] = bound.details.get("method")
         results.append(row)
         if not args.json:
             print(f"{percent:>7}%  " + "  ".join(cells) + f"  {100 * bound.overhead:9.1f}%",
