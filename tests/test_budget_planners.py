@@ -64,6 +64,29 @@ def test_auto_reaches_the_issue_target_on_resnet_at_70_percent(resnet_plans, res
     assert overhead <= 2 * bound.overhead + 0.05
 
 
+def test_auto_has_a_member_that_never_swaps_a_temporary_buffer(resnet):
+    """The recompute-only member's plan (if valid) swaps persistent buffers only; auto lists
+    it among its candidates and keeps the fastest."""
+    from cupool.core.vocabulary import SwapOut
+    from cupool.planning.budget._common import BudgetParams, now
+    from cupool.planning.budget.auto import _greedy
+
+    planned = with_recompute_recipes(resnet)
+    budget = int(resnet.lower_bound_bytes() * 0.7)
+    plan, _reason = _greedy(planned, budget, GEN5, BudgetParams(), now(), 0.0,
+                            late_trigger="latest", swap_temporaries=False,
+                            max_chain=BudgetParams().recompute_chain)
+    assert plan.status == SolveStatus.FEASIBLE and validate_plan(planned, plan).valid
+    swapped = {a.buffer_id for a in plan.actions if isinstance(a, SwapOut)}
+    assert all(planned.buffer(b).kind == PERSISTENT for b in swapped)
+    auto, _info = plan_with_budget(resnet, budget, "auto", GEN5)
+    member = "greedy(recompute temporaries, chains 30)"
+    assert member in auto.stats["candidates"]
+    assert auto.stats["simulated_overhead"] <= auto.stats["candidates"][member] + 1e-12
+    with pytest.raises(SolverError, match=r"recompute_chain \(=-1\)"):
+        BudgetParams(recompute_chain=-1)
+
+
 def test_same_inputs_same_plan(resnet):
     budget = int(resnet.lower_bound_bytes() * 0.7)
     a, _ = plan_with_budget(resnet, budget, "greedy", GEN5)

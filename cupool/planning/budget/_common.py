@@ -36,6 +36,8 @@ class BudgetParams:
       swaps triggered at the latest op whose own copy lands on time (more bytes off the
       device when the link is saturated, paid in lateness).
     max_chain: longest chain of dropped inputs a recompute may re-produce.
+    recompute_chain: the same for ``auto``'s member that never swaps a temporary buffer
+      (it recomputes every activation it drops, so it needs longer chains).
     offset_solver: static solver placing the residencies (``"greedy-size"`` is fast;
       ``"auto"`` tries harder when fragmentation matters).
     placement_rounds: times a planner re-plans for a smaller internal budget when the
@@ -53,6 +55,7 @@ class BudgetParams:
     late_swap_weights: tuple[float, ...] = (0.2,)
     refine_evaluations: int = 240
     max_chain: int = 6
+    recompute_chain: int = 30
     offset_solver: str = "greedy-size"
     placement_rounds: int = 5
     population: int = 16
@@ -77,9 +80,10 @@ class BudgetParams:
                               f"generations (={self.generations}) >= 1")
         if not 0 < self.small_fraction < 1:
             raise SolverError(f"small_fraction (={self.small_fraction}) must be in (0, 1)")
-        if self.placement_rounds < 1 or self.max_chain < 0:
-            raise SolverError(f"placement_rounds (={self.placement_rounds}) must be >= 1 and "
-                              f"max_chain (={self.max_chain}) >= 0")
+        if self.placement_rounds < 1 or self.max_chain < 0 or self.recompute_chain < 0:
+            raise SolverError(f"placement_rounds (={self.placement_rounds}) must be >= 1, "
+                              f"max_chain (={self.max_chain}) and recompute_chain "
+                              f"(={self.recompute_chain}) >= 0")
 
 
 class Infeasible(Exception):

@@ -34,7 +34,8 @@ from cupool.planning.budget._state import PlanState, gaps_of
 
 
 def evaluate(state: PlanState, buffer_id: int, prev_use: int, next_use: int, *,
-             allow_swap: bool, allow_recompute: bool, swap_weight: float):
+             allow_swap: bool, allow_recompute: bool, swap_weight: float,
+             swap_temporaries: bool = True):
     """The cheaper option for this gap: ``(cost_us, mode, detail, holes, next_use)`` or
     ``None``. When a planned recompute reads the buffer inside the gap (a *pin*), the gap
     is cut short there: the buffer is back (swapped in or recomputed) by the first pin,
@@ -55,7 +56,7 @@ def evaluate(state: PlanState, buffer_id: int, prev_use: int, next_use: int, *,
         # the chain's inputs are resident at next_use too: never push that op over budget
         if chain is not None and (not extra or state.live[next_use] + extra <= state.budget):
             options.append((chain[0], RECOMPUTE, chain, [(prev_use + 1, next_use)], next_use))
-    if allow_swap:
+    if allow_swap and (swap_temporaries or state.trace.buffer(buffer_id).kind == PERSISTENT):
         window = state.swap_window(buffer_id, prev_use, next_use, wraps)
         if window is not None:
             until, trigger = window[0], window[1]
@@ -121,6 +122,7 @@ def free_time(state: PlanState, buffer_id: int, prev_use: int, next_use: int) ->
 
 def run_greedy(trace: Trace, budget_bytes: int, cost, *, order: str = "cost",
                allow_swap: bool = True, allow_recompute: bool = True,
+               swap_temporaries: bool = True,
                swap_weight: float = 0.05, offload_persistent: bool = True,
                max_chain: int = 6, hot_ops=(), late_trigger: str = "earliest") -> PlanState:
     """Take gaps off the device until every op fits ``budget_bytes`` (or nothing helps).
@@ -139,7 +141,7 @@ def run_greedy(trace: Trace, budget_bytes: int, cost, *, order: str = "cost",
     state = PlanState(trace, budget_bytes, cost, max_chain=max_chain,
                       late_trigger=late_trigger)
     kw = {"allow_swap": allow_swap, "allow_recompute": allow_recompute,
-          "swap_weight": swap_weight}
+          "swap_weight": swap_weight, "swap_temporaries": swap_temporaries}
     if hot_ops:
         everything = candidates(trace, offload_persistent)
         for op in hot_ops:

@@ -13,7 +13,10 @@ when the budget still does not hold.
 ``auto`` (the default policy) plans with every member — ``greedy`` at each of
 ``params.swap_weights``, ``greedy`` with late swaps triggered as late as their own copy
 allows (a large hole, the lateness paid by the copies behind it) at each of
-``params.late_swap_weights``, ``capuchin``, ``vdnn`` and ``on-demand`` — checks
+``params.late_swap_weights``, ``greedy`` that only recomputes temporary buffers (swaps
+only persistent ones, chains up to ``params.recompute_chain``: when the link is the
+scarce resource, activations are re-made and the link carries weights and optimizer
+state), ``capuchin``, ``vdnn`` and ``on-demand`` — checks
 each plan with the independent validator, simulates it, and keeps the one with the least
 simulated iteration time (ties: fewer swapped bytes, then member order), then applies
 Capuchin's feedback to it (:mod:`.feedback`: late swap-ins triggered earlier, re-validated,
@@ -42,11 +45,12 @@ on any reasonable machine (so the plan does not depend on the machine's speed)."
 
 
 def _greedy(trace, budget_bytes, cost, params, started, swap_weight, name="greedy",
-            late_trigger="earliest"):
+            late_trigger="earliest", swap_temporaries=True, max_chain=None):
     def decide(internal):
         state = run_repaired(trace, internal, cost, order="cost", swap_weight=swap_weight,
-                             allow_swap=math.isfinite(swap_weight), max_chain=params.max_chain,
-                             late_trigger=late_trigger)
+                             allow_swap=math.isfinite(swap_weight),
+                             max_chain=params.max_chain if max_chain is None else max_chain,
+                             late_trigger=late_trigger, swap_temporaries=swap_temporaries)
         op, resident = over_budget_op(state)
         if resident > internal:
             return None, {"reason": f"{name}: op {op} still needs {resident} bytes resident "
@@ -73,6 +77,10 @@ def plan_auto(trace, budget_bytes, cost, params: BudgetParams, started: float):
     members += [(f"greedy(swap_weight={w:g}, late=latest)", lambda t0, w=w: _greedy(
         trace, budget_bytes, cost, params, t0, w, late_trigger="latest"))
         for w in params.late_swap_weights]
+    members += [(f"greedy(recompute temporaries, chains {params.recompute_chain})",
+                 lambda t0: _greedy(trace, budget_bytes, cost, params, t0, 0.0,
+                                    late_trigger="latest", swap_temporaries=False,
+                                    max_chain=params.recompute_chain))]
     members += [("capuchin", lambda t0: plan_capuchin(trace, budget_bytes, cost, params, t0)),
                 ("vdnn", lambda t0: plan_vdnn(trace, budget_bytes, cost, params, t0)),
                 ("on-demand", lambda t0: plan_on_demand(trace, budget_bytes, cost, params, t0))]
