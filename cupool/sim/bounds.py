@@ -139,8 +139,13 @@ class _Buffers:
         for index, b in enumerate(buffers):
             for u in b.uses:
                 self.used_at[u].append(index)
-        self.uses = [np.asarray(b.uses, dtype=np.int64) for b in buffers]
+        # every (buffer, use) as one sorted key, for vectorized next-use lookups
         self.n = n
+        owners = np.repeat(np.arange(len(buffers), dtype=np.int64),
+                           [len(b.uses) for b in buffers])
+        uses = np.fromiter((u for b in buffers for u in b.uses), dtype=np.int64,
+                           count=len(owners))
+        self.use_keys = owners * (n + 1) + uses
         self.born_temporary = [[] for _ in range(n)]
         for index, b in enumerate(buffers):
             if b.kind == TEMPORARY:
@@ -148,13 +153,14 @@ class _Buffers:
 
     def next_uses(self, candidates, i: int) -> np.ndarray:
         """Each candidate's first use after op ``i`` (``n`` when none)."""
-        out = np.full(len(candidates), self.n, dtype=np.int64)
-        for k, j in enumerate(candidates):
-            uses = self.uses[j]
-            q = int(np.searchsorted(uses, i, side="right"))
-            if q < len(uses):
-                out[k] = uses[q]
-        return out
+        stride = self.n + 1
+        candidates = np.asarray(candidates, dtype=np.int64)
+        if not len(self.use_keys):
+            return np.full(len(candidates), self.n, dtype=np.int64)
+        at = np.searchsorted(self.use_keys, candidates * stride + i, side="right")
+        found = self.use_keys[np.minimum(at, len(self.use_keys) - 1)]
+        mine = (at < len(self.use_keys)) & (found // stride == candidates)
+        return np.where(mine, found % stride, self.n)
 
 
 def recompute_us(trace: Trace, op_us) -> np.ndarray:
@@ -403,8 +409,11 @@ def _lp_value(ob: _OpBound, prefix) -> float | None:
         rhs.append(bound)
 
     add(list(range(3 * m)), [-1.0] * (3 * m), -ob.need)  # X bytes off the device
-    for k in range(m):  # each byte once
-        add([k, m + k, 2 * m + k], [1.0, 1.0, 1.0], float(ob.sizes[k]))
+    first = len(rhs)  # each byte once: r_k + e_k + l_k <= s_k, one row per candidate
+    rows.extend(np.repeat(np.arange(first, first + m), 3).tolist())
+    cols.extend(np.column_stack([j, m + j, 2 * m + j]).ravel().tolist())
+    vals.extend([1.0] * (3 * m))
+    rhs.extend(ob.sizes.astype(float).tolist())
     add([*(m + j), a_col], [*ob.copy, -1.0], 0.0)  # copies landed before op i
     out = ob.out > 0
     released = ob.released[out]
