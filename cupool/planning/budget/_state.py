@@ -121,9 +121,8 @@ class Engine:
         queue's last copy would finish with this copy added."""
         finishes = self.finishes()
         before = max(end, finishes[-1] if finishes else 0.0)
-        k = bisect.bisect_right(self.issues, issue)
-        free = max(finishes[k - 1] if k else 0.0, issue) + length
-        for j in range(k, len(self.issues)):
+        free = self.finish_if_added(issue, length)
+        for j in range(bisect.bisect_right(self.issues, issue), len(self.issues)):
             free = max(free, self.issues[j]) + self.lengths[j]
         return max(0.0, free - before)
 

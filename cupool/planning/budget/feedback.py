@@ -70,6 +70,13 @@ def _h2d_copies(report, plan: Plan):
     return pairs
 
 
+def _held_engine(pairs, copy):
+    """The ``(swap-in, copy)`` of ``pairs`` whose copies held the FIFO H2D engine while
+    ``copy`` waited in its queue: started before it, still running when it was enqueued."""
+    return [(other, ahead) for other, ahead in pairs
+            if ahead[4] < copy[4] and ahead[5] > copy[3]]
+
+
 def predicted_waits(report, plan: Plan, guard_us: float = 0.0) -> dict:
     """``{buffer: µs}`` that each swap-in of ``plan`` made its due op wait in ``report``
     (a :class:`~cupool.sim.simulator.SimReport` of ``plan``): its H2D copy's end minus
@@ -96,8 +103,8 @@ def queued_ahead(report, plan: Plan, late: dict, guard_us: float = 0.0) -> dict:
         b = action.buffer_id
         if b not in late or report.op_times[action.due_op][0] - copy[5] >= guard_us:
             continue
-        for other, ahead in pairs:
-            if ahead[4] < copy[4] and ahead[5] > copy[3] and other.buffer_id != b:
+        for other, _ahead in _held_engine(pairs, copy):
+            if other.buffer_id != b:
                 blockers[other.buffer_id] = max(blockers.get(other.buffer_id, 0.0), late[b])
     return blockers
 
@@ -145,9 +152,8 @@ def _postpone_blockers(trace, plan, sim):
             continue
         length = copy[5] - copy[4]
         target = action.trigger_op + 1
-        for other, ahead in pairs:
-            held = ahead[4] < copy[4] and ahead[5] > copy[3]  # ran while it waited
-            if (held and other is not action and other not in new_trigger
+        for other, ahead in _held_engine(pairs, copy):
+            if (other is not action and other not in new_trigger
                     and other.trigger_op < target <= other.due_op
                     and dispatch[other.due_op] - ahead[5] > length):
                 new_trigger[other] = target
@@ -161,15 +167,11 @@ def _postpone_blockers(trace, plan, sim):
 
 def _move_late_triggers(trace, plan, sim):
     dispatch = np.array([t[0] for t in sim.op_times], dtype=float)
-    landed = defaultdict(list)  # buffer -> H2D copy end times, in enqueue order
-    for b, direction, _nbytes, _enqueued, _start, end in sorted(sim.copies,
-                                                                  key=lambda c: c[3]):
-        if direction == H2D:
-            landed[b].append(end)
-    swap_ins = defaultdict(list)
-    for action in plan.actions:
-        if isinstance(action, SwapIn):
-            swap_ins[action.buffer_id].append(action)
+    landed = defaultdict(list)  # buffer -> (swap-in, its H2D copy's end), in trigger order
+    for action, copy in _h2d_copies(sim, plan):
+        landed[action.buffer_id].append((action, copy[5]))
+    # buffers in the order their first swap-in appears in the plan
+    swap_ins = dict.fromkeys(a.buffer_id for a in plan.actions if isinstance(a, SwapIn))
     residencies = list(plan.residencies)
     sizes = {b.id: b.size for b in trace.buffers}
     resident = np.zeros(trace.num_ops + 1, dtype=np.int64)
@@ -179,9 +181,8 @@ def _move_late_triggers(trace, plan, sim):
     resident = np.cumsum(resident[:-1])
     index = {(r.buffer_id, r.start): k for k, r in enumerate(residencies)}
     new_trigger = {}
-    for b, actions in swap_ins.items():
-        ends = landed.get(b, [])
-        for action, end in zip(sorted(actions, key=lambda a: a.trigger_op), ends, strict=False):
+    for b in swap_ins:
+        for action, end in landed[b]:
             wait = end - dispatch[action.due_op]
             if wait <= 1e-9:
                 continue
