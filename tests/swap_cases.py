@@ -5,8 +5,11 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
+from hypothesis import strategies as st
+
 from cupool.core.vocabulary import (
     PERSISTENT,
+    TEMPORARY,
     Buffer,
     Op,
     Plan,
@@ -74,3 +77,22 @@ def resnet_capuchin_plan():
     trace = load_trace(TRACE_DIR / "resnet50_train_b32_fp32.trace.json.gz")
     plan, info = plan_with_budget(trace, int(trace.lower_bound_bytes() * 0.7), "capuchin")
     return trace, plan, info["trace"]
+
+
+@st.composite
+def small_traces(draw):
+    n = draw(st.integers(3, 10))
+    ops = tuple(Op(f"op{i}", draw(st.floats(1.0, 50.0)), phase="fw" if i < n // 2 else "bw")
+                for i in range(n))
+    buffers = []
+    for k in range(draw(st.integers(1, 7))):
+        size = draw(st.integers(1, 16)) * 256
+        if draw(st.booleans()) and k % 3 == 0:
+            uses = sorted(draw(st.sets(st.integers(0, n - 1), min_size=1, max_size=3)))
+            buffers.append(Buffer(k, size, 0, n, tuple(uses), PERSISTENT))
+            continue
+        start = draw(st.integers(0, n - 1))
+        end = draw(st.integers(start + 1, n))
+        extra = draw(st.sets(st.integers(start, end - 1), max_size=3))
+        buffers.append(Buffer(k, size, start, end, tuple(sorted({start} | extra)), TEMPORARY))
+    return Trace("small", ops, tuple(buffers))

@@ -18,6 +18,7 @@ from cupool.planning.budget._state import Engine
 from cupool.planning.budget.recipes import with_recompute_recipes
 from cupool.planning.validator import validate_plan
 from cupool.sim import cost_model, simulate
+from tests.swap_cases import small_traces
 
 TRACES = Path(__file__).resolve().parent.parent / "cupool" / "data" / "traces"
 GEN5 = cost_model("gen5")
@@ -173,25 +174,6 @@ def test_a_swap_across_the_boundary_costs_what_its_copy_out_adds_past_the_last_o
                                                 allow_recompute=False, swap_weight=0.0)
     assert mode == "swap" and window[2:4] == (50.0, 13.0) and holes == [(0, 2)]
     assert cost == pytest.approx(3.0, abs=1e-4)
-
-
-@st.composite
-def small_traces(draw):
-    n = draw(st.integers(3, 10))
-    ops = tuple(Op(f"op{i}", draw(st.floats(1.0, 50.0)), phase="fw" if i < n // 2 else "bw")
-                for i in range(n))
-    buffers = []
-    for k in range(draw(st.integers(1, 7))):
-        size = draw(st.integers(1, 16)) * 256
-        if draw(st.booleans()) and k % 3 == 0:
-            uses = sorted(draw(st.sets(st.integers(0, n - 1), min_size=1, max_size=3)))
-            buffers.append(Buffer(k, size, 0, n, tuple(uses), PERSISTENT))
-            continue
-        start = draw(st.integers(0, n - 1))
-        end = draw(st.integers(start + 1, n))
-        extra = draw(st.sets(st.integers(start, end - 1), max_size=3))
-        buffers.append(Buffer(k, size, start, end, tuple(sorted({start} | extra)), TEMPORARY))
-    return Trace("small", ops, tuple(buffers))
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -38,6 +38,9 @@ class BudgetParams:
     max_chain: longest chain of dropped inputs a recompute may re-produce.
     recompute_chain: the same for ``auto``'s member that never swaps a temporary buffer
       (it recomputes every activation it drops, so it needs longer chains).
+    checkpoint_segments: ``auto`` also runs the greedy after segment checkpointing
+      (:mod:`._checkpoint`) with each of these segment counts (empty: never).
+    checkpoint_swap_weight: the swap weight of those runs.
     offset_solver: static solver placing the residencies (``"greedy-size"`` is fast;
       ``"auto"`` tries harder when fragmentation matters).
     placement_rounds: times a planner re-plans for a smaller internal budget when the
@@ -56,6 +59,8 @@ class BudgetParams:
     refine_evaluations: int = 240
     max_chain: int = 6
     recompute_chain: int = 30
+    checkpoint_segments: tuple[int, ...] = (4, 6)
+    checkpoint_swap_weight: float = 0.2
     offset_solver: str = "greedy-size"
     placement_rounds: int = 5
     population: int = 16
@@ -80,6 +85,10 @@ class BudgetParams:
                               f"generations (={self.generations}) >= 1")
         if not 0 < self.small_fraction < 1:
             raise SolverError(f"small_fraction (={self.small_fraction}) must be in (0, 1)")
+        if any(isinstance(k, bool) or not isinstance(k, int) or k < 1
+               for k in self.checkpoint_segments):
+            raise SolverError(f"checkpoint_segments (={self.checkpoint_segments!r}) must be "
+                              f"integers >= 1")
         if self.placement_rounds < 1 or self.max_chain < 0 or self.recompute_chain < 0:
             raise SolverError(f"placement_rounds (={self.placement_rounds}) must be >= 1, "
                               f"max_chain (={self.max_chain}) and recompute_chain "

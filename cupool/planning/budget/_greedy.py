@@ -29,6 +29,7 @@ import heapq
 import numpy as np
 
 from cupool.core.vocabulary import PERSISTENT, Trace
+from cupool.planning.budget._checkpoint import apply_batches
 from cupool.planning.budget._residency import RECOMPUTE, SWAP
 from cupool.planning.budget._state import PlanState, gaps_of
 
@@ -124,7 +125,8 @@ def run_greedy(trace: Trace, budget_bytes: int, cost, *, order: str = "cost",
                allow_swap: bool = True, allow_recompute: bool = True,
                swap_temporaries: bool = True,
                swap_weight: float = 0.05, offload_persistent: bool = True,
-               max_chain: int = 6, hot_ops=(), late_trigger: str = "earliest") -> PlanState:
+               max_chain: int = 6, hot_ops=(), late_trigger: str = "earliest",
+               segments: int = 0, lazy_release: bool = False) -> PlanState:
     """Take gaps off the device until every op fits ``budget_bytes`` (or nothing helps).
 
     Temporary buffers first; persistent ones (their gaps between uses and across the
@@ -134,12 +136,19 @@ def run_greedy(trace: Trace, budget_bytes: int, cost, *, order: str = "cost",
     ``late_trigger`` says where a swap that cannot land on time is triggered
     (:meth:`PlanState.swap_window`).
 
+    ``segments > 0`` first drops every saved activation and re-runs the forward in that
+    many segments, each once at the start of its backward (:mod:`._checkpoint`); the
+    greedy then takes off what still does not fit (checkpoints, persistent buffers).
+    ``lazy_release``: see :meth:`PlanState.swap_window`.
+
     ``hot_ops`` (ops a previous run could not bring under the budget) are served first,
     in the given order, each by the cheapest gaps that free bytes *at that op*, before the
     link and the recompute inputs are spent on easier ops (:func:`run_repaired`).
     """
     state = PlanState(trace, budget_bytes, cost, max_chain=max_chain,
-                      late_trigger=late_trigger)
+                      late_trigger=late_trigger, lazy_release=lazy_release)
+    if segments:
+        apply_batches(state, segments)
     kw = {"allow_swap": allow_swap, "allow_recompute": allow_recompute,
           "swap_weight": swap_weight, "swap_temporaries": swap_temporaries}
     if hot_ops:

@@ -51,7 +51,8 @@ class Gap:
 
     The residency before the gap ends at ``resident_until`` (exclusive, ``> prev_use``:
     a swap keeps the bytes until its copy out has landed); the one after it starts at
-    ``resident_from`` (``<= next_use``: a swap-in's trigger op; a recompute's ``next_use``).
+    ``resident_from`` (``<= next_use``: a swap-in's trigger op; a recompute's ``next_use``,
+    or the earlier op where a segment's batch re-runs it, :mod:`._checkpoint`).
     A *wrap gap* (persistent buffers only) has ``next_use <= prev_use``: off the device
     from ``resident_until`` to the end of the iteration and from op 0 to ``resident_from``
     (ZeRO-Offload style: swapped out after the last use, back before the first).
@@ -131,9 +132,9 @@ def actions_of(trace: Trace, schedule: Schedule) -> tuple:
                               SwapOut(g.buffer_id, g.prev_use)))
                 keyed.append(((g.resident_from, 1, 0, 0, g.buffer_id),
                               SwapIn(g.buffer_id, g.resident_from, g.next_use)))
-            else:
-                keyed.append(((g.next_use, 2, _producer(trace, g.buffer_id), 0, g.buffer_id),
-                              RecomputeAction(g.buffer_id, g.next_use)))
+            else:  # re-made where its residency resumes: its next use, or a batch's op
+                keyed.append(((g.resident_from, 2, _producer(trace, g.buffer_id), 0,
+                               g.buffer_id), RecomputeAction(g.buffer_id, g.resident_from)))
     for buffer_id, op, depth in schedule.chains:
         keyed.append(((op, 2, _producer(trace, buffer_id), -depth, buffer_id),
                       RecomputeAction(buffer_id, op)))

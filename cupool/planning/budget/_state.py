@@ -24,7 +24,11 @@ from cupool.planning.budget._residency import RECOMPUTE, SWAP, Gap, Schedule, ba
 
 TRIGGER_SCAN = 48
 """Triggers a swap tries below the latest one whose own copy lands on time (looking for
-one that also leaves every later copy on time) before it settles for a late swap."""
+one that also leaves every later copy on time) before it settles for a late swap; also
+the most triggers ``late_trigger="covering"`` compares."""
+
+LATE_TRIGGERS = ("earliest", "latest", "covering")
+"""Where a swap whose copy in cannot land on time is triggered (:meth:`PlanState.swap_window`)."""
 
 
 class Engine:
@@ -131,9 +135,13 @@ class PlanState:
     """Mutable state of a greedy planner over one trace (with recipes) and budget."""
 
     def __init__(self, trace: Trace, budget_bytes: int, cost, max_chain: int = 6,
-                 late_swaps: bool = True, late_trigger: str = "earliest") -> None:
+                 late_swaps: bool = True, late_trigger: str = "earliest",
+                 lazy_release: bool = False) -> None:
+        if late_trigger not in LATE_TRIGGERS:
+            raise ValueError(f"late_trigger {late_trigger!r}: expected one of {LATE_TRIGGERS}")
         self.late_swaps = late_swaps
         self.late_trigger = late_trigger
+        self.lazy_release = lazy_release
         self.trace = trace
         self.cost = cost
         self.budget = budget_bytes
@@ -313,15 +321,26 @@ class PlanState:
         """``(resident_until, trigger, out_issue, out_len, in_issue, in_len, due, late_us)``
         of the latest swap of this gap that lands on time (``late_us == 0``), else (when
         ``late_swaps``) of a late one with its estimated lateness: triggered as early as the
-        copy out allows (``late_trigger="earliest"``: least lateness, smallest hole) or at
+        copy out allows (``late_trigger="earliest"``: least lateness, smallest hole), at
         the latest op whose own copy lands on time (``"latest"``: largest hole, delaying the
-        copies queued behind it); ``None`` when the gap leaves no room for a copy."""
+        copies queued behind it), or (``"covering"``) at the trigger with the least
+        lateness among those whose hole still covers every op of the gap now over the
+        budget; ``None`` when the gap leaves no room for a copy.
+
+        With ``lazy_release`` the bytes stay on the device after the copy out has landed
+        until the first op of the gap that is over the budget (they are resident there
+        already, so no op gets fuller): the copy out is due then, which leaves the D2H
+        queue slack for other copies out."""
         size = self.trace.buffer(buffer_id).size
         out_len = self.cost.copy_us(size, "d2h")
         in_len = self.cost.copy_us(size, "h2d")
         out_issue = float(self.end_us[prev_use])
         out_done = self.d2h.finish_if_added(out_issue, out_len)
         resident_until = min(self.op_at_or_after(out_done, prev_use + 1), self.n)
+        if self.lazy_release and not wraps and resident_until < next_use:
+            over = np.flatnonzero(self.live[resident_until:next_use] > self.budget)
+            if len(over):
+                resident_until += int(over[0])
         # the bytes are reused from ``resident_until`` on: the copy out, and every copy out
         # queued behind it, must have landed by then
         out_due = (float(self.start_us[resident_until]) if resident_until < self.n
@@ -355,9 +374,31 @@ class PlanState:
         if earliest >= next_use or not self.late_swaps:
             return None
         trigger = earliest if self.late_trigger == "earliest" else max(earliest, lo - 1)
+        if self.late_trigger == "covering":
+            trigger = self._covering_trigger(earliest, next_use, lo - 1, in_len, due, wraps)
         issue = float(self.start_us[trigger])
         return (resident_until, trigger, out_issue, out_len, issue, in_len, due,
                 self.h2d.lateness(issue, in_len, due))
+
+    def _covering_trigger(self, earliest: int, next_use: int, top: int, in_len: float,
+                          due: float, wraps: bool) -> int:
+        """The late trigger with the least estimated lateness (ties: the latest) among
+        ``[last over-budget op + 1, max(that, top)]``: the hole still covers every op of the
+        gap now over the budget (from op 0 for a wrap gap). At most ``TRIGGER_SCAN + 1``
+        triggers are compared, evenly spaced."""
+        first = 0 if wraps else earliest
+        over = np.flatnonzero(self.live[first:next_use] > self.budget)
+        if not len(over):
+            return max(earliest, top)
+        low = max(earliest, first + int(over[-1]) + 1)
+        top = max(low, top)
+        step = max(1, (top - low) // TRIGGER_SCAN)
+        best = None
+        for trigger in range(top, low - 1, -step):
+            late = self.h2d.lateness(float(self.start_us[trigger]), in_len, due)
+            if best is None or late < best[0] - 1e-9:
+                best = (late, trigger)
+        return best[1]
 
     def _fitting_trigger(self, top: int, low: int, in_len: float, due: float) -> int | None:
         """The latest trigger in ``[max(low, top - TRIGGER_SCAN), top]`` whose copy in

@@ -16,7 +16,11 @@ allows (a large hole, the lateness paid by the copies behind it) at each of
 ``params.late_swap_weights``, ``greedy`` that only recomputes temporary buffers (swaps
 only persistent ones, chains up to ``params.recompute_chain``: when the link is the
 scarce resource, activations are re-made and the link carries weights and optimizer
-state), ``capuchin``, ``vdnn`` and ``on-demand`` — checks
+state), ``greedy`` after segment checkpointing (:mod:`._checkpoint`: the forward re-run
+once per segment at the start of its backward, for each of ``params.checkpoint_segments``;
+then the greedy swaps checkpoints and persistent buffers with lazy release and covering
+late triggers, :meth:`~._state.PlanState.swap_window`), ``capuchin``, ``vdnn`` and
+``on-demand`` — checks
 each plan with the independent validator, simulates it, and keeps the one with the least
 simulated iteration time (ties: fewer swapped bytes, then member order), then applies
 Capuchin's feedback to it (:mod:`.feedback`: late swap-ins triggered earlier, re-validated,
@@ -45,12 +49,13 @@ on any reasonable machine (so the plan does not depend on the machine's speed)."
 
 
 def _greedy(trace, budget_bytes, cost, params, started, swap_weight, name="greedy",
-            late_trigger="earliest", swap_temporaries=True, max_chain=None):
+            late_trigger="earliest", swap_temporaries=True, max_chain=None, segments=0):
     def decide(internal):
         state = run_repaired(trace, internal, cost, order="cost", swap_weight=swap_weight,
                              allow_swap=math.isfinite(swap_weight),
                              max_chain=params.max_chain if max_chain is None else max_chain,
-                             late_trigger=late_trigger, swap_temporaries=swap_temporaries)
+                             late_trigger=late_trigger, swap_temporaries=swap_temporaries,
+                             segments=segments, lazy_release=segments > 0)
         op, resident = over_budget_op(state)
         if resident > internal:
             return None, {"reason": f"{name}: op {op} still needs {resident} bytes resident "
@@ -81,6 +86,11 @@ def plan_auto(trace, budget_bytes, cost, params: BudgetParams, started: float):
                  lambda t0: _greedy(trace, budget_bytes, cost, params, t0, 0.0,
                                     late_trigger="latest", swap_temporaries=False,
                                     max_chain=params.recompute_chain))]
+    members += [(f"greedy(checkpoint {k} segments)",
+                 lambda t0, k=k: _greedy(trace, budget_bytes, cost, params, t0,
+                                         params.checkpoint_swap_weight,
+                                         late_trigger="covering", segments=k))
+                for k in params.checkpoint_segments]
     members += [("capuchin", lambda t0: plan_capuchin(trace, budget_bytes, cost, params, t0)),
                 ("vdnn", lambda t0: plan_vdnn(trace, budget_bytes, cost, params, t0)),
                 ("on-demand", lambda t0: plan_on_demand(trace, budget_bytes, cost, params, t0))]

@@ -1,0 +1,204 @@
+"""Segment checkpointing (Chen et al. 2016, as PyTorch's ``checkpoint_sequential`` does it):
+re-run a whole stretch of the forward once, at the start of its backward, instead of
+re-producing each dropped activation separately before each of its uses.
+
+The forward is cut into ``segments`` stretches of producer ops holding equal bytes of
+*saved activations* (temporary buffers with a recompute recipe, produced in the
+forward, idle from their last forward use to their first backward use)::
+
+    op:        forward ─────────────────────────► | backward ───────────────────────►
+    segment:   [ 0 ........ ][ 1 ........ ][ 2 ... ]
+    saved a:     a──────────────────────────────────────────────────────────────a
+    saved c:                      c──────────────────────────c    (gap [c₀ + 1, r₁))
+    batch:                                          r₂ (re-run 2)  r₁ (re-run 1)  r₀
+
+Every saved activation of segment ``s`` is dropped after its last forward use and
+re-produced at ``r_s`` — the first backward use of any of them — by re-running its
+producer; all of the segment's recomputes run there in producer order, so an
+intermediate is made once and read by every recompute after it. Inputs of a recompute
+are then persistent buffers, activations of the same batch, buffers still resident at
+``r_s`` (the *checkpoints*: a segment's buffers another segment's batch reads stay
+resident, and may be swapped by the greedy that runs next), or intermediates the program
+had freed, re-produced at ``r_s`` too for one op (a chain link). A buffer whose batch
+would need another batch's dropped buffer is kept as a checkpoint instead (repeated
+until no batch needs one).
+
+Which stretch is "the forward": ops' ``phase`` (``"fw"`` producers whose gap ends in a
+``"bw"`` op) when the trace has phases, else the op with the most live bytes as the turn.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from cupool.core.vocabulary import PERSISTENT, Trace
+from cupool.planning.budget._residency import RECOMPUTE, Gap
+from cupool.planning.budget._state import PlanState, gaps_of
+
+MIN_GAP = 2
+"""Ops a saved activation must be idle between its last forward and first backward use
+(a shorter gap frees too little to be worth a re-run)."""
+
+
+def saved_activations(trace: Trace) -> list[tuple[int, int, int, int]]:
+    """``(producer op, buffer_id, last forward use, first backward use)`` of every saved
+    activation with a recipe, in producer order (ties: buffer id)."""
+    phases = [op.phase for op in trace.ops]
+    if "fw" in phases and "bw" in phases:
+        def crosses(producer, p, q):
+            return phases[producer] == "fw" and phases[p] == "fw" and phases[q] == "bw"
+    else:
+        turn = _turn(trace)
+
+        def crosses(producer, p, q):
+            return producer < turn and p < turn <= q
+    out = []
+    for b in trace.buffers:
+        if b.kind == PERSISTENT or b.recompute is None:
+            continue
+        gaps = [(q - p, p, q) for p, q in gaps_of(trace, b) if q > p]
+        if not gaps:
+            continue
+        _length, p, q = max(gaps)
+        if q - p > MIN_GAP and crosses(b.recompute.op, p, q):
+            out.append((b.recompute.op, b.id, p, q))
+    out.sort()
+    return out
+
+
+def _turn(trace: Trace) -> int:
+    """The op with the most bytes alive (the forward/backward turn of a training step)."""
+    if trace.num_ops == 0:
+        return 0
+    delta = np.zeros(trace.num_ops + 1, dtype=np.int64)
+    for b in trace.buffers:
+        delta[b.start] += b.size
+        delta[b.end] -= b.size
+    return int(np.argmax(np.cumsum(delta[:-1])))
+
+
+def split_segments(trace: Trace, saved, segments: int) -> list[list[tuple]]:
+    """``saved`` (in producer order) cut into at most ``segments`` runs of equal bytes;
+    the saved activations of one producer op stay in one segment."""
+    total = sum(trace.buffer(b).size for _op, b, _p, _q in saved)
+    out: list[list[tuple]] = [[] for _ in range(max(1, segments))]
+    acc = 0
+    current = 0
+    last_op = None
+    for item in saved:
+        op, b = item[0], item[1]
+        if op != last_op and total:
+            current = max(current, min(len(out) - 1, acc * len(out) // total))
+        out[current].append(item)
+        acc += trace.buffer(b).size
+        last_op = op
+    return [seg for seg in out if seg]
+
+
+def _closure(state: PlanState, members: list[tuple], point: int, dropped_elsewhere: set[int]):
+    """What re-running ``members`` at ``point`` needs: ``(links, needs, reads)``: the
+    freed intermediates to re-produce there too (producer order), the buffers of other
+    batches it would read (must become checkpoints), and every input it reads."""
+    trace = state.trace
+    own = {b for _op, b, _p, _q in members}
+    links: list[int] = []
+    needs: set[int] = set()
+    reads: set[int] = set()
+
+    def available(x: int, depth: int) -> bool:
+        if x in own or x in links:
+            return True
+        buf = trace.buffer(x)
+        if x in dropped_elsewhere:
+            needs.add(x)
+            return False
+        if buf.kind == PERSISTENT or state.resident(x, point):
+            reads.add(x)
+            return True
+        # a freed intermediate (or one inside a recompute hole) is made again for one op
+        if (buf.recompute is None or depth > state.max_chain
+                or (point < buf.end and (state.hole_kind(x, point) not in (RECOMPUTE, None)
+                                         or point < state.base[x][0]))):
+            needs.add(x)
+            return False
+        if not all([available(y, depth + 1) for y in buf.recompute.inputs]):
+            return False
+        reads.update(buf.recompute.inputs)
+        links.append(x)
+        return True
+
+    for _op, b, _p, _q in members:
+        for x in trace.buffer(b).recompute.inputs:
+            available(x, 0)
+    links.sort(key=lambda x: (trace.buffer(x).recompute.op, x))
+    return links, needs, reads
+
+
+def plan_batches(state: PlanState, segments: int) -> list[tuple[int, list[tuple], list[int]]]:
+    """``(point, members, links)`` of every segment's batch, checkpoints resolved."""
+    trace = state.trace
+    segs = split_segments(trace, saved_activations(trace), segments)
+    for _round in range(len(segs) * 4 + 4):
+        owner = {b: s for s, seg in enumerate(segs) for _op, b, _p, _q in seg}
+        changed = False
+        for s, seg in enumerate(segs):
+            if not seg:
+                continue
+            point = min(q for _op, _b, _p, q in seg)
+            # a member still used at or after the point is no gap: keep it resident
+            kept = [m for m in seg if m[2] < point - 1]
+            if len(kept) != len(seg):
+                segs[s] = kept
+                changed = True
+                break
+            elsewhere = {b for b, o in owner.items() if o != s}
+            _links, needs, _reads = _closure(state, seg, point, elsewhere)
+            moved = [b for b in needs if b in owner]
+            for b in moved:
+                segs[owner[b]] = [m for m in segs[owner[b]] if m[1] != b]
+            if needs and not moved:
+                segs[s] = []  # it needs something no batch can make: no batch here
+            if needs:
+                changed = True
+                break
+        if not changed:
+            break
+    owner = {b: s for s, seg in enumerate(segs) for _op, b, _p, _q in seg}
+    out = []
+    for s, seg in enumerate(segs):
+        if not seg:
+            continue
+        point = min(q for _op, _b, _p, q in seg)
+        elsewhere = {b for b, o in owner.items() if o != s}
+        links, needs, _reads = _closure(state, seg, point, elsewhere)
+        if not needs:
+            out.append((point, seg, links))
+    return out
+
+
+def apply_batches(state: PlanState, segments: int) -> int:
+    """Drop every saved activation of ``segments`` segments and re-produce each segment's
+    at its batch point (:func:`plan_batches`); returns the number of batches applied."""
+    trace = state.trace
+    batches = plan_batches(state, segments)
+    for point, members, links in batches:
+        cost = 0.0
+        for _op, b, p, q in members:
+            size = trace.buffer(b).size
+            state.schedule.add(Gap(b, p, q, RECOMPUTE, p + 1, point))
+            state.holes.setdefault(b, []).append((p + 1, point, RECOMPUTE))
+            state.live[p + 1:point] -= size
+            state.taken.add((b, p, q))
+            cost += float(state.durations[trace.buffer(b).recompute.op])
+        for x in links:
+            state.schedule.chains.append((x, point, 1))
+            state.transient.setdefault(x, set()).add(point)
+            state.live[point] += trace.buffer(x).size
+            cost += float(state.durations[trace.buffer(x).recompute.op])
+        for y in [b for _op, b, _p, _q in members] + links:
+            for x in trace.buffer(y).recompute.inputs:
+                state.pinned.setdefault(x, set()).add(point)
+        state.extra[point] += cost
+        state.recompute_us += cost
+    state._times()
+    return len(batches)

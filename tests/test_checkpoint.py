@@ -1,0 +1,105 @@
+"""Segment checkpointing (:mod:`cupool.planning.budget._checkpoint`): a segment's saved
+activations are re-made once, at the first backward use of any of them, in producer order;
+a buffer another segment's batch reads stays a checkpoint; plans pass the validator."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from cupool.core.vocabulary import PERSISTENT, Buffer, Op, RecomputeAction, SolveStatus, Trace
+from cupool.io import load_trace
+from cupool.planning.budget._checkpoint import plan_batches, saved_activations
+from cupool.planning.budget._common import BudgetParams, now
+from cupool.planning.budget._state import PlanState
+from cupool.planning.budget.auto import _greedy
+from cupool.planning.budget.recipes import with_recompute_recipes
+from cupool.planning.validator import validate_plan
+from cupool.sim import cost_model, simulate
+from tests.swap_cases import small_traces
+
+GEN5 = cost_model("gen5")
+TRACES = Path(__file__).resolve().parent.parent / "cupool" / "data" / "traces"
+
+
+def chain_trace():
+    """op:    0 fw   1 fw   2 fw   3 fw   4 bw   5 bw   6 bw
+    X 0  persistent, uses 0 and 6
+    A 1  [==========================================)   uses 0, 1, 6   (made by op 0 from X)
+    B 2         [========================)              uses 1, 2, 5   (made by op 1 from A)
+    C 3                [=========)                      uses 2, 3, 4   (gap of one op: kept)
+    L 4                       [=====)                   uses 3, 4
+    """
+    ops = tuple(Op(f"op{i}", 10.0 * (i + 1), phase="fw" if i < 4 else "bw") for i in range(7))
+    return with_recompute_recipes(Trace("chain", ops, (
+        Buffer(0, 100, 0, 7, (0, 6), PERSISTENT),
+        Buffer(1, 100, 0, 7, (0, 1, 6)),
+        Buffer(2, 100, 1, 6, (1, 2, 5)),
+        Buffer(3, 100, 2, 5, (2, 3, 4)),
+        Buffer(4, 10, 3, 5, (3, 4)),
+    )))
+
+
+def test_one_segment_is_remade_once_at_its_first_backward_use():
+    trace = chain_trace()
+    assert [(op, b, p, q) for op, b, p, q in saved_activations(trace)] == [
+        (0, 1, 1, 6), (1, 2, 2, 5)]
+    batches = plan_batches(PlanState(trace, 10**6, GEN5), 1)
+    assert [(point, [m[1] for m in members], links) for point, members, links in batches] == [
+        (5, [1, 2], [])]
+    plan, reason = _greedy(trace, trace.lower_bound_bytes(), GEN5, BudgetParams(), now(), 0.2,
+                           late_trigger="covering", segments=1)
+    assert reason is None and plan.status == SolveStatus.FEASIBLE
+    assert [a for a in plan.actions if isinstance(a, RecomputeAction)] == [
+        RecomputeAction(1, 5), RecomputeAction(2, 5)]  # A before B: B is made from A
+    assert validate_plan(trace, plan).valid
+    # ops 0 and 1 run again, once each: 10 + 20 µs
+    assert simulate(trace, plan, GEN5).recompute_us == pytest.approx(30.0)
+
+
+def test_a_buffer_another_segments_batch_reads_stays_a_checkpoint():
+    """Two segments: A alone would be re-made at op 6, but B's batch at op 5 reads A, so A
+    stays resident (a checkpoint) and only B is re-made."""
+    trace = chain_trace()
+    batches = plan_batches(PlanState(trace, 10**6, GEN5), 2)
+    assert [(point, [m[1] for m in members]) for point, members, _links in batches] == [
+        (5, [2])]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(small_traces(), st.sampled_from((0.5, 0.7, 0.9)), st.integers(1, 3))
+def test_checkpointed_plans_of_small_traces_are_valid(trace, fraction, segments):
+    planned = with_recompute_recipes(trace)
+    budget = max(1, int(trace.lower_bound_bytes() * fraction))
+    plan, reason = _greedy(planned, budget, GEN5, BudgetParams(), now(), 0.2,
+                           late_trigger="covering", segments=segments)
+    if plan.status == SolveStatus.FEASIBLE:
+        report = validate_plan(planned, plan)
+        assert report.valid, report.message
+        assert simulate(planned, plan, GEN5, validate=False).feasible
+    else:
+        assert reason
+
+
+def test_gpt2_at_half_its_peak_re_runs_each_segment_once():
+    """GPT-2 bf16 at 50%: every saved activation of a segment is re-made at one op, the
+    plan validates, and its recompute time is about one forward (not one per consumer)."""
+    trace = with_recompute_recipes(load_trace(TRACES / "gpt2_train_b8_s1024_bf16.trace.json.gz"))
+    budget = int(trace.lower_bound_bytes() * 0.5)
+    plan, reason = _greedy(trace, budget, GEN5, BudgetParams(), now(), 0.2,
+                           late_trigger="covering", segments=4)
+    assert reason is None, reason
+    assert validate_plan(trace, plan).valid
+    points = {}
+    for point, members, _links in plan_batches(PlanState(trace, budget, GEN5), 4):
+        for m in members:
+            points[m[1]] = point
+    assert len(set(points.values())) == 4
+    remade = {a.buffer_id: a.before_op for a in plan.actions if isinstance(a, RecomputeAction)}
+    assert all(remade.get(b) == point for b, point in points.items())
+    sim = simulate(trace, plan, GEN5)
+    forward = sum(op.duration_us for op in trace.ops if op.phase == "fw")
+    assert sim.recompute_us < 1.0 * forward
