@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from cupool.core.vocabulary import PERSISTENT, Buffer, Op, RecomputeAction, SolveStatus, Trace
 from cupool.io import load_trace
-from cupool.planning.budget._checkpoint import plan_batches, saved_activations
+from cupool.planning.budget._checkpoint import plan_batches, saved_activations, split_segments
 from cupool.planning.budget._common import BudgetParams, now
 from cupool.planning.budget._state import PlanState
 from cupool.planning.budget.auto import _greedy
@@ -67,6 +67,26 @@ def test_a_buffer_another_segments_batch_reads_stays_a_checkpoint():
     batches = plan_batches(PlanState(trace, 10**6, GEN5), 2)
     assert [(point, [m[1] for m in members]) for point, members, _links in batches] == [
         (5, [2])]
+
+
+def test_segments_hold_equal_bytes_or_equal_counts_and_keep_a_producer_whole():
+    """Saved activations 1 (400 B, op 0), 2 and 3 (100 B each, both made by op 1), 4 (100 B,
+    op 2), in two segments: equal bytes cut after 1; equal counts would cut between 2 and 3,
+    but one op's outputs stay together, so the cut comes after 3."""
+    saved = [(0, 1, 0, 9), (1, 2, 1, 9), (1, 3, 1, 9), (2, 4, 2, 9)]
+    sizes = {1: 400}
+
+    class Sized:
+        @staticmethod
+        def buffer(b):
+            return Buffer(b, sizes.get(b, 100), 0, 1)
+
+    assert [[m[1] for m in seg] for seg in split_segments(Sized, saved, 2, "bytes")] == [
+        [1], [2, 3, 4]]
+    assert [[m[1] for m in seg] for seg in split_segments(Sized, saved, 2, "count")] == [
+        [1, 2, 3], [4]]
+    with pytest.raises(ValueError, match="split 'flops'"):
+        split_segments(Sized, saved, 2, "flops")
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -2,8 +2,8 @@
 re-run a whole stretch of the forward once, at the start of its backward, instead of
 re-producing each dropped activation separately before each of its uses.
 
-The forward is cut into ``segments`` stretches of producer ops holding equal bytes of
-*saved activations* (temporary buffers with a recompute recipe, produced in the
+The forward is cut into ``segments`` stretches of producer ops holding equal bytes (or
+equal numbers) of *saved activations* (temporary buffers with a recompute recipe, produced in the
 forward, idle from their last forward use to their first backward use)::
 
     op:        forward ─────────────────────────► | backward ───────────────────────►
@@ -77,21 +77,28 @@ def _turn(trace: Trace) -> int:
     return int(np.argmax(np.cumsum(delta[:-1])))
 
 
-def split_segments(trace: Trace, saved, segments: int) -> list[list[tuple]]:
-    """``saved`` (in producer order) cut into at most ``segments`` runs of equal bytes;
-    the saved activations of one producer op stay in one segment."""
-    total = sum(trace.buffer(b).size for _op, b, _p, _q in saved)
+SPLITS = ("bytes", "count")
+"""How :func:`split_segments` weighs a saved activation: by its size, or one each."""
+
+
+def split_segments(trace: Trace, saved, segments: int, split: str = "bytes") -> list[list[tuple]]:
+    """``saved`` (in producer order) cut into at most ``segments`` runs of equal weight
+    (``split``: equal bytes, or equal numbers of saved activations); the saved activations
+    of one producer op stay in one segment."""
+    if split not in SPLITS:
+        raise ValueError(f"split {split!r}: expected one of {SPLITS}")
+    weights = [trace.buffer(b).size if split == "bytes" else 1 for _op, b, _p, _q in saved]
+    total = sum(weights)
     out: list[list[tuple]] = [[] for _ in range(max(1, segments))]
     acc = 0
     current = 0
     last_op = None
-    for item in saved:
-        op, b = item[0], item[1]
-        if op != last_op and total:
+    for item, weight in zip(saved, weights, strict=True):
+        if item[0] != last_op and total:
             current = max(current, min(len(out) - 1, acc * len(out) // total))
         out[current].append(item)
-        acc += trace.buffer(b).size
-        last_op = op
+        acc += weight
+        last_op = item[0]
     return [seg for seg in out if seg]
 
 
@@ -134,10 +141,11 @@ def _closure(state: PlanState, members: list[tuple], point: int, dropped_elsewhe
     return links, needs, reads
 
 
-def plan_batches(state: PlanState, segments: int) -> list[tuple[int, list[tuple], list[int]]]:
+def plan_batches(state: PlanState, segments: int,
+                 split: str = "bytes") -> list[tuple[int, list[tuple], list[int]]]:
     """``(point, members, links)`` of every segment's batch, checkpoints resolved."""
     trace = state.trace
-    segs = split_segments(trace, saved_activations(trace), segments)
+    segs = split_segments(trace, saved_activations(trace), segments, split)
     for _round in range(len(segs) * 4 + 4):
         owner = {b: s for s, seg in enumerate(segs) for _op, b, _p, _q in seg}
         changed = False
@@ -176,11 +184,11 @@ def plan_batches(state: PlanState, segments: int) -> list[tuple[int, list[tuple]
     return out
 
 
-def apply_batches(state: PlanState, segments: int) -> int:
+def apply_batches(state: PlanState, segments: int, split: str = "bytes") -> int:
     """Drop every saved activation of ``segments`` segments and re-produce each segment's
     at its batch point (:func:`plan_batches`); returns the number of batches applied."""
     trace = state.trace
-    batches = plan_batches(state, segments)
+    batches = plan_batches(state, segments, split)
     for point, members, links in batches:
         cost = 0.0
         for _op, b, p, q in members:

@@ -59,7 +59,7 @@ class BudgetParams:
     refine_evaluations: int = 240
     max_chain: int = 6
     recompute_chain: int = 30
-    checkpoint_segments: tuple[int, ...] = (4, 6)
+    checkpoint_segments: tuple[int, ...] = (3, 4, 6)
     checkpoint_swap_weight: float = 0.2
     offset_solver: str = "greedy-size"
     placement_rounds: int = 5

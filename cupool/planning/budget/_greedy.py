@@ -126,7 +126,8 @@ def run_greedy(trace: Trace, budget_bytes: int, cost, *, order: str = "cost",
                swap_temporaries: bool = True,
                swap_weight: float = 0.05, offload_persistent: bool = True,
                max_chain: int = 6, hot_ops=(), late_trigger: str = "earliest",
-               segments: int = 0, lazy_release: bool = False) -> PlanState:
+               segments: int = 0, split: str = "bytes",
+               lazy_release: bool = False) -> PlanState:
     """Take gaps off the device until every op fits ``budget_bytes`` (or nothing helps).
 
     Temporary buffers first; persistent ones (their gaps between uses and across the
@@ -137,8 +138,9 @@ def run_greedy(trace: Trace, budget_bytes: int, cost, *, order: str = "cost",
     (:meth:`PlanState.swap_window`).
 
     ``segments > 0`` first drops every saved activation and re-runs the forward in that
-    many segments, each once at the start of its backward (:mod:`._checkpoint`); the
-    greedy then takes off what still does not fit (checkpoints, persistent buffers).
+    many segments (cut by ``split``), each once at the start of its backward
+    (:mod:`._checkpoint`); the greedy then takes off what still does not fit (checkpoints,
+    persistent buffers).
     ``lazy_release``: see :meth:`PlanState.swap_window`.
 
     ``hot_ops`` (ops a previous run could not bring under the budget) are served first,
@@ -148,7 +150,7 @@ def run_greedy(trace: Trace, budget_bytes: int, cost, *, order: str = "cost",
     state = PlanState(trace, budget_bytes, cost, max_chain=max_chain,
                       late_trigger=late_trigger, lazy_release=lazy_release)
     if segments:
-        apply_batches(state, segments)
+        apply_batches(state, segments, split)
     kw = {"allow_swap": allow_swap, "allow_recompute": allow_recompute,
           "swap_weight": swap_weight, "swap_temporaries": swap_temporaries}
     if hot_ops:

@@ -17,7 +17,8 @@ allows (a large hole, the lateness paid by the copies behind it) at each of
 only persistent ones, chains up to ``params.recompute_chain``: when the link is the
 scarce resource, activations are re-made and the link carries weights and optimizer
 state), ``greedy`` after segment checkpointing (:mod:`._checkpoint`: the forward re-run
-once per segment at the start of its backward, for each of ``params.checkpoint_segments``;
+once per segment at the start of its backward, for each of ``params.checkpoint_segments``,
+segments of equal saved bytes and of equal numbers of saved activations;
 then the greedy swaps checkpoints and persistent buffers with lazy release and covering
 late triggers, :meth:`~._state.PlanState.swap_window`), ``capuchin``, ``vdnn`` and
 ``on-demand`` — checks
@@ -49,13 +50,14 @@ on any reasonable machine (so the plan does not depend on the machine's speed)."
 
 
 def _greedy(trace, budget_bytes, cost, params, started, swap_weight, name="greedy",
-            late_trigger="earliest", swap_temporaries=True, max_chain=None, segments=0):
+            late_trigger="earliest", swap_temporaries=True, max_chain=None, segments=0,
+            split="bytes"):
     def decide(internal):
         state = run_repaired(trace, internal, cost, order="cost", swap_weight=swap_weight,
                              allow_swap=math.isfinite(swap_weight),
                              max_chain=params.max_chain if max_chain is None else max_chain,
                              late_trigger=late_trigger, swap_temporaries=swap_temporaries,
-                             segments=segments, lazy_release=segments > 0)
+                             segments=segments, split=split, lazy_release=segments > 0)
         op, resident = over_budget_op(state)
         if resident > internal:
             return None, {"reason": f"{name}: op {op} still needs {resident} bytes resident "
@@ -86,11 +88,11 @@ def plan_auto(trace, budget_bytes, cost, params: BudgetParams, started: float):
                  lambda t0: _greedy(trace, budget_bytes, cost, params, t0, 0.0,
                                     late_trigger="latest", swap_temporaries=False,
                                     max_chain=params.recompute_chain))]
-    members += [(f"greedy(checkpoint {k} segments)",
-                 lambda t0, k=k: _greedy(trace, budget_bytes, cost, params, t0,
-                                         params.checkpoint_swap_weight,
-                                         late_trigger="covering", segments=k))
-                for k in params.checkpoint_segments]
+    members += [(f"greedy(checkpoint {k} segments of equal {split})",
+                 lambda t0, k=k, split=split: _greedy(
+                     trace, budget_bytes, cost, params, t0, params.checkpoint_swap_weight,
+                     late_trigger="covering", segments=k, split=split))
+                for k in params.checkpoint_segments for split in ("bytes", "count")]
     members += [("capuchin", lambda t0: plan_capuchin(trace, budget_bytes, cost, params, t0)),
                 ("vdnn", lambda t0: plan_vdnn(trace, budget_bytes, cost, params, t0)),
                 ("on-demand", lambda t0: plan_on_demand(trace, budget_bytes, cost, params, t0))]
