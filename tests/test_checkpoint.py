@@ -60,6 +60,16 @@ def test_one_segment_is_remade_once_at_its_first_backward_use():
     assert simulate(trace, plan, GEN5).recompute_us == pytest.approx(30.0)
 
 
+def test_without_phases_the_forward_ends_at_the_op_with_most_bytes_alive():
+    """The same trace with no op phases: ops 3 and 4 hold the most bytes (410), the turn is
+    op 3, and the same two buffers are saved activations."""
+    from dataclasses import replace
+
+    trace = chain_trace()
+    bare = replace(trace, ops=tuple(replace(op, phase=None) for op in trace.ops))
+    assert saved_activations(bare) == saved_activations(trace)
+
+
 def test_a_buffer_another_segments_batch_reads_stays_a_checkpoint():
     """Two segments: A alone would be re-made at op 6, but B's batch at op 5 reads A, so A
     stays resident (a checkpoint) and only B is re-made."""
