@@ -103,14 +103,14 @@ def split_segments(trace: Trace, saved, segments: int, split: str = "bytes") -> 
 
 
 def _closure(state: PlanState, members: list[tuple], point: int, dropped_elsewhere: set[int]):
-    """What re-running ``members`` at ``point`` needs: ``(links, needs, reads)``: the
-    freed intermediates to re-produce there too (producer order), the buffers of other
-    batches it would read (must become checkpoints), and every input it reads."""
+    """What re-running ``members`` at ``point`` needs: ``(links, needs)``: the freed
+    intermediates to re-produce there too (producer order), and the buffers it would read
+    that are not there (another batch's members, which must become checkpoints, or
+    buffers nothing can re-make at ``point``)."""
     trace = state.trace
     own = {b for _op, b, _p, _q in members}
     links: list[int] = []
     needs: set[int] = set()
-    reads: set[int] = set()
 
     def available(x: int, depth: int) -> bool:
         if x in own or x in links:
@@ -120,7 +120,6 @@ def _closure(state: PlanState, members: list[tuple], point: int, dropped_elsewhe
             needs.add(x)
             return False
         if buf.kind == PERSISTENT or state.resident(x, point):
-            reads.add(x)
             return True
         # a freed intermediate (or one inside a recompute hole) is made again for one op
         if (buf.recompute is None or depth > state.max_chain
@@ -130,7 +129,6 @@ def _closure(state: PlanState, members: list[tuple], point: int, dropped_elsewhe
             return False
         if not all([available(y, depth + 1) for y in buf.recompute.inputs]):
             return False
-        reads.update(buf.recompute.inputs)
         links.append(x)
         return True
 
@@ -138,49 +136,51 @@ def _closure(state: PlanState, members: list[tuple], point: int, dropped_elsewhe
         for x in trace.buffer(b).recompute.inputs:
             available(x, 0)
     links.sort(key=lambda x: (trace.buffer(x).recompute.op, x))
-    return links, needs, reads
+    return links, needs
+
+
+def _point(seg) -> int:
+    """A batch's op: the first backward use of any of its members."""
+    return min(q for _op, _b, _p, q in seg)
+
+
+def _resolve_once(state: PlanState, segs: list[list[tuple]]) -> bool:
+    """One repair of the segments (False: none needed). A member still used at or after
+    its batch's op is no gap and leaves the batch; the members of other batches a batch
+    would read leave theirs (checkpoints); a batch that needs what no batch can make is
+    dropped. Each repair removes at least one member, so repeating ends."""
+    owner = {b: s for s, seg in enumerate(segs) for _op, b, _p, _q in seg}
+    for s, seg in enumerate(segs):
+        if not seg:
+            continue
+        point = _point(seg)
+        kept = [m for m in seg if m[2] < point - 1]
+        if len(kept) != len(seg):
+            segs[s] = kept
+            return True
+        _links, needs = _closure(state, seg, point, {b for b, o in owner.items() if o != s})
+        if not needs:
+            continue
+        moved = [b for b in needs if b in owner]
+        for b in moved:
+            segs[owner[b]] = [m for m in segs[owner[b]] if m[1] != b]
+        if not moved:
+            segs[s] = []
+        return True
+    return False
 
 
 def plan_batches(state: PlanState, segments: int,
                  split: str = "bytes") -> list[tuple[int, list[tuple], list[int]]]:
     """``(point, members, links)`` of every segment's batch, checkpoints resolved."""
-    trace = state.trace
-    segs = split_segments(trace, saved_activations(trace), segments, split)
-    for _round in range(len(segs) * 4 + 4):
-        owner = {b: s for s, seg in enumerate(segs) for _op, b, _p, _q in seg}
-        changed = False
-        for s, seg in enumerate(segs):
-            if not seg:
-                continue
-            point = min(q for _op, _b, _p, q in seg)
-            # a member still used at or after the point is no gap: keep it resident
-            kept = [m for m in seg if m[2] < point - 1]
-            if len(kept) != len(seg):
-                segs[s] = kept
-                changed = True
-                break
-            elsewhere = {b for b, o in owner.items() if o != s}
-            _links, needs, _reads = _closure(state, seg, point, elsewhere)
-            moved = [b for b in needs if b in owner]
-            for b in moved:
-                segs[owner[b]] = [m for m in segs[owner[b]] if m[1] != b]
-            if needs and not moved:
-                segs[s] = []  # it needs something no batch can make: no batch here
-            if needs:
-                changed = True
-                break
-        if not changed:
-            break
-    owner = {b: s for s, seg in enumerate(segs) for _op, b, _p, _q in seg}
+    segs = split_segments(state.trace, saved_activations(state.trace), segments, split)
+    while _resolve_once(state, segs):
+        pass
     out = []
-    for s, seg in enumerate(segs):
-        if not seg:
-            continue
-        point = min(q for _op, _b, _p, q in seg)
-        elsewhere = {b for b, o in owner.items() if o != s}
-        links, needs, _reads = _closure(state, seg, point, elsewhere)
-        if not needs:
-            out.append((point, seg, links))
+    for seg in segs:
+        if seg:
+            point = _point(seg)
+            out.append((point, seg, _closure(state, seg, point, set())[0]))
     return out
 
 
