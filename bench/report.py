@@ -492,7 +492,49 @@ def swap_section(swap: dict) -> str:
         table(head, body, "llr" + "r" * len(policies) + "rr"), "",
         "Every case (a policy without a plan shows its status):", "",
         table(["trace", "budget", "link", "budget bytes", "bound", *row_policies, "auto chose"],
-              per_row, "lllrr" + "r" * len(row_policies) + "l")])
+              per_row, "lllrr" + "r" * len(row_policies) + "l"),
+        *loose_bound_part(swap["rows"])])
+
+
+LOOSE_FACTOR = 1.5
+"""A case's bound "looks loose" when auto's overhead exceeds ``LOOSE_FACTOR`` × the bound +
+1 point; the report then shows where auto's time goes."""
+
+
+def loose_bound_part(rows: list[dict]) -> list[str]:
+    """Where auto's overhead goes in the cases whose bound looks loose, from the breakdown
+    ``bench/swap.py`` measured in auto's simulation (empty when no case has one)."""
+    picked = []
+    for r in rows:
+        auto = r["policies"].get("auto", {})
+        parts = auto.get("breakdown")
+        if (parts is None or r["bound"] is None or auto.get("overhead") is None
+                or auto["overhead"] <= LOOSE_FACTOR * r["bound"] + 0.01):
+            continue
+        ideal = parts["ideal_us"]
+        fill = f_pct(parts["peak_working_set_bytes"] / r["budget_bytes"])
+        picked.append([r["trace"], f"{round(r['fraction'] * 100)}%", r["link"],
+                       f_pct(r["bound"]), f_pct(auto["overhead"]),
+                       f_pct(parts["recompute_us"] / ideal),
+                       f_pct(parts["stall_before_end_us"] / ideal),
+                       f_pct(parts["tail_us"] / ideal), f"{parts['peak_op']} ({fill})",
+                       f_pct(parts["d2h_busy_before_peak"]),
+                       f_pct(parts["h2d_busy_after_peak"])])
+    if not picked:
+        return []
+    return ["", "Where auto's overhead goes where the bound looks loose (auto > "
+            f"{LOOSE_FACTOR:g} × bound + 1 point), from auto's simulation, as fractions of the "
+            "ideal time: recompute; "
+            "stalls before the last op ends; the copy-out tail after it (persistent state "
+            "offloaded across the iteration boundary); the op with the largest working set "
+            "(share of the budget it fills) and how busy the D2H engine is before it and the "
+            "H2D engine after it. Engines busy nearly all the time around that op mean the "
+            "plan is link-bound: everything beyond that op's working set must cross the link "
+            "before it and come back after it, while the bound relaxes each op separately "
+            "and lets bytes cross fractionally.", "",
+            table(["trace", "budget", "link", "bound", "auto", "recompute", "stalls",
+                   "copy-out tail", "peak op (of budget)", "D2H busy before", "H2D busy after"],
+                  picked, "lllrrrrrrrr")]
 
 
 def replay_checks(replay: dict) -> list[tuple[str, str, str, bool | None]]:

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from cupool.io import load_trace
 from cupool.planning.budget import POLICY_NAMES, plan_with_budget
+from cupool.planning.budget._common import working_set_bytes
 from cupool.planning.budget.recipes import with_recompute_recipes
 from cupool.planning.validator import validate_plan
 from cupool.sim import cost_model, overhead_lower_bound, simulate
@@ -70,6 +71,8 @@ def run(quick: bool) -> dict:
                         entry["reason"] = info["reason"]
                     if policy == "auto" and "member" in info:
                         entry["member"] = info["member"]
+                    if policy == "auto" and entry.get("valid"):
+                        entry["breakdown"] = breakdown(info["trace"], sim)
                     row["policies"][policy] = entry
                 rows.append(row)
                 auto = row["policies"]["auto"].get("overhead")
@@ -80,6 +83,28 @@ def run(quick: bool) -> dict:
                       f"({row['policies']['auto'].get('member', '-')}, "
                       f"{row['policies']['auto']['seconds']:.1f} s)", flush=True)
     return {"rows": rows, "summary": summarize(rows)}
+
+
+def breakdown(trace, sim) -> dict:
+    """Where a plan's overhead goes, from its simulation: recompute, stalls before the
+    last op ends, the copy-out tail past it, and how busy each copy engine is on either
+    side of the op with the largest working set (the peak every plan must clear)."""
+    ws = working_set_bytes(trace)
+    peak = int(ws.argmax())
+    peak_start = sim.op_times[peak][1]
+    peak_end = sim.op_times[peak][2]
+    last_end = sim.op_times[-1][2]
+
+    def busy(direction, a, b):
+        spans = [(c[4], c[5]) for c in sim.copies if c[1] == direction]
+        return sum(max(0.0, min(e, b) - max(s, a)) for s, e in spans) / (b - a) if b > a else 0.0
+
+    return {"ideal_us": sim.ideal_us, "recompute_us": sim.recompute_us,
+            "stall_before_end_us": last_end - sim.ideal_us - sim.recompute_us,
+            "tail_us": sim.iteration_us - last_end, "peak_op": peak,
+            "peak_working_set_bytes": int(ws[peak]),
+            "d2h_busy_before_peak": busy("d2h", 0.0, peak_start),
+            "h2d_busy_after_peak": busy("h2d", peak_end, last_end)}
 
 
 def _pct(x) -> str:

@@ -221,6 +221,24 @@ def test_swap_tables_show_medians_found_counts_and_statuses(results):
                     "greedy(x)"]
 
 
+def test_loose_bound_cases_show_where_autos_time_goes():
+    """Only the case whose auto overhead exceeds 1.5 × bound + 1 point gets a row, with the
+    breakdown's numbers as fractions of the ideal time."""
+    parts = {"ideal_us": 100.0, "recompute_us": 25.0, "stall_before_end_us": 12.5,
+             "tail_us": 50.0, "peak_op": 7, "peak_working_set_bytes": 600,
+             "d2h_busy_before_peak": 0.875, "h2d_busy_after_peak": 1.0}
+
+    def row(trace, bound, overhead):
+        return {"trace": trace, "fraction": 0.5, "link": "gen4", "budget_bytes": 800,
+                "bound": bound, "policies": {"auto": {"overhead": overhead,
+                                                      "breakdown": parts}}}
+
+    text = "\n".join(report.loose_bound_part([row("tight", 0.5, 0.76), row("loose", 0.5, 0.875)]))
+    assert _table_rows(text, "trace") == [["loose", "50%", "gen4", "50.0%", "87.5%", "25.0%",
+                                           "12.5%", "50.0%", "7 (75.0%)", "87.5%", "100.0%"]]
+    assert report.loose_bound_part([row("tight", 0.5, 0.76)]) == []
+
+
 def test_replay_targets_are_checked_on_the_json_values(results):
     text = _section(report.render(results), "Swap runtime replay")
     checks = {r[0]: r for r in _table_rows(text, "what")}
