@@ -516,7 +516,7 @@ def loose_bound_part(rows: list[dict]) -> list[str]:
         picked.append([r["trace"], f"{round(r['fraction'] * 100)}%", r["link"],
                        f_pct(r["bound"]), f_pct(auto["overhead"]),
                        f_pct(parts["recompute_us"] / ideal),
-                       f_pct(parts["stall_before_end_us"] / ideal),
+                       f_pct(max(0.0, parts["stall_before_end_us"]) / ideal),
                        f_pct(parts["tail_us"] / ideal), f"{parts['peak_op']} ({fill})",
                        f_pct(parts["d2h_busy_before_peak"]),
                        f_pct(parts["h2d_busy_after_peak"])])
@@ -528,10 +528,12 @@ def loose_bound_part(rows: list[dict]) -> list[str]:
             "stalls before the last op ends; the copy-out tail after it (persistent state "
             "offloaded across the iteration boundary); the op with the largest working set "
             "(share of the budget it fills) and how busy the D2H engine is before it and the "
-            "H2D engine after it. Engines busy nearly all the time around that op mean the "
-            "plan is link-bound: everything beyond that op's working set must cross the link "
-            "before it and come back after it, while the bound relaxes each op separately "
-            "and lets bytes cross fractionally.", "",
+            "H2D engine after it. A D2H engine busy nearly all the time before that op means "
+            "the link could not take more off the device by then: what else had to leave was "
+            "recomputed (overhead that is all recompute) or was persistent state offloaded "
+            "across the boundary (a copy-out tail, and stalls while the H2D engine brings it "
+            "back). The bound relaxes each op on its own and lets a buffer be part swapped, "
+            "part recomputed, so it never meets that saturation.", "",
             table(["trace", "budget", "link", "bound", "auto", "recompute", "stalls",
                    "copy-out tail", "peak op (of budget)", "D2H busy before", "H2D busy after"],
                   picked, "lllrrrrrrrr")]

@@ -100,7 +100,7 @@ def breakdown(trace, sim) -> dict:
         return sum(max(0.0, min(e, b) - max(s, a)) for s, e in spans) / (b - a) if b > a else 0.0
 
     return {"ideal_us": sim.ideal_us, "recompute_us": sim.recompute_us,
-            "stall_before_end_us": last_end - sim.ideal_us - sim.recompute_us,
+            "stall_before_end_us": max(0.0, last_end - sim.ideal_us - sim.recompute_us),
             "tail_us": sim.iteration_us - last_end, "peak_op": peak,
             "peak_working_set_bytes": int(ws[peak]),
             "d2h_busy_before_peak": busy("d2h", 0.0, peak_start),
