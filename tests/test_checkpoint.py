@@ -51,7 +51,7 @@ def test_one_segment_is_remade_once_at_its_first_backward_use():
     assert [(point, [m[1] for m in members], links) for point, members, links in batches] == [
         (5, [1, 2], [])]
     plan, reason = _greedy(trace, trace.lower_bound_bytes(), GEN5, BudgetParams(), now(), 0.2,
-                           late_trigger="covering", segments=1)
+                           late_trigger="covering", segments=1, lazy_release=True)
     assert reason is None and plan.status == SolveStatus.FEASIBLE
     assert [a for a in plan.actions if isinstance(a, RecomputeAction)] == [
         RecomputeAction(1, 5), RecomputeAction(2, 5)]  # A before B: B is made from A
@@ -105,7 +105,8 @@ def test_checkpointed_plans_of_small_traces_are_valid(trace, fraction, segments)
     planned = with_recompute_recipes(trace)
     budget = max(1, int(trace.lower_bound_bytes() * fraction))
     plan, reason = _greedy(planned, budget, GEN5, BudgetParams(), now(), 0.2,
-                           late_trigger="covering", segments=segments)
+                           late_trigger="covering", segments=segments,
+                           lazy_release=True)
     if plan.status == SolveStatus.FEASIBLE:
         report = validate_plan(planned, plan)
         assert report.valid, report.message
@@ -120,7 +121,7 @@ def test_gpt2_at_half_its_peak_re_runs_each_segment_once():
     trace = with_recompute_recipes(load_trace(TRACES / "gpt2_train_b8_s1024_bf16.trace.json.gz"))
     budget = int(trace.lower_bound_bytes() * 0.5)
     plan, reason = _greedy(trace, budget, GEN5, BudgetParams(), now(), 0.2,
-                           late_trigger="covering", segments=4)
+                           late_trigger="covering", segments=4, lazy_release=True)
     assert reason is None, reason
     assert validate_plan(trace, plan).valid
     points = {}

@@ -31,8 +31,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from cupool.core.liveness import live_bytes
 from cupool.core.vocabulary import PERSISTENT, Trace
-from cupool.planning.budget._residency import RECOMPUTE, Gap
+from cupool.planning.budget._residency import RECOMPUTE
 from cupool.planning.budget._state import PlanState, gaps_of
 
 MIN_GAP = 2
@@ -70,11 +71,9 @@ def _turn(trace: Trace) -> int:
     """The op with the most bytes alive (the forward/backward turn of a training step)."""
     if trace.num_ops == 0:
         return 0
-    delta = np.zeros(trace.num_ops + 1, dtype=np.int64)
-    for b in trace.buffers:
-        delta[b.start] += b.size
-        delta[b.end] -= b.size
-    return int(np.argmax(np.cumsum(delta[:-1])))
+    live = live_bytes([b.start for b in trace.buffers], [b.end for b in trace.buffers],
+                      [b.size for b in trace.buffers], trace.num_ops)
+    return int(np.argmax(live))
 
 
 SPLITS = ("bytes", "count")
@@ -187,26 +186,9 @@ def plan_batches(state: PlanState, segments: int,
 def apply_batches(state: PlanState, segments: int, split: str = "bytes") -> int:
     """Drop every saved activation of ``segments`` segments and re-produce each segment's
     at its batch point (:func:`plan_batches`); returns the number of batches applied."""
-    trace = state.trace
     batches = plan_batches(state, segments, split)
     for point, members, links in batches:
-        cost = 0.0
-        for _op, b, p, q in members:
-            size = trace.buffer(b).size
-            state.schedule.add(Gap(b, p, q, RECOMPUTE, p + 1, point))
-            state.holes.setdefault(b, []).append((p + 1, point, RECOMPUTE))
-            state.live[p + 1:point] -= size
-            state.taken.add((b, p, q))
-            cost += float(state.durations[trace.buffer(b).recompute.op])
-        for x in links:
-            state.schedule.chains.append((x, point, 1))
-            state.transient.setdefault(x, set()).add(point)
-            state.live[point] += trace.buffer(x).size
-            cost += float(state.durations[trace.buffer(x).recompute.op])
-        for y in [b for _op, b, _p, _q in members] + links:
-            for x in trace.buffer(y).recompute.inputs:
-                state.pinned.setdefault(x, set()).add(point)
-        state.extra[point] += cost
-        state.recompute_us += cost
-    state._times()
+        gaps = [(b, p, q) for _op, b, p, q in members]
+        state.apply_batch(point, gaps, links)
+        state.taken.update(gaps)
     return len(batches)

@@ -299,21 +299,42 @@ class PlanState:
             self.live[a:b] -= size
 
     def apply_recompute(self, buffer_id: int, prev_use: int, next_use: int, chain) -> None:
-        size = self.trace.buffer(buffer_id).size
         cost, links, advances = chain
         for gap, trigger in advances:
             self._apply_advance(gap, trigger, next_use)
-        self.schedule.add(Gap(buffer_id, prev_use, next_use, RECOMPUTE, prev_use + 1, next_use))
-        self.holes.setdefault(buffer_id, []).append((prev_use + 1, next_use, RECOMPUTE))
-        self._free(size, prev_use + 1, next_use)
+        self._drop(buffer_id, prev_use, next_use, next_use)
+        self._remake(next_use, [buffer_id], links, cost)
+
+    def apply_batch(self, op: int, gaps, links) -> None:
+        """Drop each gap ``(buffer, prev_use, next_use)`` and re-make all of them before
+        ``op`` (at or before each ``next_use``), with the freed intermediates ``links``
+        re-made there for that op (a segment's batch, :mod:`._checkpoint`)."""
+        for b, prev_use, next_use in gaps:
+            self._drop(b, prev_use, next_use, op)
+        made = [b for b, _p, _q in gaps] + list(links)
+        self._remake(op, [b for b, _p, _q in gaps], [(x, 1) for x in links],
+                     sum(float(self.durations[self.trace.buffer(y).recompute.op]) for y in made))
+
+    def _drop(self, buffer_id: int, prev_use: int, next_use: int, remade_at: int) -> None:
+        """The buffer leaves the device after ``prev_use`` and is recomputed before
+        ``remade_at`` (<= ``next_use``)."""
+        self.schedule.add(Gap(buffer_id, prev_use, next_use, RECOMPUTE, prev_use + 1,
+                              remade_at))
+        self.holes.setdefault(buffer_id, []).append((prev_use + 1, remade_at, RECOMPUTE))
+        self._free(self.trace.buffer(buffer_id).size, prev_use + 1, remade_at)
+
+    def _remake(self, op: int, dropped, links, cost: float) -> None:
+        """Recomputes before ``op``: of the ``dropped`` buffers, and of the chain ``links``
+        (``[(buffer, depth)]``, resident for that op only); every input they read is pinned
+        at ``op``; ``cost`` µs is charged there."""
         for x, depth in links:
-            self.schedule.chains.append((x, next_use, depth))
-            self.transient.setdefault(x, set()).add(next_use)
-            self.live[next_use] += self.trace.buffer(x).size
-        for y in [buffer_id, *(x for x, _depth in links)]:
+            self.schedule.chains.append((x, op, depth))
+            self.transient.setdefault(x, set()).add(op)
+            self.live[op] += self.trace.buffer(x).size
+        for y in [*dropped, *(x for x, _depth in links)]:
             for x in self.trace.buffer(y).recompute.inputs:
-                self.pinned.setdefault(x, set()).add(next_use)
-        self.extra[next_use] += cost
+                self.pinned.setdefault(x, set()).add(op)
+        self.extra[op] += cost
         self.recompute_us += cost
         self._times()
 

@@ -51,13 +51,13 @@ on any reasonable machine (so the plan does not depend on the machine's speed)."
 
 def _greedy(trace, budget_bytes, cost, params, started, swap_weight, name="greedy",
             late_trigger="earliest", swap_temporaries=True, max_chain=None, segments=0,
-            split="bytes"):
+            split="bytes", lazy_release=False):
     def decide(internal):
         state = run_repaired(trace, internal, cost, order="cost", swap_weight=swap_weight,
                              allow_swap=math.isfinite(swap_weight),
                              max_chain=params.max_chain if max_chain is None else max_chain,
                              late_trigger=late_trigger, swap_temporaries=swap_temporaries,
-                             segments=segments, split=split, lazy_release=segments > 0)
+                             segments=segments, split=split, lazy_release=lazy_release)
         op, resident = over_budget_op(state)
         if resident > internal:
             return None, {"reason": f"{name}: op {op} still needs {resident} bytes resident "
@@ -91,7 +91,7 @@ def plan_auto(trace, budget_bytes, cost, params: BudgetParams, started: float):
     members += [(f"greedy(checkpoint {k} segments of equal {split})",
                  lambda t0, k=k, split=split: _greedy(
                      trace, budget_bytes, cost, params, t0, params.checkpoint_swap_weight,
-                     late_trigger="covering", segments=k, split=split))
+                     late_trigger="covering", segments=k, split=split, lazy_release=True))
                 for k in params.checkpoint_segments for split in ("bytes", "count")]
     members += [("capuchin", lambda t0: plan_capuchin(trace, budget_bytes, cost, params, t0)),
                 ("vdnn", lambda t0: plan_vdnn(trace, budget_bytes, cost, params, t0)),
