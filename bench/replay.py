@@ -5,8 +5,10 @@ iteration, the convergence of a deliberately mis-timed plan (every swap-in trigg
 due op; target: late prefetches down to the simulator's floor within 3 iterations; run for
 several seeds, each for 6 iterations, so a relapse after convergence shows too), and the
 median CPU cost of ``h.use()`` on a resident tensor (target: <= 5 µs; measured for a NumPy
-view and for a ``cupy.ndarray`` over emulated memory, what a GPU's handles yield), and that
-the planned pool served every residency at its planned offset;
+view and for a ``cupy.ndarray`` over emulated memory, what a GPU's handles yield), the time
+the NumPy pattern twin takes to fill and to verify 64 MiB (the byte checks of every replay;
+target: under 1 s each), and that the planned pool served every residency at its planned
+offset;
 writes ``bench/results/replay.json``. Sizes are divided by ``SIZE_SCALE`` and op durations
 multiplied by ``TIME_SCALE``, with the link paced to match (see ``cupool.runtime.replay``).
 """
@@ -33,6 +35,8 @@ TIME_SCALE = 40.0
 ITERATIONS = 4
 CONVERGENCE_SEEDS = (0, 1, 2, 3, 4)
 CONVERGENCE_ITERATIONS = 6
+PATTERN_BYTES = 64 << 20
+PATTERN_TARGET_S = 1.0
 
 
 def use_median_us(samples: int = 20000, cupy_arrays: bool = False) -> float:
@@ -53,6 +57,28 @@ def _median_use(handle, samples: int) -> float:
             pass
         times.append(time.perf_counter() - began)
     return float(np.median(times) * 1e6)
+
+
+def pattern_seconds(repeats: int = 5) -> dict[str, float]:
+    """Median wall seconds of the NumPy twin filling ``PATTERN_BYTES`` with the pattern and
+    counting its mismatches (``fill_s``, ``verify_s``), and the rates they make
+    (``fill_gbps``, ``verify_gbps``, 1e9 bytes per second)."""
+    from cupool.kernels import reference
+
+    view = np.empty(PATTERN_BYTES, dtype=np.uint8)
+    fills, verifies = [], []
+    for _ in range(repeats):
+        began = time.perf_counter()
+        reference.fill(view, 7, 8, 9)
+        fills.append(time.perf_counter() - began)
+        began = time.perf_counter()
+        mismatches = reference.count_mismatches(view, 7, 8, 9)
+        verifies.append(time.perf_counter() - began)
+        assert mismatches == 0, mismatches
+    fill_s, verify_s = float(np.median(fills)), float(np.median(verifies))
+    return {"bytes": PATTERN_BYTES, "fill_s": fill_s, "verify_s": verify_s,
+            "fill_gbps": PATTERN_BYTES / fill_s / 1e9,
+            "verify_gbps": PATTERN_BYTES / verify_s / 1e9}
 
 
 def convergence(trace) -> dict:
@@ -82,6 +108,7 @@ def main() -> dict:
     out = {"trace": trace.name, "budget": "70%", **result,
            "replay_over_sim": ratio, "use_median_us": use_median_us(),
            "use_median_us_cupy": use_median_us(cupy_arrays=True),
+           "pattern": pattern_seconds(),
            "mistimed": convergence(trace)}
     print(f"{trace.name} at 70%: replay {result['mean_iteration_us']:.0f} us/iter vs "
           f"simulator {result['sim_iteration_us']:.0f} us (ratio {ratio:.3f}; target <= 1.15)")
@@ -99,6 +126,10 @@ def main() -> dict:
           f"{result['arena_reserved_bytes']} B (scaled)")
     print(f"  h.use() median on a resident tensor: {out['use_median_us']:.2f} us (NumPy "
           f"view), {out['use_median_us_cupy']:.2f} us (cupy.ndarray) (target <= 5)")
+    pattern = out["pattern"]
+    print(f"  pattern twin on 64 MiB: fill {pattern['fill_s'] * 1e3:.0f} ms "
+          f"({pattern['fill_gbps']:.2f} GB/s), verify {pattern['verify_s'] * 1e3:.0f} ms "
+          f"({pattern['verify_gbps']:.2f} GB/s) (target < {PATTERN_TARGET_S:g} s each)")
     path = ROOT / "bench" / "results" / "replay.json"
     path.write_text(json.dumps(out, indent=2) + "\n")
     return out

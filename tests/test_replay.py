@@ -289,17 +289,45 @@ def test_staging_best_fit_merges_and_falls_back_to_pageable():
         staging.close()
 
 
-def test_resident_use_is_cheap():
-    import time
+def test_resident_use_takes_the_fast_path():
+    """A use of a resident handle is the fast path the module promises: it hands back the
+    handle's own view (no new array), takes the handle's lock once to enter and once to
+    leave, and never looks at the landing event, so it cannot wait. How fast that is
+    depends on the machine and is measured by ``bench/replay.py`` (``use_median_us``)."""
+
+    class CountingLock:
+        def __init__(self, lock) -> None:
+            self.lock, self.acquired = lock, 0
+
+        def acquire(self, *args) -> bool:
+            self.acquired += 1
+            return self.lock.acquire(*args)
+
+        def release(self) -> None:
+            self.lock.release()
+
+        def __enter__(self) -> bool:
+            return self.acquire()
+
+        def __exit__(self, *exc_info) -> None:
+            self.release()
+
+    class NoLanding:
+        def wait(self, timeout=None):
+            raise AssertionError("a use of a resident handle waited for a swap-in")
+
+        is_set = wait
 
     handle = _resident_handle()
-    samples = []
-    for _ in range(2000):
-        began = time.perf_counter()
-        with handle.use():
-            pass
-        samples.append(time.perf_counter() - began)
-    assert sorted(samples)[len(samples) // 2] < 20e-6  # loose here; bench/replay.py measures
+    view = handle.view
+    handle._lock = lock = CountingLock(handle._lock)
+    handle._landed = NoLanding()
+    for intent in ("read", WRITE) * 500:
+        with handle.use(intent) as got:
+            assert got is view
+    assert lock.acquired == 2 * 1000
+    assert (handle.uses, handle.waited_us, handle.state) == (1000, 0.0, DEVICE)
+    assert (handle._readers, handle._writers) == (0, 0)
 
 
 def test_a_rematerialized_intermediate_feeds_a_recompute_byte_exact():
