@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -14,6 +15,7 @@ from cupool.core.vocabulary import PERSISTENT, TEMPORARY, Buffer, Op, SolveStatu
 from cupool.errors import SolverError
 from cupool.io import load_trace
 from cupool.planning.budget import POLICY_NAMES, plan_with_budget
+from cupool.planning.budget._residency import boundary_pairs, tie_boundary_pairs
 from cupool.planning.budget._state import Engine
 from cupool.planning.budget.recipes import with_recompute_recipes
 from cupool.planning.validator import validate_plan
@@ -266,3 +268,31 @@ def test_a_recompute_brings_a_swapped_input_back_earlier():
     swap_in = next(a for a in plan.actions if isinstance(a, SwapIn))
     assert swap_in.buffer_id == 0 and swap_in.due_op == 5 and swap_in.trigger_op <= 5
     assert simulate(trace, plan, cost).feasible
+
+
+# op:        0   1   2   3   4   5
+# W 0:      [=)         [=========)   persistent, 8 B: resident at both ends, off in between
+# X 1:      [=====)                   8 B
+# Y 2:                  [=========)   8 B
+BOUNDARY_TRACE = Trace("boundary", tuple(Op(f"op{i}", 1.0) for i in range(6)), (
+    Buffer(0, 8, 0, 6, (0, 5), PERSISTENT),
+    Buffer(1, 8, 0, 2, (0, 1)),
+    Buffer(2, 8, 3, 6, (3, 5)),
+))
+BOUNDARY_INTERVALS = [(0, 0, 1), (0, 3, 6), (1, 0, 2), (2, 3, 6)]
+
+
+@pytest.mark.parametrize(("offsets", "budget", "tied"), [
+    ([0, 8, 16, 0], 24, 8),     # the last residency's offset is free during the first one
+    ([0, 8, 8, 16], 24, 0),     # only the first's offset is free during the last one
+    ([0, 8, 8, 0], 24, 16),     # neither: the lowest offset free during both
+    ([0, 8, 8, 0], 16, None),   # neither, and nothing free within the budget
+])
+def test_a_persistent_buffer_keeps_one_offset_across_the_iteration_boundary(offsets, budget,
+                                                                             tied):
+    assert boundary_pairs(BOUNDARY_TRACE, BOUNDARY_INTERVALS) == [(0, 1)]
+    placed = np.array(offsets, dtype=np.int64)
+    assert tie_boundary_pairs(BOUNDARY_TRACE, BOUNDARY_INTERVALS, placed, budget) is (
+        tied is not None)
+    if tied is not None:
+        assert placed.tolist() == [tied, tied, *offsets[2:]]

@@ -82,6 +82,10 @@ def test_good_plans_are_valid():
     ([W0, Residency(1, 0, 1, 8), Residency(1, 4, 5, 8), B], [RecomputeAction(1, 4),
                                                             SwapOut(1, 0)],
      "swap_out", "not followed by a swap-in"),
+    # persistent W resident at both ends of the iteration, but at two addresses
+    ([Residency(0, 0, 1, 0), Residency(0, 3, 6, 40), Residency(1, 0, 5, 8),
+      Residency(2, 1, 3, 24)], [SwapOut(0, 0), SwapIn(0, 3, 5)], "boundary",
+     "must share one offset"),
 ])
 def test_broken_rules_are_named(residencies, actions, rule, words):
     report = check(residencies, actions)

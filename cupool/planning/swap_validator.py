@@ -23,7 +23,9 @@ order they are checked (``rule`` of the :class:`ValidationReport` in brackets):
      is entered by a ``SwapIn`` (anywhere in the iteration), and [boundary] its last
      residency ends with a ``SwapOut`` (the host copy the next iteration swaps in). A
      persistent buffer that is not offloaded must be resident at op 0 and at the last op
-     ([boundary]): its first residency starts at 0 and its last ends at ``num_ops``;
+     ([boundary]): its first residency starts at 0 and its last ends at ``num_ops``, at
+     the first residency's offset (across the boundary the two are one stay: the bytes
+     cannot move between iterations);
    - [entry] every later residency is entered by exactly one action at its ``start``:
      a ``SwapIn`` with ``trigger_op == start`` or a ``RecomputeAction`` with
      ``before_op == start`` (a rematerialization only by a ``RecomputeAction``);
@@ -203,6 +205,12 @@ def _check_data(trace, plan):
                 return _bad("boundary", f"persistent buffer {b} stays on the device across "
                                         f"iterations, so its last residency {_span(rs[-1])} "
                                         f"must end at op {trace.num_ops}", b)
+            if not offloaded and rs[-1].offset != rs[0].offset:
+                return _bad("boundary", f"persistent buffer {b} stays on the device across "
+                                        f"iterations, so its last residency {_span(rs[-1])} "
+                                        f"at offset {rs[-1].offset} and its first "
+                                        f"{_span(rs[0])} at offset {rs[0].offset} must share "
+                                        f"one offset", b)
         for k, r in enumerate(rs):
             action = entered.get((b, r.start))
             if k > 0 and action is None:

@@ -178,7 +178,95 @@ def place(trace: Trace, intervals, budget_bytes: int, solver: str = "greedy-size
     arena = problem.arena_of(result.offsets)
     if arena > budget_bytes:
         return None, arena
-    return np.asarray(result.offsets, dtype=np.int64), arena
+    offsets = np.asarray(result.offsets, dtype=np.int64)
+    if not tie_boundary_pairs(trace, intervals, offsets, budget_bytes):
+        return None, 0
+    return offsets, int(max(int(o) + trace.buffer(i).size
+                            for (i, _s, _e), o in zip(intervals, offsets, strict=True)))
+
+
+def boundary_pairs(trace: Trace, intervals) -> list[tuple[int, int]]:
+    """``(k_first, k_last)`` for every persistent buffer resident across the iteration
+    boundary in two residencies: its last one ends at ``num_ops`` and its first starts at
+    0 (``intervals[k]``). Across the boundary the two are one stay on the device, so they
+    need one offset: the bytes cannot move between iterations."""
+    first: dict[int, int] = {}
+    last: dict[int, int] = {}
+    for k, (b, start, end) in enumerate(intervals):
+        if start == 0:
+            first[b] = k
+        if end == trace.num_ops:
+            last[b] = k
+    return [(k, last[b]) for b, k in first.items()
+            if b in last and last[b] != k and trace.buffer(b).kind == PERSISTENT]
+
+
+def tie_boundary_pairs(trace: Trace, intervals, offsets: np.ndarray, budget_bytes: int) -> bool:
+    """Give both residencies of each :func:`boundary_pairs` pair one offset, in place.
+
+    Where the solver placed them apart, the pair keeps the last residency's offset if that
+    is free during the first one, else the first's if free during the last, else the
+    lowest offset free during both; ``False`` when none fits within ``budget_bytes``::
+
+        bytes ^        [0, 3) at 0 and [7, 10) at 64  ->  both at 64 when [0, 3) is free there
+              |  first                last
+              +----------------------------> op
+    """
+    pairs = [(k, j) for k, j in boundary_pairs(trace, intervals) if offsets[k] != offsets[j]]
+    if not pairs:
+        return True
+    starts = np.array([s for _b, s, _e in intervals], dtype=np.int64)
+    ends = np.array([e for _b, _s, e in intervals], dtype=np.int64)
+    sizes = np.array([trace.buffer(b).size for b, _s, _e in intervals], dtype=np.int64)
+    for k, j in pairs:
+        layout = _Layout(starts, ends, sizes, offsets, (k, j))
+        size = int(sizes[k])
+        if layout.free(int(offsets[j]), size, budget_bytes, k):
+            offsets[k] = offsets[j]
+        elif layout.free(int(offsets[k]), size, budget_bytes, j):
+            offsets[j] = offsets[k]
+        else:
+            lowest = layout.lowest_free(size, k, j)
+            if lowest + size > budget_bytes:
+                return False
+            offsets[k] = offsets[j] = lowest
+    return True
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """The placed residencies as arrays, minus a pair being moved (``moving``)."""
+
+    starts: np.ndarray
+    ends: np.ndarray
+    sizes: np.ndarray
+    offsets: np.ndarray
+    moving: tuple[int, int]
+
+    def _during(self, *spans: int) -> np.ndarray:
+        """Residencies other than the pair that share an op with any of ``spans``."""
+        mask = np.zeros(len(self.starts), dtype=bool)
+        for a in spans:
+            mask |= (self.starts < self.ends[a]) & (self.ends > self.starts[a])
+        mask[list(self.moving)] = False
+        return mask
+
+    def free(self, offset: int, size: int, budget_bytes: int, span: int) -> bool:
+        """``[offset, offset + size)`` is within the budget and unused during ``span``."""
+        mask = self._during(span)
+        return offset + size <= budget_bytes and not bool(np.any(
+            mask & (self.offsets < offset + size) & (self.offsets + self.sizes > offset)))
+
+    def lowest_free(self, size: int, *spans: int) -> int:
+        """The lowest offset with ``size`` bytes unused during every one of ``spans``."""
+        mask = self._during(*spans)
+        cursor = 0
+        for low, high in sorted(zip(self.offsets[mask].tolist(),
+                                    (self.offsets + self.sizes)[mask].tolist(), strict=True)):
+            if low - cursor >= size:
+                break
+            cursor = max(cursor, high)
+        return cursor
 
 
 def assemble(trace: Trace, schedule: Schedule, intervals, offsets, arena_bytes: int,
