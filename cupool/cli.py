@@ -168,6 +168,21 @@ def _build_parser() -> argparse.ArgumentParser:
     t.add_argument("--seed", type=_seed, default=0)
     t.add_argument("--json", action="store_true")
 
+    st = commands.add_parser("selftest", help="prove cupool on a device: GPU tests, stress, "
+                             "replay against the simulator, pool against CuPy's, link and op "
+                             "timings; writes selftest_<device>.json/.md")
+    st.add_argument("--device", default="cuda", choices=("cuda", "emulated"))
+    st.add_argument("--out", default="bench/results/gpu", help="directory of the two files")
+    st.add_argument("--steps", help="comma-separated subset of the steps (default: all)")
+    st.add_argument("--stress-minutes", type=_minutes, default=3.0)
+    st.add_argument("--replay-traces", help="comma-separated bundled trace names")
+    st.add_argument("--budgets", help="comma-separated replay budgets (default 70%%,50%%)")
+    st.add_argument("--iterations", type=_positive_int, default=5,
+                    help="replay iterations (> 2: the steady ones are the third on)")
+    st.add_argument("--pool-traces", help="comma-separated bundled trace names (default all)")
+    st.add_argument("--pool-rounds", type=_positive_int, default=9)
+    st.add_argument("--json", action="store_true")
+
     # time-shared devices (issue 7, item 1): cupool/sharing/
     sh = commands.add_parser("share", help="lay out several jobs (traces) on one time-shared "
                              "device: persistent slots, shared temporary region, admission")
@@ -654,6 +669,52 @@ def _cmd_stress(args, stdout) -> int:
 
 
 _COMMANDS["stress"] = _cmd_stress
+
+
+def _names(text: str | None, what: str) -> tuple[str, ...] | None:
+    if text is None:
+        return None
+    names = tuple(name.strip() for name in text.split(",") if name.strip())
+    if not names:
+        raise InputError(f"{what} (={text!r}) names nothing")
+    return names
+
+
+def _cmd_selftest(args, stdout) -> int:
+    """Exit 0 when every step that ran passed, 1 when a check failed or a step broke, 2
+    when the device cannot run (``--device cuda`` without a GPU: one line saying so)."""
+    from cupool.selftest import (
+        DEFAULT_BUDGETS,
+        DEFAULT_REPLAY_TRACES,
+        STEP_NAMES,
+        SelftestOptions,
+        run_selftest,
+    )
+    from cupool.selftest.report import report_paths
+
+    options = SelftestOptions(
+        device=args.device, out_dir=Path(args.out),
+        steps=_names(args.steps, "--steps") or STEP_NAMES,
+        stress_minutes=args.stress_minutes,
+        replay_traces=_names(args.replay_traces, "--replay-traces") or DEFAULT_REPLAY_TRACES,
+        replay_budgets=_names(args.budgets, "--budgets") or DEFAULT_BUDGETS,
+        replay_iterations=args.iterations,
+        pool_traces=_names(args.pool_traces, "--pool-traces"), pool_rounds=args.pool_rounds)
+    report = run_selftest(options, log=None if args.json else
+                          (lambda line: print(line, file=stdout, flush=True)))
+    document = report.document()
+    json_path, md_path = report_paths(options.out_dir, options.device)
+    lines = [f"cupool selftest on {options.device}: {'PASS' if report.passed else 'FAIL'}"]
+    lines += [f"  {step.name:12} {step.status:8} {step.seconds:7.1f} s  {step.message}"
+              for step in report.steps]
+    lines += [f"  target {'met' if t['met'] else 'MISSED' if t['met'] is False else 'not run'}"
+              f": {t['target']} ({t['measured']})" for t in document["targets"]]
+    lines += [f"wrote {json_path} and {md_path}"]
+    _emit(stdout, args, document, lines)
+    return EXIT_OK if report.passed else EXIT_NO
+
+
+_COMMANDS["selftest"] = _cmd_selftest
 
 
 def _gap_bytes(text: str) -> int:

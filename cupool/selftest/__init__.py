@@ -1,0 +1,181 @@
+"""``cupool selftest``: one command that proves cupool on a device, recorded in two files.
+
+:func:`run_selftest` runs these steps in order, each timed and each written to
+``<out>/selftest_<device>.json`` and ``.md`` as soon as it ends (a crash midway leaves the
+steps before it on disk):
+
+=============  ==========================================================================
+``environment``  device, driver, CUDA, CuPy, NumPy, PyTorch versions (:mod:`.environment`)
+``link``         pinned H2D/D2H bandwidth and per-copy latency against the cost model's
+                 presets (:mod:`.link`)
+``pool``         ``PlannedPool`` beside CuPy's ``MemoryPool`` on the ``cupy.empty`` loop of
+                 every bundled trace: µs per malloc+free, reserved bytes (:mod:`.allocators`)
+``ops``          measured op durations of a model step against the capture's estimates
+                 (:mod:`.ops`)
+``replay``       bundled traces at several budgets through the swap runtime: measured
+                 iteration time against the simulator, late prefetches, corrupt bytes
+``programs``     user programs under a budget: reported as not run while cupool has no
+                 program examples
+``stress``       ``cupool stress`` for some minutes: corrupt bytes, leaks, errors
+``gpu_tests``    the GPU test suite (``pytest -m gpu``): pass, fail and skip counts
+=============  ==========================================================================
+
+Every step ends with a status: ``pass``, ``fail`` (a correctness check failed: a failed
+test, a corrupt byte, a leaked block, an error counted by a check), ``error`` (the step
+itself raised; the message says what) or ``not_run`` (with the reason). Speed and timing
+targets (replay within 15% of the simulator, the pool's cost within 1.5× of CuPy's, link
+presets within 10%) are listed apart in ``targets``: they say how well the models fit,
+not whether a byte went wrong.
+
+On ``"cuda"`` everything runs on the GPU at full size; on ``"emulated"`` the same steps run
+on the emulated device (replay paced and scaled, the link paced like a preset, the model
+step on the CPU, no GPU suite), which is how the harness itself is tested without a GPU.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cupool.errors import CupoolError, InputError
+
+STEP_NAMES = ("environment", "link", "pool", "ops", "replay", "programs", "stress",
+              "gpu_tests")
+DEVICES = ("cuda", "emulated")
+DEFAULT_REPLAY_TRACES = ("resnet50_train_b32_fp32", "gpt2_train_b8_s1024_bf16")
+DEFAULT_BUDGETS = ("70%", "50%")
+EMULATED_LINK_SCALE = 1024
+"""The emulated link step paces the device at a preset / this, and copies sizes / this."""
+
+
+class SelftestUnavailableError(CupoolError):
+    """The device asked for cannot run the self-test (no usable GPU); one line why."""
+
+
+@dataclass(frozen=True)
+class SelftestOptions:
+    """What :func:`run_selftest` runs. ``replay_traces`` and ``pool_traces`` are bundled
+    trace names (substrings of the file names; ``pool_traces=None``: every bundled trace);
+    ``op_model`` is ``(model, mode, batch)`` for the ``ops`` step (``None``: ResNet-50
+    training at batch 32 on a GPU, its small configuration at batch 2 on the CPU);
+    ``tests_dir`` the test suite for ``gpu_tests`` (``None``: the checkout's ``tests/``)."""
+
+    device: str = "cuda"
+    out_dir: Path = Path("bench/results/gpu")
+    steps: tuple[str, ...] = STEP_NAMES
+    stress_minutes: float = 3.0
+    replay_traces: tuple[str, ...] = DEFAULT_REPLAY_TRACES
+    replay_budgets: tuple[str, ...] = DEFAULT_BUDGETS
+    replay_iterations: int = 5
+    pool_traces: tuple[str, ...] | None = None
+    pool_rounds: int = 9
+    op_model: tuple[str, str, int] | None = None
+    tests_dir: Path | None = None
+    test_timeout_s: float = 240.0
+    seed: int = 0
+
+    def __post_init__(self):
+        if self.device not in DEVICES:
+            raise InputError(f"device (={self.device!r}) must be one of {', '.join(DEVICES)}")
+        unknown = [s for s in self.steps if s not in STEP_NAMES]
+        if unknown or not self.steps:
+            raise InputError(f"steps (={list(self.steps)!r}) must be a non-empty subset of "
+                             f"{', '.join(STEP_NAMES)}")
+        if not self.stress_minutes > 0:
+            raise InputError(f"stress_minutes (={self.stress_minutes!r}) must be > 0")
+        if isinstance(self.pool_rounds, bool) or not isinstance(self.pool_rounds, int) \
+                or self.pool_rounds < 1:
+            raise InputError(f"pool_rounds (={self.pool_rounds!r}) must be an int >= 1")
+
+
+@dataclass
+class StepRecord:
+    """One step's outcome: ``status`` (module docstring), ``seconds``, ``result`` (the
+    step's own flat dict or list of dicts), ``message`` (for ``error`` and ``not_run``)."""
+
+    name: str
+    status: str
+    seconds: float
+    result: object = None
+    message: str = ""
+
+
+@dataclass
+class SelftestReport:
+    """The whole run: when, where, every step, and the targets derived from them."""
+
+    device: str
+    started: str
+    steps: list[StepRecord] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return all(step.status in ("pass", "not_run") for step in self.steps)
+
+    def document(self) -> dict:
+        from cupool.selftest.report import targets
+
+        return {"selftest": 1, "device": self.device, "started": self.started,
+                "passed": self.passed,
+                "steps": {s.name: {"status": s.status, "seconds": round(s.seconds, 3),
+                                   "message": s.message, "result": s.result}
+                          for s in self.steps},
+                "targets": targets(self)}
+
+
+def check_device(kind: str) -> None:
+    """Raise :class:`SelftestUnavailableError` (one line) when ``kind`` cannot run here."""
+    if kind not in DEVICES:
+        raise InputError(f"device (={kind!r}) must be one of {', '.join(DEVICES)}")
+    if kind == "cuda":
+        from cupool.devices import probe_cuda
+
+        usable, why = probe_cuda()
+        if not usable:
+            raise SelftestUnavailableError(
+                f"selftest --device cuda needs a usable GPU and there is none: "
+                f"{' '.join(why.split())}")
+
+
+def run_selftest(options: SelftestOptions, *, log=None) -> SelftestReport:
+    """Run the steps of ``options`` (module docstring); ``log(line)`` hears progress."""
+    from cupool.selftest import runners
+    from cupool.selftest.report import write_report
+
+    check_device(options.device)
+    say = log or (lambda line: None)
+    report = SelftestReport(device=options.device,
+                            started=datetime.datetime.now(datetime.timezone.utc)
+                            .isoformat(timespec="seconds"))
+    context = runners.Context(options)
+    try:
+        for name in options.steps:
+            say(f"selftest: {name} ...")
+            started = time.perf_counter()
+            try:
+                status, result, message = runners.RUNNERS[name](context)
+            except Exception as exc:  # the step broke: recorded, the next step runs
+                status, result = "error", None
+                message = f"{type(exc).__name__}: {' '.join(str(exc).split())}"
+                context.errors.append(traceback.format_exc(limit=8))
+            step = StepRecord(name, status, time.perf_counter() - started, result, message)
+            report.steps.append(step)
+            write_report(report, options.out_dir)
+            say(f"selftest: {name} {status} in {step.seconds:.1f} s"
+                + (f" ({message})" if message else ""))
+    finally:
+        context.close()
+    return report
+
+
+def save_json(document: dict, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(document, indent=1, default=str) + "\n")
+
+
+__all__ = ["DEVICES", "STEP_NAMES", "SelftestOptions", "SelftestReport",
+           "SelftestUnavailableError", "StepRecord", "check_device", "run_selftest"]
