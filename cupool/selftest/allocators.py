@@ -13,7 +13,8 @@ each per round, so a change of machine speed hits both alike:
 
 Measured per trace: the median over rounds of the loop's wall time per allocation
 (malloc + free through ``cupy.empty``, µs; the garbage collector paused) and each pool's
-reserved bytes at its peak (``reserved_bytes.peak`` of the planned pool;
+reserved bytes at its peak (``reserved_bytes.peak`` of the planned pool over its planned
+iterations, the recorded one excluded;
 ``total_bytes()`` of CuPy's pool, which keeps what it reserved until
 ``free_all_blocks``). Beside them: the trace's lower bound and the reserved bytes that
 :mod:`cupool.baselines`' model of CuPy's pool predicts, so a GPU run also checks that model.
@@ -103,6 +104,7 @@ def compare_pools(trace: Trace, device, *, rounds: int = 9, warmup: int = 2) -> 
         cupy.cuda.set_allocator(planned.malloc)
         with planned.iteration():  # the recorded iteration; the plan serves every later one
             run_loop(loop)
+        planned.reset_peak_stats()  # the peak of the planned iterations, not the recording's
         gc.collect()
         gc.disable()
         try:
