@@ -23,7 +23,7 @@ from cupool.selftest.link import (
     fit_line,
     measure_link,
 )
-from cupool.selftest.ops import TimedOp, compare_op_times
+from cupool.selftest.ops import TimedOp, compare_op_times, roofline_calibration
 from cupool.selftest.steps import junit_counts, replay_step, run_test_suite
 from cupool.stress import training_trace
 from tests.swap_cases import six_op_trace
@@ -59,9 +59,10 @@ def test_the_nearest_preset_and_whether_it_is_off():
 
 
 def test_link_measurement_on_a_paced_emulated_device_returns_its_memory():
-    with open_device("emulated", capacity="8MiB", h2d_gbps=0.05, d2h_gbps=0.05) as device:
+    # 2 MB/s: a 16 KiB copy takes 8 ms, far above any thread wake-up jitter
+    with open_device("emulated", capacity="8MiB", h2d_gbps=0.002, d2h_gbps=0.002) as device:
         before = device.stats()
-        measured = measure_link(device, sizes=(4 << 10, 64 << 10, 256 << 10), scale=64,
+        measured = measure_link(device, sizes=(4 << 10, 64 << 10, 256 << 10), scale=16,
                                 repeats=1, max_copies=4)
         after = device.stats()
     assert set(measured) == {"h2d", "d2h"}
@@ -110,6 +111,19 @@ def test_op_times_are_compared_over_the_ops_matched_by_name():
     assert result["median_ratio"] == 2.0  # ratios 2, 1, 4
     assert result["largest_differences"][0] == {"name": "aten.mm.default",
                                                 "estimated_us": 10.0, "measured_us": 20.0}
+
+
+def test_roofline_calibration_recovers_efficiency_and_launch_overhead():
+    # measured = 5 µs + estimated / 0.5
+    pairs = [(estimated, 5.0 + estimated / 0.5) for estimated in (1.0, 10.0, 100.0)]
+    calibration = roofline_calibration(pairs)
+    assert math.isclose(calibration["efficiency"], 0.5)
+    assert math.isclose(calibration["launch_overhead_us"], 5.0)
+    assert calibration["ops"] == 3
+    # faster than the roofline: efficiency clamped to 1; a negative intercept to 0
+    fast = roofline_calibration([(10.0, 4.0), (20.0, 9.0)])
+    assert fast["efficiency"] == 1.0 and fast["launch_overhead_us"] == 0.0
+    assert roofline_calibration([(3.0, 4.0), (3.0, 5.0)]) is None
 
 
 def test_a_real_model_step_is_timed_op_by_op_on_the_cpu():

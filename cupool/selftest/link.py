@@ -60,6 +60,26 @@ class DirectionMeasurement:
     largest_copy_gbps: float
 
 
+@dataclass(frozen=True)
+class Line:
+    """``y = intercept + slope * x``."""
+
+    slope: float
+    intercept: float
+
+
+def least_squares(xs, ys) -> Line:
+    """The least-squares line through ``(x, y)``; at least two distinct ``x``."""
+    xs, ys = list(xs), list(ys)
+    if len(xs) != len(ys) or len(set(xs)) < 2:
+        raise InputError(f"a line needs >= 2 distinct x with one y each (x={xs!r}, y={ys!r})")
+    mean_x, mean_y = statistics.fmean(xs), statistics.fmean(ys)
+    sxx = sum((x - mean_x) ** 2 for x in xs)
+    sxy = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True))
+    slope = sxy / sxx
+    return Line(slope, mean_y - slope * mean_x)
+
+
 def fit_line(sizes, us_per_copy) -> LineFit:
     """The least-squares line through ``(size, µs)``; at least two distinct sizes.
 
@@ -69,14 +89,11 @@ def fit_line(sizes, us_per_copy) -> LineFit:
     if len(sizes) != len(times) or len(set(sizes)) < 2:
         raise InputError(f"fit_line needs >= 2 distinct sizes with one time each "
                          f"(sizes={sizes!r}, times={times!r})")
-    mean_n, mean_t = statistics.fmean(sizes), statistics.fmean(times)
-    sxx = sum((n - mean_n) ** 2 for n in sizes)
-    sxy = sum((n - mean_n) * (t - mean_t) for n, t in zip(sizes, times, strict=True))
-    slope = sxy / sxx
+    line = least_squares(sizes, times)
+    slope, intercept = line.slope, line.intercept
     if slope <= 0:
         raise InputError(f"copy time does not grow with size (slope {slope:.3g} µs/B over "
                          f"sizes {sizes}): no bandwidth can be fitted")
-    intercept = mean_t - slope * mean_n
     residual = max(abs(t - (intercept + slope * n)) for n, t in zip(sizes, times, strict=True))
     return LineFit(gbps=1.0 / (slope * 1000.0), latency_us=intercept, residual_us=residual)
 

@@ -112,6 +112,7 @@ def compare_op_times(estimated, measured: list[TimedOp]) -> dict:
     worst = sorted(pairs, key=lambda p: abs(p[1].duration_us - (p[0].duration_us or 0.0)),
                    reverse=True)[:TOP_OPS]
     deciles = statistics.quantiles(ratios, n=10) if len(ratios) >= 2 else [float("nan")] * 9
+    working = [(e.duration_us, m.duration_us) for e, m in pairs if e.duration_us > 0]
     return {
         "estimated_ops": len(estimated), "measured_ops": len(measured),
         "matched_ops": len(pairs),
@@ -119,10 +120,29 @@ def compare_op_times(estimated, measured: list[TimedOp]) -> dict:
         "total_ratio": total_measured / total_estimated if total_estimated else None,
         "median_ratio": statistics.median(ratios) if ratios else None,
         "p10_ratio": deciles[0], "p90_ratio": deciles[-1],
+        "calibration": roofline_calibration(working),
         "largest_differences": [
             {"name": m.name, "estimated_us": e.duration_us, "measured_us": m.duration_us}
             for e, m in worst],
     }
+
+
+def roofline_calibration(pairs) -> dict | None:
+    """The roofline parameters that best explain the measurement: over the matched ops
+    that do work, ``(estimated µs, measured µs)`` pairs, the least-squares line
+    ``measured = launch_overhead_us + estimated / efficiency`` (estimates made with
+    efficiency 1 and no launch overhead, as the capture's default). ``efficiency`` is
+    clamped to ``(0, 1]`` and ``launch_overhead_us`` to ``>= 0`` (the ranges
+    :class:`~cupool.capture.cost.RooflineModel` accepts); ``None`` with fewer than two
+    distinct estimates."""
+    from cupool.selftest.link import least_squares
+
+    if len({estimated for estimated, _ in pairs}) < 2:
+        return None
+    line = least_squares([e for e, _ in pairs], [m for _, m in pairs])
+    efficiency = min(1.0, 1.0 / line.slope) if line.slope > 0 else None
+    return {"ops": len(pairs), "slope": line.slope, "intercept_us": line.intercept,
+            "efficiency": efficiency, "launch_overhead_us": max(0.0, line.intercept)}
 
 
 def measure_model(model: str, mode: str, batch: int, *, device: str,

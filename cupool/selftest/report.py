@@ -116,6 +116,13 @@ def _section(step) -> list[str]:
                           result["measured_total_us"], result["estimated_total_us"],
                           result["total_ratio"], result["median_ratio"],
                           f"{_cell(result['p10_ratio'])}-{_cell(result['p90_ratio'])}"]])
+        calibration = result.get("calibration")
+        if calibration:
+            lines += ["", f"Least-squares fit over {calibration['ops']} ops that do work: "
+                          f"measured ≈ {calibration['intercept_us']:.2f} µs + "
+                          f"{calibration['slope']:.3g} × estimated, i.e. roofline efficiency "
+                          f"{_cell(calibration['efficiency'])} and launch overhead "
+                          f"{calibration['launch_overhead_us']:.2f} µs."]
     elif step.name == "replay":
         lines += _table(["trace", "budget", "iteration µs", "simulator µs", "steady / sim",
                          "late per iteration", "floor", "corrupt bytes"],
