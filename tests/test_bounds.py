@@ -209,6 +209,15 @@ def trace_and_plan(draw):
         if clash:  # first fit by one pass can miss: put it on top of everything
             offset = max(o_off + sizes[o] for o, *_rest, o_off in placed)
         placed.append((buffer_id, begin, stop, offset))
+    # a persistent buffer resident at both ends stays at one address across the boundary:
+    # its first and last residencies move together to the top, free at every op
+    for buffer in buffers:
+        ends = [k for k, (b, begin, stop, _o) in enumerate(placed)
+                if b == buffer.id and (begin == 0 or stop == n)]
+        if buffer.kind == PERSISTENT and len(ends) == 2:
+            top = max(o_off + sizes[o] for o, *_rest, o_off in placed)
+            for k in ends:
+                placed[k] = (*placed[k][:3], top)
     trace = trace_of(durations, *buffers)
     residencies = [Residency(b, s, e, o) for b, s, e, o in placed]
     link = draw(st.sampled_from([0.02, 0.05, 1.0]))
