@@ -1,4 +1,4 @@
-"""The independent swap-plan validator: one good and one bad case per rule."""
+"""Rules for swapping plans: one good and one bad case per rule."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The independent validator on hand-made good and bad plans, and against a pairwise oracle."""
+"""Rules for static plans on hand-made good and bad plans, and against a pairwise oracle."""
 
 from __future__ import annotations
 
