@@ -13,11 +13,11 @@ import argparse
 import sys
 from pathlib import Path
 
+from cupool.check import validate_offsets
 from cupool.io import load_trace
 from cupool.planning.problem import StaticProblem
 from cupool.planning.solvers.base import SolverParams
 from cupool.planning.solvers.exact import solve_exact
-from cupool.planning.validator import validate_offsets
 
 DATA = Path(__file__).resolve().parents[1] / "cupool" / "data"
 MINIMALLOC_SECONDS = {"A": 11.3, "C": 1.6, "E": 10.8, "G": 2.7, "I": 8.6, "K": 1.7}

@@ -30,11 +30,11 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from cupool.check import validate_plan
 from cupool.io import load_trace
 from cupool.planning.budget import plan_with_budget
 from cupool.planning.budget.multilevel import TierParams, pinned_peak_bytes, search_tiers
 from cupool.planning.budget.recipes import with_recompute_recipes
-from cupool.planning.validator import validate_plan
 from cupool.sim import cost_model, simulate
 
 TRACES = Path(__file__).resolve().parent.parent / "cupool" / "data" / "traces"

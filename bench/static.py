@@ -35,11 +35,11 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from cupool.check import validate_offsets  # noqa: E402
 from cupool.core.vocabulary import SolveStatus  # noqa: E402
 from cupool.data import bundled_dsa, bundled_traces, dsa_capacity  # noqa: E402
 from cupool.io import load_trace  # noqa: E402
 from cupool.planning import SOLVER_NAMES, SolverParams, StaticProblem, solve  # noqa: E402
-from cupool.planning.validator import validate_offsets  # noqa: E402
 
 MINIMALLOC_SECONDS = {
     "resnet50_train_b32_fp32": 1.5, "resnet50_train_b32_bf16": 2.1,

@@ -4,8 +4,9 @@
 is imported on first use of ``cupool.PlannedPool`` or ``cupool.managed``.
 """
 
+from cupool.check import validate_plan
 from cupool.io import load_plan, load_trace, save_plan, save_trace
-from cupool.planning import SolverParams, plan, validate_plan
+from cupool.planning import SolverParams, plan
 
 __version__ = "0.1.0"
 

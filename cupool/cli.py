@@ -16,11 +16,12 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from cupool.check import validate_plan
 from cupool.core.units import format_bytes, parse_budget
 from cupool.core.vocabulary import PERSISTENT, SolveStatus
 from cupool.errors import CupoolError, InputError, PlanFormatError
 from cupool.io import load_plan, load_trace, save_plan, save_trace
-from cupool.planning import SOLVER_NAMES, SolverParams, plan, validate_plan
+from cupool.planning import SOLVER_NAMES, SolverParams, plan
 
 EXIT_OK, EXIT_NO, EXIT_BAD_INPUT = 0, 1, 2
 FITTING = (SolveStatus.OPTIMAL, SolveStatus.FEASIBLE)

@@ -70,6 +70,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from cupool import progress
+from cupool.check import validate_plan, validate_swap_plan
 from cupool.core.vocabulary import PERSISTENT, Buffer, Op, Plan, SolveStatus, SwapIn, SwapOut, Trace
 from cupool.errors import CupoolError, InputError
 
@@ -299,7 +300,6 @@ def run_pool_scenario(device, seed: int, stream=None, *, faults=(),
     kernels (default: a new stream). ``keep`` (a list) receives blocks a ``"pool-leak"``
     fault keeps alive."""
     from cupool.kernels import fill_pattern, verify_pattern
-    from cupool.planning import validate_plan
     from cupool.runtime.pool import PlannedPool
 
     rng = np.random.default_rng(seed)
@@ -550,7 +550,6 @@ def _swap_case(trace: Trace, size_scale: int) -> _SwapCase | None:
     :data:`SWAP_POLICIES` whose plan swaps, passes the swap validator and suits
     :func:`walk_plan`; ``None`` if none does."""
     from cupool.planning.budget import plan_with_budget
-    from cupool.planning.swap_validator import validate_swap_plan
 
     budget = max(1, int(trace.lower_bound_bytes() * SWAP_BUDGET))
     for policy in SWAP_POLICIES:

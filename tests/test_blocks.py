@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from cupool.check import validate_plan
 from cupool.cli import main
 from cupool.core.vocabulary import PERSISTENT, Buffer, Op, Placement, Trace
 from cupool.errors import SolverError
@@ -21,7 +22,6 @@ from cupool.planning.blocks import (
     check_pool,
     plan_shared,
 )
-from cupool.planning.validator import validate_plan
 from tests.conftest import TRACES
 
 INFER = [p for p in TRACES if "infer" in p.name]

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, target
 from hypothesis import strategies as st
 
+from cupool.check import validate_plan
 from cupool.core.vocabulary import (
     PERSISTENT,
     TEMPORARY,
@@ -24,7 +25,6 @@ from cupool.core.vocabulary import (
 from cupool.errors import InputError
 from cupool.io import load_trace
 from cupool.planning import plan
-from cupool.planning.validator import validate_plan
 from cupool.sim import cost_model, overhead_lower_bound, simulate
 from tests.conftest import TRACES
 from tests.swap_cases import swap_plan, trace_of

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from cupool.check import validate_plan
 from cupool.core.vocabulary import PERSISTENT, TEMPORARY, Buffer, Op, SolveStatus, Trace
 from cupool.errors import SolverError
 from cupool.io import load_trace
@@ -18,7 +19,6 @@ from cupool.planning.budget import POLICY_NAMES, plan_with_budget
 from cupool.planning.budget._residency import boundary_pairs, tie_boundary_pairs
 from cupool.planning.budget._state import Engine
 from cupool.planning.budget.recipes import with_recompute_recipes
-from cupool.planning.validator import validate_plan
 from cupool.sim import cost_model, simulate
 from tests.swap_cases import small_traces
 

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from cupool.check import validate_plan
 from cupool.core.vocabulary import PERSISTENT, Buffer, Op, RecomputeAction, SolveStatus, Trace
 from cupool.io import load_trace
 from cupool.planning.budget._checkpoint import plan_batches, saved_activations, split_segments
@@ -17,7 +18,6 @@ from cupool.planning.budget._common import BudgetParams, now
 from cupool.planning.budget._state import PlanState
 from cupool.planning.budget.auto import _greedy
 from cupool.planning.budget.recipes import with_recompute_recipes
-from cupool.planning.validator import validate_plan
 from cupool.sim import cost_model, simulate
 from tests.swap_cases import small_traces
 

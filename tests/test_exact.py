@@ -11,6 +11,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from cupool.check import validate_offsets
 from cupool.core.vocabulary import SolveStatus
 from cupool.errors import SolverError
 from cupool.io import load_trace
@@ -18,7 +19,6 @@ from cupool.planning.problem import StaticProblem
 from cupool.planning.solvers import exact
 from cupool.planning.solvers.base import SolverParams
 from cupool.planning.solvers.exact import search_fits, solve_exact
-from cupool.planning.validator import validate_offsets
 
 DSA = Path(exact.__file__).resolve().parents[2] / "data" / "dsa"
 NATIVE = [False, pytest.param(True, marks=pytest.mark.skipif(

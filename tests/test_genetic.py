@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_greedy import dsa_problem, problems
 
+from cupool.check import validate_offsets
 from cupool.core.vocabulary import SolveStatus
 from cupool.io import load_trace
 from cupool.planning.problem import StaticProblem
@@ -21,7 +22,6 @@ from cupool.planning.solvers.genetic import (
 )
 from cupool.planning.solvers.greedy import solve_greedy_size
 from cupool.planning.synthetic import small_problem
-from cupool.planning.validator import validate_offsets
 from tests.conftest import DSA, TRACES
 
 QUICK = dict(population=8, generations=15, stall_generations=15, time_limit_s=60.0)

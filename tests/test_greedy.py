@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from cupool.check import validate_offsets
 from cupool.core.vocabulary import SolveStatus
 from cupool.errors import SolverError
 from cupool.io import load_trace
@@ -25,7 +26,6 @@ from cupool.planning.solvers.greedy import (
     solve_greedy_size,
 )
 from cupool.planning.synthetic import lstm_problem, random_problem
-from cupool.planning.validator import validate_offsets
 from tests.conftest import DSA, TRACES
 
 SOLVERS = {"greedy-size": solve_greedy_size, "greedy-breadth": solve_greedy_breadth,

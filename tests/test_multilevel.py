@@ -10,6 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from cupool.check import validate_plan
 from cupool.core.vocabulary import PAGEABLE, PERSISTENT, PINNED, Buffer, SwapIn, SwapOut
 from cupool.errors import InputError, PlanFormatError, SolverError
 from cupool.io import load_plan, save_plan
@@ -25,7 +26,6 @@ from cupool.planning.budget.multilevel import (
     search_tiers,
 )
 from cupool.planning.budget.recipes import with_recompute_recipes
-from cupool.planning.validator import validate_plan
 from cupool.sim import cost_model, simulate
 from cupool.sim.cost import DEFAULT_PAGEABLE_LATENCY_US, PAGEABLE_FRACTION, CostModel
 from tests.swap_cases import six_op_swap_plan, six_op_trace, trace_of

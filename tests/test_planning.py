@@ -7,11 +7,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from cupool.check import validate_offsets
 from cupool.core.vocabulary import SolveStatus
 from cupool.errors import SolverError
 from cupool.io import load_trace
 from cupool.planning import SOLVER_NAMES, SolverParams, StaticProblem, plan, solve, validate_plan
-from cupool.planning.validator import validate_offsets
 from tests.conftest import DSA, TRACES
 
 FAST = SolverParams(time_limit_s=0.5, generations=20, stall_generations=5)

@@ -9,11 +9,11 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from cupool.check import validate_swap_plan
 from cupool.core.vocabulary import Buffer, Residency, SwapIn, SwapOut
 from cupool.devices import open_device
 from cupool.devices.protocol import host_view
 from cupool.planning.budget.feedback import delay_swap_ins, move_swap_in
-from cupool.planning.swap_validator import validate_swap_plan
 from cupool.runtime.copy_engine import CopyEngine
 from cupool.runtime.executor import (
     FEEDBACK_MARGIN,
@@ -334,8 +334,8 @@ def test_a_rematerialized_intermediate_feeds_a_recompute_byte_exact():
     """A chain through an intermediate the program freed: X (freed after op 1) is recomputed
     after its lifetime to recompute A before op 3; A verifies byte-exact at its use, and a
     wrong recompute of A is counted."""
+    from cupool.check import validate_plan
     from cupool.core.vocabulary import Buffer, Recompute, RecomputeAction, Residency
-    from cupool.planning.validator import validate_plan
 
     trace = trace_of([20.0] * 4, Buffer(0, 4096, 0, 2, (0, 1), recompute=Recompute(0)),
                      Buffer(1, 4096, 1, 4, (1, 3), recompute=Recompute(1, (0,))),

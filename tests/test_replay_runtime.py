@@ -9,12 +9,11 @@ import threading
 import numpy as np
 import pytest
 
+from cupool.check import validate_plan, validate_swap_plan
 from cupool.core.vocabulary import Buffer, RecomputeAction
 from cupool.devices import open_device
 from cupool.devices.errors import InvalidPointerError, InvalidSizeError, StreamTaskError
 from cupool.io import load_plan
-from cupool.planning.swap_validator import validate_swap_plan
-from cupool.planning.validator import validate_plan
 from cupool.runtime.copy_engine import CopyEngine
 from cupool.runtime.executor import Executor, pool_layout
 from cupool.runtime.handles import (

@@ -8,11 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from cupool.check import validate_plan
 from cupool.core.vocabulary import TEMPORARY, Buffer, Op, SolveStatus, Trace
 from cupool.io import load_trace
 from cupool.planning.budget import BudgetParams, plan_with_budget
 from cupool.planning.budget.segments_ga import SegmentProblem, _crossover, _mutate
-from cupool.planning.validator import validate_plan
 from cupool.sim import cost_model, simulate
 
 TRACES = Path(__file__).resolve().parent.parent / "cupool" / "data" / "traces"

@@ -14,12 +14,12 @@ import numpy as np
 import pytest
 
 import cupool.stress as stress
+from cupool.check import validate_swap_plan
 from cupool.cli import main
 from cupool.core.vocabulary import SwapIn
 from cupool.devices import probe_cuda
 from cupool.errors import InputError
 from cupool.kernels.errors import KernelToolchainError
-from cupool.planning.swap_validator import validate_swap_plan
 from cupool.stress import (
     FAULTS,
     JSON_KEYS,

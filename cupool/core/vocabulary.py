@@ -181,7 +181,7 @@ class Residency:
                                    ^ SwapIn(4, trigger_op=4, due_op=5): H2D issued when
                                      op 4 is dispatched; op 5 waits for it to land
 
-    How a residency gets its data (checked by :mod:`cupool.planning.swap_validator`):
+    How a residency gets its data (checked by :mod:`cupool.check.swapping`):
 
     - the *first* residency starts at the buffer's ``start``: the buffer is produced there
       by normal execution. Exception: a persistent buffer offloaded across the iteration

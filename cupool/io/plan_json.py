@@ -43,7 +43,7 @@ what they were before levels existed, and older files read unchanged.
 The meaning of residencies and actions is defined once, in
 :mod:`cupool.core.vocabulary` (:class:`~cupool.core.vocabulary.Residency`,
 :class:`~cupool.core.vocabulary.SwapOut`, ...), and checked by
-:mod:`cupool.planning.swap_validator`. Actions keep their order (recomputes before the
+:mod:`cupool.check.swapping`. Actions keep their order (recomputes before the
 same op run in list order).
 
 The writer writes version 1 for static plans (so static plan files stay byte-for-byte

@@ -1,19 +1,23 @@
-"""Planning: lower bounds, the independent validator, and the offset solvers.
+"""Planning: lower bounds and the offset solvers.
 
 :func:`plan` is the front door: trace in, validated :class:`~cupool.core.Plan` out::
 
     trace ──► StaticProblem ──► solver(problem, params) ──► SolveResult ──► Plan ──► validator
+
+The validator lives below planning, in :mod:`cupool.check`; ``validate_plan``,
+``validate_offsets`` and ``ValidationReport`` are re-exported here for callers that plan
+and validate in one import.
 """
 
 from __future__ import annotations
 
 import time
 
+from cupool.check import ValidationReport, validate_offsets, validate_plan
 from cupool.core.vocabulary import Placement, Plan, SolveStatus, Trace
 from cupool.errors import SolverError
 from cupool.planning.problem import StaticProblem
 from cupool.planning.solvers import SOLVER_NAMES, SolveResult, SolverParams, get_solver
-from cupool.planning.validator import ValidationReport, validate_offsets, validate_plan
 
 
 def solve(problem: StaticProblem, solver: str = "auto",

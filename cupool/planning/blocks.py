@@ -53,10 +53,10 @@ import heapq
 import time
 from dataclasses import dataclass, field
 
+from cupool.check import ValidationReport, validate_plan
 from cupool.core.liveness import peak_live_bytes
 from cupool.core.vocabulary import PERSISTENT, Placement, Plan, SolveStatus, Trace
 from cupool.errors import SolverError
-from cupool.planning.validator import ValidationReport, validate_plan
 
 SLOTS = "slots"
 OFFSETS = "offsets"

@@ -65,7 +65,7 @@ durations (this iteration, in trace µs) sum to at least ``FEEDBACK_MARGIN × w`
 never before the end of the buffer's previous residency (so after its swap-out point),
 nor before op 0. The residency it enters starts at the new trigger. Each move is kept
 only if the whole plan still passes
-:func:`~cupool.planning.swap_validator.validate_swap_plan` (budget and address overlap
+:func:`~cupool.check.validate_swap_plan` (budget and address overlap
 included); otherwise the earliest valid trigger between the target and the old place is
 found by bisection (a later trigger holds fewer bytes).
 
@@ -91,6 +91,7 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass
 
+from cupool.check import validate_plan
 from cupool.core.vocabulary import (
     PERSISTENT,
     Buffer,
@@ -161,8 +162,6 @@ def pool_layout(plan: Plan, trace: Trace, size_scale: int) -> Layout:
 
     Raises :class:`ReplayError` if the static plan over the residencies fails the
     validator (it cannot when ``plan`` passes the swap validator)."""
-    from cupool.planning.validator import validate_plan
-
     unit = ALLOCATION_UNIT
     full = {b.id: b.size for b in trace.buffers}
     sizes = {b: n // size_scale for b, n in full.items()}

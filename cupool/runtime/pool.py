@@ -92,6 +92,7 @@ import numpy as np
 from cupy.cuda import memory_hook
 from cupy.cuda.memory import MemoryPointer, MemoryPool, UnownedMemory
 
+from cupool.check import validate_plan
 from cupool.core.units import format_bytes, parse_bytes
 from cupool.core.vocabulary import Plan, SolveStatus, Trace
 from cupool.devices import Device, open_device
@@ -1065,7 +1066,6 @@ class PlannedPool(MemoryPool):
         now (:class:`PoolOutOfMemoryError` if it does not fit). Not inside an iteration.
         """
         from cupool.io import load_plan, load_trace
-        from cupool.planning import validate_plan
 
         path = Path(path)
         trace_path = Path(trace_path) if trace_path is not None else _companion_trace_path(path)
@@ -1122,8 +1122,6 @@ class PlannedPool(MemoryPool):
         :class:`~cupool.errors.PlanFormatError` for a plan that is invalid or not for a
         pool recording, :class:`PoolOutOfMemoryError` when the arena does not fit.
         """
-        from cupool.planning import validate_plan
-
         if not plan.is_static:
             raise PlanFormatError("install_plan() takes a static plan (placements only); "
                                   "the swap runtime serves swapping plans through one")

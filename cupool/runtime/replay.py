@@ -45,10 +45,10 @@ and ``plan_out`` when the adjusted plan was written.
 from __future__ import annotations
 
 from cupool import progress
+from cupool.check import validate_swap_plan
 from cupool.core.units import parse_budget
 from cupool.core.vocabulary import SolveStatus, Trace
 from cupool.errors import InputError
-from cupool.planning.swap_validator import validate_swap_plan
 from cupool.runtime.executor import (
     LATE_THRESHOLD_WALL_US,
     Executor,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from cupool.check import validate_plan
 from cupool.core.vocabulary import PERSISTENT, Trace
 from cupool.errors import SolverError
 from cupool.sharing.layout import JobNeeds
@@ -19,7 +20,7 @@ from cupool.sharing.layout import JobNeeds
 def needs_from_trace(trace: Trace, job: str | None = None, solver: str = "auto",
                      params=None) -> JobNeeds:
     """:class:`JobNeeds` for ``trace`` (named ``job``, default the trace's name)."""
-    from cupool.planning import plan, validate_plan
+    from cupool.planning import plan
 
     persistent = sum(b.size for b in trace.buffers if b.kind == PERSISTENT)
     temporary_trace = replace(trace, buffers=tuple(b for b in trace.buffers

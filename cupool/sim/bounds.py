@@ -1,6 +1,6 @@
 """A sound lower bound on the overhead of any valid plan for a budget.
 
-Sound means: no plan that passes :func:`cupool.planning.validator.validate_plan` for this
+Sound means: no plan that passes :func:`cupool.check.validate_plan` for this
 budget simulates (:func:`cupool.sim.simulate`, same cost model) with a smaller overhead.
 The argument, for one op ``i`` (the bound is the best over all ops):
 

@@ -40,6 +40,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from cupool.check import validate_plan
 from cupool.core.vocabulary import (
     PINNED,
     Plan,
@@ -125,8 +126,6 @@ def simulate(trace: Trace, plan: Plan, cost: CostModel | None = None, *,
     if plan.status in (SolveStatus.INFEASIBLE, SolveStatus.TIMEOUT):
         return _infeasible(trace, cost, f"the plan's status is {plan.status.value}")
     if validate:
-        from cupool.planning.validator import validate_plan
-
         report = validate_plan(trace, plan)
         if not report.valid:
             return _infeasible(trace, cost, f"invalid plan ({report.rule}): {report.message}")

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import pytest
 
+from cupool.check import validate_swap_plan
 from cupool.data import bundled_traces
 from cupool.io import load_trace
-from cupool.planning.swap_validator import validate_swap_plan
 from cupool.runtime.replay import replay
 from cupool.stress import SWAP_POLICIES, _swap_case, run_swap_scenario, training_trace, walk_plan
 from tests.swap_cases import six_op_recompute_plan, six_op_swap_plan, six_op_trace

@@ -39,6 +39,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
+from cupool.check import validate_plan
 from cupool.core.vocabulary import SolveStatus
 from cupool.planning.budget._common import BudgetParams, now, place_schedule
 from cupool.planning.budget._greedy import over_budget_op, run_repaired
@@ -76,7 +77,6 @@ def plan_greedy(trace, budget_bytes, cost, params: BudgetParams, started: float)
 def plan_auto(trace, budget_bytes, cost, params: BudgetParams, started: float):
     from cupool.planning.budget.baselines import plan_on_demand, plan_vdnn
     from cupool.planning.budget.capuchin import plan_capuchin
-    from cupool.planning.validator import validate_plan
     from cupool.sim.simulator import simulate
 
     members = [(f"greedy(swap_weight={w:g})", lambda t0, w=w: _greedy(

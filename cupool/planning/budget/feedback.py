@@ -25,6 +25,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from cupool.check import validate_plan
 from cupool.core.vocabulary import Plan, Residency, SwapIn
 from cupool.sim.cost import H2D
 
@@ -115,7 +116,6 @@ def refine_triggers(trace, plan, cost, sim=None, rounds: int = ROUNDS):
     late swap-ins' triggers earlier, then the copies queued ahead of late ones later
     (:func:`_postpone_blockers`); a candidate is kept when it passes the validator and
     simulates faster."""
-    from cupool.planning.validator import validate_plan
     from cupool.sim.simulator import simulate
 
     if sim is None:

@@ -49,6 +49,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from cupool.check import validate_plan
 from cupool.core.vocabulary import (
     PAGEABLE,
     PINNED,
@@ -248,7 +249,6 @@ def pinned_peak_bytes(trace: Trace, plan: Plan) -> int:
 
 class _Search:
     def __init__(self, trace, cost, params: TierParams):
-        from cupool.planning.validator import validate_plan
         from cupool.sim.simulator import simulate
 
         self.trace, self.cost, self.params = trace, cost, params
@@ -642,7 +642,6 @@ def plan_tiers(trace, budget_bytes, cost, params: BudgetParams, started: float,
     (:mod:`cupool.planning.budget`'s registry) but is not registered: ``auto`` is the
     registry's fastest policy by contract, and ``tiers`` is faster by construction."""
     from cupool.planning.budget import get_policy
-    from cupool.planning.validator import validate_plan
     from cupool.sim.simulator import simulate
 
     tier_params = tier_params or TierParams(seed=params.seed)

@@ -36,6 +36,7 @@ import bisect
 
 import numpy as np
 
+from cupool.check import validate_plan
 from cupool.core.vocabulary import PERSISTENT, SolveStatus
 from cupool.planning.budget._common import BudgetParams, now, place_schedule
 from cupool.planning.budget._greedy import _apply, _cost_pass, candidates, evaluate
@@ -211,7 +212,6 @@ def build_state(trace, budget_bytes: int, cost, gaps, max_chain: int) -> PlanSta
 
 
 def plan_segments_ga(trace, budget_bytes, cost, params: BudgetParams, started: float):
-    from cupool.planning.validator import validate_plan
     from cupool.sim.simulator import simulate
 
     problem = SegmentProblem(trace, budget_bytes, params.small_fraction)

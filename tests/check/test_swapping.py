@@ -1,4 +1,4 @@
-"""The independent swap-plan validator: one good and one bad case per rule."""
+"""Rules for swapping plans: one good and one bad case per rule."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import dataclasses
 
 import pytest
 
+from cupool.check import validate_plan, validate_swap_plan
 from cupool.core.vocabulary import (
     PERSISTENT,
     Buffer,
@@ -15,8 +16,6 @@ from cupool.core.vocabulary import (
     SwapIn,
     SwapOut,
 )
-from cupool.planning.swap_validator import validate_swap_plan
-from cupool.planning.validator import validate_plan
 from tests.swap_cases import (
     six_op_recompute_plan,
     six_op_swap_plan,

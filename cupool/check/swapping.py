@@ -1,4 +1,4 @@
-"""The independent validator of swapping plans (residencies and actions).
+"""Rules for swapping plans: residencies (a buffer's bytes for a span of ops) and actions.
 
 Naive on purpose, and sharing no code with the planners or the simulator: it reads the
 trace's sizes, lifetimes, uses and recompute recipes and the plan's residencies and
@@ -50,24 +50,20 @@ order they are checked (``rule`` of the :class:`ValidationReport` in brackets):
 4. [use] every use of a buffer lies in one of its residencies, with valid data: not in
    ``[trigger_op, due_op)`` of a swap-in (the data is not there yet).
 5. [budget] at every op the resident bytes (sizes of the residencies covering it) fit
-   the budget; [overlap] residencies covering the same op share no byte; [arena] every
-   residency ends at or below ``arena_bytes``; [capacity] the arena fits the budget.
+   the budget; [arena] every residency ends at or below ``arena_bytes``; [capacity] the
+   arena fits the budget; [overlap] residencies covering the same op share no byte (the
+   sweep of :mod:`cupool.check.overlap`: a residency may take bytes released at the op
+   it starts).
 """
 
 from __future__ import annotations
 
-import bisect
 import itertools
 from collections import defaultdict
 
+from cupool.check.overlap import Occupancy, first_overlap
+from cupool.check.report import VALID, ValidationReport, check_trace, failed
 from cupool.core.vocabulary import PERSISTENT, Plan, RecomputeAction, SwapIn, SwapOut, Trace
-from cupool.planning.validator import ValidationReport
-
-_OK = ValidationReport(True)
-
-
-def _bad(rule, message, *buffers):
-    return ValidationReport(False, rule, message, tuple(buffers))
 
 
 def _span(r):
@@ -77,15 +73,15 @@ def _span(r):
 def validate_swap_plan(trace: Trace, plan: Plan) -> ValidationReport:
     """Validate a swapping plan (residencies and actions) against its trace; see the module
     docstring for the rules."""
-    if plan.trace_digest != trace.digest():
-        return _bad("trace", f"plan is for trace {plan.trace_name!r} (digest "
-                             f"{plan.trace_digest}), not {trace.name!r} (digest {trace.digest()})")
+    report = check_trace(trace, plan)
+    if not report.valid:
+        return report
     budget = plan.capacity_bytes
     if budget is None:
-        return _bad("budget", "a swapping plan must state its budget (capacity_bytes)")
+        return failed("budget", "a swapping plan must state its budget (capacity_bytes)")
     if plan.placements:
-        return _bad("placements", f"a swapping plan has residencies, not placements "
-                                  f"(got {len(plan.placements)} placements)")
+        return failed("placements", f"a swapping plan has residencies, not placements "
+                                    f"(got {len(plan.placements)} placements)")
     report = _check_residencies(trace, plan)
     if not report.valid:
         return report
@@ -101,32 +97,32 @@ def _check_residencies(trace, plan):
     for r in plan.residencies:
         buffer = by_id.get(r.buffer_id)
         if buffer is None:
-            return _bad("known", f"residency {_span(r)} is for buffer {r.buffer_id}, "
-                                 f"which the trace lacks", r.buffer_id)
+            return failed("known", f"residency {_span(r)} is for buffer {r.buffer_id}, "
+                                   f"which the trace lacks", r.buffer_id)
         if isinstance(r.offset, bool) or not isinstance(r.offset, int) or r.offset < 0:
-            return _bad("offset", f"buffer {r.buffer_id}: residency {_span(r)} offset "
-                                  f"(={r.offset!r}) must be an integer >= 0", r.buffer_id)
+            return failed("offset", f"buffer {r.buffer_id}: residency {_span(r)} offset "
+                                    f"(={r.offset!r}) must be an integer >= 0", r.buffer_id)
         remat = (buffer.kind != PERSISTENT and buffer.recompute is not None
                  and buffer.end <= r.start < r.end <= trace.num_ops)
         if not (buffer.start <= r.start < r.end <= buffer.end) and not remat:
-            return _bad("lifetime", f"buffer {r.buffer_id}: residency {_span(r)} must lie "
-                                    f"inside its lifetime [{buffer.start}, {buffer.end}) "
-                                    f"with start < end (only a temporary buffer with a "
-                                    f"recompute recipe may come back after it)", r.buffer_id)
+            return failed("lifetime", f"buffer {r.buffer_id}: residency {_span(r)} must lie "
+                                      f"inside its lifetime [{buffer.start}, {buffer.end}) "
+                                      f"with start < end (only a temporary buffer with a "
+                                      f"recompute recipe may come back after it)", r.buffer_id)
         per_buffer[r.buffer_id].append(r)
     for buffer in trace.buffers:
         spans = sorted(per_buffer.get(buffer.id, ()), key=lambda r: r.start)
         if not spans:
-            return _bad("placed", f"buffer {buffer.id} has no residency", buffer.id)
+            return failed("placed", f"buffer {buffer.id} has no residency", buffer.id)
         for before, after in itertools.pairwise(spans):
             if after.start < before.end:
-                return _bad("order", f"buffer {buffer.id}: residencies {_span(before)} and "
-                                     f"{_span(after)} overlap in time", buffer.id)
+                return failed("order", f"buffer {buffer.id}: residencies {_span(before)} and "
+                                       f"{_span(after)} overlap in time", buffer.id)
     for action in plan.actions:
         if action.buffer_id not in by_id:
-            return _bad("known", f"{type(action).__name__} names buffer {action.buffer_id}, "
-                                 f"which the trace lacks", action.buffer_id)
-    return _OK
+            return failed("known", f"{type(action).__name__} names buffer {action.buffer_id}, "
+                                   f"which the trace lacks", action.buffer_id)
+    return VALID
 
 
 def _check_data(trace, plan):
@@ -147,23 +143,23 @@ def _check_data(trace, plan):
                 released = [r for r in spans[b] if r.end <= action.after_op]
                 if released and released[-1].end == action.after_op:
                     r = released[-1]
-                    return _bad("reuse", f"buffer {b}: swap-out after op {action.after_op} is "
-                                         f"issued after its residency {_span(r)} released its "
-                                         f"bytes at op {r.end}; the residency must extend past "
-                                         f"op {action.after_op} until the copy is issued", b)
-                return _bad("swap_out", f"buffer {b}: swap-out after op {action.after_op}, but "
-                                        f"no residency of it covers op {action.after_op}", b)
+                    return failed("reuse", f"buffer {b}: swap-out after op {action.after_op} is "
+                                           f"issued after its residency {_span(r)} released its "
+                                           f"bytes at op {r.end}; the residency must extend past "
+                                           f"op {action.after_op} until the copy is issued", b)
+                return failed("swap_out", f"buffer {b}: swap-out after op {action.after_op}, but "
+                                          f"no residency of it covers op {action.after_op}", b)
             swap_outs[(b, inside[0])].append(action)
             continue
         start = action.trigger_op if isinstance(action, SwapIn) else action.before_op
         name = "swap-in triggered at" if isinstance(action, SwapIn) else "recompute before"
         target = [r for r in spans[b] if r.start == start]
         if not target:
-            return _bad("entry", f"buffer {b}: {name} op {start}, but no residency of it "
-                                 f"starts at op {start}", b)
+            return failed("entry", f"buffer {b}: {name} op {start}, but no residency of it "
+                                   f"starts at op {start}", b)
         if (b, start) in entered:
-            return _bad("entry", f"buffer {b}: residency starting at op {start} is entered by "
-                                 f"two actions", b)
+            return failed("entry", f"buffer {b}: residency starting at op {start} is entered by "
+                                   f"two actions", b)
         entered[(b, start)] = action
         if isinstance(action, RecomputeAction):
             recompute_rank[(b, start)] = position
@@ -186,82 +182,82 @@ def _check_data(trace, plan):
         first_entry = entered.get((b, rs[0].start))
         offloaded = isinstance(first_entry, SwapIn)
         if offloaded and buffer.kind != PERSISTENT:
-            return _bad("entry", f"buffer {b}: only a persistent buffer can begin the iteration "
-                                 f"on the host; its first residency {_span(rs[0])} is entered "
-                                 f"by a swap-in", b)
+            return failed("entry", f"buffer {b}: only a persistent buffer can begin the iteration "
+                                   f"on the host; its first residency {_span(rs[0])} is entered "
+                                   f"by a swap-in", b)
         if isinstance(first_entry, RecomputeAction):
-            return _bad("entry", f"buffer {b}: its first residency {_span(rs[0])} is where it "
-                                 f"is produced; it cannot be recomputed there", b)
+            return failed("entry", f"buffer {b}: its first residency {_span(rs[0])} is where it "
+                                   f"is produced; it cannot be recomputed there", b)
         if not offloaded and rs[0].start != buffer.start:
-            return _bad("entry", f"buffer {b}: its first residency {_span(rs[0])} must start at "
-                                 f"op {buffer.start}, where the buffer is produced", b)
+            return failed("entry", f"buffer {b}: its first residency {_span(rs[0])} must start at "
+                                   f"op {buffer.start}, where the buffer is produced", b)
         if buffer.kind == PERSISTENT:
             last_out = swap_outs.get((b, len(rs) - 1))
             if offloaded and not last_out:
-                return _bad("boundary", f"persistent buffer {b} begins the iteration on the "
-                                        f"host, so its last residency {_span(rs[-1])} must end "
-                                        f"with a swap-out", b)
+                return failed("boundary", f"persistent buffer {b} begins the iteration on the "
+                                          f"host, so its last residency {_span(rs[-1])} must end "
+                                          f"with a swap-out", b)
             if not offloaded and rs[-1].end != trace.num_ops:
-                return _bad("boundary", f"persistent buffer {b} stays on the device across "
-                                        f"iterations, so its last residency {_span(rs[-1])} "
-                                        f"must end at op {trace.num_ops}", b)
+                return failed("boundary", f"persistent buffer {b} stays on the device across "
+                                          f"iterations, so its last residency {_span(rs[-1])} "
+                                          f"must end at op {trace.num_ops}", b)
             if not offloaded and rs[-1].offset != rs[0].offset:
-                return _bad("boundary", f"persistent buffer {b} stays on the device across "
-                                        f"iterations, so its last residency {_span(rs[-1])} "
-                                        f"at offset {rs[-1].offset} and its first "
-                                        f"{_span(rs[0])} at offset {rs[0].offset} must share "
-                                        f"one offset", b)
+                return failed("boundary", f"persistent buffer {b} stays on the device across "
+                                          f"iterations, so its last residency {_span(rs[-1])} "
+                                          f"at offset {rs[-1].offset} and its first "
+                                          f"{_span(rs[0])} at offset {rs[0].offset} must share "
+                                          f"one offset", b)
         for k, r in enumerate(rs):
             action = entered.get((b, r.start))
             if k > 0 and action is None:
-                return _bad("entry", f"buffer {b}: residency {_span(r)} is entered by neither a "
-                                     f"swap-in nor a recompute at op {r.start}", b)
+                return failed("entry", f"buffer {b}: residency {_span(r)} is entered by neither a "
+                                       f"swap-in nor a recompute at op {r.start}", b)
             uses_in = [u for u in buffer.uses if r.start <= u < r.end]
             if isinstance(action, SwapIn):
                 limit = min(uses_in[0] if uses_in else r.end - 1, r.end - 1)
                 if not action.trigger_op <= action.due_op <= limit:
-                    return _bad("swap_in", f"buffer {b}: swap-in due at op {action.due_op} must "
-                                           f"lie in [{action.trigger_op}, {limit}] (residency "
-                                           f"{_span(r)}, first use {uses_in[:1]})", b)
+                    return failed("swap_in", f"buffer {b}: swap-in due at op {action.due_op} must "
+                                             f"lie in [{action.trigger_op}, {limit}] (residency "
+                                             f"{_span(r)}, first use {uses_in[:1]})", b)
                 source = len(rs) - 1 if k == 0 else k - 1
                 if len(swap_outs.get((b, source), ())) != 1:
-                    return _bad("swap_in", f"buffer {b}: swap-in at op {r.start} needs exactly "
-                                           f"one swap-out from residency {_span(rs[source])}, "
-                                           f"found {len(swap_outs.get((b, source), ()))}", b)
+                    return failed("swap_in", f"buffer {b}: swap-in at op {r.start} needs exactly "
+                                             f"one swap-out from residency {_span(rs[source])}, "
+                                             f"found {len(swap_outs.get((b, source), ()))}", b)
             if r.start >= buffer.end and not isinstance(action, RecomputeAction):
-                return _bad("entry", f"buffer {b}: residency {_span(r)} lies after its "
-                                     f"lifetime [{buffer.start}, {buffer.end}); only a "
-                                     f"recompute can bring it back there", b)
+                return failed("entry", f"buffer {b}: residency {_span(r)} lies after its "
+                                       f"lifetime [{buffer.start}, {buffer.end}); only a "
+                                       f"recompute can bring it back there", b)
             if isinstance(action, RecomputeAction) and buffer.recompute is None:
-                return _bad("recompute", f"buffer {b} has no recompute recipe in the trace, so "
-                                         f"it cannot be recomputed before op {r.start}", b)
+                return failed("recompute", f"buffer {b} has no recompute recipe in the trace, so "
+                                           f"it cannot be recomputed before op {r.start}", b)
             ready = valid_after(b, r)
             for out in swap_outs.get((b, k), ()):
                 following = entered.get((b, rs[k + 1].start)) if k + 1 < len(rs) else None
                 boundary = offloaded and k == len(rs) - 1
                 if not isinstance(following, SwapIn) and not boundary:
-                    return _bad("swap_out", f"buffer {b}: swap-out after op {out.after_op} is "
-                                            f"not followed by a swap-in of the next residency",
-                                            b)
+                    return failed("swap_out", f"buffer {b}: swap-out after op {out.after_op} is "
+                                              f"not followed by a swap-in of the next residency",
+                                              b)
                 if uses_in and out.after_op < uses_in[-1]:
-                    return _bad("swap_out", f"buffer {b}: swap-out after op {out.after_op} comes "
-                                            f"before its use at op {uses_in[-1]} in residency "
-                                            f"{_span(r)}; that use's writes would be lost", b)
+                    return failed("swap_out", f"buffer {b}: swap-out after op {out.after_op} comes "
+                                              f"before its use at op {uses_in[-1]} in residency "
+                                              f"{_span(r)}; that use's writes would be lost", b)
                 if out.after_op < ready or (isinstance(action, SwapIn)
                                             and out.after_op < action.due_op):
-                    return _bad("swap_out", f"buffer {b}: swap-out after op {out.after_op} "
-                                            f"copies residency {_span(r)} before its data is "
-                                            f"valid (after op {max(ready, 0)})", b)
+                    return failed("swap_out", f"buffer {b}: swap-out after op {out.after_op} "
+                                              f"copies residency {_span(r)} before its data is "
+                                              f"valid (after op {max(ready, 0)})", b)
             if isinstance(action, SwapIn):
                 for u in uses_in:
                     if u < action.due_op:
-                        return _bad("use", f"buffer {b}: use at op {u} comes before its data "
-                                           f"lands (swap-in triggered at op {action.trigger_op}, "
-                                           f"due at op {action.due_op})", b)
+                        return failed("use", f"buffer {b}: use at op {u} comes before its data "
+                                             f"lands (swap-in triggered at op {action.trigger_op}, "
+                                             f"due at op {action.due_op})", b)
         for u in buffer.uses:
             if not any(r.start <= u < r.end for r in rs):
-                return _bad("use", f"buffer {b} is used at op {u} but not resident then "
-                                   f"(residencies {', '.join(_span(r) for r in rs)})", b)
+                return failed("use", f"buffer {b} is used at op {u} but not resident then "
+                                     f"(residencies {', '.join(_span(r) for r in rs)})", b)
 
     for (b, before_op), position in recompute_rank.items():
         recipe = trace.buffer(b).recompute
@@ -283,10 +279,10 @@ def _check_data(trace, plan):
                 elif action is None and valid_after(input_id, r) >= before_op:
                     problem = f"is only produced by op {valid_after(input_id, r)}"
             if problem:
-                return _bad("recompute", f"buffer {b}: recompute before op {before_op} re-runs "
-                                         f"op {recipe.op}, whose input buffer {input_id} "
-                                         f"{problem}", b, input_id)
-    return _OK
+                return failed("recompute", f"buffer {b}: recompute before op {before_op} re-runs "
+                                           f"op {recipe.op}, whose input buffer {input_id} "
+                                           f"{problem}", b, input_id)
+    return VALID
 
 
 def _check_memory(trace, plan, budget):
@@ -304,35 +300,22 @@ def _check_memory(trace, plan, budget):
         total += resident[op]
         if total > budget:
             holders = sorted(r.buffer_id for r in plan.residencies if r.start <= op < r.end)
-            return _bad("budget", f"op {op}: resident bytes (={total}) exceed the budget "
-                                  f"(={budget}); resident buffers {holders}", *holders)
+            return failed("budget", f"op {op}: resident bytes (={total}) exceed the budget "
+                                    f"(={budget}); resident buffers {holders}", *holders)
     if top > plan.arena_bytes:
-        return _bad("arena", f"buffer {top_id} ends at byte {top}, beyond the plan's "
-                             f"arena_bytes (={plan.arena_bytes})", top_id)
+        return failed("arena", f"buffer {top_id} ends at byte {top}, beyond the plan's "
+                               f"arena_bytes (={plan.arena_bytes})", top_id)
     if plan.arena_bytes > budget:
-        return _bad("capacity", f"arena_bytes (={plan.arena_bytes}) exceed the budget "
-                                f"(={budget})")
-    # Sweep over ops: releases (end == op) before arrivals (start == op). While no overlap
-    # has been found the held ranges are disjoint, so a new range overlaps one of them iff
-    # it overlaps a neighbour in address order.
-    events = []
-    for r in plan.residencies:
-        events.append((r.end, 0, r))
-        events.append((r.start, 1, r))
-    events.sort(key=lambda e: (e[0], e[1]))
-    held = []  # sorted (low, high, buffer, start)
-    for op, arriving, r in events:
-        key = (r.offset, r.offset + sizes[r.buffer_id], r.buffer_id, r.start)
-        if not arriving:
-            held.remove(key)
-            continue
-        pos = bisect.bisect_left(held, key)
-        for low, high, other, other_start in held[max(0, pos - 1):pos + 1]:
-            if key[0] < high and low < key[1]:
-                return _bad("overlap", f"op {op}: buffer {other} (at [{low}, {high}) from op "
-                                       f"{other_start}) and buffer {r.buffer_id} (at "
-                                       f"[{key[0]}, {key[1]}) from op {r.start}) share bytes "
-                                       f"[{max(low, key[0])}, {min(high, key[1])})",
-                            other, r.buffer_id)
-        held.insert(pos, key)
-    return _OK
+        return failed("capacity", f"arena_bytes (={plan.arena_bytes}) exceed the budget "
+                                  f"(={budget})")
+    rows = [Occupancy(r.offset, r.offset + sizes[r.buffer_id], r.buffer_id, r.start, r.end)
+            for r in plan.residencies]
+    overlap = first_overlap(rows)
+    if overlap is not None:
+        held, arriving = overlap.held, overlap.arriving
+        return failed("overlap", f"op {overlap.op}: buffer {held.buffer_id} (at [{held.low}, "
+                                 f"{held.high}) from op {held.start}) and buffer "
+                                 f"{arriving.buffer_id} (at [{arriving.low}, {arriving.high}) "
+                                 f"from op {arriving.start}) share bytes [{overlap.shared_low}, "
+                                 f"{overlap.shared_high})", held.buffer_id, arriving.buffer_id)
+    return VALID

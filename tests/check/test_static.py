@@ -1,12 +1,12 @@
-"""The independent validator on hand-made good and bad plans, and against a pairwise oracle."""
+"""Rules for static plans on hand-made good and bad plans, and against a pairwise oracle."""
 
 from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from cupool.check import Lifetime, check_offsets, validate_plan
 from cupool.core.vocabulary import Buffer, Op, Placement, Plan, SolveStatus, Trace
-from cupool.planning.validator import check_offsets, validate_plan
 
 # op:   0   1   2   3   4
 # b10 [=======)              8 B
@@ -71,14 +71,14 @@ problems = st.lists(
 @settings(max_examples=300, deadline=None)
 @given(problems)
 def test_sweep_agrees_with_pairwise_oracle(rows):
-    buffers = [(i, s, s + length, size) for i, (s, length, size, _) in enumerate(rows)]
+    buffers = [Lifetime(i, s, s + length, size) for i, (s, length, size, _) in enumerate(rows)]
     offsets = {i: off for i, (_, _, _, off) in enumerate(rows)}
     pairwise_overlap = any(
-        a[1] < b[2] and b[1] < a[2]
-        and offsets[a[0]] < offsets[b[0]] + b[3] and offsets[b[0]] < offsets[a[0]] + a[3]
+        a.start < b.end and b.start < a.end
+        and offsets[a.id] < offsets[b.id] + b.size and offsets[b.id] < offsets[a.id] + a.size
         for k, a in enumerate(buffers) for b in buffers[k + 1:])
     report = check_offsets(buffers, offsets)
     assert report.valid == (not pairwise_overlap)
     if not report.valid:
-        first, second = (b for b in buffers if b[0] in report.buffers)
-        assert first[1] < second[2] and second[1] < first[2]
+        first, second = (b for b in buffers if b.id in report.buffers)
+        assert first.start < second.end and second.start < first.end
