@@ -10,6 +10,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
@@ -62,8 +63,6 @@ def run_test_suite(tests: Path, *, marker: str = "gpu", timeout_s: float = 240.0
         junit = Path(junit_out) if junit_out else Path(scratch) / "junit.xml"
         command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m",
                    marker, "-rs", f"--junitxml={junit}", str(tests)]
-        import time
-
         started = time.perf_counter()
         try:
             done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s,
