@@ -23,10 +23,7 @@ import numpy as np  # noqa: E402
 from cupy.cuda import memory_hook  # noqa: E402
 from cupy.cuda.memory import OutOfMemoryError  # noqa: E402
 
-from cupool.devices import open_device  # noqa: E402
-from cupool.devices.protocol import host_view  # noqa: E402
-from cupool.errors import PlanFormatError  # noqa: E402
-from cupool.runtime import (  # noqa: E402
+from cupool.allocator import (  # noqa: E402
     AllocationSizeError,
     CapacityError,
     IterationStateError,
@@ -36,8 +33,11 @@ from cupool.runtime import (  # noqa: E402
     PoolOutOfMemoryError,
     managed,
 )
-from cupool.runtime.arena import BestFitArena  # noqa: E402
-from cupool.runtime.record import OUTLIVES, RecordedIteration, from_trace, to_trace  # noqa: E402
+from cupool.allocator.arena import BestFitArena  # noqa: E402
+from cupool.allocator.recording import OUTLIVES, RecordedIteration, from_trace, to_trace  # noqa: E402
+from cupool.devices import open_device  # noqa: E402
+from cupool.devices.protocol import host_view  # noqa: E402
+from cupool.errors import PlanFormatError  # noqa: E402
 
 
 @pytest.fixture
@@ -686,7 +686,7 @@ def test_threads_malloc_and_free_concurrently(pool):
 
 
 def test_pool_lock_excludes_and_wakes_waiters_under_contention():
-    from cupool.runtime.pool import _PoolLock
+    from cupool.allocator.pool import _PoolLock
 
     class CountingLock(_PoolLock):
         __slots__ = ("waits",)

@@ -14,7 +14,7 @@ reservations (:meth:`Device.reserve <cupool.devices.protocol.Device.reserve>`):
 
 - the **persistent region**: allocations outside any ``iteration()`` (weights,
   optimizer state, anything made between iterations). Best fit with split/merge
-  (:class:`~cupool.runtime.arena.BestFitArena`); plans never touch it.
+  (:class:`~cupool.allocator.arena.BestFitArena`); plans never touch it.
 - the **planned arena**: one reservation of exactly ``plan.arena_bytes``; the k-th
   allocation of a planned iteration is the bytes ``[offset_k, offset_k + size_k)``.
 - the **fallback region**: best fit with split/merge, for iterations being recorded and
@@ -23,7 +23,7 @@ reservations (:meth:`Device.reserve <cupool.devices.protocol.Device.reserve>`):
 **Modes** (``pool.mode``):
 
 - ``"record"``: allocations inside ``iteration()`` are served by the fallback region and
-  logged (:mod:`cupool.runtime.record`). After ``record_iterations`` iterations in a row
+  logged (:mod:`cupool.allocator.recording`). After ``record_iterations`` iterations in a row
   that agree (same rounded sizes in the same order), the pool builds a trace from them,
   solves it with ``cupool.planning.plan(trace, solver)``, releases the fallback
   segments that are now empty, reserves the planned arena and switches to ``"planned"``.
@@ -52,7 +52,7 @@ no memory.
 ``reserved_bytes`` (``total_bytes()``) is what it holds from the device. A reservation
 that would pass the limit, or that the device refuses, escalates as CuPy does (release
 empty segments, retry; ``gc.collect()``, release, retry) and then raises
-:class:`~cupool.runtime.errors.PoolOutOfMemoryError` (a
+:class:`~cupool.allocator.errors.PoolOutOfMemoryError` (a
 ``cupy.cuda.memory.OutOfMemoryError``) whose message ends with a report of what was live.
 
 **Frees.** Each block's memory is a small ``UnownedMemory`` subclass (``_Block``, its
@@ -92,21 +92,21 @@ import numpy as np
 from cupy.cuda import memory_hook
 from cupy.cuda.memory import MemoryPointer, MemoryPool, UnownedMemory
 
-from cupool.core.units import format_bytes, parse_bytes
-from cupool.core.vocabulary import Plan, SolveStatus, Trace
-from cupool.devices import Device, open_device
-from cupool.devices.errors import DeviceOutOfMemoryError
-from cupool.errors import PlanFormatError
-from cupool.runtime.arena import ALLOCATION_UNIT, BestFitArena
-from cupool.runtime.errors import (
+from cupool.allocator.arena import ALLOCATION_UNIT, BestFitArena
+from cupool.allocator.errors import (
     AllocationSizeError,
     CapacityError,
     IterationStateError,
     PoolError,
     PoolOutOfMemoryError,
 )
-from cupool.runtime.record import RecordedIteration, from_trace, merge, to_trace
-from cupool.runtime.stats import PoolCounters
+from cupool.allocator.recording import RecordedIteration, from_trace, merge, to_trace
+from cupool.allocator.stats import PoolCounters
+from cupool.core.units import format_bytes, parse_bytes
+from cupool.core.vocabulary import Plan, SolveStatus, Trace
+from cupool.devices import Device, open_device
+from cupool.devices.errors import DeviceOutOfMemoryError
+from cupool.errors import PlanFormatError
 
 __all__ = ["ALLOCATION_UNIT", "MODES", "PlannedPool"]
 
@@ -117,7 +117,7 @@ MODES = (RECORD, PLANNED, UNPLANNED)
 # Block kinds (ints: compared on the hot path).
 _PLANNED, _FALLBACK, _PERSISTENT = 0, 1, 2
 
-_log = logging.getLogger("cupool.runtime")
+_log = logging.getLogger("cupool.allocator")
 _get_memory_hooks = memory_hook.get_memory_hooks
 _thread_state = threading.local()  # .hooks: the calling thread's CuPy memory-hook dict
 
@@ -1235,7 +1235,7 @@ class PlannedPool(MemoryPool):
         return self._mode
 
     def memory_stats(self) -> dict[str, int]:
-        """The flat statistics dict (key grammar: :mod:`cupool.runtime.stats`)."""
+        """The flat statistics dict (key grammar: :mod:`cupool.allocator.stats`)."""
         with self._lock:
             self._drain()
             active = self._state.arena

@@ -91,7 +91,7 @@ def to_trace(recording: RecordedIteration, name: str = "recorded") -> Trace:
             buffers.append(Buffer(k, size, 0, n, name=OUTLIVES))
         else:
             buffers.append(Buffer(k, size, k, end))
-    return Trace(name, ops, tuple(buffers), source="recorded by cupool.runtime.PlannedPool")
+    return Trace(name, ops, tuple(buffers), source="recorded by cupool.allocator.PlannedPool")
 
 
 def from_trace(trace: Trace) -> RecordedIteration:

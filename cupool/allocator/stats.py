@@ -1,6 +1,6 @@
 """The pool's statistics: one flat ``dict[str, int]`` with a documented key grammar.
 
-:meth:`PlannedPool.memory_stats() <cupool.runtime.pool.PlannedPool.memory_stats>` returns
+:meth:`PlannedPool.memory_stats() <cupool.allocator.pool.PlannedPool.memory_stats>` returns
 it (the grammar follows PyTorch's ``allocated_bytes.all.peak`` and the device layer's
 ``<quantity>.<qualifier>``):
 
