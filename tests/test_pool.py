@@ -686,9 +686,9 @@ def test_threads_malloc_and_free_concurrently(pool):
 
 
 def test_pool_lock_excludes_and_wakes_waiters_under_contention():
-    from cupool.allocator.pool import _PoolLock
+    from cupool.allocator.lock import PoolLock
 
-    class CountingLock(_PoolLock):
+    class CountingLock(PoolLock):
         __slots__ = ("waits",)
 
         def wait_for(self):

@@ -63,13 +63,13 @@ collector): it calls the CuPy free hooks, if the freeing thread has any, and app
 the ticket to a queue, which the next pool operation drains under the lock, before
 anything else. Statistics and ``used_bytes()`` drain it first too.
 
-**Threads.** One lock (``_lock``, a :class:`_PoolLock`: ``threading.Lock`` semantics,
-with an uncontended acquire and release of one GIL-atomic ``deque`` call each) guards
-every field marked *guarded* below; mallocs and frees may come from any thread.
-Iterations are pool-wide: allocations from any thread between ``__enter__`` and
-``__exit__`` belong to the iteration, so a plan is only useful when their order
-repeats. Solving a plan runs under the lock, at the end of the iteration that completes
-the recording.
+**Threads.** One lock (``_lock``, a :class:`~cupool.allocator.lock.PoolLock`:
+``threading.Lock`` semantics, with an uncontended acquire and release of one GIL-atomic
+``deque`` call each) guards every field marked *guarded* below; mallocs and frees may
+come from any thread. Iterations are pool-wide: allocations from any thread between
+``__enter__`` and ``__exit__`` belong to the iteration, so a plan is only useful when
+their order repeats. Solving a plan runs under the lock, at the end of the iteration that
+completes the recording.
 
 **Speed.** ``pool.malloc`` is a closure (:meth:`PlannedPool._make_malloc`) with the
 planned case inlined; per planned allocation it does the size checks, one look at the
@@ -100,6 +100,7 @@ from cupool.allocator.errors import (
     PoolError,
     PoolOutOfMemoryError,
 )
+from cupool.allocator.lock import PoolLock
 from cupool.allocator.recording import RecordedIteration, from_trace, merge, to_trace
 from cupool.allocator.stats import PoolCounters
 from cupool.core.units import format_bytes, parse_bytes
@@ -218,86 +219,6 @@ class _Active:
 
     def __init__(self) -> None:
         self.arena: _PlannedArena | None = None
-
-
-class _PoolLock:
-    """The pool's mutex: ``threading.Lock`` semantics (not reentrant, usable in
-    ``with``), with an uncontended acquire and release of one C call each.
-
-    The lock is free when the deque ``_token`` holds its one item. ``take()``
-    (``deque.pop``) removes it and ``give(True)`` (``deque.append``) puts it back. Each is
-    a single C call that runs no Python code, so the GIL makes it atomic: of several
-    threads taking at once, exactly one gets the item and the others get
-    ``IndexError``. (In CPython ``threading.Lock.acquire`` parses its arguments and
-    reads the clock; on this path that cost more than the rest of the planned
-    ``malloc``'s locking.)
-
-    A thread that finds the lock taken blocks in :meth:`wait_for`: under the condition
-    ``_cond`` it adds itself to ``waiters``, then retries ``take()`` before each
-    ``wait()``. A holder releases with ``give(True)`` and then, if ``waiters`` is not 0,
-    notifies under ``_cond``. No wakeup is lost, because the GIL runs these steps in one
-    order: if the holder read ``waiters`` before a waiter counted itself, its ``give``
-    came before that waiter's ``take`` too, which then succeeds (or a third thread took
-    the item, and that thread's release will see the waiter); if it read it after, it
-    can only get ``_cond`` once the waiter is in ``wait()`` (or gone with the item), so
-    ``notify`` reaches a waiter, which retries. Waiters sleep; nothing spins.
-    """
-
-    __slots__ = ("_cond", "give", "take", "waiters")
-
-    def __init__(self) -> None:
-        token = collections.deque((True,))
-        self.take = token.pop
-        self.give = token.append
-        self.waiters = 0
-        self._cond = threading.Condition(threading.Lock())
-
-    def acquire(self) -> bool:
-        try:
-            self.take()
-        except IndexError:
-            self.wait_for()
-        return True
-
-    def wait_for(self) -> None:
-        """Block until this thread has taken the token (the lock was taken)."""
-        cond = self._cond
-        with cond:
-            self.waiters += 1
-            try:
-                while True:
-                    try:
-                        self.take()
-                        return
-                    except IndexError:
-                        cond.wait()
-            finally:
-                self.waiters -= 1
-
-    def release(self) -> None:
-        self.give(True)
-        if self.waiters:
-            self.wake()
-
-    def wake(self) -> None:
-        """Wake one waiter (the caller has just given the token back)."""
-        with self._cond:
-            self._cond.notify()
-
-    def locked(self) -> bool:
-        try:
-            self.take()
-        except IndexError:
-            return True
-        self.release()
-        return False
-
-    def __enter__(self) -> _PoolLock:
-        self.acquire()
-        return self
-
-    def __exit__(self, exc_type, exc, traceback) -> None:
-        self.release()
 
 
 class _PlannedArena:
@@ -510,7 +431,7 @@ class PlannedPool(MemoryPool):
         self.record_iterations = record_iterations
         _free, self._device_total = self.device.mem_info()
 
-        self._lock = _PoolLock()
+        self._lock = PoolLock()
         # Everything below is guarded by _lock, except _pending (a thread-safe deque that
         # finalisers append to without the lock) and the read-only fields above.
         self._pending: collections.deque[tuple] = collections.deque()
