@@ -85,14 +85,13 @@ import gc
 import logging
 import operator
 import os
-import threading
 from pathlib import Path
 
 import numpy as np
-from cupy.cuda import memory_hook
 from cupy.cuda.memory import MemoryPointer, MemoryPool, UnownedMemory
 
 from cupool.allocator.arena import ALLOCATION_UNIT, BestFitArena
+from cupool.allocator.blocks import Block, pointer, thread_hooks, thread_state
 from cupool.allocator.errors import (
     AllocationSizeError,
     CapacityError,
@@ -101,8 +100,15 @@ from cupool.allocator.errors import (
     PoolOutOfMemoryError,
 )
 from cupool.allocator.lock import PoolLock
-from cupool.allocator.recording import RecordedIteration, from_trace, merge, to_trace
+from cupool.allocator.recording import (
+    RecordedIteration,
+    Recorder,
+    RecordLog,
+    from_trace,
+    to_trace,
+)
 from cupool.allocator.stats import PoolCounters
+from cupool.allocator.tickets import FALLBACK_BLOCK, PERSISTENT_BLOCK, PLANNED_BLOCK, Ticket
 from cupool.core.units import format_bytes, parse_bytes
 from cupool.core.vocabulary import Plan, SolveStatus, Trace
 from cupool.devices import Device, open_device
@@ -115,99 +121,7 @@ __all__ = ["ALLOCATION_UNIT", "MODES", "PlannedPool"]
 RECORD, PLANNED, UNPLANNED = "record", "planned", "unplanned"
 MODES = (RECORD, PLANNED, UNPLANNED)
 
-# Block kinds (ints: compared on the hot path).
-_PLANNED, _FALLBACK, _PERSISTENT = 0, 1, 2
-
 _log = logging.getLogger("cupool.allocator")
-_get_memory_hooks = memory_hook.get_memory_hooks
-_thread_state = threading.local()  # .hooks: the calling thread's CuPy memory-hook dict
-
-
-def _thread_hooks() -> dict:
-    """The calling thread's CuPy memory hooks: the dict ``MemoryHook.__enter__`` adds
-    itself to and ``__exit__`` removes itself from.
-
-    CuPy keeps one such dict per thread, made by the thread's first
-    ``memory_hook.get_memory_hooks()`` call and never replaced, so the pool fetches it
-    once per thread (making it if the thread has none yet) and keeps a reference in a
-    ``threading.local``: one attribute read and a truth test then tell exactly whether
-    the thread has hooks installed, cheaper than ``memory_hook._has_memory_hooks()``
-    (a call, and the same kind of thread-local read) plus ``get_memory_hooks()``.
-    (A side effect: CuPy's own ``_has_memory_hooks()`` is true in such threads, so
-    CuPy's pool looks at the empty dict there: the same outcome.)
-    """
-    try:
-        return _thread_state.hooks
-    except AttributeError:
-        hooks = _thread_state.hooks = _get_memory_hooks()
-        return hooks
-
-
-# A ticket describes one block handed out; it is the ``owner`` of the block's _Block:
-# (release, kind, size, slot, region, ptr, extra). ``release`` is the pool's free-queue
-# ``append``; ``region`` is the _PlannedArena or BestFitArena the block came from;
-# ``slot`` its allocation index in a planned iteration (-1 otherwise); ``extra`` is, for a
-# recorded block, its record-log entry ``[size, end]`` (else None). Tickets are plain
-# tuples: a planned slot's ticket is made once, when its plan is installed (an arena has
-# at most one live block per slot, so ``(arena, slot)`` names the block; see
-# _PlannedArena); fallback and persistent tickets are made per block.
-_RELEASE, _KIND, _SIZE, _SLOT, _REGION, _PTR, _EXTRA = range(7)
-
-
-class _Block(UnownedMemory):
-    """The memory of one block: an ``UnownedMemory`` (``owner``: the block's ticket)
-    whose death frees the block.
-
-    Every ``MemoryPointer`` into the block (the array's ``.data`` and those of all its
-    views) holds this object, so it dies when the array and its last view are gone,
-    which is when CuPy's own pool frees a block (its ``PooledMemory`` frees itself in
-    ``__dealloc__``). ``__del__`` then calls the CuPy free hooks of the freeing thread
-    (CuPy's hooks are thread-local: :func:`_thread_hooks`), if it has any, and queues
-    the ticket with ``deque.append``, which the GIL makes atomic. It never takes the
-    pool's lock (it may run inside the pool, from the garbage collector, or in any
-    thread), never raises, and does not resurrect the block: the pool processes the
-    ticket under its lock at its next operation (:meth:`PlannedPool._drain`).
-    """
-
-    __slots__ = ()
-
-    def __del__(self) -> None:
-        try:
-            ticket = self._owner
-            try:
-                hooks = _thread_state.hooks  # _thread_hooks(), inlined
-            except AttributeError:
-                hooks = _thread_hooks()
-            if hooks:
-                _free_with_hooks(hooks, self, ticket)
-            else:
-                ticket[0](ticket)  # _RELEASE
-        except Exception:  # never raise in __del__ (interpreter shutdown, broken hook)
-            pass
-
-
-def _free_with_hooks(hooks, block: _Block, ticket: tuple) -> None:
-    size, ptr, device_id, pmem_id = block.size, block.ptr, block.device_id, id(block)
-    for hook in hooks.values():
-        hook.free_preprocess(device_id=device_id, mem_size=size, mem_ptr=ptr, pmem_id=pmem_id)
-    try:
-        ticket[_RELEASE](ticket)
-    finally:
-        for hook in hooks.values():
-            hook.free_postprocess(device_id=device_id, mem_size=size, mem_ptr=ptr,
-                                  pmem_id=pmem_id)
-
-
-def _pointer(ticket: tuple, size: int, device_id: int) -> MemoryPointer:
-    """The ``MemoryPointer`` handed out for ``ticket`` (a block already booked)."""
-    try:
-        block = _Block(ticket[_PTR], size, ticket, device_id)
-    except BaseException:  # nothing owns the ticket: free the block now
-        ticket[_RELEASE](ticket)
-        raise
-    return MemoryPointer(block, 0)  # if this fails, ``block`` dies and frees the block
-
-
 class _Active:
     """Holds the planned arena of the running iteration (``arena``; None outside planned
     iterations), guarded by the pool's lock. A separate ``__slots__`` object because the
@@ -273,7 +187,7 @@ class _PlannedArena:
                 due[end].append(j)
         self.due = [tuple(d) for d in due]
         # A ticket refers to its arena (a cycle, broken by close_tickets()).
-        self.tickets = [(release, _PLANNED, size, k, self, ptr, None)
+        self.tickets = [Ticket(release, PLANNED_BLOCK, size, k, self, ptr)
                         for k, (size, ptr) in enumerate(zip(self.sizes, self.ptrs,
                                                             strict=True))]
         # slots[k] is open_slots[k] while blocked[k] == 0, else blocked_slots[k], whose
@@ -428,21 +342,19 @@ class PlannedPool(MemoryPool):
         self.solver = solver
         self.solver_params = solver_params or SolverParams(time_limit_s=solve_time_limit)
         self.divergence_limit = divergence_limit
-        self.record_iterations = record_iterations
         _free, self._device_total = self.device.mem_info()
 
         self._lock = PoolLock()
         # Everything below is guarded by _lock, except _pending (a thread-safe deque that
         # finalisers append to without the lock) and the read-only fields above.
-        self._pending: collections.deque[tuple] = collections.deque()
-        self._release_ticket = self._pending.append  # tickets' _RELEASE: dying blocks call it
+        self._pending: collections.deque[Ticket] = collections.deque()
+        self._release_ticket = self._pending.append  # Ticket.release: dying blocks call it
         self._limit = 0  # 0: no limit but the device's
         self._mode = RECORD
         self._in_iteration = False
         self._cursor = 0  # allocations made in the current record/unplanned iteration
         self._divergent_streak = 0
-        self._log: list[list] = []  # record-mode entries [size, end or None]
-        self._recordings: list[RecordedIteration] = []
+        self._recorder = Recorder(record_iterations)
         self._arena: _PlannedArena | None = None  # the active plan, in PLANNED mode
         self._state = _Active()  # .arena: _arena while a planned iteration runs
         self._last_arena: _PlannedArena | None = None  # the last installed plan (for save)
@@ -473,10 +385,10 @@ class PlannedPool(MemoryPool):
                 return self._zero_size()
             raise AllocationSizeError(size)
         rounded = (size + 511) & -512
-        hooks = _thread_hooks()
+        hooks = thread_hooks()
         if hooks:
             return self._malloc_with_hooks(hooks, size, rounded)
-        return _pointer(self._allocate(rounded), rounded, self.device_id)
+        return pointer(self._allocate(rounded), rounded, self.device_id)
 
     def _make_malloc(self):
         """The pool's fast ``malloc``: :meth:`malloc` with the planned case inlined.
@@ -508,9 +420,9 @@ class PlannedPool(MemoryPool):
                 raise AllocationSizeError(size)
             rounded = (size + 511) & -512
             try:
-                hooks = _thread_state.hooks  # _thread_hooks(), inlined
+                hooks = thread_state.hooks  # thread_hooks(), inlined
             except AttributeError:
-                hooks = _thread_hooks()
+                hooks = thread_hooks()
             if hooks:
                 return malloc_with_hooks(hooks, size, rounded)
             try:
@@ -527,9 +439,9 @@ class PlannedPool(MemoryPool):
                         live = arena.live
                         while pending:
                             ticket = popleft()
-                            current -= ticket[2]  # _SIZE
-                            if ticket[4] is arena:  # _REGION
-                                j = ticket[3]  # _SLOT
+                            current -= ticket.size
+                            if ticket.region is arena:
+                                j = ticket.slot
                                 if live[j]:
                                     live[j] = 0
                                 else:
@@ -563,17 +475,17 @@ class PlannedPool(MemoryPool):
                 give(True)  # lock.release(), inlined
                 if lock.waiters:
                     lock.wake()
-            try:  # _pointer(), inlined
-                block = _Block(ticket[5], rounded, ticket, device_id)
+            try:  # pointer(), inlined
+                block = Block(ticket.ptr, rounded, ticket, device_id)
             except BaseException:
-                ticket[0](ticket)
+                ticket.release(ticket)
                 raise
             return MemoryPointer(block, 0)
 
         malloc.__doc__ = PlannedPool.malloc.__doc__
         return malloc
 
-    def _allocate_off_plan(self, arena: _PlannedArena, k: int, size: int) -> tuple:
+    def _allocate_off_plan(self, arena: _PlannedArena, k: int, size: int) -> Ticket:
         """Slot k of a planned iteration cannot be served from the plan (caller holds
         _lock and has advanced the cursor): count why, serve from the fallback region."""
         counters = self._counters
@@ -584,19 +496,19 @@ class PlannedPool(MemoryPool):
             arena.diverged = True
         counters.fallback_allocations += 1
         arena.off_plan += 1
-        return self._fallback_ticket(size, None)
+        return self._fallback_ticket(size)
 
-    def _allocate_slow(self, size: int) -> tuple:
+    def _allocate_slow(self, size: int) -> Ticket:
         """Record mode, unplanned mode, and the persistent region (caller holds _lock)."""
         counters = self._counters
         if self._in_iteration:
             if self._mode == RECORD:
-                entry = [size, None]
-                ticket = self._fallback_ticket(size, entry)
-                self._log.append(entry)
+                log = self._recorder.log
+                ticket = self._fallback_ticket(size, log)
+                log.add(size)
                 counters.recorded_allocations += 1
             else:
-                ticket = self._fallback_ticket(size, None)
+                ticket = self._fallback_ticket(size)
             self._cursor += 1
             return ticket
         persistent = self._persistent
@@ -604,17 +516,19 @@ class PlannedPool(MemoryPool):
         counters.persistent_allocations += 1
         counters.add("persistent_bytes", size)
         counters.add("allocated_bytes", size)
-        return (self._release_ticket, _PERSISTENT, size, -1, persistent, ptr, None)
+        return Ticket(self._release_ticket, PERSISTENT_BLOCK, size, -1, persistent, ptr)
 
-    def _fallback_ticket(self, size: int, entry: list | None) -> tuple:
-        """The ticket of a new block of the fallback region."""
+    def _fallback_ticket(self, size: int, log: RecordLog | None = None) -> Ticket:
+        """The ticket of a new block of the fallback region; with ``log``, the block is
+        the log's next allocation (the caller logs it once this returns)."""
         fallback = self._fallback
         ptr = self._take(fallback, size, "fallback region")
         counters = self._counters
         counters.fallback_mallocs += 1
         counters.add("fallback_bytes", size)
         counters.add("allocated_bytes", size)
-        return (self._release_ticket, _FALLBACK, size, -1, fallback, ptr, entry)
+        slot = -1 if log is None else len(log.sizes)
+        return Ticket(self._release_ticket, FALLBACK_BLOCK, size, slot, fallback, ptr, log)
 
     def _take(self, arena: BestFitArena, size: int, what: str) -> int:
         """Best fit in ``arena``, growing it by one exact-size segment when nothing fits."""
@@ -624,12 +538,12 @@ class PlannedPool(MemoryPool):
             ptr = arena.alloc(size)
         return ptr
 
-    def _allocate(self, size: int) -> tuple:
+    def _allocate(self, size: int) -> Ticket:
         """Book ``size`` rounded bytes and return the block's ticket."""
         with self._lock:
             return self._allocate_locked(size)
 
-    def _allocate_locked(self, size: int) -> tuple:
+    def _allocate_locked(self, size: int) -> Ticket:
         """:meth:`_allocate` for a caller holding _lock: drain the queued frees, then
         serve from the plan, the fallback region or the persistent region."""
         self._drain()
@@ -655,16 +569,16 @@ class PlannedPool(MemoryPool):
         device_id = self.device_id
         for hook in hooks.values():
             hook.malloc_preprocess(device_id=device_id, size=size, mem_size=rounded)
-        pointer = None
+        memory = None
         try:
-            pointer = _pointer(self._allocate(rounded), rounded, device_id)
+            memory = pointer(self._allocate(rounded), rounded, device_id)
         finally:
-            mem_ptr = pointer.ptr if pointer is not None else 0
-            pmem_id = id(pointer.mem) if pointer is not None else 0
+            mem_ptr = memory.ptr if memory is not None else 0
+            pmem_id = id(memory.mem) if memory is not None else 0
             for hook in hooks.values():
                 hook.malloc_postprocess(device_id=device_id, size=size, mem_size=rounded,
                                         mem_ptr=mem_ptr, pmem_id=pmem_id)
-        return pointer
+        return memory
 
     def _zero_size(self) -> MemoryPointer:
         with self._lock:
@@ -688,15 +602,15 @@ class PlannedPool(MemoryPool):
             counters = self._counters
             while pending:
                 ticket = pending.popleft()
-                counters.allocated_bytes_current -= ticket[_SIZE]
+                counters.allocated_bytes_current -= ticket.size
                 self._free_ticket(ticket)
 
-    def _free_ticket(self, ticket: tuple) -> None:
+    def _free_ticket(self, ticket: Ticket) -> None:
         """Return a freed block to its region (the caller has taken its size off
         ``allocated_bytes``)."""
-        _release, kind, size, slot, region, ptr, extra = ticket
-        counters = self._counters
-        if kind == _PLANNED:
+        kind, region = ticket.kind, ticket.region
+        if kind == PLANNED_BLOCK:
+            slot = ticket.slot
             if region.retired:
                 region.remaining.discard(slot)
                 if not region.remaining:
@@ -707,14 +621,14 @@ class PlannedPool(MemoryPool):
                 region.live[slot] = 0
             else:
                 region.end_overdue(slot)
-        elif kind == _FALLBACK:
-            region.free(ptr)
-            counters.fallback_bytes_current -= size
-            if extra is not None:
-                extra[1] = self._cursor
+        elif kind == FALLBACK_BLOCK:
+            region.free(ticket.ptr)
+            self._counters.fallback_bytes_current -= ticket.size
+            if ticket.record is not None:
+                ticket.record.free(ticket.slot)
         else:
-            region.free(ptr)
-            counters.persistent_bytes_current -= size
+            region.free(ticket.ptr)
+            self._counters.persistent_bytes_current -= ticket.size
 
     # -- device reservations --------------------------------------------------------------
     def _reserve(self, size: int, what: str):
@@ -741,7 +655,7 @@ class PlannedPool(MemoryPool):
 
     def _device_reserve(self, size: int):
         device_id = self.device_id
-        hooks = _thread_hooks()
+        hooks = thread_hooks()
         if hooks:
             for hook in hooks.values():
                 hook.alloc_preprocess(device_id=device_id, mem_size=size)
@@ -833,7 +747,7 @@ class PlannedPool(MemoryPool):
                     f"allocations so far, mode {self._mode!r}); iterations do not nest")
             self._in_iteration = True
             self._cursor = 0
-            self._log = []
+            self._recorder.begin()
             if self._arena is not None:
                 self._arena.begin_iteration()
                 self._state.arena = self._arena
@@ -866,21 +780,11 @@ class PlannedPool(MemoryPool):
                     self._divergent_streak = 0
 
     def _finish_recording(self) -> None:
-        log, self._log = self._log, []
-        n = len(log)
-        recording = RecordedIteration(tuple(e[0] for e in log),
-                                      tuple(n if e[1] is None else e[1] for e in log),
-                                      tuple(e[1] is None for e in log))
         self._counters.recorded_iterations += 1
-        if self._recordings and not self._recordings[-1].agrees(recording):
-            self._recordings = []
-        self._recordings.append(recording)
-        if len(self._recordings) < self.record_iterations:
-            return
-        merged = merge(self._recordings)
-        self._recordings = []
-        trace = to_trace(merged, self.name)
-        self._install(self._solve(trace), trace, merged)
+        merged = self._recorder.finish()
+        if merged is not None:
+            trace = to_trace(merged, self.name)
+            self._install(self._solve(trace), trace, merged)
 
     def _solve(self, trace: Trace) -> Plan:
         if not trace.buffers:
@@ -918,7 +822,7 @@ class PlannedPool(MemoryPool):
         arena = self._arena
         self._arena = None
         self._mode = RECORD
-        self._recordings = []
+        self._recorder.drop_recordings()
         self._divergent_streak = 0
         if arena is None:
             return
@@ -1076,7 +980,7 @@ class PlannedPool(MemoryPool):
                 self._counters.plans += 1
                 self._mode = PLANNED
                 self._divergent_streak = 0
-                self._recordings = []
+                self._recorder.drop_recordings()
                 return plan
             self._drop_plan()
             if not self._install(plan, trace, recording):
@@ -1150,6 +1054,15 @@ class PlannedPool(MemoryPool):
         return size
 
     # -- statistics and state -------------------------------------------------------------
+    @property
+    def record_iterations(self) -> int:
+        """Agreeing recorded iterations needed before planning (the constructor's)."""
+        return self._recorder.record_iterations
+
+    @record_iterations.setter
+    def record_iterations(self, value: int) -> None:
+        self._recorder.record_iterations = value
+
     @property
     def mode(self) -> str:
         """``"record"``, ``"planned"`` or ``"unplanned"`` (see the module docstring)."""
