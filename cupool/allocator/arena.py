@@ -1,13 +1,19 @@
-"""A best-fit allocator with split and merge over device segments (CuPy's policy, in Python).
+"""The pool's arenas: where the bytes of its blocks come from.
 
-The pool uses one of these for its **persistent region** (allocations outside any
-iteration) and one for its **fallback region** (allocations while recording, and
-allocations a plan cannot serve). It never talks to the device itself: the pool
-reserves a segment and hands it over with :meth:`BestFitArena.add_segment`, and takes
-fully free segments back with :meth:`BestFitArena.take_empty_segments`. So the
-bookkeeping is tested with exact pointer arithmetic and no device.
+- :class:`PlannedArena`: a plan made executable. Slot k of a planned iteration is served
+  at ``arena base + offset_k`` in O(1), unless a block that outlived its planned lifetime
+  still holds bytes of it.
+- :class:`BestFitArena`: best fit with split and merge over device segments (CuPy's
+  policy, in Python). The pool uses one for its **persistent region** (allocations
+  outside any iteration) and one for its **fallback region** (allocations while
+  recording, and allocations a plan cannot serve).
 
-Words:
+Neither talks to the device itself: the pool reserves memory and hands it over (the
+planned arena's one reservation; a best-fit arena's segments with
+:meth:`BestFitArena.add_segment`, taken back with :meth:`BestFitArena.take_empty_segments`).
+So the bookkeeping is tested with exact pointer arithmetic and no device.
+
+Best-fit words:
 
 - a **segment** is one device reservation ``[base, base + size)``; blocks never span
   two segments, even when two segments happen to be adjacent in address;
@@ -29,9 +35,29 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+
+from cupool.allocator.recording import RecordedIteration
+from cupool.allocator.tickets import PLANNED_BLOCK, Ticket
+from cupool.core.vocabulary import Plan, Trace
+
+__all__ = ["ALLOCATION_UNIT", "ArenaStats", "BestFitArena", "LiveBlock", "PlannedArena",
+           "PlannedSlot"]
 
 ALLOCATION_UNIT = 512
 """Every pool request is rounded up to a multiple of this many bytes (as CuPy's pool does)."""
+
+
+class LiveBlock(NamedTuple):
+    """One live block: ``kind`` (``"planned"``, ``"fallback"`` or ``"persistent"``: the
+    region), its address, its rounded size and its plan slot (-1 outside plans)."""
+
+    kind: str
+    ptr: int
+    size: int
+    slot: int
 
 
 @dataclass(frozen=True)
@@ -126,9 +152,10 @@ class BestFitArena:
         """True when ``ptr`` is a live block of this arena."""
         return ptr in self._live
 
-    def live_blocks(self) -> list[tuple[int, int]]:
-        """``(ptr, size)`` of every live block, by address."""
-        return sorted((ptr, size) for ptr, (size, _base) in self._live.items())
+    def live_blocks(self) -> list[LiveBlock]:
+        """Every live block (``kind``: the arena's name; ``slot`` -1), by address."""
+        return [LiveBlock(self.name, ptr, size, -1)
+                for ptr, (size, _base) in sorted(self._live.items())]
 
     def segments(self) -> list:
         return list(self._segments.values())
@@ -173,3 +200,186 @@ class BestFitArena:
                 cursor, previous = end, kind
             assert cursor == base + segment.size, f"{self.name}: segment {base:#x} not tiled"
         assert len(self._by_size) == len(self._free_start) == len(self._free_end)
+
+
+class PlannedSlot:
+    """What the planned path reads for allocation k of an iteration (read-only).
+
+    ``serves``: the request size the slot serves, its rounded size while the slot is open
+    and 0 while it is blocked (0 matches no request, so the planned path tests one size,
+    not the size and a flag); ``ticket``: the ticket of the slot's blocks; ``due``: the
+    slots whose blocks should be freed before allocation k (:class:`PlannedArena`).
+    """
+
+    __slots__ = ("due", "serves", "ticket")
+
+    def __init__(self, serves: int, ticket: Ticket, due: tuple[int, ...]) -> None:
+        self.serves = serves
+        self.ticket = ticket
+        self.due = due
+
+
+class PlannedArena:
+    """A plan made executable: slot k is ``ptrs[k]`` for ``sizes[k]`` bytes.
+
+    ``slots[k]`` is the :class:`PlannedSlot` of slot k: ``open_slots[k]`` while the slot
+    is not blocked (below), ``blocked_slots[k]`` while it is. Slot k's ticket is made
+    once, here. ``live[j]`` is 1 while the block of slot j allocated in the current
+    iteration is live and not overdue.
+
+    Overdue blocks. A planned block of slot j should be freed before allocation
+    ``end_j`` of its iteration (its trace end; ``due[end_j]`` lists j). One still live
+    then, or still live when its iteration ends, is *overdue*: it may sit on bytes the
+    plan gives to later slots. Each overdue block adds 1 to ``blocked[k]`` for every slot
+    k whose bytes intersect its own (:meth:`overlaps`, computed once per slot), and takes
+    it back when freed. So slot k may be served when ``blocked[k] == 0``: the live blocks
+    that are not overdue overlap k in time, and the plan keeps those apart in address::
+
+        slot:      0    1    2          plan: slot 2 reuses slot 0's bytes (0 ends at 2)
+        iter 5:   [0=====)              block of slot 0 freed late: live at malloc 2
+                       [1=======)       -> overdue: blocked[0] and blocked[2] become 1
+                            [2==        -> slot 2 is served by the fallback (a collision)
+
+    Hence **at most one block per slot is live**: a block of slot j from an earlier
+    iteration is overdue, so ``blocked[j] >= 1`` (its bytes intersect its own) and slot
+    j is not served from the plan until it is freed. A freed planned block is therefore
+    the current iteration's when ``live[j]`` is 1, else the overdue block of slot j
+    (``overdue`` and ``remaining`` are sets of slots).
+
+    A *retired* arena (the pool re-planned) serves nothing; it is released when
+    ``remaining`` (its live blocks at retirement) empties.
+
+    ``memory`` is the arena's reservation (``None`` for a plan of 0 bytes), whose
+    ``ptr`` is the base of every offset; ``release`` is what the tickets call when their
+    blocks die (the pool's free queue). Not thread-safe: the pool's lock guards it.
+    """
+
+    def __init__(self, plan: Plan, trace: Trace, recording: RecordedIteration, memory,
+                 release) -> None:
+        n = recording.allocations
+        self.plan = plan
+        self.trace = trace
+        self.recording = recording
+        self.memory = memory
+        self.n = n
+        base = memory.ptr if memory is not None else 0
+        offsets = plan.offsets()
+        self.offsets = np.array([offsets[k] for k in range(n)], dtype=np.int64)
+        self.ends = self.offsets + np.array(recording.sizes, dtype=np.int64)
+        self.sizes = list(recording.sizes)
+        self.ptrs = [base + int(o) for o in self.offsets]
+        due: list[list[int]] = [[] for _ in range(n)]
+        for j, (end, outlived) in enumerate(zip(recording.ends, recording.outlived,
+                                                strict=True)):
+            if not outlived and end < n:
+                due[end].append(j)
+        self.due = [tuple(d) for d in due]
+        # A ticket refers to its arena (a cycle, broken by close_tickets()).
+        tickets = [Ticket(release, PLANNED_BLOCK, size, k, self, ptr)
+                   for k, (size, ptr) in enumerate(zip(self.sizes, self.ptrs, strict=True))]
+        self.open_slots = [PlannedSlot(size, ticket, due)
+                           for size, ticket, due in zip(self.sizes, tickets, self.due,
+                                                        strict=True)]
+        self.blocked_slots = [PlannedSlot(0, slot.ticket, slot.due) for slot in self.open_slots]
+        self.slots = list(self.open_slots)
+        self.live = [0] * n
+        self.blocked = [0] * n
+        self.overdue: set[int] = set()
+        self._overlaps: dict[int, list[int]] = {}
+        self.cursor = 0  # allocations made in the current iteration
+        self.off_plan = 0  # of those, served by the fallback region
+        self.diverged = False  # the current iteration had a divergent allocation
+        self.retired = False
+        self.remaining: set[int] = set()
+
+    @property
+    def reserved_bytes(self) -> int:
+        return self.memory.size if self.memory is not None else 0
+
+    def overlaps(self, j: int) -> list[int]:
+        """Slots whose planned bytes intersect slot j's (j included)."""
+        found = self._overlaps.get(j)
+        if found is None:
+            hit = (self.offsets < self.ends[j]) & (self.ends > self.offsets[j])
+            found = self._overlaps[j] = np.flatnonzero(hit).tolist()
+        return found
+
+    def make_overdue(self, j: int) -> None:
+        self.overdue.add(j)
+        blocked, slots = self.blocked, self.slots
+        for k in self.overlaps(j):
+            blocked[k] += 1
+            if blocked[k] == 1:
+                slots[k] = self.blocked_slots[k]
+
+    def end_overdue(self, j: int) -> None:
+        self.overdue.remove(j)
+        blocked, slots = self.blocked, self.slots
+        for k in self.overlaps(j):
+            blocked[k] -= 1
+            if blocked[k] == 0:
+                slots[k] = self.open_slots[k]
+
+    def serve(self, size: int) -> Ticket | None:
+        """The iteration's next allocation, of ``size`` rounded bytes: the slot's ticket
+        when the plan serves it (the slot's size, and not blocked), else ``None`` (the
+        caller serves it elsewhere; ``cursor - 1`` is its slot). The pool's fast
+        ``malloc`` inlines these steps."""
+        k = self.cursor
+        self.cursor = k + 1
+        if k < self.n:
+            live = self.live
+            for j in self.due[k]:
+                if live[j]:
+                    live[j] = 0
+                    self.make_overdue(j)
+            slot = self.slots[k]
+            if slot.serves == size:
+                live[k] = 1
+                return slot.ticket
+        return None
+
+    def free(self, j: int) -> bool:
+        """The block of slot j was freed. True when that was the last live block of a
+        retired arena: the caller releases its memory and :meth:`close_tickets`."""
+        if self.retired:
+            self.remaining.discard(j)
+            return not self.remaining
+        if self.live[j]:
+            self.live[j] = 0
+        else:
+            self.end_overdue(j)
+        return False
+
+    def begin_iteration(self) -> None:
+        self.cursor = 0
+        self.off_plan = 0
+        self.diverged = False
+
+    def end_iteration(self) -> None:
+        """Every block of the iteration still live becomes overdue."""
+        live = self.live
+        for j in [j for j, flag in enumerate(live) if flag]:
+            live[j] = 0
+            self.make_overdue(j)
+
+    def retire(self) -> bool:
+        """Stop serving; True when no block is live (the caller releases the memory now)."""
+        self.end_iteration()
+        self.retired = True
+        self.remaining, self.overdue = self.overdue, set()
+        return not self.remaining
+
+    def close_tickets(self) -> None:
+        """Drop the tickets (the arena is released: no block of it is live or will be)."""
+        self.slots, self.open_slots, self.blocked_slots = [], [], []
+
+    def live_count(self) -> int:
+        """The number of live blocks."""
+        return len(self.remaining) if self.retired else sum(self.live) + len(self.overdue)
+
+    def live_blocks(self) -> list[LiveBlock]:
+        """Every live block (kind ``"planned"``)."""
+        slots = sorted(self.remaining) if self.retired else [
+            *(j for j, flag in enumerate(self.live) if flag), *self.overdue]
+        return [LiveBlock("planned", self.ptrs[j], self.sizes[j], j) for j in slots]

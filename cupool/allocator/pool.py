@@ -41,7 +41,7 @@ reservations (:meth:`Device.reserve <cupool.devices.protocol.Device.reserve>`):
 
 No live block is ever overlapped: the planned path checks, in O(1), a per-slot count of
 *overdue* blocks (planned blocks still live after their planned end) whose bytes
-intersect the slot's (see :class:`_PlannedArena`).
+intersect the slot's (see :class:`~cupool.allocator.arena.PlannedArena`).
 
 **Sizes.** Every request is rounded up to a multiple of 512 bytes, as CuPy's pool does
 (cudaMalloc's alignment); plans are solved on the rounded sizes, and ``used_bytes()``
@@ -87,10 +87,9 @@ import operator
 import os
 from pathlib import Path
 
-import numpy as np
 from cupy.cuda.memory import MemoryPointer, MemoryPool, UnownedMemory
 
-from cupool.allocator.arena import ALLOCATION_UNIT, BestFitArena
+from cupool.allocator.arena import ALLOCATION_UNIT, BestFitArena, LiveBlock, PlannedArena
 from cupool.allocator.blocks import Block, pointer, thread_hooks, thread_state
 from cupool.allocator.errors import (
     AllocationSizeError,
@@ -132,139 +131,7 @@ class _Active:
     __slots__ = ("arena",)
 
     def __init__(self) -> None:
-        self.arena: _PlannedArena | None = None
-
-
-class _PlannedArena:
-    """A plan made executable: slot k is ``ptrs[k]`` for ``sizes[k]`` bytes.
-
-    ``slots[k]`` is ``(size, ticket, due)`` for slot k: its rounded size (0 while the
-    slot is blocked, below), the ticket of its blocks (made once here) and ``due[k]``
-    (below). ``live[j]`` is 1 while the block of slot j allocated in the current
-    iteration is live and not overdue.
-
-    Overdue blocks. A planned block of slot j should be freed before allocation
-    ``end_j`` of its iteration (its trace end; ``due[end_j]`` lists j). One still live
-    then, or still live when its iteration ends, is *overdue*: it may sit on bytes the
-    plan gives to later slots. Each overdue block adds 1 to ``blocked[k]`` for every slot
-    k whose bytes intersect its own (:meth:`overlaps`, computed once per slot), and takes
-    it back when freed. So slot k may be served when ``blocked[k] == 0``: the live blocks
-    that are not overdue overlap k in time, and the plan keeps those apart in address::
-
-        slot:      0    1    2          plan: slot 2 reuses slot 0's bytes (0 ends at 2)
-        iter 5:   [0=====)              block of slot 0 freed late: live at malloc 2
-                       [1=======)       -> overdue: blocked[0] and blocked[2] become 1
-                            [2==        -> slot 2 is served by the fallback (a collision)
-
-    Hence **at most one block per slot is live**: a block of slot j from an earlier
-    iteration is overdue, so ``blocked[j] >= 1`` (its bytes intersect its own) and slot
-    j is not served from the plan until it is freed. A freed planned block is therefore
-    the current iteration's when ``live[j]`` is 1, else the overdue block of slot j
-    (``overdue`` and ``remaining`` are sets of slots).
-
-    A *retired* arena (the pool re-planned) serves nothing; it is released when
-    ``remaining`` (its live blocks at retirement) empties.
-    """
-
-    def __init__(self, plan: Plan, trace: Trace, recording: RecordedIteration, memory,
-                 release) -> None:
-        n = recording.allocations
-        self.plan = plan
-        self.trace = trace
-        self.recording = recording
-        self.memory = memory
-        self.n = n
-        base = memory.ptr if memory is not None else 0
-        offsets = plan.offsets()
-        self.offsets = np.array([offsets[k] for k in range(n)], dtype=np.int64)
-        self.ends = self.offsets + np.array(recording.sizes, dtype=np.int64)
-        self.sizes = list(recording.sizes)
-        self.ptrs = [base + int(o) for o in self.offsets]
-        due: list[list[int]] = [[] for _ in range(n)]
-        for j, (end, outlived) in enumerate(zip(recording.ends, recording.outlived,
-                                                strict=True)):
-            if not outlived and end < n:
-                due[end].append(j)
-        self.due = [tuple(d) for d in due]
-        # A ticket refers to its arena (a cycle, broken by close_tickets()).
-        self.tickets = [Ticket(release, PLANNED_BLOCK, size, k, self, ptr)
-                        for k, (size, ptr) in enumerate(zip(self.sizes, self.ptrs,
-                                                            strict=True))]
-        # slots[k] is open_slots[k] while blocked[k] == 0, else blocked_slots[k], whose
-        # size 0 matches no request: the planned path tests one size, not two lists.
-        self.open_slots = list(zip(self.sizes, self.tickets, self.due, strict=True))
-        self.blocked_slots = [(0, *slot[1:]) for slot in self.open_slots]
-        self.slots = list(self.open_slots)
-        self.live = [0] * n
-        self.blocked = [0] * n
-        self.overdue: set[int] = set()
-        self._overlaps: dict[int, list[int]] = {}
-        self.cursor = 0  # allocations made in the current iteration
-        self.off_plan = 0  # of those, served by the fallback region
-        self.diverged = False  # the current iteration had a divergent allocation
-        self.retired = False
-        self.remaining: set[int] = set()
-
-    @property
-    def reserved_bytes(self) -> int:
-        return self.memory.size if self.memory is not None else 0
-
-    def overlaps(self, j: int) -> list[int]:
-        """Slots whose planned bytes intersect slot j's (j included)."""
-        found = self._overlaps.get(j)
-        if found is None:
-            hit = (self.offsets < self.ends[j]) & (self.ends > self.offsets[j])
-            found = self._overlaps[j] = np.flatnonzero(hit).tolist()
-        return found
-
-    def make_overdue(self, j: int) -> None:
-        self.overdue.add(j)
-        blocked, slots = self.blocked, self.slots
-        for k in self.overlaps(j):
-            blocked[k] += 1
-            if blocked[k] == 1:
-                slots[k] = self.blocked_slots[k]
-
-    def end_overdue(self, j: int) -> None:
-        self.overdue.remove(j)
-        blocked, slots = self.blocked, self.slots
-        for k in self.overlaps(j):
-            blocked[k] -= 1
-            if blocked[k] == 0:
-                slots[k] = self.open_slots[k]
-
-    def begin_iteration(self) -> None:
-        self.cursor = 0
-        self.off_plan = 0
-        self.diverged = False
-
-    def end_iteration(self) -> None:
-        """Every block of the iteration still live becomes overdue."""
-        live = self.live
-        for j in [j for j, flag in enumerate(live) if flag]:
-            live[j] = 0
-            self.make_overdue(j)
-
-    def retire(self) -> bool:
-        """Stop serving; True when no block is live (the caller releases the memory now)."""
-        self.end_iteration()
-        self.retired = True
-        self.remaining, self.overdue = self.overdue, set()
-        return not self.remaining
-
-    def close_tickets(self) -> None:
-        """Drop the tickets (the arena is released: no block of it is live or will be)."""
-        self.tickets, self.slots, self.open_slots, self.blocked_slots = [], [], [], []
-
-    def live_count(self) -> int:
-        """The number of live blocks."""
-        return len(self.remaining) if self.retired else sum(self.live) + len(self.overdue)
-
-    def live_blocks(self) -> list[tuple[int, int, int]]:
-        """``(ptr, size, slot)`` of every live block."""
-        slots = sorted(self.remaining) if self.retired else [
-            *(j for j, flag in enumerate(self.live) if flag), *self.overdue]
-        return [(self.ptrs[j], self.sizes[j], j) for j in slots]
+        self.arena: PlannedArena | None = None
 
 
 class _Iteration:
@@ -355,10 +222,10 @@ class PlannedPool(MemoryPool):
         self._cursor = 0  # allocations made in the current record/unplanned iteration
         self._divergent_streak = 0
         self._recorder = Recorder(record_iterations)
-        self._arena: _PlannedArena | None = None  # the active plan, in PLANNED mode
+        self._arena: PlannedArena | None = None  # the active plan, in PLANNED mode
         self._state = _Active()  # .arena: _arena while a planned iteration runs
-        self._last_arena: _PlannedArena | None = None  # the last installed plan (for save)
-        self._retired: list[_PlannedArena] = []
+        self._last_arena: PlannedArena | None = None  # the last installed plan (for save)
+        self._retired: list[PlannedArena] = []
         self._fallback = BestFitArena("fallback")
         self._persistent = BestFitArena("persistent")
         self._counters = PoolCounters()
@@ -451,19 +318,21 @@ class PlannedPool(MemoryPool):
                         counters.allocated_bytes_current = current
                     k = arena.cursor
                     arena.cursor = k + 1
-                    try:
-                        planned_size, ticket, due = arena.slots[k]
+                    try:  # PlannedArena.serve(), inlined
+                        slot = arena.slots[k]
                     except IndexError:  # more allocations than the plan has
                         ticket = allocate_off_plan(arena, k, rounded)
                     else:
+                        due = slot.due
                         if due:
                             live = arena.live
                             for j in due:
                                 if live[j]:
                                     live[j] = 0
                                     arena.make_overdue(j)
-                                    planned_size = arena.slots[k][0]  # 0 if now blocked
-                        if planned_size == rounded:  # the plan's size, and not blocked
+                                    slot = arena.slots[k]  # the blocked one if j meets k
+                        if slot.serves == rounded:  # the plan's size, and not blocked
+                            ticket = slot.ticket
                             arena.live[k] = 1
                             current += rounded
                             counters.allocated_bytes_current = current
@@ -485,7 +354,7 @@ class PlannedPool(MemoryPool):
         malloc.__doc__ = PlannedPool.malloc.__doc__
         return malloc
 
-    def _allocate_off_plan(self, arena: _PlannedArena, k: int, size: int) -> Ticket:
+    def _allocate_off_plan(self, arena: PlannedArena, k: int, size: int) -> Ticket:
         """Slot k of a planned iteration cannot be served from the plan (caller holds
         _lock and has advanced the cursor): count why, serve from the fallback region."""
         counters = self._counters
@@ -550,20 +419,11 @@ class PlannedPool(MemoryPool):
         arena = self._state.arena
         if arena is None:
             return self._allocate_slow(size)
-        k = arena.cursor
-        arena.cursor = k + 1
-        if k < arena.n:
-            live = arena.live
-            for j in arena.due[k]:
-                if live[j]:
-                    live[j] = 0
-                    arena.make_overdue(j)
-            planned_size, ticket, _due = arena.slots[k]
-            if planned_size == size:  # the plan's size, and not blocked
-                live[k] = 1
-                self._counters.add("allocated_bytes", size)
-                return ticket
-        return self._allocate_off_plan(arena, k, size)
+        ticket = arena.serve(size)
+        if ticket is None:
+            return self._allocate_off_plan(arena, arena.cursor - 1, size)
+        self._counters.add("allocated_bytes", size)
+        return ticket
 
     def _malloc_with_hooks(self, hooks, size: int, rounded: int) -> MemoryPointer:
         device_id = self.device_id
@@ -610,17 +470,10 @@ class PlannedPool(MemoryPool):
         ``allocated_bytes``)."""
         kind, region = ticket.kind, ticket.region
         if kind == PLANNED_BLOCK:
-            slot = ticket.slot
-            if region.retired:
-                region.remaining.discard(slot)
-                if not region.remaining:
-                    self._retired.remove(region)
-                    self._release(region.memory)
-                    region.close_tickets()
-            elif region.live[slot]:
-                region.live[slot] = 0
-            else:
-                region.end_overdue(slot)
+            if region.free(ticket.slot):  # the last live block of a retired arena
+                self._retired.remove(region)
+                self._release(region.memory)
+                region.close_tickets()
         elif kind == FALLBACK_BLOCK:
             region.free(ticket.ptr)
             self._counters.fallback_bytes_current -= ticket.size
@@ -706,9 +559,9 @@ class PlannedPool(MemoryPool):
             f"{persistent.largest_free_range})",
         ]
         live = self._live_blocks()
-        lines.append(f"  live blocks: {len(live)} holding {sum(b[2] for b in live)} bytes; "
+        lines.append(f"  live blocks: {len(live)} holding {sum(b.size for b in live)} bytes; "
                      f"largest:")
-        for kind, ptr, block_size, slot in sorted(live, key=lambda b: -b[2])[:10]:
+        for kind, ptr, block_size, slot in sorted(live, key=lambda b: -b.size)[:10]:
             where = f" slot {slot}" if slot >= 0 else ""
             lines.append(f"    {block_size:>14} B  {kind:<10}{where} at {ptr:#x}")
         return "\n".join(lines)
@@ -719,12 +572,11 @@ class PlannedPool(MemoryPool):
         return (self._fallback.live_count + self._persistent.live_count
                 + sum(arena.live_count() for arena in arenas))
 
-    def _live_blocks(self) -> list[tuple[str, int, int, int]]:
-        """``(kind, ptr, size, slot)`` of every live block (caller holds _lock)."""
-        live = [("fallback", p, s, -1) for p, s in self._fallback.live_blocks()]
-        live += [("persistent", p, s, -1) for p, s in self._persistent.live_blocks()]
+    def _live_blocks(self) -> list[LiveBlock]:
+        """Every live block (caller holds _lock)."""
+        live = [*self._fallback.live_blocks(), *self._persistent.live_blocks()]
         for arena in [*([self._arena] if self._arena else []), *self._retired]:
-            live += [("planned", ptr, size, slot) for ptr, size, slot in arena.live_blocks()]
+            live += arena.live_blocks()
         return live
 
     # -- iterations -----------------------------------------------------------------------
@@ -809,7 +661,7 @@ class PlannedPool(MemoryPool):
                              "iterations from the fallback region: %s", self.name,
                              plan.arena_bytes, exc)
                 return False
-        self._arena = self._last_arena = _PlannedArena(plan, trace, recording, memory,
+        self._arena = self._last_arena = PlannedArena(plan, trace, recording, memory,
                                                        self._release_ticket)
         self._counters.add("arena_bytes", self._arena.reserved_bytes)
         self._counters.plans += 1
@@ -975,7 +827,7 @@ class PlannedPool(MemoryPool):
                 active.memory = None  # handed over: retiring the old plan releases nothing
                 active.retire()
                 active.close_tickets()
-                self._arena = self._last_arena = _PlannedArena(plan, trace, recording, memory,
+                self._arena = self._last_arena = PlannedArena(plan, trace, recording, memory,
                                                                self._release_ticket)
                 self._counters.plans += 1
                 self._mode = PLANNED
@@ -1082,11 +934,12 @@ class PlannedPool(MemoryPool):
             self._drain()
             self._counters.reset_peaks()
 
-    def live_blocks(self) -> list[tuple[str, int, int, int]]:
-        """``(kind, ptr, size, slot)`` of every live block; ``slot`` is -1 outside plans."""
+    def live_blocks(self) -> list[LiveBlock]:
+        """Every live block, by address: :class:`~cupool.allocator.arena.LiveBlock` named
+        tuples ``(kind, ptr, size, slot)``; ``slot`` is -1 outside plans."""
         with self._lock:
             self._drain()
-            return sorted(self._live_blocks(), key=lambda b: b[1])
+            return sorted(self._live_blocks(), key=lambda b: b.ptr)
 
     def report(self) -> str:
         """The readable report an out-of-memory error carries, for the current state."""
@@ -1107,7 +960,7 @@ class PlannedPool(MemoryPool):
             live = self._live_blocks()
             if live:
                 raise PoolError(f"close(): {len(live)} blocks holding "
-                                f"{sum(b[2] for b in live)} bytes are still live")
+                                f"{sum(b.size for b in live)} bytes are still live")
             self._drop_plan()
             self._release_empty()
         if self._owns_device:
