@@ -174,7 +174,7 @@ def test_record_then_plan_then_identical_offsets(pool):
     stats = pool.memory_stats()
     assert stats["recorded_iterations"] == 1 and stats["recorded_allocations"] == 4
     assert stats["plans"] == 1 and pool.plan.status.value == "optimal"
-    base = pool._arena.memory.ptr
+    base = pool.arena_ptr
     del out
     runs = [[p - base for p in offsets_of(pool, step)] for _ in range(4)]
     assert runs[0] == runs[1] == runs[2] == runs[3]
@@ -586,13 +586,13 @@ def test_save_and_load_plan(pool, device, tmp_path):
     plan_path, trace_path = pool.save_plan(tmp_path / "p.json")
     assert trace_path.name == "p.trace.json"
     first = offsets_of(pool, step)
-    first = [p - pool._arena.memory.ptr for p in first]
+    first = [p - pool.arena_ptr for p in first]
 
     other = PlannedPool(device)
     other.load_plan(plan_path)
     assert other.mode == "planned" and other.memory_stats()["recorded_iterations"] == 0
     seen = offsets_of(other, step)
-    assert [p - other._arena.memory.ptr for p in seen] == first
+    assert [p - other.arena_ptr for p in seen] == first
     assert other.memory_stats()["planned_hits"] == 4
 
 

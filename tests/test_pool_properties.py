@@ -165,7 +165,7 @@ class PoolMachine(RuleBasedStateMachine):
         assert stats["live_blocks.current"] == len(blocks)
         assert stats["allocated_bytes.current"] == sum(blocks.values())
         assert stats["reserved_bytes.current"] == self.pool.total_bytes() >= sum(blocks.values())
-        for region in (self.pool._fallback, self.pool._persistent):
+        for region in (self.pool._regions.fallback, self.pool._regions.persistent):
             region.check()
 
     def teardown(self):

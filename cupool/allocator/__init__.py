@@ -24,7 +24,7 @@ _EXPORTS = {
     "PoolOutOfMemoryError": "cupool.allocator.errors",
     "managed": "cupool.allocator.context",
     "ALLOCATION_UNIT": "cupool.allocator.arena",
-    "MODES": "cupool.allocator.pool",
+    "MODES": "cupool.allocator.modes",
     "PlannedPool": "cupool.allocator.pool",
 }
 
