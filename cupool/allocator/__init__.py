@@ -26,6 +26,7 @@ _EXPORTS = {
     "ALLOCATION_UNIT": "cupool.allocator.arena",
     "MODES": "cupool.allocator.modes",
     "PlannedPool": "cupool.allocator.pool",
+    "PoolOptions": "cupool.allocator.options",
 }
 
 

@@ -35,6 +35,7 @@ import logging
 
 from cupool.allocator.arena import PlannedArena
 from cupool.allocator.errors import IterationStateError, PoolOutOfMemoryError
+from cupool.allocator.options import PoolOptions
 from cupool.allocator.plan_files import PoolPlan
 from cupool.allocator.recording import Recorder, to_trace
 from cupool.allocator.regions import Regions
@@ -65,22 +66,20 @@ class ActiveArena:
 class PoolModes:
     """The pool's mode, its iterations and its plans (module docstring).
 
-    ``regions`` hands out and takes back the bytes; ``name``, ``solver``,
-    ``solver_params``, ``divergence_limit`` and ``record_iterations`` are the pool's
-    settings (:class:`~cupool.allocator.pool.PlannedPool`). Every method expects the
-    caller to hold the pool's lock and, except :meth:`allocate`, to have drained the
-    queued frees (:meth:`Regions.drain <cupool.allocator.regions.Regions.drain>`).
+    ``regions`` hands out and takes back the bytes; ``options`` are the pool's settings.
+    Every method expects the caller to hold the pool's lock and, except :meth:`allocate`,
+    to have drained the queued frees (:meth:`Regions.drain
+    <cupool.allocator.regions.Regions.drain>`).
     """
 
-    def __init__(self, regions: Regions, name: str, solver: str, solver_params,
-                 divergence_limit: int, record_iterations: int) -> None:
+    def __init__(self, regions: Regions, options: PoolOptions) -> None:
         self.regions = regions
         self.counters = regions.counters
-        self.name = name
-        self.solver = solver
-        self.solver_params = solver_params
-        self.divergence_limit = divergence_limit
-        self.recorder = Recorder(record_iterations)
+        self.name = options.name
+        self.solver = options.solver
+        self.solver_params = options.resolved_solver_params()
+        self.divergence_limit = options.divergence_limit
+        self.recorder = Recorder(options.record_iterations)
         self.mode = RECORD
         self.in_iteration = False
         self.cursor = 0  # allocations made in the current record/unplanned iteration

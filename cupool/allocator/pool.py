@@ -81,6 +81,7 @@ from cupool.allocator.blocks import Block, pointer, thread_hooks, thread_state
 from cupool.allocator.errors import AllocationSizeError, IterationStateError, PoolError
 from cupool.allocator.lock import PoolLock
 from cupool.allocator.modes import MODES, PoolModes
+from cupool.allocator.options import PoolOptions
 from cupool.allocator.plan_files import check_pool_plan, read_pool_plan, write_pool_plan
 from cupool.allocator.regions import Regions
 from cupool.allocator.stats import PoolCounters
@@ -131,41 +132,26 @@ class PlannedPool(MemoryPool):
         capacity: the most bytes the pool may reserve (``int`` or ``"6GiB"``); ``None``:
             only the device's free memory limits it. Larger than the device's total
             memory: :class:`CapacityError`. Same as ``set_limit(size=capacity)``.
-        solver: offset solver name (``cupool.planning.SOLVER_NAMES``).
-        solver_params: :class:`~cupool.planning.solvers.SolverParams`; default: the
-            solver's defaults with ``time_limit_s=solve_time_limit``.
-        solve_time_limit: seconds a search may spend planning (default 5).
-        divergence_limit: divergent planned iterations in a row before re-recording (>= 1).
-        record_iterations: agreeing recorded iterations needed before planning (>= 1).
-        name: the name of recorded traces and plans.
-        device_options: options for ``open_device`` when ``device`` is a kind.
+        **options: the fields of :class:`~cupool.allocator.options.PoolOptions`
+            (``solver``, ``solver_params``, ``solve_time_limit``, ``divergence_limit``,
+            ``record_iterations``, ``name``, ``device_options``), keyword only.
     """
 
-    def __init__(self, device: str | Device = "auto", capacity: int | str | None = None, *,
-                 solver: str = "auto", solver_params=None, solve_time_limit: float = 5.0,
-                 divergence_limit: int = 2, record_iterations: int = 1,
-                 name: str = "pool", device_options: dict | None = None) -> None:
+    def __init__(self, device: str | Device = "auto", capacity: int | str | None = None,
+                 **options) -> None:
         super().__init__()
-        for field, value in (("divergence_limit", divergence_limit),
-                             ("record_iterations", record_iterations)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise PoolError(f"{field} (={value!r}) must be an int >= 1")
-        from cupool.planning.solvers import SOLVER_NAMES, SolverParams
-
-        if solver not in SOLVER_NAMES:
-            raise PoolError(f"solver (={solver!r}) must be one of {', '.join(SOLVER_NAMES)}")
+        settings = PoolOptions(**options)
         if isinstance(device, Device):
             self.device, self._owns_device = device, False
         else:
-            self.device = open_device(device, **(device_options or {}))
+            self.device = open_device(device, **(settings.device_options or {}))
             self._owns_device = True
         self.device_id = int(getattr(self.device, "device_id", 0))
         self._lock = PoolLock()  # guards the three parts below
         self._counters = PoolCounters()
-        self._regions = Regions(self.device, name, self._counters, lambda: self._modes.mode)
-        self._modes = PoolModes(self._regions, name, solver,
-                                solver_params or SolverParams(time_limit_s=solve_time_limit),
-                                divergence_limit, record_iterations)
+        self._regions = Regions(self.device, settings.name, self._counters,
+                                lambda: self._modes.mode)
+        self._modes = PoolModes(self._regions, settings)
         if capacity is not None:
             self._regions.limit = self._regions.check_capacity(
                 "capacity", parse_bytes(capacity, "capacity"))

@@ -16,17 +16,18 @@ Who makes them:
   :class:`~cupool.allocator.arena.PlannedArena`), so ``(region, slot)`` names the block;
 - **fallback** and **persistent** tickets are made per block.
 
-Speed. The planned ``malloc`` reads ``ptr`` and ``release`` of the ticket it serves, and
-the free path ``size``, ``region`` and ``slot`` of each ticket it takes from the queue.
-``__slots__`` attributes are read by CPython's specialised slot access, as fast as the
-constant-index reads of the 7-tuples that tickets used to be (measured: four reads
-17.7 ns for the slotted class, 21.5 ns for the tuple, CPython 3.11). Calling
-``ticket.release(ticket)`` directly is a method lookup that the interpreter does not
-specialise for a slot (42 ns against 35 ns for the tuple), so callers read the attribute
-first: ``release = ticket.release; release(ticket)`` (37 ns). Making a ticket costs
-~145 ns against ~32 ns for a tuple; only fallback and persistent blocks pay it, and the
-recording path saves more than that by logging into two lists instead of a list per block
-(:class:`~cupool.allocator.recording.RecordLog`).
+Speed. A slotted class costs the planned path what a 7-tuple read by constant index
+would. The planned ``malloc`` reads ``ptr`` and ``release`` of the ticket it serves and
+the free path ``size``, ``region`` and ``slot`` of each queued one; CPython specialises
+reads of ``__slots__`` attributes, so four of them cost what four constant-index tuple
+reads do (17.7 ns against 21.5 ns, CPython 3.11). One exception:
+``ticket.release(ticket)`` is a method-call lookup that the interpreter does not
+specialise for a slot (42 ns against 35 ns for ``ticket[0](ticket)``), so the hot callers
+read the attribute first, ``release = ticket.release; release(ticket)`` (37 ns). Making a
+ticket costs ~145 ns against ~32 ns for a tuple: planned tickets are made once per plan,
+and fallback and persistent blocks, which pay it, log a recorded block into two lists
+instead of a new list per block and keep their state off the ``MemoryPool`` subclass
+(see :mod:`cupool.allocator.modes`), which more than pays for it.
 """
 
 from __future__ import annotations
