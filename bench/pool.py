@@ -59,12 +59,12 @@ import numpy as np  # noqa: E402
 import psutil  # noqa: E402
 from cupy.cuda.memory import MemoryPointer, UnownedMemory  # noqa: E402
 
+from cupool.allocator import PlannedPool  # noqa: E402
 from cupool.baselines import replay  # noqa: E402
 from cupool.core.vocabulary import PERSISTENT  # noqa: E402
 from cupool.data import bundled_traces  # noqa: E402
 from cupool.devices import open_device  # noqa: E402
 from cupool.io import load_trace  # noqa: E402
-from cupool.runtime import PlannedPool  # noqa: E402
 
 UINT8 = np.uint8
 

@@ -10,14 +10,14 @@ from cupool.planning import SolverParams, plan
 
 __version__ = "0.1.0"
 
-_RUNTIME = ("PlannedPool", "managed")
+_ALLOCATOR = ("PlannedPool", "managed")
 
 
 def __getattr__(name):
-    if name in _RUNTIME:
-        from cupool import runtime
+    if name in _ALLOCATOR:
+        from cupool import allocator
 
-        return getattr(runtime, name)
+        return getattr(allocator, name)
     raise AttributeError(f"module 'cupool' has no attribute {name!r}")
 
 

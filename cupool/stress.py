@@ -9,7 +9,7 @@ in rounds until the time is used, then reports one flat dict (the ``--json`` obj
 Scenarios (each round runs them in this order, with seeds derived from ``(seed, round)``):
 
 ``pool``
-    A :class:`~cupool.runtime.pool.PlannedPool` on the device serves a random workload
+    A :class:`~cupool.allocator.pool.PlannedPool` on the device serves a random workload
     (:func:`random_workload`: random sizes from 1 byte to 512 KiB, random free order, one
     block carried across the iteration boundary, a few persistent blocks) for
     :data:`POOL_ITERATIONS` iterations: the first is recorded and planned, the rest are
@@ -299,8 +299,8 @@ def run_pool_scenario(device, seed: int, stream=None, *, faults=(),
     """The ``pool`` scenario (module docstring) on ``device``; ``stream`` carries the
     kernels (default: a new stream). ``keep`` (a list) receives blocks a ``"pool-leak"``
     fault keeps alive."""
+    from cupool.allocator.pool import PlannedPool
     from cupool.kernels import fill_pattern, verify_pattern
-    from cupool.runtime.pool import PlannedPool
 
     rng = np.random.default_rng(seed)
     steps, carried, persistent_sizes = random_workload(rng)
@@ -651,10 +651,10 @@ def run_streams_scenario(device, seed: int, streams=None, *, faults=(),
                          rounds: int = STREAM_ROUNDS) -> ScenarioResult:
     """The ``streams`` scenario (module docstring): one thread per stream of ``streams``
     (default: :data:`THREADS` new streams), blocks from one shared pool."""
+    from cupool.allocator.pool import PlannedPool
     from cupool.kernels import fill_pattern, verify_pattern
     from cupool.kernels.reference import count_mismatches
     from cupool.kernels.reference import fill as host_fill
-    from cupool.runtime.pool import PlannedPool
 
     streams = streams or [device.create_stream(f"stress-{k}") for k in range(THREADS)]
     before = _baseline(device)

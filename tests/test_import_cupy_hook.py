@@ -43,7 +43,7 @@ def test_live_debug_print_hook_run():
     cupy = pytest.importorskip("cupy")
     from cupy.cuda.memory_hooks import DebugPrintHook
 
-    from cupool.runtime import PlannedPool
+    from cupool.allocator import PlannedPool
 
     pool = PlannedPool(device="emulated", capacity="64MiB")
     previous = cupy.cuda.get_allocator()

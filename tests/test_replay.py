@@ -385,7 +385,7 @@ def test_without_cupy_the_runtime_says_what_to_install(monkeypatch):
 
     for name in [m for m in sys.modules if m == "cupy" or m.startswith("cupy.")] or ["cupy"]:
         monkeypatch.setitem(sys.modules, name, None)
-    monkeypatch.delitem(sys.modules, "cupool.runtime.pool", raising=False)
+    monkeypatch.delitem(sys.modules, "cupool.allocator.pool", raising=False)
     trace = six_op_trace()
     plan = six_op_swap_plan(trace)
     with pytest.raises(ReplayError, match=r"pip install 'cupool\[cuda13\]'"):

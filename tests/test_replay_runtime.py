@@ -9,6 +9,7 @@ import threading
 import numpy as np
 import pytest
 
+from cupool.allocator.pool import PlannedPool
 from cupool.check import validate_plan, validate_swap_plan
 from cupool.core.vocabulary import Buffer, RecomputeAction
 from cupool.devices import open_device
@@ -25,7 +26,6 @@ from cupool.runtime.handles import (
     HandleError,
     TensorHandle,
 )
-from cupool.runtime.pool import PlannedPool
 from cupool.runtime.replay import replay
 from cupool.runtime.staging import PinnedStaging
 from tests.swap_cases import resnet_capuchin_plan

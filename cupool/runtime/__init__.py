@@ -1,43 +1,11 @@
-"""The runtime: CuPy's allocator, served from plans.
+"""The swap runtime: a swapping plan run on a device, every residency served by a pool.
 
-- :class:`~cupool.runtime.pool.PlannedPool`: a ``cupy.cuda.MemoryPool`` that records
-  iterations, plans them, and serves later ones from the plan (:mod:`.pool`);
-- :func:`~cupool.runtime.context.managed`: installs a pool as CuPy's allocator for a
-  ``with`` block and restores the previous one (:mod:`.context`);
-- :mod:`.arena` (best fit with split/merge: the persistent and fallback regions),
-  :mod:`.record` (recorded iterations → trace v1), :mod:`.stats` (the statistics' key
-  grammar), :mod:`.errors`.
-
-The swap runtime: :mod:`.handles` (tensor handles and ``h.use()``), :mod:`.copy_engine`
-(D2H/H2D streams), :mod:`.staging` (pinned staging), :mod:`.checks` (stream-ordered
-pattern checks on either backend), :mod:`.executor` (one iteration of a swapping plan,
-its residencies served by a ``PlannedPool``; late-prefetch feedback), :mod:`.replay` and
+:mod:`.handles` (tensor handles and ``h.use()``), :mod:`.copy_engine` (D2H/H2D streams),
+:mod:`.staging` (pinned staging), :mod:`.checks` (stream-ordered pattern checks on either
+backend), :mod:`.executor` (one iteration of a swapping plan, its residencies served by a
+:class:`~cupool.allocator.PlannedPool`; late-prefetch feedback), :mod:`.replay` and
 :mod:`.passive`.
 
-The pool imports CuPy (it *is* a ``cupy.cuda.MemoryPool``), on first use of
-``cupool.PlannedPool``/``cupool.managed``, and so do the executor and replay, which serve
-every residency from one; handles, the copy engine and staging do not need it.
+The executor and replay import the pool (a ``cupy.cuda.MemoryPool``, so CuPy) when they
+start one; handles, the copy engine and staging do not need CuPy.
 """
-
-from __future__ import annotations
-
-from importlib import import_module
-
-_EXPORTS = {
-    "AllocationSizeError": "cupool.runtime.errors", "CapacityError": "cupool.runtime.errors",
-    "IterationStateError": "cupool.runtime.errors", "ManagedStateError": "cupool.runtime.errors",
-    "PoolError": "cupool.runtime.errors", "PoolOutOfMemoryError": "cupool.runtime.errors",
-    "managed": "cupool.runtime.context", "ALLOCATION_UNIT": "cupool.runtime.arena",
-    "MODES": "cupool.runtime.pool", "PlannedPool": "cupool.runtime.pool",
-}
-
-
-def __getattr__(name):
-    # Lazy, so that the CuPy-free parts (handles, copy engine, staging, replay) import
-    # without CuPy; the pool and its errors import it on first use.
-    if name in _EXPORTS:
-        return getattr(import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'cupool.runtime' has no attribute {name!r}")
-
-
-__all__ = sorted(_EXPORTS)

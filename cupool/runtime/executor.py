@@ -1,7 +1,7 @@
 """The executor: one iteration of a trace under a swapping plan, on a device, checked.
 
 It runs the real runtime: every residency's device bytes come from a
-:class:`~cupool.runtime.pool.PlannedPool` serving the plan's layout, every buffer is a
+:class:`~cupool.allocator.pool.PlannedPool` serving the plan's layout, every buffer is a
 :class:`~cupool.runtime.handles.TensorHandle` whose uses are marked, swaps go through the
 :class:`~cupool.runtime.copy_engine.CopyEngine` (D2H and H2D streams, events) and pinned
 staging, and the op work goes on a compute stream through
@@ -91,6 +91,7 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass
 
+from cupool.allocator.arena import ALLOCATION_UNIT
 from cupool.check import validate_plan
 from cupool.core.vocabulary import (
     PERSISTENT,
@@ -107,7 +108,6 @@ from cupool.core.vocabulary import (
 from cupool.devices.protocol import host_view
 from cupool.errors import CupoolError
 from cupool.planning.budget.feedback import move_swap_in, predicted_waits, queued_ahead
-from cupool.runtime.arena import ALLOCATION_UNIT
 from cupool.runtime.checks import StreamWork
 from cupool.runtime.copy_engine import CopyEngine
 from cupool.runtime.handles import (
@@ -205,7 +205,7 @@ def _address(array) -> int:
 
 class Executor:
     """Runs iterations of ``trace`` under swapping ``plan`` on ``device`` (``emulated`` or
-    ``cuda``), serving its layout from a :class:`~cupool.runtime.pool.PlannedPool`.
+    ``cuda``), serving its layout from a :class:`~cupool.allocator.pool.PlannedPool`.
 
     ``size_scale`` (int >= 1) divides every size and offset; ``time_scale`` multiplies every
     op duration (see :mod:`.replay` for how the link is paced to match). ``seed`` seeds
@@ -218,7 +218,7 @@ class Executor:
                  time_scale: float = 1.0, seed: int = 0, staging_bytes: int | None = None,
                  op_us=None, recompute: dict | None = None) -> None:
         try:
-            from cupool.runtime.pool import PlannedPool
+            from cupool.allocator.pool import PlannedPool
         except ImportError as exc:  # PlannedPool is a cupy.cuda.MemoryPool
             raise ReplayError(f"the swap runtime serves every buffer from PlannedPool, a "
                               f"CuPy memory pool, and CuPy is not installed ({exc}): pip "

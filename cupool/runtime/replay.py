@@ -2,7 +2,7 @@
 
 :func:`replay` plans the trace for the budget (:func:`~cupool.planning.budget.plan_with_budget`),
 validates the plan, and runs it with the :class:`~cupool.runtime.executor.Executor` — a
-:class:`~cupool.runtime.pool.PlannedPool` serving every residency at its planned offset,
+:class:`~cupool.allocator.pool.PlannedPool` serving every residency at its planned offset,
 handles, copy streams, pinned staging, patterns verified at every use, late-prefetch
 feedback between iterations — then reports one flat dict (the ``cupool replay --json``
 object).

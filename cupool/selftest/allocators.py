@@ -6,7 +6,7 @@ iteration; then at each op the frees of the buffers ending there and the allocat
 the buffers starting there (id order). The two allocators take turns, one iteration
 each per round, so a change of machine speed hits both alike:
 
-- ``planned``: a :class:`~cupool.runtime.PlannedPool` on the device, after its recorded
+- ``planned``: a :class:`~cupool.allocator.PlannedPool` on the device, after its recorded
   iteration (every later allocation is served from the plan);
 - ``cupy``: ``cupy.cuda.MemoryPool()`` (``cudaMalloc`` underneath), on a GPU only: without
   a driver it cannot allocate at all.
@@ -89,7 +89,7 @@ def compare_pools(trace: Trace, device, *, rounds: int = 9, warmup: int = 2) -> 
     GPU, on CuPy's ``MemoryPool`` (module docstring); one flat dict per trace."""
     import cupy
 
-    from cupool.runtime import PlannedPool
+    from cupool.allocator import PlannedPool
 
     loop = allocation_loop(trace)
     on_gpu = device.kind == "cuda"

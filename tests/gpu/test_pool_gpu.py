@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cupool.runtime.pool import PlannedPool
+from cupool.allocator.pool import PlannedPool
 from cupool.stress import run_pool_scenario
 
 pytestmark = pytest.mark.gpu

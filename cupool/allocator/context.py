@@ -19,14 +19,14 @@ from __future__ import annotations
 
 import cupy
 
-from cupool.runtime.errors import ManagedStateError
-from cupool.runtime.pool import PlannedPool
+from cupool.allocator.errors import ManagedStateError
+from cupool.allocator.pool import PlannedPool
 
 
 class managed:  # lower case: used like a function, as contextlib's managers are
     """Context manager: ``PlannedPool(**options)`` (or ``pool``, if given) becomes CuPy's
     allocator inside the block. One-shot: entering it twice, or exiting it without
-    entering, raises :class:`~cupool.runtime.errors.ManagedStateError`."""
+    entering, raises :class:`~cupool.allocator.errors.ManagedStateError`."""
 
     def __init__(self, pool: PlannedPool | None = None, **options) -> None:
         if pool is not None and options:

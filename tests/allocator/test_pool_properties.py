@@ -26,9 +26,9 @@ from hypothesis.stateful import (  # noqa: E402
     rule,
 )
 
+from cupool.allocator import PlannedPool  # noqa: E402
 from cupool.devices import open_device  # noqa: E402
 from cupool.devices.protocol import host_view  # noqa: E402
-from cupool.runtime import PlannedPool  # noqa: E402
 
 SIZES = (1, 512, 513, 4096, 10000, 70000)
 SCRIPT = (4096, 10000, 3000, 100, 70000, 512)  # a repeating iteration body
@@ -165,7 +165,7 @@ class PoolMachine(RuleBasedStateMachine):
         assert stats["live_blocks.current"] == len(blocks)
         assert stats["allocated_bytes.current"] == sum(blocks.values())
         assert stats["reserved_bytes.current"] == self.pool.total_bytes() >= sum(blocks.values())
-        for region in (self.pool._fallback, self.pool._persistent):
+        for region in (self.pool._regions.fallback, self.pool._regions.persistent):
             region.check()
 
     def teardown(self):

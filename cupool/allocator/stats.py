@@ -1,6 +1,6 @@
 """The pool's statistics: one flat ``dict[str, int]`` with a documented key grammar.
 
-:meth:`PlannedPool.memory_stats() <cupool.runtime.pool.PlannedPool.memory_stats>` returns
+:meth:`PlannedPool.memory_stats() <cupool.allocator.pool.PlannedPool.memory_stats>` returns
 it (the grammar follows PyTorch's ``allocated_bytes.all.peak`` and the device layer's
 ``<quantity>.<qualifier>``):
 
@@ -70,6 +70,7 @@ KEYS = (*(f"{g}.{q}" for g in GAUGES for q in ("current", "peak")), "planned_byt
 """Every key of :meth:`PoolCounters.snapshot`, in a stable order."""
 
 _STORED = (*(c for c in COUNTERS if c not in ("mallocs", "frees")), "fallback_mallocs")
+_GAUGE_ATTRIBUTES = {gauge: (f"{gauge}_current", f"{gauge}_peak") for gauge in GAUGES}
 
 
 class PoolCounters:
@@ -89,10 +90,11 @@ class PoolCounters:
 
     def add(self, gauge: str, amount: int) -> None:
         """Change gauge ``gauge`` by ``amount`` bytes (or blocks) and keep its peak."""
-        value = getattr(self, f"{gauge}_current") + amount
-        setattr(self, f"{gauge}_current", value)
-        if value > getattr(self, f"{gauge}_peak"):
-            setattr(self, f"{gauge}_peak", value)
+        current, peak = _GAUGE_ATTRIBUTES[gauge]  # names made once: this runs per block
+        value = getattr(self, current) + amount
+        setattr(self, current, value)
+        if value > getattr(self, peak):
+            setattr(self, peak, value)
 
     def reset_peaks(self) -> None:
         """Set every peak to its current value (like ``torch.cuda.reset_peak_memory_stats``)."""

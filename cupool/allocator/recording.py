@@ -27,6 +27,10 @@ busy, and is served by the fallback region: a *collision*, counted, never an ove
 Several recorded iterations *agree* when they allocate the same rounded sizes in the
 same order; they are merged into one trace by taking, for each slot, the latest end
 and whether it outlived any of them.
+
+In the pool, a :class:`Recorder` holds record mode's state: the running iteration's
+:class:`RecordLog` (each recorded block's ticket points at it, so the block's free is
+logged there) and the agreeing recordings so far.
 """
 
 from __future__ import annotations
@@ -68,6 +72,76 @@ class RecordedIteration:
         return self.sizes == other.sizes
 
 
+class RecordLog:
+    """The allocations of one iteration being recorded: ``sizes[k]`` (rounded bytes) of
+    its k-th allocation and ``ends[k]``, the number of allocations made when block k was
+    freed (``None`` while it is live).
+
+    The blocks' tickets refer to the log (:class:`~cupool.allocator.tickets.Ticket`
+    ``record`` and ``slot``). A block freed after its iteration ended writes into a log
+    that has already been read, or dropped: harmless, the recording is taken at the end
+    of the iteration, and a block live then *outlives* it.
+    """
+
+    __slots__ = ("ends", "sizes")
+
+    def __init__(self) -> None:
+        self.sizes: list[int] = []
+        self.ends: list[int | None] = []
+
+    def add(self, size: int) -> None:
+        """Log the next allocation (its index is ``len(sizes)`` before the call)."""
+        self.sizes.append(size)
+        self.ends.append(None)
+
+    def free(self, k: int) -> None:
+        """Block k was freed, now."""
+        self.ends[k] = len(self.sizes)
+
+    def recording(self) -> RecordedIteration:
+        """The recorded iteration, as the log stands (live blocks outlive it)."""
+        n = len(self.sizes)
+        return RecordedIteration(tuple(self.sizes), tuple(n if e is None else e for e in self.ends),
+                                 tuple(e is None for e in self.ends))
+
+
+class Recorder:
+    """Record mode's state (guarded by the pool's lock): ``log``, the running
+    iteration's :class:`RecordLog`, and the recordings that agree so far.
+
+    ``record_iterations`` recordings in a row that agree (same sizes in the same order)
+    are merged into the one the pool plans; a recording that disagrees with the previous
+    one starts the count again.
+    """
+
+    def __init__(self, record_iterations: int) -> None:
+        self.record_iterations = record_iterations
+        self.log = RecordLog()
+        self._recordings: list[RecordedIteration] = []
+
+    def begin(self) -> None:
+        """An iteration starts: log into a new :class:`RecordLog`."""
+        self.log = RecordLog()
+
+    def finish(self) -> RecordedIteration | None:
+        """The running iteration ended: keep its recording; the merged recording once
+        ``record_iterations`` in a row agree (then the count starts again), else None."""
+        recording = self.log.recording()
+        self.log = RecordLog()
+        if self._recordings and not self._recordings[-1].agrees(recording):
+            self._recordings = []
+        self._recordings.append(recording)
+        if len(self._recordings) < self.record_iterations:
+            return None
+        merged = merge(self._recordings)
+        self._recordings = []
+        return merged
+
+    def drop_recordings(self) -> None:
+        """Forget the recordings kept so far (a plan was installed or dropped)."""
+        self._recordings = []
+
+
 def merge(recordings: list[RecordedIteration]) -> RecordedIteration:
     """One recording covering every lifetime of several agreeing ones."""
     first = recordings[0]
@@ -91,7 +165,7 @@ def to_trace(recording: RecordedIteration, name: str = "recorded") -> Trace:
             buffers.append(Buffer(k, size, 0, n, name=OUTLIVES))
         else:
             buffers.append(Buffer(k, size, k, end))
-    return Trace(name, ops, tuple(buffers), source="recorded by cupool.runtime.PlannedPool")
+    return Trace(name, ops, tuple(buffers), source="recorded by cupool.allocator.PlannedPool")
 
 
 def from_trace(trace: Trace) -> RecordedIteration:
