@@ -1,8 +1,8 @@
-"""Benchmark of several models in one pool of blocks (issue 7, item 2; DESIGN.md idea 5).
+"""Benchmark of several models in one pool of blocks (counted from each model's data flow).
 
 For sets of N inference models (the bundled inference traces; a model may appear twice:
 two replicas), the shared pool (:func:`cupool.planning.blocks.plan_shared`) is compared
-with one arena per model at its lower bound (sum of peaks) and with issue 7's target
+with one arena per model at its lower bound (sum of peaks) and with the target
 ``max(peak) + sum(persistent)`` (models never run concurrently). Every model's plan is
 checked by the independent validator on its own trace, and the pool by ``check_pool``
 (no model touches another's persistent region). ``floor`` = ``sum(persistent) +

@@ -1,4 +1,4 @@
-"""Capture benchmark (issue 6, item 1): every model, training and inference, as trace v1.
+"""Capture benchmark: every model, training and inference, as trace v1.
 
     python bench/capture.py OUT_DIR [--batch N] [--models gpt2,llama] [--modes train,infer]
                             [--small] [--amp] [--device-preset H100-SXM]

@@ -1,4 +1,4 @@
-"""Run every benchmark of the project and write ``bench/results/REPORT.md`` (issue 6, item 5).
+"""Run every benchmark of the project and write ``bench/results/REPORT.md`` .
 
     python bench/run_all.py                  # everything (tens of minutes), then the report
     python bench/run_all.py --quick          # --quick where a benchmark has it, --small capture,

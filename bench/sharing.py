@@ -1,4 +1,4 @@
-"""Benchmark of the time-shared device (issue 7, item 1): bytes moved and latency per switch,
+"""Benchmark of the time-shared device : bytes moved and latency per switch,
 persistent/temporary layout versus the naive scheme, with real processes and real copies.
 
 Jobs are built from the bundled inference traces: persistent bytes are the trace's

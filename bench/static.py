@@ -7,14 +7,14 @@ Usage::
     python bench/static.py --only resnet50 --solvers auto,exact
 
 Every plan is checked by the independent validator (``cupool.planning.solve`` refuses an
-invalid one) before it is counted. Targets (issue 2), checked per row in the ``target`` column:
+invalid one) before it is counted. Targets, checked per row in the ``target`` column:
 
 - real traces: ``auto`` reaches exactly the lower bound, faster than MiniMalloc's time;
 - ``challenging-*`` (capacity 1 MiB): ``exact`` fits, within 10x MiniMalloc's time;
 - LSTM step (12k-15k buffers): ``auto`` reaches the lower bound;
 - 100,000 random buffers: each greedy solver under 10 s.
 
-The MiniMalloc seconds below are the reference figures quoted in issue 2 (MiniMalloc built from
+The MiniMalloc seconds below are the published reference figures (MiniMalloc built from
 its public source and run on a 2-core machine of this kind); every other number is measured here.
 """
 
@@ -152,7 +152,7 @@ def markdown(rows: list[dict], info: dict) -> str:
     lines = [f"# bench/static.py results ({info['when']}, {info['cpus']} CPUs, "
              f"Python {info['python']}, exact C search: {info['exact_native']})", "",
              "Ratio = arena / lower bound (DSA rows: arena / capacity); seconds include the "
-             "validator. MiniMalloc seconds are issue 2's reference figures.", "",
+             "validator. MiniMalloc seconds are its reference figures.", "",
              "| instance | buffers | " + " | ".join(solvers) + " | MiniMalloc s |",
              "| --- | ---: | " + " | ".join("---" for _ in solvers) + " | ---: |"]
     for name in dict.fromkeys(r["instance"] for r in rows):

@@ -1,4 +1,4 @@
-"""Stress benchmark (issue 8): ``cupool stress`` for a fixed time, through the CLI function.
+"""Stress benchmark: ``cupool stress`` for a fixed time, through the CLI function.
 
 Target: the emulated run (``cupool stress --device emulated --minutes 2``) ends with zero
 corrupt bytes and zero leaked blocks (and no scenario error). Prints a markdown table and

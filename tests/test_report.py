@@ -1,4 +1,4 @@
-"""The benchmark report (issue 6, item 5): rendered offline from JSON, no benchmark is run."""
+"""The benchmark report: rendered offline from JSON, no benchmark is run."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``segments-ga`` (DESIGN.md idea 1): segments, migration rule, GA operators, seeded
+"""``segments-ga``: segments, migration rule, GA operators, seeded
 determinism, and validated plans on a real trace."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``cupool stress`` on the emulated device (issue 8): clean runs, exact JSON, bad input, and
+"""``cupool stress`` on the emulated device: clean runs, exact JSON, bad input, and
 injected faults that prove every check can fail."""
 
 from __future__ import annotations

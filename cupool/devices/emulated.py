@@ -289,7 +289,7 @@ class EmulatedDevice(Device):
             # A slice of the block's own buffer: the view keeps the bytes addressable.
             start = ptr - block.ptr
             return block.keepalive[start:start + used].view(dtype).reshape(shape)
-        import cupy  # the allocator objects work without a driver (DESIGN.md)
+        import cupy  # CuPy's allocator objects work without a driver
 
         memory = cupy.cuda.UnownedMemory(ptr, nbytes, owner, 0)
         return cupy.ndarray(shape, dtype=dtype, memptr=cupy.cuda.MemoryPointer(memory, 0))

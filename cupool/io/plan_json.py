@@ -36,7 +36,7 @@ is optional (and empty in a valid swapping plan), and two lists are added::
     }
 
 A swap may say which host level holds the bytes: ``"level": "pinned"`` (the default, and
-what a swap without the field means) or ``"pageable"`` (issue 7, multi-level placement).
+what a swap without the field means) or ``"pageable"`` (multi-level placement).
 The writer omits the field for pinned swaps, so files of plans without pageable swaps are
 what they were before levels existed, and older files read unchanged.
 

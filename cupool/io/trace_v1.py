@@ -1,4 +1,4 @@
-"""Trace format version 1 (``shared/trace-format.md``): strict reader and writer.
+"""Trace format version 1: strict reader and writer.
 
 The reader checks every rule of the format and raises :class:`TraceFormatError` naming
 the first broken one with the buffer id (or op index) and the bad value, e.g.

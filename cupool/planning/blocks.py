@@ -1,4 +1,4 @@
-"""Several models, one pool of blocks (DESIGN.md idea 5).
+"""Several models, one pool of blocks, counted from each model's data flow.
 
 Each model's trace says which buffers live when. Its *persistent* buffers (weights,
 running statistics) live across iterations; its *temporary* buffers are born and die

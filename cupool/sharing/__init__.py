@@ -1,6 +1,6 @@
 """Time-shared devices: several jobs (processes) on one device, persistent vs temporary memory.
 
-DESIGN.md idea 4. A per-device :class:`Broker` gives each job a *persistent* slot that
+A per-device :class:`Broker` gives each job a *persistent* slot that
 stays on the device across time slices and lends one shared *temporary* region to the job
 holding the current slice, zeroing it when the slice ends; switching jobs therefore moves
 no persistent byte while all slots fit (and evicts / restores whole slots when they do

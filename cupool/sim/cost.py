@@ -11,7 +11,7 @@ PCIe Gen4 ≈ 25 GB/s, Gen5 ≈ 55 GB/s, both directions. An op's time is its tr
 ``duration_us``; an op without one takes ``default_op_us`` (10 µs unless set), and
 reports count such ops so that a number built on the default says so.
 
-Host levels (issue 7, multi-level placement): a swap goes to *pinned* host memory (the
+Host levels (multi-level placement): a swap goes to *pinned* host memory (the
 link bandwidths above) or to *pageable* host memory. A copy from or to pageable memory is
 staged by the driver through its own pinned bounce buffer (a CPU memcpy plus the DMA,
 in chunks), so it reaches only part of the link and pays more fixed cost. The defaults

@@ -1,4 +1,4 @@
-"""The swap runtime on a real GPU (issue 5): replay through the device protocol with the
+"""The swap runtime on a real GPU: replay through the device protocol with the
 CUDA kernels checking every byte, the planned pool serving every residency, and
 ``h.use()`` yielding ``cupy.ndarray`` objects at the planned addresses. Marked ``gpu``;
 skipped without a usable device (``cuda_device`` of ``tests/gpu/conftest.py``)."""

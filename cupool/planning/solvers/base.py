@@ -33,7 +33,7 @@ class SolverParams:
       generations: maximum number of generations.
       crossover_rate: probability that a child is bred by crossover rather than copied.
       mutation_rate_start, mutation_rate_end: per-gene swap probability, growing
-        linearly from the first to the last generation (DESIGN.md idea 1).
+        linearly from the first to the last generation.
       elite: best individuals copied unchanged into the next generation.
       immigrants: random individuals added every generation (diversity).
       stall_generations: stop after this many generations without improvement.

@@ -1,4 +1,4 @@
-"""A genetic search over placement orders (DESIGN.md idea 1), decoded by the greedy placer.
+"""A genetic search over placement orders, decoded by the greedy placer.
 
 An individual is an order of the buffers; :class:`~cupool.planning.solvers.greedy.Decoder`
 turns it into offsets (each buffer into the best-fitting gap among the time-overlapping
