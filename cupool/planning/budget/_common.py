@@ -11,7 +11,6 @@ import numpy as np
 from cupool.core.vocabulary import SolveStatus, Trace
 from cupool.errors import SolverError
 from cupool.planning.budget._residency import (
-    Schedule,
     assemble,
     failed_plan,
     place,
@@ -95,10 +94,6 @@ class BudgetParams:
                               f"(={self.recompute_chain}) >= 0")
 
 
-class Infeasible(Exception):
-    """No plan can exist: carries the one-line reason."""
-
-
 def working_set_bytes(trace: Trace) -> np.ndarray:
     """Bytes each op uses (every buffer in its ``uses``): they must all be resident."""
     ws = np.zeros(trace.num_ops, dtype=np.int64)
@@ -165,10 +160,6 @@ def place_schedule(trace: Trace, budget_bytes: int, decide, policy: str, params:
         reason = f"offsets of the residencies need {arena} bytes (budget {budget_bytes})"
     return failed_plan(trace, budget_bytes, policy, started, SolveStatus.OVER_CAPACITY,
                        {**stats, "reason": reason}), reason
-
-
-def empty_schedule() -> Schedule:
-    return Schedule()
 
 
 def now() -> float:

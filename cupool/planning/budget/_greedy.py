@@ -87,13 +87,10 @@ def option_score(state: PlanState, c, option) -> float:
     heap stays exact)."""
     over = state.live > state.budget
     covered = sum(int(over[a:b].sum()) for a, b in option[3] if b > a)
-    return option[0] / (state.trace.buffer(c[0]).size * max(covered, 1) ** SPREAD)
+    return option[0] / (state.trace.buffer(c[0]).size * max(covered, 1))
 
 
-SPREAD = 1.0
-
-
-def _apply(state: PlanState, buffer_id, prev_use, _next_use, option) -> None:
+def _apply(state: PlanState, buffer_id, prev_use, option) -> None:
     _cost, mode, detail, _holes, next_use = option
     if mode == RECOMPUTE:
         state.apply_recompute(buffer_id, prev_use, next_use, detail)
@@ -220,7 +217,7 @@ def _hot_op_pass(state, op, cands, budget_bytes, kw) -> None:
         if heap and score > heap[0][0] * (1 + 1e-9) + 1e-15:
             heapq.heappush(heap, (score, c))
             continue
-        _apply(state, *c, option)
+        _apply(state, c[0], c[1], option)
         state.taken.add(c)
 
 
@@ -233,7 +230,7 @@ def _free_time_pass(state, cands, budget_bytes, kw) -> None:
             continue
         option = evaluate(state, *c, **kw)
         if option is not None and _helps(state, option[3]):
-            _apply(state, *c, option)
+            _apply(state, c[0], c[1], option)
             state.taken.add(c)
 
 
@@ -257,7 +254,7 @@ def _cost_pass(state, cands, budget_bytes, kw) -> None:
             if heap and score > heap[0][0] * (1 + 1e-9) + 1e-15:
                 heapq.heappush(heap, (score, c))
                 continue
-            _apply(state, *c, option)
+            _apply(state, c[0], c[1], option)
             state.taken.add(c)
 
 

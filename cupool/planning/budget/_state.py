@@ -117,9 +117,6 @@ class Engine:
                 return
         raise ValueError(f"no copy issued at {issue} us for {length} us due {due} us")
 
-    def busy_us(self) -> float:
-        return float(sum(self.lengths))
-
     def end_growth(self, issue: float, length: float, end: float) -> float:
         """How much later than ``end`` (or than the queue's last finish, if later) the
         queue's last copy would finish with this copy added."""
@@ -135,11 +132,10 @@ class PlanState:
     """Mutable state of a greedy planner over one trace (with recipes) and budget."""
 
     def __init__(self, trace: Trace, budget_bytes: int, cost, max_chain: int = 6,
-                 late_swaps: bool = True, late_trigger: str = "earliest",
+                 late_trigger: str = "earliest",
                  lazy_release: bool = False) -> None:
         if late_trigger not in LATE_TRIGGERS:
             raise ValueError(f"late_trigger {late_trigger!r}: expected one of {LATE_TRIGGERS}")
-        self.late_swaps = late_swaps
         self.late_trigger = late_trigger
         self.lazy_release = lazy_release
         self.trace = trace
@@ -202,9 +198,6 @@ class PlanState:
                 return kind
         return None
 
-    def excess(self) -> np.ndarray:
-        return self.live - self.budget
-
     # -- recompute -----------------------------------------------------------------------
     def chain(self, buffer_id: int, op: int, depth: int = 0, seen=None):
         """``(cost µs, chain, advances)`` to recompute ``buffer_id`` just before ``op``: its
@@ -257,7 +250,7 @@ class PlanState:
         gap = next((g for g in self.schedule.gaps.get(buffer_id, ())
                     if g.mode == SWAP and not g.wraps and g.resident_until <= op < g.next_use),
                    None)
-        if gap is None or op < gap.resident_until:
+        if gap is None:
             return None
         size = self.trace.buffer(buffer_id).size
         in_len = self.cost.copy_us(size, "h2d")
@@ -340,8 +333,8 @@ class PlanState:
 
     def swap_window(self, buffer_id: int, prev_use: int, next_use: int, wraps: bool = False):
         """``(resident_until, trigger, out_issue, out_len, in_issue, in_len, due, late_us)``
-        of the latest swap of this gap that lands on time (``late_us == 0``), else (when
-        ``late_swaps``) of a late one with its estimated lateness: triggered as early as the
+        of the latest swap of this gap that lands on time (``late_us == 0``), else of a late
+        one with its estimated lateness: triggered as early as the
         copy out allows (``late_trigger="earliest"``: least lateness, smallest hole), at
         the latest op whose own copy lands on time (``"latest"``: largest hole, delaying the
         copies queued behind it), or (``"covering"``) at the trigger with the least
@@ -368,12 +361,8 @@ class PlanState:
                    else float("inf"))
         if not self.d2h.fits(out_issue, out_len, out_due):
             return None
-        if wraps:
-            due = float(self.start_us[next_use])
-            low = 0
-        else:
-            due = float(self.start_us[next_use])
-            low = resident_until
+        due = float(self.start_us[next_use])
+        low = 0 if wraps else resident_until
         # triggers in [earliest, next_use]: the copy in starts after the copy out landed
         earliest = low if wraps else max(low, self.op_at_or_after(out_done, low))
         if earliest > next_use:
@@ -392,7 +381,7 @@ class PlanState:
         if trigger is not None:
             issue = float(self.start_us[trigger])
             return resident_until, trigger, out_issue, out_len, issue, in_len, due, 0.0
-        if earliest >= next_use or not self.late_swaps:
+        if earliest >= next_use:
             return None
         trigger = earliest if self.late_trigger == "earliest" else max(earliest, lo - 1)
         if self.late_trigger == "covering":

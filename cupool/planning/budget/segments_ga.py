@@ -202,7 +202,7 @@ def build_state(trace, budget_bytes: int, cost, gaps, max_chain: int) -> PlanSta
             continue
         option = evaluate(state, *c, **kw)
         if option is not None:
-            _apply(state, *c, option)
+            _apply(state, c[0], c[1], option)
             state.taken.add(c)
     for persistent in (False, True):
         if state.live.max() > budget_bytes:
