@@ -23,7 +23,7 @@ from pathlib import Path
 
 from cupool.io import load_trace
 from cupool.planning.budget import POLICY_NAMES, plan_with_budget
-from cupool.planning.budget._common import working_set_bytes
+from cupool.planning.budget.engine.residency import working_set_bytes
 from cupool.planning.budget.recipes import with_recompute_recipes
 from cupool.planning.validator import validate_plan
 from cupool.sim import cost_model, overhead_lower_bound, simulate

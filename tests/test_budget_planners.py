@@ -15,8 +15,8 @@ from cupool.core.vocabulary import PERSISTENT, TEMPORARY, Buffer, Op, SolveStatu
 from cupool.errors import SolverError
 from cupool.io import load_trace
 from cupool.planning.budget import POLICY_NAMES, plan_with_budget
-from cupool.planning.budget._residency import boundary_pairs, tie_boundary_pairs
-from cupool.planning.budget._state import Engine
+from cupool.planning.budget.engine.copies import CopyEngine
+from cupool.planning.budget.engine.placement import boundary_pairs, tie_boundary_pairs
 from cupool.planning.budget.recipes import with_recompute_recipes
 from cupool.planning.validator import validate_plan
 from cupool.sim import cost_model, simulate
@@ -71,12 +71,12 @@ def test_auto_has_a_member_that_never_swaps_a_temporary_buffer(resnet):
     """The recompute-only member's plan (if valid) swaps persistent buffers only; auto lists
     it among its candidates and keeps the fastest."""
     from cupool.core.vocabulary import SwapOut
-    from cupool.planning.budget._common import BudgetParams, now
+    from cupool.planning.budget import BudgetParams
     from cupool.planning.budget.auto import _greedy
 
     planned = with_recompute_recipes(resnet)
     budget = int(resnet.lower_bound_bytes() * 0.7)
-    plan, _reason = _greedy(planned, budget, GEN5, BudgetParams(), now(), 0.0,
+    plan, _reason = _greedy(planned, budget, GEN5, BudgetParams(), 0.0, 0.0,
                             late_trigger="latest", swap_temporaries=False,
                             max_chain=BudgetParams().recompute_chain)
     assert plan.status == SolveStatus.FEASIBLE and validate_plan(planned, plan).valid
@@ -132,7 +132,7 @@ def _brute_fits(copies, issue, length, due):
                 max_size=6),
        st.integers(0, 50), st.integers(1, 20), st.integers(0, 40))
 def test_engine_fits_matches_a_brute_force_queue(copies, issue, length, slack):
-    engine = Engine()
+    engine = CopyEngine()
     accepted = []
     for i, ln, s in sorted(copies, key=lambda c: c[0]):
         if engine.fits(i, ln, i + ln + s):
@@ -149,13 +149,13 @@ def test_engine_fits_matches_a_brute_force_queue(copies, issue, length, slack):
 @given(st.lists(st.tuples(st.integers(0, 50), st.integers(1, 20)), max_size=6),
        st.integers(0, 60), st.integers(1, 20), st.integers(0, 80))
 def test_engine_end_growth_matches_the_queue_with_the_copy_added(copies, issue, length, end):
-    engine = Engine()
+    engine = CopyEngine()
     for i, ln in sorted(copies):
         engine.add(float(i), float(ln))
     before = max([end, *engine.finishes()])
     engine.add(float(issue), float(length))
     after = max([end, *engine.finishes()])
-    growth = Engine()
+    growth = CopyEngine()
     for i, ln in sorted(copies):
         growth.add(float(i), float(ln))
     assert growth.end_growth(float(issue), float(length), float(end)) == \
@@ -165,8 +165,8 @@ def test_engine_end_growth_matches_the_queue_with_the_copy_added(copies, issue, 
 def test_a_swap_across_the_boundary_costs_what_its_copy_out_adds_past_the_last_op():
     """W (10 kB, persistent) used only at op 4 of six 10 µs ops, 1 GB/s and 3 µs per copy:
     across the boundary its copy out runs 50..63 µs, 3 µs past the last op's end (60)."""
-    from cupool.planning.budget._greedy import evaluate
-    from cupool.planning.budget._state import PlanState
+    from cupool.planning.budget.engine.greedy import evaluate
+    from cupool.planning.budget.engine.state import PlanState
 
     trace = Trace("wrap", tuple(Op(f"op{i}", 10.0) for i in range(6)),
                   (Buffer(0, 10000, 0, 6, (4,), PERSISTENT),
@@ -247,8 +247,9 @@ def test_a_recompute_brings_a_swapped_input_back_earlier():
     """A is recomputed before op 5 from X, which is swapped out until its own use at op 6:
     the planner moves X's swap-in due to op 5 (an earlier trigger) instead of giving up."""
     from cupool.core.vocabulary import Recompute, SwapIn
-    from cupool.planning.budget._common import BudgetParams, now, place_schedule
-    from cupool.planning.budget._state import PlanState
+    from cupool.planning.budget import BudgetParams
+    from cupool.planning.budget.engine.placement import place_schedule
+    from cupool.planning.budget.engine.state import PlanState
 
     trace = Trace("advance", tuple(Op(f"op{i}", 10.0) for i in range(8)), (
         Buffer(0, 1000, 0, 8, (0, 6)),
@@ -262,7 +263,7 @@ def test_a_recompute_brings_a_swapped_input_back_earlier():
     state.apply_recompute(1, 1, 5, chain)
     assert state.resident(0, 5)
     plan, reason = place_schedule(trace, 10_000, lambda _budget: (state.schedule, {}), "test",
-                                  BudgetParams(), now(), {})
+                                  BudgetParams().placement, 0.0, {})
     assert reason is None
     assert validate_plan(trace, plan).valid
     swap_in = next(a for a in plan.actions if isinstance(a, SwapIn))

@@ -1,4 +1,4 @@
-"""Segment checkpointing (:mod:`cupool.planning.budget._checkpoint`): a segment's saved
+"""Segment checkpointing (:mod:`cupool.planning.budget.engine.checkpoint`): a segment's saved
 activations are re-made once, at the first backward use of any of them, in producer order;
 a buffer another segment's batch reads stays a checkpoint; plans pass the validator."""
 
@@ -12,10 +12,10 @@ from hypothesis import strategies as st
 
 from cupool.core.vocabulary import PERSISTENT, Buffer, Op, RecomputeAction, SolveStatus, Trace
 from cupool.io import load_trace
-from cupool.planning.budget._checkpoint import plan_batches, saved_activations, split_segments
-from cupool.planning.budget._common import BudgetParams, now
-from cupool.planning.budget._state import PlanState
+from cupool.planning.budget import BudgetParams
 from cupool.planning.budget.auto import _greedy
+from cupool.planning.budget.engine.checkpoint import plan_batches, saved_activations, split_segments
+from cupool.planning.budget.engine.state import PlanState
 from cupool.planning.budget.recipes import with_recompute_recipes
 from cupool.planning.validator import validate_plan
 from cupool.sim import cost_model, simulate
@@ -50,7 +50,7 @@ def test_one_segment_is_remade_once_at_its_first_backward_use():
     batches = plan_batches(PlanState(trace, 10**6, GEN5), 1)
     assert [(point, [m[1] for m in members], links) for point, members, links in batches] == [
         (5, [1, 2], [])]
-    plan, reason = _greedy(trace, trace.lower_bound_bytes(), GEN5, BudgetParams(), now(), 0.2,
+    plan, reason = _greedy(trace, trace.lower_bound_bytes(), GEN5, BudgetParams(), 0.0, 0.2,
                            late_trigger="covering", segments=1, lazy_release=True)
     assert reason is None and plan.status == SolveStatus.FEASIBLE
     assert [a for a in plan.actions if isinstance(a, RecomputeAction)] == [
@@ -104,7 +104,7 @@ def test_segments_hold_equal_bytes_or_equal_counts_and_keep_a_producer_whole():
 def test_checkpointed_plans_of_small_traces_are_valid(trace, fraction, segments):
     planned = with_recompute_recipes(trace)
     budget = max(1, int(trace.lower_bound_bytes() * fraction))
-    plan, reason = _greedy(planned, budget, GEN5, BudgetParams(), now(), 0.2,
+    plan, reason = _greedy(planned, budget, GEN5, BudgetParams(), 0.0, 0.2,
                            late_trigger="covering", segments=segments,
                            lazy_release=True)
     if plan.status == SolveStatus.FEASIBLE:
@@ -120,7 +120,7 @@ def test_gpt2_at_half_its_peak_re_runs_each_segment_once():
     plan validates, and its recompute time is about one forward (not one per consumer)."""
     trace = with_recompute_recipes(load_trace(TRACES / "gpt2_train_b8_s1024_bf16.trace.json.gz"))
     budget = int(trace.lower_bound_bytes() * 0.5)
-    plan, reason = _greedy(trace, budget, GEN5, BudgetParams(), now(), 0.2,
+    plan, reason = _greedy(trace, budget, GEN5, BudgetParams(), 0.0, 0.2,
                            late_trigger="covering", segments=4, lazy_release=True)
     assert reason is None, reason
     assert validate_plan(trace, plan).valid

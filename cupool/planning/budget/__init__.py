@@ -32,18 +32,14 @@ Traces without op durations: every op without ``duration_us`` takes the cost mod
 
 from __future__ import annotations
 
+import time
 from importlib import import_module
 
 from cupool.core.vocabulary import Plan, SolveStatus, Trace
 from cupool.errors import SolverError
-from cupool.planning.budget._common import (
-    BudgetParams,
-    check_working_sets,
-    now,
-    recipe_note,
-)
-from cupool.planning.budget._residency import failed_plan
-from cupool.planning.budget.recipes import with_recompute_recipes
+from cupool.planning.budget.engine.residency import check_working_sets, failed_plan
+from cupool.planning.budget.params import BudgetParams
+from cupool.planning.budget.recipes import DERIVED_RULE, has_recipes, with_recompute_recipes
 
 _REGISTRY = {
     "auto": ("cupool.planning.budget.auto", "plan_auto"),
@@ -90,11 +86,11 @@ def plan_with_budget(trace: Trace, budget_bytes: int, policy: str = "auto", cost
 
         cost = cost_model("gen5")
     params = params or BudgetParams()
-    started = now()
+    started = time.perf_counter()
     planned = with_recompute_recipes(trace)
     from cupool.sim.cost import ops_without_duration
 
-    stats = {"recompute_recipes": recipe_note(planned, trace),
+    stats = {"recompute_recipes": "from the trace" if has_recipes(trace) else DERIVED_RULE,
              "ops_without_duration": ops_without_duration(trace)}
     info = {"trace": planned, "policy": policy, "reason": None}
     reason = check_working_sets(trace, budget_bytes)

@@ -1,6 +1,6 @@
 """``greedy`` and ``auto``.
 
-``greedy`` is the cost-aware greedy (:mod:`._greedy`, order ``"cost"``, repaired: ops a
+``greedy`` is the cost-aware greedy (:mod:`.engine.greedy`, order ``"cost"``, repaired: ops a
 run leaves over the budget are served first in a re-run): cheapest bytes first (per byte
 and per over-budget op a hole covers), where a recompute costs its producer plus its
 chain of dropped inputs and a swap costs ``swap_weight`` µs per µs of link time it
@@ -16,11 +16,11 @@ allows (a large hole, the lateness paid by the copies behind it) at each of
 ``params.late_swap_weights``, ``greedy`` that only recomputes temporary buffers (swaps
 only persistent ones, chains up to ``params.recompute_chain``: when the link is the
 scarce resource, activations are re-made and the link carries weights and optimizer
-state), ``greedy`` after segment checkpointing (:mod:`._checkpoint`: the forward re-run
+state), ``greedy`` after segment checkpointing (:mod:`.engine.checkpoint`: the forward re-run
 once per segment at the start of its backward, for each of ``params.checkpoint_segments``,
 segments of equal saved bytes and of equal numbers of saved activations;
 then the greedy swaps checkpoints and persistent buffers with lazy release and covering
-late triggers, :meth:`~._state.PlanState.swap_window`), ``capuchin``, ``vdnn`` and
+late triggers, :meth:`~.engine.state.PlanState.swap_window`), ``capuchin``, ``vdnn`` and
 ``on-demand`` — checks
 each plan with the independent validator, simulates it, and keeps the one with the least
 simulated iteration time (ties: fewer swapped bytes, then member order), then applies
@@ -37,12 +37,14 @@ why it has none.
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import replace
 
 from cupool.core.vocabulary import SolveStatus
-from cupool.planning.budget._common import BudgetParams, now, place_schedule
-from cupool.planning.budget._greedy import over_budget_op, run_repaired
+from cupool.planning.budget.engine.greedy import over_budget_op, run_repaired
+from cupool.planning.budget.engine.placement import place_schedule
 from cupool.planning.budget.feedback import refine_triggers
+from cupool.planning.budget.params import BudgetParams
 
 REFINE_TIME_LIMIT_S = 600.0
 """A safety cap on the refining search's wall time; ``refine_evaluations`` ends it first
@@ -65,7 +67,7 @@ def _greedy(trace, budget_bytes, cost, params, started, swap_weight, name="greed
         return state.schedule, {"swap_weight": swap_weight, "late_trigger": late_trigger,
                                 "planned_recompute_us": state.recompute_us}
 
-    return place_schedule(trace, budget_bytes, decide, name, params, started, {})
+    return place_schedule(trace, budget_bytes, decide, name, params.placement, started, {})
 
 
 def plan_greedy(trace, budget_bytes, cost, params: BudgetParams, started: float):
@@ -100,7 +102,7 @@ def plan_auto(trace, budget_bytes, cost, params: BudgetParams, started: float):
     best = None
     reasons = []
     for rank, (name, member) in enumerate(members):
-        plan, reason = member(now())
+        plan, reason = member(time.perf_counter())
         if plan.status != SolveStatus.FEASIBLE:
             report[name] = reason
             reasons.append(f"{name}: {reason}")
@@ -136,7 +138,7 @@ def plan_auto(trace, budget_bytes, cost, params: BudgetParams, started: float):
                    "refine_gain_us": tier_stats["seed_iteration_us"] - tier_stats["iteration_us"]}
     stats = {**plan.stats, "member": name, "simulated_overhead": sim.overhead,
              "candidates": report, **refined}
-    plan = replace(plan, solver="auto", stats=stats, solve_seconds=now() - started)
+    plan = replace(plan, solver="auto", stats=stats, solve_seconds=time.perf_counter() - started)
     extra["member"] = name
     extra["simulation"] = sim
     return plan, None, extra

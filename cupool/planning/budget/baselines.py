@@ -23,10 +23,11 @@ from __future__ import annotations
 import numpy as np
 
 from cupool.core.vocabulary import PERSISTENT
-from cupool.planning.budget._common import BudgetParams, place_schedule
-from cupool.planning.budget._greedy import _free_time_pass, candidates, over_budget_op
-from cupool.planning.budget._residency import SWAP, Gap, Schedule
-from cupool.planning.budget._state import PlanState
+from cupool.planning.budget.engine.greedy import _free_time_pass, candidates, over_budget_op
+from cupool.planning.budget.engine.placement import place_schedule
+from cupool.planning.budget.engine.schedule import SWAP, Gap, Schedule
+from cupool.planning.budget.engine.state import PlanState
+from cupool.planning.budget.params import BudgetParams
 
 
 def _forward_activations(trace):
@@ -70,7 +71,7 @@ def plan_vdnn(trace, budget_bytes, cost, params: BudgetParams, started: float):
         extra = state.schedule.count(SWAP) - vdnn_swaps
         return state.schedule, {"vdnn_swaps": vdnn_swaps, "vdnn_extra_swaps": extra}
 
-    return place_schedule(trace, budget_bytes, decide, "vdnn", params, started, {})
+    return place_schedule(trace, budget_bytes, decide, "vdnn", params.placement, started, {})
 
 
 def plan_on_demand(trace, budget_bytes, cost, params: BudgetParams, started: float):
@@ -138,4 +139,4 @@ def plan_on_demand(trace, budget_bytes, cost, params: BudgetParams, started: flo
                                     f"resident (budget {internal})"}
         return schedule, {}
 
-    return place_schedule(trace, budget_bytes, decide, "on-demand", params, started, {})
+    return place_schedule(trace, budget_bytes, decide, "on-demand", params.placement, started, {})

@@ -17,9 +17,10 @@ re-validated and kept only when it simulates faster.
 from __future__ import annotations
 
 from cupool.core.vocabulary import SolveStatus
-from cupool.planning.budget._common import BudgetParams, place_schedule
-from cupool.planning.budget._greedy import over_budget_op, run_greedy
+from cupool.planning.budget.engine.greedy import over_budget_op, run_greedy
+from cupool.planning.budget.engine.placement import place_schedule
 from cupool.planning.budget.feedback import refine_triggers
+from cupool.planning.budget.params import BudgetParams
 
 
 def plan_capuchin(trace, budget_bytes, cost, params: BudgetParams, started: float):
@@ -32,7 +33,8 @@ def plan_capuchin(trace, budget_bytes, cost, params: BudgetParams, started: floa
                                     f"resident after every candidate (budget {internal})"}
         return state.schedule, {"planned_recompute_us": state.recompute_us}
 
-    plan, reason = place_schedule(trace, budget_bytes, decide, "capuchin", params, started, {})
+    plan, reason = place_schedule(trace, budget_bytes, decide, "capuchin", params.placement,
+                                  started, {})
     if plan.status == SolveStatus.FEASIBLE:
         plan, _sim, _moved = refine_triggers(trace, plan, cost)
     return plan, reason

@@ -44,6 +44,7 @@ say so).
 from __future__ import annotations
 
 import random
+import time
 from collections import defaultdict
 from dataclasses import dataclass, replace
 
@@ -61,7 +62,7 @@ from cupool.core.vocabulary import (
     Trace,
 )
 from cupool.errors import SolverError
-from cupool.planning.budget._common import BudgetParams, now
+from cupool.planning.budget.params import BudgetParams
 
 
 @dataclass(frozen=True)
@@ -557,7 +558,7 @@ def search_tiers(trace: Trace, seed_plan: Plan, cost, params: TierParams | None 
         raise SolverError(f"search_tiers needs a feasible swapping plan (residencies) to start "
                           f"from; got status {seed_plan.status.value} with "
                           f"{len(seed_plan.residencies)} residencies")
-    started = now()
+    started = time.perf_counter()
     search = _Search(trace, cost, params)
     state = _State(trace, seed_plan)
     seed_key, report = search.evaluate(state)
@@ -573,7 +574,7 @@ def search_tiers(trace: Trace, seed_plan: Plan, cost, params: TierParams | None 
     evaluations = params.max_evaluations or float("inf")
 
     def out_of_budget() -> bool:
-        return now() > deadline or search.evaluations >= evaluations
+        return time.perf_counter() > deadline or search.evaluations >= evaluations
 
     passes = 0
     for pass_ in range(params.max_passes):
@@ -627,7 +628,7 @@ def search_tiers(trace: Trace, seed_plan: Plan, cost, params: TierParams | None 
              "iteration_us": key[0], "read_write_us": key[1],
              "moves_tried": dict(search.tried), "moves_accepted": dict(search.accepted),
              "evaluations": search.evaluations, "rejected_invalid": search.rejected_invalid,
-             "passes": passes, "search_seconds": now() - started,
+             "passes": passes, "search_seconds": time.perf_counter() - started,
              "pinned_host_bytes": limit, "pinned_peak_bytes": pinned_peak_bytes(trace, plan),
              "pageable_swaps": sum(isinstance(a, SwapOut) and a.level == PAGEABLE
                                    for a in plan.actions)}
@@ -648,7 +649,7 @@ def plan_tiers(trace, budget_bytes, cost, params: BudgetParams, started: float,
     tier_params = tier_params or TierParams(seed=params.seed)
     best, reasons = None, []
     for name in tier_params.seed_policies:
-        result = get_policy(name)(trace, budget_bytes, cost, params, now())
+        result = get_policy(name)(trace, budget_bytes, cost, params, time.perf_counter())
         plan, reason = result[0], result[1]
         if plan.status != SolveStatus.FEASIBLE or not validate_plan(trace, plan).valid:
             reasons.append(f"{name}: {reason or 'invalid plan'}")
@@ -660,7 +661,7 @@ def plan_tiers(trace, budget_bytes, cost, params: BudgetParams, started: float,
         reason = "tiers: no seed policy found a plan (" + "; ".join(reasons) + ")"
         return replace(plan, solver="tiers", stats={**plan.stats, "reason": reason}), reason
     plan, _stats = search_tiers(trace, best[1], cost, tier_params)
-    return replace(plan, solve_seconds=now() - started), None
+    return replace(plan, solve_seconds=time.perf_counter() - started), None
 
 
 __all__ = ["TierParams", "pinned_peak_bytes", "plan_tiers", "search_tiers"]

@@ -25,7 +25,7 @@ two objects of one segment at the same op, migrated bytes), lexicographically; t
 few assignments become plans and the least simulated time wins.
 
 From assignment to plan: every migrated gap goes off the device, by the cheaper of swap
-and recompute (:func:`~._greedy.evaluate`, ``params.swap_weights[2]``-style weight);
+and recompute (:func:`~.engine.greedy.evaluate`, ``params.swap_weights[2]``-style weight);
 because copies take time (a swapped gap frees less than the whole gap) the cost-aware
 greedy then fixes whatever excess remains. Seeded: ``numpy.random.default_rng(seed)``.
 """
@@ -33,14 +33,17 @@ greedy then fixes whatever excess remains. Seeded: ``numpy.random.default_rng(se
 from __future__ import annotations
 
 import bisect
+import time
 
 import numpy as np
 
 from cupool.core.vocabulary import PERSISTENT, SolveStatus
-from cupool.planning.budget._common import BudgetParams, now, place_schedule
-from cupool.planning.budget._greedy import _apply, _cost_pass, candidates, evaluate
-from cupool.planning.budget._residency import failed_plan
-from cupool.planning.budget._state import PlanState, gaps_of
+from cupool.planning.budget.engine.greedy import _apply, _cost_pass, candidates, evaluate
+from cupool.planning.budget.engine.placement import place_schedule
+from cupool.planning.budget.engine.residency import failed_plan
+from cupool.planning.budget.engine.schedule import gaps_of
+from cupool.planning.budget.engine.state import PlanState
+from cupool.planning.budget.params import BudgetParams
 
 SWAP_WEIGHT = 0.2
 """µs of cost per µs of link time when a migrated gap chooses between swap and recompute."""
@@ -144,7 +147,7 @@ def search(problem: SegmentProblem, params: BudgetParams, started: float):
     best = min(scores)
     stall = 0
     for gen in range(params.generations):
-        if now() - started > params.time_limit_s or stall >= params.stall_generations:
+        if time.perf_counter() - started > params.time_limit_s or stall >= params.stall_generations:
             break
         rate = params.mutation_rate_start + (params.mutation_rate_end
                                              - params.mutation_rate_start) * (
@@ -243,7 +246,7 @@ def plan_segments_ga(trace, budget_bytes, cost, params: BudgetParams, started: f
                                         f"{internal})"}
             return state.schedule, {"migrated_gaps": len(gaps)}
 
-        plan, reason = place_schedule(trace, budget_bytes, decide, "segments-ga", params,
+        plan, reason = place_schedule(trace, budget_bytes, decide, "segments-ga", params.placement,
                                       started, dict(ga))
         last = (plan, reason)
         if plan.status != SolveStatus.FEASIBLE or not validate_plan(trace, plan).valid:

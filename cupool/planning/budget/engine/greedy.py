@@ -1,7 +1,7 @@
 """The greedy core of the swap/recompute planners (``capuchin`` and ``auto``'s greedy).
 
-Candidates are idle gaps of buffers (:func:`~._state.gaps_of`). Each is evaluated two
-ways, against the current :class:`~._state.PlanState`:
+Candidates are idle gaps of buffers (:func:`~.schedule.gaps_of`). Each is evaluated two
+ways, against the current :class:`~.state.PlanState`:
 
 - *recompute* (temporary buffers with a recipe): re-run the producer just before the next
   use; cost = the producer's duration plus the chain of dropped inputs recomputed too;
@@ -29,9 +29,9 @@ import heapq
 import numpy as np
 
 from cupool.core.vocabulary import PERSISTENT, Trace
-from cupool.planning.budget._checkpoint import apply_batches
-from cupool.planning.budget._residency import RECOMPUTE, SWAP
-from cupool.planning.budget._state import PlanState, gaps_of
+from cupool.planning.budget.engine.checkpoint import apply_batches
+from cupool.planning.budget.engine.schedule import RECOMPUTE, SWAP, gaps_of
+from cupool.planning.budget.engine.state import PlanState
 
 
 def evaluate(state: PlanState, buffer_id: int, prev_use: int, next_use: int, *,
@@ -136,7 +136,7 @@ def run_greedy(trace: Trace, budget_bytes: int, cost, *, order: str = "cost",
 
     ``segments > 0`` first drops every saved activation and re-runs the forward in that
     many segments (cut by ``split``), each once at the start of its backward
-    (:mod:`._checkpoint`); the greedy then takes off what still does not fit (checkpoints,
+    (:mod:`.checkpoint`); the greedy then takes off what still does not fit (checkpoints,
     persistent buffers).
     ``lazy_release``: see :meth:`PlanState.swap_window`.
 

@@ -33,8 +33,8 @@ import numpy as np
 
 from cupool.core.liveness import live_bytes
 from cupool.core.vocabulary import PERSISTENT, Trace
-from cupool.planning.budget._residency import RECOMPUTE
-from cupool.planning.budget._state import PlanState, gaps_of
+from cupool.planning.budget.engine.schedule import RECOMPUTE, gaps_of
+from cupool.planning.budget.engine.state import PlanState
 
 MIN_GAP = 2
 """Ops a saved activation must be idle between its last forward and first backward use

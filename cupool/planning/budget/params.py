@@ -1,23 +1,11 @@
-"""Shared pieces of the budget planners: parameters, input checks, and the loop that turns
-a planner's residency decision into a placed plan within the budget."""
+"""The knobs of the budget planners, one frozen dataclass shared by every policy."""
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
-import numpy as np
-
-from cupool.core.vocabulary import SolveStatus, Trace
 from cupool.errors import SolverError
-from cupool.planning.budget._residency import (
-    assemble,
-    failed_plan,
-    place,
-    residency_intervals,
-    resident_bytes,
-)
-from cupool.planning.budget.recipes import DERIVED_RULE, has_recipes
+from cupool.planning.budget.engine.placement import PlacementParams
 
 
 @dataclass(frozen=True)
@@ -38,7 +26,7 @@ class BudgetParams:
     recompute_chain: the same for ``auto``'s member that never swaps a temporary buffer
       (it recomputes every activation it drops, so it needs longer chains).
     checkpoint_segments: ``auto`` also runs the greedy after segment checkpointing
-      (:mod:`._checkpoint`) with each of these segment counts (empty: never).
+      (:mod:`.engine.checkpoint`) with each of these segment counts (empty: never).
     checkpoint_swap_weight: the swap weight of those runs.
     offset_solver: static solver placing the residencies (``"greedy-size"`` is fast;
       ``"auto"`` tries harder when fragmentation matters).
@@ -93,74 +81,7 @@ class BudgetParams:
                               f"max_chain (={self.max_chain}) and recompute_chain "
                               f"(={self.recompute_chain}) >= 0")
 
-
-def working_set_bytes(trace: Trace) -> np.ndarray:
-    """Bytes each op uses (every buffer in its ``uses``): they must all be resident."""
-    ws = np.zeros(trace.num_ops, dtype=np.int64)
-    for b in trace.buffers:
-        for u in set(b.uses):
-            ws[u] += b.size
-    return ws
-
-
-def check_working_sets(trace: Trace, budget_bytes: int) -> str | None:
-    """``"infeasible: op k needs N bytes resident"`` for the largest op over the budget."""
-    if trace.num_ops == 0:
-        return None
-    ws = working_set_bytes(trace)
-    k = int(np.argmax(ws))
-    if ws[k] > budget_bytes:
-        return (f"infeasible: op {k} needs {int(ws[k])} bytes resident "
-                f"(budget {budget_bytes} bytes)")
-    return None
-
-
-def recipe_note(trace: Trace, original: Trace) -> str:
-    return "from the trace" if has_recipes(original) else DERIVED_RULE
-
-
-FALLBACK_OFFSET_SOLVERS = ("best-fit", "greedy-breadth")
-"""Static solvers tried, in order, when ``params.offset_solver`` cannot place the
-residencies within the budget, before re-planning for a smaller internal budget."""
-
-
-def place_schedule(trace: Trace, budget_bytes: int, decide, policy: str, params: BudgetParams,
-                   started: float, stats: dict):
-    """Run ``decide(internal_budget) -> (Schedule | None, stats)`` and place its residencies.
-
-    When the offsets need more than the budget (fragmentation), the fallback offset
-    solvers try; if none fits, the planner runs again for an internal budget lowered by
-    the overshoot. Returns the plan (``feasible`` or
-    ``over_capacity``) and the last failure reason (``None`` on success).
-    """
-    internal = budget_bytes
-    reason = "no schedule"
-    for round_ in range(params.placement_rounds):
-        schedule, more = decide(internal)
-        if schedule is None:
-            reason = more.get("reason", "the policy found no schedule within the budget")
-            break
-        intervals = residency_intervals(trace, schedule)
-        peak = int(resident_bytes(trace, intervals).max()) if intervals else 0
-        if peak > budget_bytes:
-            reason = (f"policy left {peak} bytes resident at some op "
-                      f"(budget {budget_bytes})")
-            break
-        for solver in dict.fromkeys((params.offset_solver, *FALLBACK_OFFSET_SOLVERS)):
-            offsets, arena = place(trace, intervals, budget_bytes, solver)
-            if offsets is not None:
-                break
-        if offsets is not None:
-            info = {**stats, **more, "internal_budget_bytes": internal,
-                    "placement_rounds": round_ + 1, "resident_peak_bytes": peak}
-            return assemble(trace, schedule, intervals, offsets, arena, budget_bytes, policy,
-                            started, info), None
-        over = max(arena - budget_bytes, budget_bytes // 100, 1)
-        internal = max(1, internal - over)
-        reason = f"offsets of the residencies need {arena} bytes (budget {budget_bytes})"
-    return failed_plan(trace, budget_bytes, policy, started, SolveStatus.OVER_CAPACITY,
-                       {**stats, "reason": reason}), reason
-
-
-def now() -> float:
-    return time.perf_counter()
+    @property
+    def placement(self) -> PlacementParams:
+        """The fields :func:`~.engine.placement.place_schedule` reads."""
+        return PlacementParams(self.offset_solver, self.placement_rounds)

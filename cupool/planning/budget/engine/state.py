@@ -14,13 +14,11 @@ A copy is issued at an op boundary and served FIFO by its direction's engine::
 
 from __future__ import annotations
 
-import bisect
-import itertools
-
 import numpy as np
 
 from cupool.core.vocabulary import PERSISTENT, Trace
-from cupool.planning.budget._residency import RECOMPUTE, SWAP, Gap, Schedule, base_interval
+from cupool.planning.budget.engine.copies import CopyEngine
+from cupool.planning.budget.engine.schedule import RECOMPUTE, SWAP, Gap, Schedule, base_interval
 
 TRIGGER_SCAN = 48
 """Triggers a swap tries below the latest one whose own copy lands on time (looking for
@@ -29,103 +27,6 @@ the most triggers ``late_trigger="covering"`` compares."""
 
 LATE_TRIGGERS = ("earliest", "latest", "covering")
 """Where a swap whose copy in cannot land on time is triggered (:meth:`PlanState.swap_window`)."""
-
-
-class Engine:
-    """One FIFO copy engine: copies ``(issue_us, length_us)`` kept in issue order."""
-
-    def __init__(self) -> None:
-        self.issues: list[float] = []
-        self.lengths: list[float] = []
-        self.dues: list[float] = []
-        self._finishes: list[float] | None = []
-        self._tol: list[float] | None = []
-
-    def finishes(self) -> list[float]:
-        """Finish time of every queued copy (FIFO in issue order), cached."""
-        if self._finishes is None:
-            out, free = [], 0.0
-            for issue, length in zip(self.issues, self.lengths, strict=True):
-                free = max(free, issue) + length
-                out.append(free)
-            self._finishes = out
-        return self._finishes
-
-    def finish_if_added(self, issue: float, length: float) -> float:
-        """When a copy issued at ``issue`` would finish (copies issued at the same time
-        earlier stay ahead of it)."""
-        k = bisect.bisect_right(self.issues, issue)
-        free = self.finishes()[k - 1] if k else 0.0
-        return max(free, issue) + length
-
-    def _tolerance(self) -> list[float]:
-        """``tol[j]``: how much later copy ``j`` may finish without any copy from ``j`` on
-        missing its due time (delays are absorbed by idle time between copies)."""
-        if self._tol is None:
-            finishes = self.finishes()
-            tol = [0.0] * len(finishes)
-            after = float("inf")
-            for j in range(len(finishes) - 1, -1, -1):
-                tol[j] = min(self.dues[j] - finishes[j], after)
-                start = max(finishes[j - 1] if j else 0.0, self.issues[j])
-                idle = start - (finishes[j - 1] if j else 0.0)
-                after = idle + tol[j] if j else after
-            self._tol = tol
-        return self._tol
-
-    def fits(self, issue: float, length: float, due: float) -> bool:
-        """True when adding the copy keeps it and every later-issued copy on time."""
-        k = bisect.bisect_right(self.issues, issue)
-        finishes = self.finishes()
-        finish = max(finishes[k - 1] if k else 0.0, issue) + length
-        if finish > due + 1e-9:  # µs sums: tolerate rounding, as the later-copy check does
-            return False
-        if k == len(self.issues):
-            return True
-        old_start = max(finishes[k - 1] if k else 0.0, self.issues[k])
-        delay = max(0.0, max(finish, self.issues[k]) - old_start)
-        return delay <= self._tolerance()[k] + 1e-9
-
-    def lateness(self, issue: float, length: float, due: float) -> float:
-        """Estimated µs of waiting a copy that does not fit on time adds: its own delay
-        past ``due`` plus the delay it pushes onto later copies past their tolerance."""
-        k = bisect.bisect_right(self.issues, issue)
-        finishes = self.finishes()
-        finish = max(finishes[k - 1] if k else 0.0, issue) + length
-        late = max(0.0, finish - due)
-        if k < len(self.issues):
-            old_start = max(finishes[k - 1] if k else 0.0, self.issues[k])
-            delay = max(0.0, max(finish, self.issues[k]) - old_start)
-            late += max(0.0, delay - max(self._tolerance()[k], 0.0))
-        return late
-
-    def add(self, issue: float, length: float, due: float = float("inf")) -> None:
-        k = bisect.bisect_right(self.issues, issue)
-        self.issues.insert(k, issue)
-        self.lengths.insert(k, length)
-        self.dues.insert(k, due)
-        self._finishes = None
-        self._tol = None
-
-    def remove(self, issue: float, length: float, due: float) -> None:
-        """Take back a copy added with these arguments."""
-        for k in range(bisect.bisect_left(self.issues, issue), len(self.issues)):
-            if self.lengths[k] == length and self.dues[k] == due:
-                del self.issues[k], self.lengths[k], self.dues[k]
-                self._finishes = None
-                self._tol = None
-                return
-        raise ValueError(f"no copy issued at {issue} us for {length} us due {due} us")
-
-    def end_growth(self, issue: float, length: float, end: float) -> float:
-        """How much later than ``end`` (or than the queue's last finish, if later) the
-        queue's last copy would finish with this copy added."""
-        finishes = self.finishes()
-        before = max(end, finishes[-1] if finishes else 0.0)
-        free = self.finish_if_added(issue, length)
-        for j in range(bisect.bisect_right(self.issues, issue), len(self.issues)):
-            free = max(free, self.issues[j]) + self.lengths[j]
-        return max(0.0, free - before)
 
 
 class PlanState:
@@ -159,8 +60,8 @@ class PlanState:
             self.live[s] += b.size
             self.live[e] -= b.size
         self.live = np.cumsum(self.live[:-1])
-        self.d2h = Engine()
-        self.h2d = Engine()
+        self.d2h = CopyEngine()
+        self.h2d = CopyEngine()
         self.h2d_copies: dict[tuple[int, int], tuple[float, float, float]] = {}
         self.recompute_us = 0.0
         self.taken: set = set()
@@ -301,7 +202,7 @@ class PlanState:
     def apply_batch(self, op: int, gaps, links) -> None:
         """Drop each gap ``(buffer, prev_use, next_use)`` and re-make all of them before
         ``op`` (at or before each ``next_use``), with the freed intermediates ``links``
-        re-made there for that op (a segment's batch, :mod:`._checkpoint`)."""
+        re-made there for that op (a segment's batch, :mod:`.checkpoint`)."""
         for b, prev_use, next_use in gaps:
             self._drop(b, prev_use, next_use, op)
         made = [b for b, _p, _q in gaps] + list(links)
@@ -442,14 +343,3 @@ class PlanState:
         if b <= a:
             return any(op >= a or op < b for op in pins)
         return any(a <= op < b for op in pins)
-
-
-def gaps_of(trace: Trace, buffer, min_hole: int = 1):
-    """Candidate idle gaps ``(prev_use, next_use)`` of a buffer: between consecutive uses
-    with at least ``min_hole`` ops between them; for a persistent buffer also the wrap gap
-    ``(last use, first use)`` when it spans at least ``min_hole`` ops."""
-    uses = sorted(set(buffer.uses))
-    out = [(p, q) for p, q in itertools.pairwise(uses) if q - p - 1 >= min_hole]
-    if buffer.kind == PERSISTENT and uses and (trace.num_ops - 1 - uses[-1]) + uses[0] >= min_hole:
-        out.append((uses[-1], uses[0]))
-    return out

@@ -1,0 +1,202 @@
+"""Offsets for a planner's residencies, and the loop every planner runs through.
+
+A planner is a ``decide(internal_budget)`` callback returning a schedule
+(:mod:`.schedule`); :func:`place_schedule` turns its residencies (:mod:`.residency`) into
+a static offset problem and solves it within the budget. Fragmentation may make the
+offsets need more than the budget although no op has more bytes resident than the budget:
+the fallback offset solvers try next, and when none fits the planner decides again for an
+internal budget lowered by the overshoot::
+
+    decide(budget) ─► residencies ─► offsets ≤ budget? ─ yes ─► feasible plan
+         ▲                                │ no (all solvers)
+         └──── decide(budget − overshoot) ┘         (at most ``rounds`` times)
+
+A persistent buffer resident at both ends of the iteration is one stay on the device
+across the boundary: its first and last residencies get one offset
+(:func:`tie_boundary_pairs`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from cupool.core.vocabulary import PERSISTENT, SolveStatus, Trace
+from cupool.planning.budget.engine.residency import (
+    assemble,
+    failed_plan,
+    residency_intervals,
+    resident_bytes,
+)
+from cupool.planning.problem import StaticProblem
+from cupool.planning.solvers import SolverParams
+
+
+@dataclass(frozen=True)
+class PlacementParams:
+    """How a schedule's residencies get offsets.
+
+    offset_solver: static solver tried first (``"greedy-size"`` is fast; ``"auto"`` tries
+      harder when fragmentation matters); :data:`FALLBACK_OFFSET_SOLVERS` try after it.
+    rounds: times the planner decides again, for an internal budget lowered by the
+      overshoot, when no solver places the residencies within the budget.
+    """
+
+    offset_solver: str = "greedy-size"
+    rounds: int = 5
+
+
+def place(trace: Trace, intervals, budget_bytes: int, solver: str = "greedy-size",
+          params: SolverParams | None = None):
+    """Offsets for the residencies within ``budget_bytes``: ``(offsets or None, arena_bytes)``.
+
+    ``offsets[k]`` belongs to ``intervals[k]``. ``None`` when the offset solver found no
+    placement within the budget (``arena_bytes`` is then what it needed, 0 if unknown).
+    """
+    from cupool.planning import solve  # late: planning/__init__ imports the solvers
+
+    if not intervals:
+        return np.zeros(0, dtype=np.int64), 0
+    problem = StaticProblem.from_arrays(
+        [s for _i, s, _e in intervals], [e for _i, _s, e in intervals],
+        [trace.buffer(i).size for i, _s, _e in intervals], capacity=budget_bytes,
+        num_ops=trace.num_ops, name=trace.name)
+    result = solve(problem, solver, params or SolverParams(time_limit_s=2.0))
+    if result.offsets is None:
+        return None, 0
+    arena = problem.arena_of(result.offsets)
+    if arena > budget_bytes:
+        return None, arena
+    offsets = np.asarray(result.offsets, dtype=np.int64)
+    if not tie_boundary_pairs(trace, intervals, offsets, budget_bytes):
+        return None, 0
+    return offsets, int(max(int(o) + trace.buffer(i).size
+                            for (i, _s, _e), o in zip(intervals, offsets, strict=True)))
+
+
+def boundary_pairs(trace: Trace, intervals) -> list[tuple[int, int]]:
+    """``(k_first, k_last)`` for every persistent buffer resident across the iteration
+    boundary in two residencies: its last one ends at ``num_ops`` and its first starts at
+    0 (``intervals[k]``). Across the boundary the two are one stay on the device, so they
+    need one offset: the bytes cannot move between iterations."""
+    first: dict[int, int] = {}
+    last: dict[int, int] = {}
+    for k, (b, start, end) in enumerate(intervals):
+        if start == 0:
+            first[b] = k
+        if end == trace.num_ops:
+            last[b] = k
+    return [(k, last[b]) for b, k in first.items()
+            if b in last and last[b] != k and trace.buffer(b).kind == PERSISTENT]
+
+
+def tie_boundary_pairs(trace: Trace, intervals, offsets: np.ndarray, budget_bytes: int) -> bool:
+    """Give both residencies of each :func:`boundary_pairs` pair one offset, in place.
+
+    Where the solver placed them apart, the pair keeps the last residency's offset if that
+    is free during the first one, else the first's if free during the last, else the
+    lowest offset free during both; ``False`` when none fits within ``budget_bytes``::
+
+        bytes ^        [0, 3) at 0 and [7, 10) at 64  ->  both at 64 when [0, 3) is free there
+              |  first                last
+              +----------------------------> op
+    """
+    pairs = [(k, j) for k, j in boundary_pairs(trace, intervals) if offsets[k] != offsets[j]]
+    if not pairs:
+        return True
+    starts = np.array([s for _b, s, _e in intervals], dtype=np.int64)
+    ends = np.array([e for _b, _s, e in intervals], dtype=np.int64)
+    sizes = np.array([trace.buffer(b).size for b, _s, _e in intervals], dtype=np.int64)
+    for k, j in pairs:
+        layout = _Layout(starts, ends, sizes, offsets, (k, j))
+        size = int(sizes[k])
+        if layout.free(int(offsets[j]), size, budget_bytes, k):
+            offsets[k] = offsets[j]
+        elif layout.free(int(offsets[k]), size, budget_bytes, j):
+            offsets[j] = offsets[k]
+        else:
+            lowest = layout.lowest_free(size, k, j)
+            if lowest + size > budget_bytes:
+                return False
+            offsets[k] = offsets[j] = lowest
+    return True
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """The placed residencies as arrays, minus a pair being moved (``moving``)."""
+
+    starts: np.ndarray
+    ends: np.ndarray
+    sizes: np.ndarray
+    offsets: np.ndarray
+    moving: tuple[int, int]
+
+    def _during(self, *spans: int) -> np.ndarray:
+        """Residencies other than the pair that share an op with any of ``spans``."""
+        mask = np.zeros(len(self.starts), dtype=bool)
+        for a in spans:
+            mask |= (self.starts < self.ends[a]) & (self.ends > self.starts[a])
+        mask[list(self.moving)] = False
+        return mask
+
+    def free(self, offset: int, size: int, budget_bytes: int, span: int) -> bool:
+        """``[offset, offset + size)`` is within the budget and unused during ``span``."""
+        mask = self._during(span)
+        return offset + size <= budget_bytes and not bool(np.any(
+            mask & (self.offsets < offset + size) & (self.offsets + self.sizes > offset)))
+
+    def lowest_free(self, size: int, *spans: int) -> int:
+        """The lowest offset with ``size`` bytes unused during every one of ``spans``."""
+        mask = self._during(*spans)
+        cursor = 0
+        for low, high in sorted(zip(self.offsets[mask].tolist(),
+                                    (self.offsets + self.sizes)[mask].tolist(), strict=True)):
+            if low - cursor >= size:
+                break
+            cursor = max(cursor, high)
+        return cursor
+
+
+FALLBACK_OFFSET_SOLVERS = ("best-fit", "greedy-breadth")
+"""Static solvers tried, in order, when ``PlacementParams.offset_solver`` cannot place the
+residencies within the budget, before re-planning for a smaller internal budget."""
+
+
+def place_schedule(trace: Trace, budget_bytes: int, decide, policy: str,
+                   placement: PlacementParams, started: float, stats: dict):
+    """Run ``decide(internal_budget) -> (Schedule | None, stats)`` and place its residencies.
+
+    When the offsets need more than the budget (fragmentation), the fallback offset
+    solvers try; if none fits, the planner runs again for an internal budget lowered by
+    the overshoot. Returns the plan (``feasible`` or
+    ``over_capacity``) and the last failure reason (``None`` on success).
+    """
+    internal = budget_bytes
+    reason = "no schedule"
+    for round_ in range(placement.rounds):
+        schedule, more = decide(internal)
+        if schedule is None:
+            reason = more.get("reason", "the policy found no schedule within the budget")
+            break
+        intervals = residency_intervals(trace, schedule)
+        peak = int(resident_bytes(trace, intervals).max()) if intervals else 0
+        if peak > budget_bytes:
+            reason = (f"policy left {peak} bytes resident at some op "
+                      f"(budget {budget_bytes})")
+            break
+        for solver in dict.fromkeys((placement.offset_solver, *FALLBACK_OFFSET_SOLVERS)):
+            offsets, arena = place(trace, intervals, budget_bytes, solver)
+            if offsets is not None:
+                break
+        if offsets is not None:
+            info = {**stats, **more, "internal_budget_bytes": internal,
+                    "placement_rounds": round_ + 1, "resident_peak_bytes": peak}
+            return assemble(trace, schedule, intervals, offsets, arena, budget_bytes, policy,
+                            started, info), None
+        over = max(arena - budget_bytes, budget_bytes // 100, 1)
+        internal = max(1, internal - over)
+        reason = f"offsets of the residencies need {arena} bytes (budget {budget_bytes})"
+    return failed_plan(trace, budget_bytes, policy, started, SolveStatus.OVER_CAPACITY,
+                       {**stats, "reason": reason}), reason
