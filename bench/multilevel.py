@@ -42,17 +42,18 @@ TRACES = Path(__file__).resolve().parent.parent / "cupool" / "data" / "traces"
 
 def _two_level(trace, budget, policy, cost):
     started = time.perf_counter()
-    plan, info = plan_with_budget(trace, budget, policy, cost)
+    result = plan_with_budget(trace, budget, policy, cost)
+    plan = result.plan
     entry = {"status": plan.status.value, "seconds": round(time.perf_counter() - started, 3)}
-    if plan.status.value != "feasible":
-        entry["reason"] = info["reason"]
+    if not result.feasible:
+        entry["reason"] = result.reason
         return entry, None, None
-    check = validate_plan(info["trace"], plan)
+    check = validate_plan(result.trace, plan)
     entry["valid"] = check.valid
     if not check.valid:
         entry["error"] = f"{check.rule}: {check.message}"
         return entry, None, None
-    sim = simulate(info["trace"], plan, cost, validate=False)
+    sim = simulate(result.trace, plan, cost, validate=False)
     entry.update(overhead=sim.overhead, iteration_us=sim.iteration_us,
                  swapped_bytes=sim.swapped_bytes)
     return entry, plan, sim

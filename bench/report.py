@@ -907,11 +907,11 @@ def draw_figures(results_dir: Path = RESULTS, traces_dir: Path = TRACES) -> dict
     cost = cost_model(FIGURE_LINK)
     budget_trace = with_recompute_recipes(trace)
     budget = int(budget_trace.lower_bound_bytes() * FIGURE_BUDGET)
-    budget_plan, info = plan_with_budget(budget_trace, budget, "auto", cost)
-    if budget_plan.status.value != "feasible":
-        raise RuntimeError(f"no plan at {FIGURE_BUDGET:.0%}: {info.get('reason')}")
-    summary = plot_timeline(info["trace"], budget_plan, cost, out / FIGURES["timeline"])
-    plot_layout(info["trace"], budget_plan, out / FIGURES["budget_layout"])
+    budgeted = plan_with_budget(budget_trace, budget, "auto", cost)
+    if not budgeted.feasible:
+        raise RuntimeError(f"no plan at {FIGURE_BUDGET:.0%}: {budgeted.reason}")
+    summary = plot_timeline(budgeted.trace, budgeted.plan, cost, out / FIGURES["timeline"])
+    plot_layout(budgeted.trace, budgeted.plan, out / FIGURES["budget_layout"])
     percent = round(FIGURE_BUDGET * 100)
     document = {
         "trace": trace.name, "matplotlib": matplotlib.__version__,
@@ -926,7 +926,7 @@ def draw_figures(results_dir: Path = RESULTS, traces_dir: Path = TRACES) -> dict
                 "lower_bound": peaks.get("lower_bound_bytes")}},
             "timeline": {"file": FIGURES["timeline"], "summary": summary, "caption": {
                 "percent": percent, "budget": budget, "link": FIGURE_LINK,
-                "member": info.get("member", "–"),
+                "member": budgeted.member or "–",
                 "overhead": f_pct(summary.get("overhead")),
                 "swapped": f_int(summary.get("swapped_bytes")),
                 "recompute": f_us(summary.get("recompute_us"))}},

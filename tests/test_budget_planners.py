@@ -40,20 +40,21 @@ def resnet_plans(resnet):
 @pytest.mark.parametrize("policy", POLICY_NAMES)
 def test_real_trace_at_70_percent_is_valid(resnet_plans, policy):
     budget, plans = resnet_plans
-    plan, info = plans[policy]
-    assert plan.status == SolveStatus.FEASIBLE, info["reason"]
-    report = validate_plan(info["trace"], plan)
+    result = plans[policy]
+    plan = result.plan
+    assert plan.status == SolveStatus.FEASIBLE, result.reason
+    report = validate_plan(result.trace, plan)
     assert report.valid, report.message
     assert plan.capacity_bytes == budget and plan.arena_bytes <= budget
-    assert simulate(info["trace"], plan, GEN5).feasible
+    assert simulate(result.trace, plan, GEN5).feasible
 
 
 def test_auto_is_never_worse_than_any_policy(resnet_plans):
     _budget, plans = resnet_plans
     times = {}
-    for policy, (plan, info) in plans.items():
-        if plan.status == SolveStatus.FEASIBLE:
-            times[policy] = simulate(info["trace"], plan, GEN5).iteration_us
+    for policy, result in plans.items():
+        if result.feasible:
+            times[policy] = simulate(result.trace, result.plan, GEN5).iteration_us
     assert all(times["auto"] <= t + 1e-6 for t in times.values()), times
 
 
@@ -61,9 +62,9 @@ def test_auto_reaches_the_issue_target_on_resnet_at_70_percent(resnet_plans, res
     from cupool.sim import overhead_lower_bound
 
     budget, plans = resnet_plans
-    plan, info = plans["auto"]
-    bound = overhead_lower_bound(info["trace"], budget, GEN5)
-    overhead = simulate(info["trace"], plan, GEN5).overhead
+    result = plans["auto"]
+    bound = overhead_lower_bound(result.trace, budget, GEN5)
+    overhead = simulate(result.trace, result.plan, GEN5).overhead
     assert overhead <= 2 * bound.overhead + 0.05
 
 
@@ -76,13 +77,12 @@ def test_auto_has_a_member_that_never_swaps_a_temporary_buffer(resnet):
 
     planned = with_recompute_recipes(resnet)
     budget = int(resnet.lower_bound_bytes() * 0.7)
-    plan, _reason = _greedy(planned, budget, GEN5, BudgetParams(), 0.0, 0.0,
-                            late_trigger="latest", swap_temporaries=False,
-                            max_chain=BudgetParams().recompute_chain)
+    plan = _greedy(planned, budget, GEN5, BudgetParams(), 0.0, 0.0, late_trigger="latest",
+                   swap_temporaries=False, max_chain=BudgetParams().recompute_chain).plan
     assert plan.status == SolveStatus.FEASIBLE and validate_plan(planned, plan).valid
     swapped = {a.buffer_id for a in plan.actions if isinstance(a, SwapOut)}
     assert all(planned.buffer(b).kind == PERSISTENT for b in swapped)
-    auto, _info = plan_with_budget(resnet, budget, "auto", GEN5)
+    auto = plan_with_budget(resnet, budget, "auto", GEN5).plan
     member = "greedy(recompute temporaries, chains 30)"
     assert member in auto.stats["candidates"]
     assert auto.stats["simulated_overhead"] <= auto.stats["candidates"][member] + 1e-12
@@ -90,18 +90,35 @@ def test_auto_has_a_member_that_never_swaps_a_temporary_buffer(resnet):
         BudgetParams(recompute_chain=-1)
 
 
+def test_auto_reports_its_members_and_the_simulation_of_the_kept_plan(resnet_plans):
+    """``auto``'s result names every member with its overhead (or why it has none), the one
+    it kept, and that plan's simulation; the other policies leave those empty."""
+    _budget, plans = resnet_plans
+    auto = plans["auto"]
+    assert auto.policy == "auto" and auto.reason is None and auto.trace is not None
+    assert auto.member in auto.candidates and auto.candidates == auto.plan.stats["candidates"]
+    assert auto.plan.stats["member"] == auto.member
+    assert auto.simulation.overhead == auto.plan.stats["simulated_overhead"]
+    assert auto.simulation.iteration_us == simulate(auto.trace, auto.plan, GEN5).iteration_us
+    for policy in set(POLICY_NAMES) - {"auto"}:
+        other = plans[policy]
+        assert other.policy == policy
+        assert other.candidates is None and other.member is None and other.simulation is None
+
+
 def test_same_inputs_same_plan(resnet):
     budget = int(resnet.lower_bound_bytes() * 0.7)
-    a, _ = plan_with_budget(resnet, budget, "greedy", GEN5)
-    b, _ = plan_with_budget(resnet, budget, "greedy", GEN5)
+    a = plan_with_budget(resnet, budget, "greedy", GEN5).plan
+    b = plan_with_budget(resnet, budget, "greedy", GEN5).plan
     assert a.residencies == b.residencies and a.actions == b.actions
 
 
 def test_budget_below_an_ops_working_set_is_infeasible(resnet):
-    plan, info = plan_with_budget(resnet, 1 << 20, "auto", GEN5)
-    assert plan.status == SolveStatus.INFEASIBLE
+    result = plan_with_budget(resnet, 1 << 20, "auto", GEN5)
+    assert result.plan.status == SolveStatus.INFEASIBLE and result.policy == "auto"
     assert re.fullmatch(r"infeasible: op \d+ needs \d+ bytes resident \(budget 1048576 bytes\)",
-                        info["reason"])
+                        result.reason)
+    assert result.plan.stats["reason"] == result.reason and result.candidates is None
 
 
 def test_unknown_policy_lists_the_known_ones(resnet):
@@ -182,13 +199,15 @@ def test_a_swap_across_the_boundary_costs_what_its_copy_out_adds_past_the_last_o
 @given(small_traces(), st.sampled_from((0.5, 0.7, 0.9)), st.sampled_from(POLICY_NAMES))
 def test_small_traces_plans_are_valid_or_say_why(trace, fraction, policy):
     budget = max(1, int(trace.lower_bound_bytes() * fraction))
-    plan, info = plan_with_budget(trace, budget, policy, GEN5)
-    if plan.status == SolveStatus.FEASIBLE:
-        report = validate_plan(info["trace"], plan)
+    result = plan_with_budget(trace, budget, policy, GEN5)
+    assert result.policy == policy
+    if result.feasible:
+        assert result.reason is None
+        report = validate_plan(result.trace, result.plan)
         assert report.valid, report.message
-        assert simulate(info["trace"], plan, GEN5, validate=False).feasible
+        assert simulate(result.trace, result.plan, GEN5, validate=False).feasible
     else:
-        assert info["reason"]
+        assert result.reason and result.plan.stats["reason"] == result.reason
 
 
 def test_feedback_moves_a_late_swap_in_earlier():
@@ -248,7 +267,7 @@ def test_a_recompute_brings_a_swapped_input_back_earlier():
     the planner moves X's swap-in due to op 5 (an earlier trigger) instead of giving up."""
     from cupool.core.vocabulary import Recompute, SwapIn
     from cupool.planning.budget import BudgetParams
-    from cupool.planning.budget.engine.placement import place_schedule
+    from cupool.planning.budget.engine.placement import Decision, place_schedule
     from cupool.planning.budget.engine.state import PlanState
 
     trace = Trace("advance", tuple(Op(f"op{i}", 10.0) for i in range(8)), (
@@ -262,9 +281,10 @@ def test_a_recompute_brings_a_swapped_input_back_earlier():
     assert chain is not None and chain[2], chain  # X's swap-in is advanced, not recomputed
     state.apply_recompute(1, 1, 5, chain)
     assert state.resident(0, 5)
-    plan, reason = place_schedule(trace, 10_000, lambda _budget: (state.schedule, {}), "test",
-                                  BudgetParams().placement, 0.0, {})
-    assert reason is None
+    result = place_schedule(trace, 10_000, lambda _budget: Decision(state.schedule), "test",
+                            BudgetParams().placement, 0.0)
+    plan = result.plan
+    assert result.reason is None
     assert validate_plan(trace, plan).valid
     swap_in = next(a for a in plan.actions if isinstance(a, SwapIn))
     assert swap_in.buffer_id == 0 and swap_in.due_op == 5 and swap_in.trigger_op <= 5

@@ -50,9 +50,10 @@ def test_one_segment_is_remade_once_at_its_first_backward_use():
     batches = plan_batches(PlanState(trace, 10**6, GEN5), 1)
     assert [(point, [m[1] for m in members], links) for point, members, links in batches] == [
         (5, [1, 2], [])]
-    plan, reason = _greedy(trace, trace.lower_bound_bytes(), GEN5, BudgetParams(), 0.0, 0.2,
-                           late_trigger="covering", segments=1, lazy_release=True)
-    assert reason is None and plan.status == SolveStatus.FEASIBLE
+    result = _greedy(trace, trace.lower_bound_bytes(), GEN5, BudgetParams(), 0.0, 0.2,
+                     late_trigger="covering", segments=1, lazy_release=True)
+    plan = result.plan
+    assert result.reason is None and plan.status == SolveStatus.FEASIBLE
     assert [a for a in plan.actions if isinstance(a, RecomputeAction)] == [
         RecomputeAction(1, 5), RecomputeAction(2, 5)]  # A before B: B is made from A
     assert validate_plan(trace, plan).valid
@@ -104,15 +105,14 @@ def test_segments_hold_equal_bytes_or_equal_counts_and_keep_a_producer_whole():
 def test_checkpointed_plans_of_small_traces_are_valid(trace, fraction, segments):
     planned = with_recompute_recipes(trace)
     budget = max(1, int(trace.lower_bound_bytes() * fraction))
-    plan, reason = _greedy(planned, budget, GEN5, BudgetParams(), 0.0, 0.2,
-                           late_trigger="covering", segments=segments,
-                           lazy_release=True)
-    if plan.status == SolveStatus.FEASIBLE:
-        report = validate_plan(planned, plan)
+    result = _greedy(planned, budget, GEN5, BudgetParams(), 0.0, 0.2,
+                     late_trigger="covering", segments=segments, lazy_release=True)
+    if result.feasible:
+        report = validate_plan(planned, result.plan)
         assert report.valid, report.message
-        assert simulate(planned, plan, GEN5, validate=False).feasible
+        assert simulate(planned, result.plan, GEN5, validate=False).feasible
     else:
-        assert reason
+        assert result.reason
 
 
 def test_gpt2_at_half_its_peak_re_runs_each_segment_once():
@@ -120,9 +120,10 @@ def test_gpt2_at_half_its_peak_re_runs_each_segment_once():
     plan validates, and its recompute time is about one forward (not one per consumer)."""
     trace = with_recompute_recipes(load_trace(TRACES / "gpt2_train_b8_s1024_bf16.trace.json.gz"))
     budget = int(trace.lower_bound_bytes() * 0.5)
-    plan, reason = _greedy(trace, budget, GEN5, BudgetParams(), 0.0, 0.2,
-                           late_trigger="covering", segments=4, lazy_release=True)
-    assert reason is None, reason
+    result = _greedy(trace, budget, GEN5, BudgetParams(), 0.0, 0.2,
+                     late_trigger="covering", segments=4, lazy_release=True)
+    plan = result.plan
+    assert result.reason is None, result.reason
     assert validate_plan(trace, plan).valid
     points = {}
     for point, members, _links in plan_batches(PlanState(trace, budget, GEN5), 4):

@@ -112,15 +112,16 @@ UNREFINED = BudgetParams(refine_evaluations=0)  # auto without its final local s
 
 
 def _seeded(trace, budget, cost=GEN5, params=None):
-    plan, info = plan_with_budget(trace, budget, "auto", cost, params)
-    return plan, info["trace"]
+    result = plan_with_budget(trace, budget, "auto", cost, params)
+    return result.plan, result.trace
 
 
 def test_plan_tiers_beats_the_best_two_level_member_on_the_six_op_trace():
     trace = six_op_trace()
     auto, planned = _seeded(trace, 24, params=UNREFINED)
-    tiers, reason = plan_tiers(planned, 24, GEN5, UNREFINED, 0.0)
-    assert reason is None and validate_plan(planned, tiers).valid
+    result = plan_tiers(planned, 24, GEN5, UNREFINED, 0.0)
+    tiers = result.plan
+    assert result.reason is None and validate_plan(planned, tiers).valid
     auto_us = simulate(planned, auto, GEN5).iteration_us
     tiers_us = simulate(planned, tiers, GEN5).iteration_us
     # the greedy recomputes A (10 µs, op 0 again); a swap of 16 B lands in time for ~0 µs
@@ -213,8 +214,9 @@ def test_a_pinned_limit_moves_swaps_to_pageable_memory():
 
 def test_plan_tiers_reports_when_no_seed_policy_found_a_plan():
     trace = six_op_trace()
-    plan, reason = plan_tiers(with_recompute_recipes(trace), 1, GEN5, BudgetParams(), 0.0)
-    assert plan.status.value != "feasible" and reason.startswith("tiers: no seed policy")
+    result = plan_tiers(with_recompute_recipes(trace), 1, GEN5, BudgetParams(), 0.0)
+    assert not result.feasible and result.reason.startswith("tiers: no seed policy")
+    assert result.plan.stats["reason"] == result.reason
 
 
 def test_a_move_listed_for_an_earlier_state_does_not_apply():

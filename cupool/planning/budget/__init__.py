@@ -23,7 +23,7 @@ policy          what it does
 
 Recompute recipes: traces that carry none get derived ones
 (:func:`~cupool.planning.budget.recipes.with_recompute_recipes`); the plan is made, and
-must be validated and simulated, against that trace (``info["trace"]``), and its
+must be validated and simulated, against that trace (``BudgetResult.trace``), and its
 ``stats["recompute_recipes"]`` says which rule made them.
 
 Traces without op durations: every op without ``duration_us`` takes the cost model's
@@ -33,13 +33,15 @@ Traces without op durations: every op without ``duration_us`` takes the cost mod
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from importlib import import_module
 
-from cupool.core.vocabulary import Plan, SolveStatus, Trace
+from cupool.core.vocabulary import SolveStatus, Trace
 from cupool.errors import SolverError
 from cupool.planning.budget.engine.residency import check_working_sets, failed_plan
 from cupool.planning.budget.params import BudgetParams
 from cupool.planning.budget.recipes import DERIVED_RULE, has_recipes, with_recompute_recipes
+from cupool.planning.budget.result import BudgetResult
 
 _REGISTRY = {
     "auto": ("cupool.planning.budget.auto", "plan_auto"),
@@ -65,16 +67,14 @@ def get_policy(name: str):
 
 
 def plan_with_budget(trace: Trace, budget_bytes: int, policy: str = "auto", cost=None,
-                     params: BudgetParams | None = None) -> tuple[Plan, dict]:
+                     params: BudgetParams | None = None) -> BudgetResult:
     """Plan ``trace`` to run with at most ``budget_bytes`` resident, with ``policy``.
 
-    Returns ``(plan, info)``. ``plan.status`` is ``feasible`` (residencies, actions and
-    offsets within the budget), ``infeasible`` (no plan can exist: an op's own working set
-    exceeds the budget) or ``over_capacity`` (this policy found none). ``info`` has
-    ``"trace"`` (the trace the plan is for: ``trace`` plus derived recompute recipes; give
-    it to the validator and the simulator), ``"policy"``, ``"reason"`` (``None`` on
-    success, else one line such as ``"infeasible: op 12 needs 805306368 bytes resident"``)
-    and, for ``auto``, ``"candidates"`` (each member policy's simulated overhead or reason).
+    Returns a :class:`BudgetResult`: its ``plan`` is ``feasible`` (residencies, actions
+    and offsets within the budget), ``infeasible`` (no plan can exist: an op's own working
+    set exceeds the budget; ``reason`` names the op) or ``over_capacity`` (this policy
+    found none; ``reason`` says why). Validate and simulate the plan against
+    ``result.trace`` (``trace`` plus derived recompute recipes), not ``trace``.
 
     ``cost`` is a :class:`cupool.sim.cost.CostModel` (default: the Gen5 preset).
     """
@@ -92,25 +92,14 @@ def plan_with_budget(trace: Trace, budget_bytes: int, policy: str = "auto", cost
 
     stats = {"recompute_recipes": "from the trace" if has_recipes(trace) else DERIVED_RULE,
              "ops_without_duration": ops_without_duration(trace)}
-    info = {"trace": planned, "policy": policy, "reason": None}
     reason = check_working_sets(trace, budget_bytes)
     if reason is not None:
-        info["reason"] = reason
-        return failed_plan(planned, budget_bytes, policy, started, SolveStatus.INFEASIBLE,
-                           {**stats, "reason": reason}), info
-    plan, reason, extra = _call(function, planned, budget_bytes, cost, params, started)
-    plan.stats.update({k: v for k, v in stats.items() if k not in plan.stats})
-    info["reason"] = reason
-    info.update(extra)
-    return plan, info
+        plan = failed_plan(planned, budget_bytes, policy, started, SolveStatus.INFEASIBLE,
+                           {**stats, "reason": reason})
+        return BudgetResult(plan, planned, policy, reason)
+    result = function(planned, budget_bytes, cost, params, started)
+    result.plan.stats.update({k: v for k, v in stats.items() if k not in result.plan.stats})
+    return replace(result, policy=policy)
 
 
-def _call(function, trace, budget_bytes, cost, params, started):
-    result = function(trace, budget_bytes, cost, params, started)
-    if len(result) == 3:
-        return result
-    plan, reason = result
-    return plan, reason, {}
-
-
-__all__ = ["POLICY_NAMES", "BudgetParams", "get_policy", "plan_with_budget"]
+__all__ = ["POLICY_NAMES", "BudgetParams", "BudgetResult", "get_policy", "plan_with_budget"]

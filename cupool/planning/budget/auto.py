@@ -28,7 +28,7 @@ Capuchin's feedback to it (:mod:`.feedback`: late swap-ins triggered earlier, re
 kept only when faster), and finally improves it by the local search of
 :mod:`.multilevel` without its pageable level (``params.refine_evaluations`` simulations;
 never worse: only faster plans that pass the validator are kept; deterministic: bounded
-by the count, not the clock). ``info["candidates"]`` lists every member's overhead or
+by the count, not the clock). ``BudgetResult.candidates`` lists every member's overhead or
 why it has none.
 ``segments-ga`` is not a member: on the shared traces it never beat the greedy
 (it migrates whole gaps a segment forces off, not only the bytes over the budget).
@@ -40,11 +40,11 @@ import math
 import time
 from dataclasses import replace
 
-from cupool.core.vocabulary import SolveStatus
 from cupool.planning.budget.engine.greedy import over_budget_op, run_repaired
-from cupool.planning.budget.engine.placement import place_schedule
+from cupool.planning.budget.engine.placement import Decision, place_schedule
 from cupool.planning.budget.feedback import refine_triggers
 from cupool.planning.budget.params import BudgetParams
+from cupool.planning.budget.result import BudgetResult
 
 REFINE_TIME_LIMIT_S = 600.0
 """A safety cap on the refining search's wall time; ``refine_evaluations`` ends it first
@@ -62,20 +62,21 @@ def _greedy(trace, budget_bytes, cost, params, started, swap_weight, name="greed
                              segments=segments, split=split, lazy_release=lazy_release)
         op, resident = over_budget_op(state)
         if resident > internal:
-            return None, {"reason": f"{name}: op {op} still needs {resident} bytes resident "
-                                    f"(budget {internal})"}
-        return state.schedule, {"swap_weight": swap_weight, "late_trigger": late_trigger,
-                                "planned_recompute_us": state.recompute_us}
+            return Decision(None, reason=f"{name}: op {op} still needs {resident} bytes "
+                                         f"resident (budget {internal})")
+        return Decision(state.schedule, {"swap_weight": swap_weight,
+                                         "late_trigger": late_trigger,
+                                         "planned_recompute_us": state.recompute_us})
 
-    return place_schedule(trace, budget_bytes, decide, name, params.placement, started, {})
+    return place_schedule(trace, budget_bytes, decide, name, params.placement, started)
 
 
-def plan_greedy(trace, budget_bytes, cost, params: BudgetParams, started: float):
+def plan_greedy(trace, budget_bytes, cost, params: BudgetParams, started: float) -> BudgetResult:
     weight = params.swap_weights[1] if len(params.swap_weights) > 1 else params.swap_weights[0]
     return _greedy(trace, budget_bytes, cost, params, started, weight)
 
 
-def plan_auto(trace, budget_bytes, cost, params: BudgetParams, started: float):
+def plan_auto(trace, budget_bytes, cost, params: BudgetParams, started: float) -> BudgetResult:
     from cupool.planning.budget.baselines import plan_on_demand, plan_vdnn
     from cupool.planning.budget.capuchin import plan_capuchin
     from cupool.planning.validator import validate_plan
@@ -102,10 +103,11 @@ def plan_auto(trace, budget_bytes, cost, params: BudgetParams, started: float):
     best = None
     reasons = []
     for rank, (name, member) in enumerate(members):
-        plan, reason = member(time.perf_counter())
-        if plan.status != SolveStatus.FEASIBLE:
-            report[name] = reason
-            reasons.append(f"{name}: {reason}")
+        result = member(time.perf_counter())
+        plan = result.plan
+        if not result.feasible:
+            report[name] = result.reason
+            reasons.append(f"{name}: {result.reason}")
             continue
         check = validate_plan(trace, plan)
         if not check.valid:
@@ -116,11 +118,10 @@ def plan_auto(trace, budget_bytes, cost, params: BudgetParams, started: float):
         key = (sim.iteration_us, sim.swapped_bytes, rank)
         if best is None or key < best[0]:
             best = (key, name, plan, sim)
-    extra = {"candidates": report}
     if best is None:
         reason = "auto: no member found a plan within the budget (" + "; ".join(reasons) + ")"
         plan = replace(plan, solver="auto", stats={**plan.stats, "reason": reason})
-        return plan, reason, extra
+        return BudgetResult(plan, trace, "auto", reason, candidates=report)
     _key, name, plan, sim = best
     plan, sim, _moved = refine_triggers(trace, plan, cost, sim)
     refined = {}
@@ -139,6 +140,4 @@ def plan_auto(trace, budget_bytes, cost, params: BudgetParams, started: float):
     stats = {**plan.stats, "member": name, "simulated_overhead": sim.overhead,
              "candidates": report, **refined}
     plan = replace(plan, solver="auto", stats=stats, solve_seconds=time.perf_counter() - started)
-    extra["member"] = name
-    extra["simulation"] = sim
-    return plan, None, extra
+    return BudgetResult(plan, trace, "auto", candidates=report, member=name, simulation=sim)

@@ -24,10 +24,11 @@ import numpy as np
 
 from cupool.core.vocabulary import PERSISTENT
 from cupool.planning.budget.engine.greedy import _free_time_pass, candidates, over_budget_op
-from cupool.planning.budget.engine.placement import place_schedule
+from cupool.planning.budget.engine.placement import Decision, place_schedule
 from cupool.planning.budget.engine.schedule import SWAP, Gap, Schedule
 from cupool.planning.budget.engine.state import PlanState
 from cupool.planning.budget.params import BudgetParams
+from cupool.planning.budget.result import BudgetResult
 
 
 def _forward_activations(trace):
@@ -44,7 +45,7 @@ def _forward_activations(trace):
     return out
 
 
-def plan_vdnn(trace, budget_bytes, cost, params: BudgetParams, started: float):
+def plan_vdnn(trace, budget_bytes, cost, params: BudgetParams, started: float) -> BudgetResult:
     acts = _forward_activations(trace)
     dues = sorted({q for _b, _p, q in acts})
 
@@ -66,15 +67,16 @@ def plan_vdnn(trace, budget_bytes, cost, params: BudgetParams, started: float):
                 _free_time_pass(state, candidates(trace, offload_persistent), internal, kw)
         op, resident = over_budget_op(state)
         if resident > internal:
-            return None, {"reason": f"vdnn: op {op} still needs {resident} bytes resident "
-                                    f"(budget {internal})"}
+            return Decision(None, reason=f"vdnn: op {op} still needs {resident} bytes "
+                                         f"resident (budget {internal})")
         extra = state.schedule.count(SWAP) - vdnn_swaps
-        return state.schedule, {"vdnn_swaps": vdnn_swaps, "vdnn_extra_swaps": extra}
+        return Decision(state.schedule, {"vdnn_swaps": vdnn_swaps, "vdnn_extra_swaps": extra})
 
-    return place_schedule(trace, budget_bytes, decide, "vdnn", params.placement, started, {})
+    return place_schedule(trace, budget_bytes, decide, "vdnn", params.placement, started)
 
 
-def plan_on_demand(trace, budget_bytes, cost, params: BudgetParams, started: float):
+def plan_on_demand(trace, budget_bytes, cost, params: BudgetParams,
+                   started: float) -> BudgetResult:
     n = trace.num_ops
     uses = {b.id: sorted(set(b.uses)) for b in trace.buffers}
 
@@ -131,12 +133,12 @@ def plan_on_demand(trace, budget_bytes, cost, params: BudgetParams, started: flo
                     continue  # dead temporaries are not resident in the first place
                 schedule.add(gap)
             if live[t] > internal:
-                return None, {"reason": f"on-demand: op {t} still needs {int(live[t])} bytes "
-                                        f"resident (budget {internal})"}
+                return Decision(None, reason=f"on-demand: op {t} still needs {int(live[t])} "
+                                             f"bytes resident (budget {internal})")
         if live.max() > internal:
             op = int(np.argmax(live))
-            return None, {"reason": f"on-demand: op {op} still needs {int(live[op])} bytes "
-                                    f"resident (budget {internal})"}
-        return schedule, {}
+            return Decision(None, reason=f"on-demand: op {op} still needs {int(live[op])} "
+                                         f"bytes resident (budget {internal})")
+        return Decision(schedule)
 
-    return place_schedule(trace, budget_bytes, decide, "on-demand", params.placement, started, {})
+    return place_schedule(trace, budget_bytes, decide, "on-demand", params.placement, started)

@@ -16,25 +16,28 @@ re-validated and kept only when it simulates faster.
 
 from __future__ import annotations
 
-from cupool.core.vocabulary import SolveStatus
+from dataclasses import replace
+
 from cupool.planning.budget.engine.greedy import over_budget_op, run_greedy
-from cupool.planning.budget.engine.placement import place_schedule
+from cupool.planning.budget.engine.placement import Decision, place_schedule
 from cupool.planning.budget.feedback import refine_triggers
 from cupool.planning.budget.params import BudgetParams
+from cupool.planning.budget.result import BudgetResult
 
 
-def plan_capuchin(trace, budget_bytes, cost, params: BudgetParams, started: float):
+def plan_capuchin(trace, budget_bytes, cost, params: BudgetParams,
+                  started: float) -> BudgetResult:
     def decide(internal):
         state = run_greedy(trace, internal, cost, order="free-time", swap_weight=0.0,
                            max_chain=params.max_chain)
         op, resident = over_budget_op(state)
         if resident > internal:
-            return None, {"reason": f"capuchin: op {op} still needs {resident} bytes "
-                                    f"resident after every candidate (budget {internal})"}
-        return state.schedule, {"planned_recompute_us": state.recompute_us}
+            return Decision(None, reason=f"capuchin: op {op} still needs {resident} bytes "
+                                         f"resident after every candidate (budget {internal})")
+        return Decision(state.schedule, {"planned_recompute_us": state.recompute_us})
 
-    plan, reason = place_schedule(trace, budget_bytes, decide, "capuchin", params.placement,
-                                  started, {})
-    if plan.status == SolveStatus.FEASIBLE:
-        plan, _sim, _moved = refine_triggers(trace, plan, cost)
-    return plan, reason
+    result = place_schedule(trace, budget_bytes, decide, "capuchin", params.placement, started)
+    if not result.feasible:
+        return result
+    plan, _sim, _moved = refine_triggers(trace, result.plan, cost)
+    return replace(result, plan=plan)

@@ -63,6 +63,7 @@ from cupool.core.vocabulary import (
 )
 from cupool.errors import SolverError
 from cupool.planning.budget.params import BudgetParams
+from cupool.planning.budget.result import BudgetResult
 
 
 @dataclass(frozen=True)
@@ -636,7 +637,7 @@ def search_tiers(trace: Trace, seed_plan: Plan, cost, params: TierParams | None 
 
 
 def plan_tiers(trace, budget_bytes, cost, params: BudgetParams, started: float,
-               tier_params: TierParams | None = None):
+               tier_params: TierParams | None = None) -> BudgetResult:
     """The ``tiers`` policy: the best plan of ``seed_policies`` (simulated), improved by
     :func:`search_tiers` (``tier_params``; default: :class:`TierParams` with ``params.seed``:
     2 s of search after the seed plans). It has the signature of a budget policy
@@ -650,18 +651,20 @@ def plan_tiers(trace, budget_bytes, cost, params: BudgetParams, started: float,
     best, reasons = None, []
     for name in tier_params.seed_policies:
         result = get_policy(name)(trace, budget_bytes, cost, params, time.perf_counter())
-        plan, reason = result[0], result[1]
-        if plan.status != SolveStatus.FEASIBLE or not validate_plan(trace, plan).valid:
-            reasons.append(f"{name}: {reason or 'invalid plan'}")
+        plan = result.plan
+        if not result.feasible or not validate_plan(trace, plan).valid:
+            reasons.append(f"{name}: {result.reason or 'invalid plan'}")
             continue
         sim = simulate(trace, plan, cost, validate=False)
         if best is None or sim.iteration_us < best[0]:
             best = (sim.iteration_us, plan)
     if best is None:
         reason = "tiers: no seed policy found a plan (" + "; ".join(reasons) + ")"
-        return replace(plan, solver="tiers", stats={**plan.stats, "reason": reason}), reason
+        plan = replace(plan, solver="tiers", stats={**plan.stats, "reason": reason})
+        return BudgetResult(plan, trace, "tiers", reason)
     plan, _stats = search_tiers(trace, best[1], cost, tier_params)
-    return replace(plan, solve_seconds=time.perf_counter() - started), None
+    return BudgetResult(replace(plan, solve_seconds=time.perf_counter() - started), trace,
+                        "tiers")
 
 
 __all__ = ["TierParams", "pinned_peak_bytes", "plan_tiers", "search_tiers"]

@@ -39,11 +39,12 @@ import numpy as np
 
 from cupool.core.vocabulary import PERSISTENT, SolveStatus
 from cupool.planning.budget.engine.greedy import _apply, _cost_pass, candidates, evaluate
-from cupool.planning.budget.engine.placement import place_schedule
+from cupool.planning.budget.engine.placement import Decision, place_schedule
 from cupool.planning.budget.engine.residency import failed_plan
 from cupool.planning.budget.engine.schedule import gaps_of
 from cupool.planning.budget.engine.state import PlanState
 from cupool.planning.budget.params import BudgetParams
+from cupool.planning.budget.result import BudgetResult
 
 SWAP_WEIGHT = 0.2
 """µs of cost per µs of link time when a migrated gap chooses between swap and recompute."""
@@ -213,7 +214,8 @@ def build_state(trace, budget_bytes: int, cost, gaps, max_chain: int) -> PlanSta
     return state
 
 
-def plan_segments_ga(trace, budget_bytes, cost, params: BudgetParams, started: float):
+def plan_segments_ga(trace, budget_bytes, cost, params: BudgetParams,
+                     started: float) -> BudgetResult:
     from cupool.planning.validator import validate_plan
     from cupool.sim.simulator import simulate
 
@@ -234,31 +236,29 @@ def plan_segments_ga(trace, budget_bytes, cost, params: BudgetParams, started: f
         ga = {"segments": problem.k, "best_clashes": ranked[0][0][0],
               "best_migrated_bytes": ranked[0][0][1]}
     ga["static_region_bytes"] = problem.region_bytes
-    best = None
-    last = None
+    best, best_us = None, float("inf")
     for gaps in gaps_sets:
         def decide(internal, gaps=gaps):
             state = build_state(trace, internal, cost, gaps, params.max_chain)
             op = int(np.argmax(state.live))
             if state.live[op] > internal:
-                return None, {"reason": f"segments-ga: op {op} still needs "
-                                        f"{int(state.live[op])} bytes resident (budget "
-                                        f"{internal})"}
-            return state.schedule, {"migrated_gaps": len(gaps)}
+                return Decision(None, reason=f"segments-ga: op {op} still needs "
+                                             f"{int(state.live[op])} bytes resident (budget "
+                                             f"{internal})")
+            return Decision(state.schedule, {"migrated_gaps": len(gaps)})
 
-        plan, reason = place_schedule(trace, budget_bytes, decide, "segments-ga", params.placement,
-                                      started, dict(ga))
-        last = (plan, reason)
-        if plan.status != SolveStatus.FEASIBLE or not validate_plan(trace, plan).valid:
+        last = place_schedule(trace, budget_bytes, decide, "segments-ga", params.placement,
+                              started, dict(ga))
+        if not last.feasible or not validate_plan(trace, last.plan).valid:
             continue
-        sim = simulate(trace, plan, cost, validate=False)
-        if best is None or sim.iteration_us < best[0]:
-            best = (sim.iteration_us, plan, reason)
-    if best is None:
-        plan, reason = last
-        if plan.status == SolveStatus.FEASIBLE:  # placed, but not valid: never returned
-            reason = "segments-ga: no finalist passed the validator"
-            plan = failed_plan(trace, budget_bytes, "segments-ga", started,
-                               SolveStatus.OVER_CAPACITY, {**ga, "reason": reason})
-        return plan, reason
-    return best[1], best[2]
+        iteration_us = simulate(trace, last.plan, cost, validate=False).iteration_us
+        if best is None or iteration_us < best_us:
+            best, best_us = last, iteration_us
+    if best is not None:
+        return best
+    if last.feasible:  # placed, but not valid: never returned
+        reason = "segments-ga: no finalist passed the validator"
+        return BudgetResult(failed_plan(trace, budget_bytes, "segments-ga", started,
+                                        SolveStatus.OVER_CAPACITY, {**ga, "reason": reason}),
+                            trace, "segments-ga", reason)
+    return last

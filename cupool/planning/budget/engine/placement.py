@@ -18,7 +18,7 @@ across the boundary: its first and last residencies get one offset
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -29,6 +29,8 @@ from cupool.planning.budget.engine.residency import (
     residency_intervals,
     resident_bytes,
 )
+from cupool.planning.budget.engine.schedule import Schedule
+from cupool.planning.budget.result import BudgetResult
 from cupool.planning.problem import StaticProblem
 from cupool.planning.solvers import SolverParams
 
@@ -45,6 +47,20 @@ class PlacementParams:
 
     offset_solver: str = "greedy-size"
     rounds: int = 5
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What a planner's ``decide(internal_budget)`` returns to :func:`place_schedule`.
+
+    schedule: the gaps taken off the device; ``None`` when the planner found no way to
+      bring every op within the internal budget (``reason`` says which op it failed on).
+    stats: planner-specific numbers recorded in the plan's ``stats``.
+    """
+
+    schedule: Schedule | None
+    stats: dict = field(default_factory=dict)
+    reason: str | None = None
 
 
 def place(trace: Trace, intervals, budget_bytes: int, solver: str = "greedy-size",
@@ -165,22 +181,26 @@ residencies within the budget, before re-planning for a smaller internal budget.
 
 
 def place_schedule(trace: Trace, budget_bytes: int, decide, policy: str,
-                   placement: PlacementParams, started: float, stats: dict):
-    """Run ``decide(internal_budget) -> (Schedule | None, stats)`` and place its residencies.
+                   placement: PlacementParams, started: float,
+                   stats: dict | None = None) -> BudgetResult:
+    """Run ``decide(internal_budget) -> Decision`` and place its schedule's residencies.
 
     When the offsets need more than the budget (fragmentation), the fallback offset
-    solvers try; if none fits, the planner runs again for an internal budget lowered by
-    the overshoot. Returns the plan (``feasible`` or
-    ``over_capacity``) and the last failure reason (``None`` on success).
+    solvers try; if none fits, the planner decides again for an internal budget lowered by
+    the overshoot. The plan is ``feasible`` or ``over_capacity`` (``reason`` then says
+    why); ``stats`` (the policy's own) come first in its ``stats``, then the decision's.
+    ``started`` is when planning began (``time.perf_counter()``; the plan's
+    ``solve_seconds`` count from it).
     """
+    stats = stats or {}
     internal = budget_bytes
     reason = "no schedule"
     for round_ in range(placement.rounds):
-        schedule, more = decide(internal)
-        if schedule is None:
-            reason = more.get("reason", "the policy found no schedule within the budget")
+        decision = decide(internal)
+        if decision.schedule is None:
+            reason = decision.reason or "the policy found no schedule within the budget"
             break
-        intervals = residency_intervals(trace, schedule)
+        intervals = residency_intervals(trace, decision.schedule)
         peak = int(resident_bytes(trace, intervals).max()) if intervals else 0
         if peak > budget_bytes:
             reason = (f"policy left {peak} bytes resident at some op "
@@ -191,12 +211,13 @@ def place_schedule(trace: Trace, budget_bytes: int, decide, policy: str,
             if offsets is not None:
                 break
         if offsets is not None:
-            info = {**stats, **more, "internal_budget_bytes": internal,
+            info = {**stats, **decision.stats, "internal_budget_bytes": internal,
                     "placement_rounds": round_ + 1, "resident_peak_bytes": peak}
-            return assemble(trace, schedule, intervals, offsets, arena, budget_bytes, policy,
-                            started, info), None
+            return BudgetResult(assemble(trace, decision.schedule, intervals, offsets, arena,
+                                         budget_bytes, policy, started, info), trace, policy)
         over = max(arena - budget_bytes, budget_bytes // 100, 1)
         internal = max(1, internal - over)
         reason = f"offsets of the residencies need {arena} bytes (budget {budget_bytes})"
-    return failed_plan(trace, budget_bytes, policy, started, SolveStatus.OVER_CAPACITY,
-                       {**stats, "reason": reason}), reason
+    plan = failed_plan(trace, budget_bytes, policy, started, SolveStatus.OVER_CAPACITY,
+                       {**stats, "reason": reason})
+    return BudgetResult(plan, trace, policy, reason)
