@@ -16,7 +16,12 @@ from cupool.errors import SolverError
 from cupool.io import load_trace
 from cupool.planning.budget import POLICY_NAMES, plan_with_budget
 from cupool.planning.budget.engine.copies import CopyEngine
-from cupool.planning.budget.engine.placement import boundary_pairs, tie_boundary_pairs
+from cupool.planning.budget.engine.placement import (
+    BoundaryPair,
+    boundary_pairs,
+    tie_boundary_pairs,
+)
+from cupool.planning.budget.engine.residency import ResidencyInterval
 from cupool.planning.budget.recipes import with_recompute_recipes
 from cupool.planning.validator import validate_plan
 from cupool.sim import cost_model, simulate
@@ -73,12 +78,14 @@ def test_auto_has_a_member_that_never_swaps_a_temporary_buffer(resnet):
     it among its candidates and keeps the fastest."""
     from cupool.core.vocabulary import SwapOut
     from cupool.planning.budget import BudgetParams
-    from cupool.planning.budget.auto import _greedy
+    from cupool.planning.budget.auto import greedy_options, plan_greedy_with
 
     planned = with_recompute_recipes(resnet)
     budget = int(resnet.lower_bound_bytes() * 0.7)
-    plan = _greedy(planned, budget, GEN5, BudgetParams(), 0.0, 0.0, late_trigger="latest",
-                   swap_temporaries=False, max_chain=BudgetParams().recompute_chain).plan
+    params = BudgetParams()
+    options = greedy_options(params, 0.0, late_trigger="latest", swap_temporaries=False,
+                             max_chain=params.recompute_chain)
+    plan = plan_greedy_with(planned, budget, GEN5, params, 0.0, options).plan
     assert plan.status == SolveStatus.FEASIBLE and validate_plan(planned, plan).valid
     swapped = {a.buffer_id for a in plan.actions if isinstance(a, SwapOut)}
     assert all(planned.buffer(b).kind == PERSISTENT for b in swapped)
@@ -182,17 +189,19 @@ def test_engine_end_growth_matches_the_queue_with_the_copy_added(copies, issue, 
 def test_a_swap_across_the_boundary_costs_what_its_copy_out_adds_past_the_last_op():
     """W (10 kB, persistent) used only at op 4 of six 10 µs ops, 1 GB/s and 3 µs per copy:
     across the boundary its copy out runs 50..63 µs, 3 µs past the last op's end (60)."""
-    from cupool.planning.budget.engine.greedy import evaluate
+    from cupool.planning.budget.engine.greedy import GreedyOptions, evaluate
+    from cupool.planning.budget.engine.schedule import IdleGap, OpSpan
     from cupool.planning.budget.engine.state import PlanState
 
     trace = Trace("wrap", tuple(Op(f"op{i}", 10.0) for i in range(6)),
                   (Buffer(0, 10000, 0, 6, (4,), PERSISTENT),
                    Buffer(1, 1000, 0, 6, tuple(range(6)), PERSISTENT)))
     state = PlanState(trace, 1000, cost_model(1.0, latency_us=3.0))
-    cost, mode, window, holes, _next = evaluate(state, 0, 4, 4, allow_swap=True,
-                                                allow_recompute=False, swap_weight=0.0)
-    assert mode == "swap" and window[2:4] == (50.0, 13.0) and holes == [(0, 2)]
-    assert cost == pytest.approx(3.0, abs=1e-4)
+    option = evaluate(state, IdleGap(0, 4, 4),
+                      GreedyOptions(allow_recompute=False, swap_weight=0.0))
+    assert option.mode == "swap" and option.holes == [OpSpan(0, 2)]
+    assert (option.swap.out_issue_us, option.swap.out_us) == (50.0, 13.0)
+    assert option.cost_us == pytest.approx(3.0, abs=1e-4)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -278,7 +287,7 @@ def test_a_recompute_brings_a_swapped_input_back_earlier():
     state.apply_swap(0, 0, 6, state.swap_window(0, 0, 6))
     assert not state.resident(0, 5)
     chain = state.chain(1, 5)
-    assert chain is not None and chain[2], chain  # X's swap-in is advanced, not recomputed
+    assert chain is not None and chain.advances, chain  # X's swap-in moves, no recompute
     state.apply_recompute(1, 1, 5, chain)
     assert state.resident(0, 5)
     result = place_schedule(trace, 10_000, lambda _budget: Decision(state.schedule), "test",
@@ -300,7 +309,8 @@ BOUNDARY_TRACE = Trace("boundary", tuple(Op(f"op{i}", 1.0) for i in range(6)), (
     Buffer(1, 8, 0, 2, (0, 1)),
     Buffer(2, 8, 3, 6, (3, 5)),
 ))
-BOUNDARY_INTERVALS = [(0, 0, 1), (0, 3, 6), (1, 0, 2), (2, 3, 6)]
+BOUNDARY_INTERVALS = [ResidencyInterval(0, 0, 1), ResidencyInterval(0, 3, 6),
+                      ResidencyInterval(1, 0, 2), ResidencyInterval(2, 3, 6)]
 
 
 @pytest.mark.parametrize(("offsets", "budget", "tied"), [
@@ -311,7 +321,7 @@ BOUNDARY_INTERVALS = [(0, 0, 1), (0, 3, 6), (1, 0, 2), (2, 3, 6)]
 ])
 def test_a_persistent_buffer_keeps_one_offset_across_the_iteration_boundary(offsets, budget,
                                                                              tied):
-    assert boundary_pairs(BOUNDARY_TRACE, BOUNDARY_INTERVALS) == [(0, 1)]
+    assert boundary_pairs(BOUNDARY_TRACE, BOUNDARY_INTERVALS) == [BoundaryPair(first=0, last=1)]
     placed = np.array(offsets, dtype=np.int64)
     assert tie_boundary_pairs(BOUNDARY_TRACE, BOUNDARY_INTERVALS, placed, budget) is (
         tied is not None)

@@ -38,9 +38,11 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import replace
+from typing import NamedTuple
 
-from cupool.planning.budget.engine.greedy import over_budget_op, run_repaired
+from cupool.planning.budget.engine.greedy import GreedyOptions, fullest_op, run_repaired
 from cupool.planning.budget.engine.placement import Decision, place_schedule
 from cupool.planning.budget.feedback import refine_triggers
 from cupool.planning.budget.params import BudgetParams
@@ -51,79 +53,104 @@ REFINE_TIME_LIMIT_S = 600.0
 on any reasonable machine (so the plan does not depend on the machine's speed)."""
 
 
-def _greedy(trace, budget_bytes, cost, params, started, swap_weight, name="greedy",
-            late_trigger="earliest", swap_temporaries=True, max_chain=None, segments=0,
-            split="bytes", lazy_release=False):
-    def decide(internal):
-        state = run_repaired(trace, internal, cost, order="cost", swap_weight=swap_weight,
-                             allow_swap=math.isfinite(swap_weight),
-                             max_chain=params.max_chain if max_chain is None else max_chain,
-                             late_trigger=late_trigger, swap_temporaries=swap_temporaries,
-                             segments=segments, split=split, lazy_release=lazy_release)
-        op, resident = over_budget_op(state)
-        if resident > internal:
-            return Decision(None, reason=f"{name}: op {op} still needs {resident} bytes "
-                                         f"resident (budget {internal})")
-        return Decision(state.schedule, {"swap_weight": swap_weight,
-                                         "late_trigger": late_trigger,
+def greedy_options(params: BudgetParams, swap_weight: float, **changes) -> GreedyOptions:
+    """The greedy's options at ``swap_weight`` (an infinite weight never swaps), chains up to
+    ``params.max_chain``, with ``changes`` on top."""
+    return GreedyOptions(**{"swap_weight": swap_weight, "allow_swap": math.isfinite(swap_weight),
+                            "max_chain": params.max_chain, **changes})
+
+
+def plan_greedy_with(trace, budget_bytes, cost, params: BudgetParams, started: float,
+                     options: GreedyOptions) -> BudgetResult:
+    """The cost-aware greedy with ``options``, repaired (:func:`~.engine.greedy.run_repaired`)
+    and placed: one ``auto`` member."""
+    def decide(internal: int) -> Decision:
+        state = run_repaired(trace, internal, cost, options)
+        fullest = fullest_op(state)
+        if fullest.resident_bytes > internal:
+            return Decision(None, reason=f"greedy: op {fullest.op} still needs "
+                                         f"{fullest.resident_bytes} bytes resident "
+                                         f"(budget {internal})")
+        return Decision(state.schedule, {"swap_weight": options.swap_weight,
+                                         "late_trigger": options.late_trigger,
                                          "planned_recompute_us": state.recompute_us})
 
-    return place_schedule(trace, budget_bytes, decide, name, params.placement, started)
+    return place_schedule(trace, budget_bytes, decide, "greedy", params.placement, started)
 
 
 def plan_greedy(trace, budget_bytes, cost, params: BudgetParams, started: float) -> BudgetResult:
     weight = params.swap_weights[1] if len(params.swap_weights) > 1 else params.swap_weights[0]
-    return _greedy(trace, budget_bytes, cost, params, started, weight)
+    return plan_greedy_with(trace, budget_bytes, cost, params, started,
+                            greedy_options(params, weight))
+
+
+class Member(NamedTuple):
+    """One of ``auto``'s planners: its name in ``candidates`` and how to run it (given the
+    time its planning starts)."""
+
+    name: str
+    run: Callable[[float], BudgetResult]
+
+
+def members(trace, budget_bytes, cost, params: BudgetParams) -> list[Member]:
+    """``auto``'s members, in the order that breaks ties."""
+    from cupool.planning.budget.baselines import plan_on_demand, plan_vdnn
+    from cupool.planning.budget.capuchin import plan_capuchin
+
+    def greedy(options: GreedyOptions) -> Callable[[float], BudgetResult]:
+        return lambda started: plan_greedy_with(trace, budget_bytes, cost, params, started,
+                                                options)
+
+    def policy(function) -> Callable[[float], BudgetResult]:
+        return lambda started: function(trace, budget_bytes, cost, params, started)
+
+    out = [Member(f"greedy(swap_weight={w:g})", greedy(greedy_options(params, w)))
+           for w in params.swap_weights]
+    out += [Member(f"greedy(swap_weight={w:g}, late=latest)",
+                   greedy(greedy_options(params, w, late_trigger="latest")))
+            for w in params.late_swap_weights]
+    out += [Member(f"greedy(recompute temporaries, chains {params.recompute_chain})",
+                   greedy(greedy_options(params, 0.0, late_trigger="latest",
+                                         swap_temporaries=False,
+                                         max_chain=params.recompute_chain)))]
+    out += [Member(f"greedy(checkpoint {k} segments of equal {split})",
+                   greedy(greedy_options(params, params.checkpoint_swap_weight,
+                                         late_trigger="covering", segments=k, split=split,
+                                         lazy_release=True)))
+            for k in params.checkpoint_segments for split in ("bytes", "count")]
+    out += [Member("capuchin", policy(plan_capuchin)), Member("vdnn", policy(plan_vdnn)),
+            Member("on-demand", policy(plan_on_demand))]
+    return out
 
 
 def plan_auto(trace, budget_bytes, cost, params: BudgetParams, started: float) -> BudgetResult:
-    from cupool.planning.budget.baselines import plan_on_demand, plan_vdnn
-    from cupool.planning.budget.capuchin import plan_capuchin
     from cupool.planning.validator import validate_plan
     from cupool.sim.simulator import simulate
 
-    members = [(f"greedy(swap_weight={w:g})", lambda t0, w=w: _greedy(
-        trace, budget_bytes, cost, params, t0, w)) for w in params.swap_weights]
-    members += [(f"greedy(swap_weight={w:g}, late=latest)", lambda t0, w=w: _greedy(
-        trace, budget_bytes, cost, params, t0, w, late_trigger="latest"))
-        for w in params.late_swap_weights]
-    members += [(f"greedy(recompute temporaries, chains {params.recompute_chain})",
-                 lambda t0: _greedy(trace, budget_bytes, cost, params, t0, 0.0,
-                                    late_trigger="latest", swap_temporaries=False,
-                                    max_chain=params.recompute_chain))]
-    members += [(f"greedy(checkpoint {k} segments of equal {split})",
-                 lambda t0, k=k, split=split: _greedy(
-                     trace, budget_bytes, cost, params, t0, params.checkpoint_swap_weight,
-                     late_trigger="covering", segments=k, split=split, lazy_release=True))
-                for k in params.checkpoint_segments for split in ("bytes", "count")]
-    members += [("capuchin", lambda t0: plan_capuchin(trace, budget_bytes, cost, params, t0)),
-                ("vdnn", lambda t0: plan_vdnn(trace, budget_bytes, cost, params, t0)),
-                ("on-demand", lambda t0: plan_on_demand(trace, budget_bytes, cost, params, t0))]
     report = {}
-    best = None
+    best, best_key = None, None
     reasons = []
-    for rank, (name, member) in enumerate(members):
-        result = member(time.perf_counter())
+    for rank, member in enumerate(members(trace, budget_bytes, cost, params)):
+        result = member.run(time.perf_counter())
         plan = result.plan
         if not result.feasible:
-            report[name] = result.reason
-            reasons.append(f"{name}: {result.reason}")
+            report[member.name] = result.reason
+            reasons.append(f"{member.name}: {result.reason}")
             continue
         check = validate_plan(trace, plan)
         if not check.valid:
-            report[name] = f"invalid ({check.rule}): {check.message}"
+            report[member.name] = f"invalid ({check.rule}): {check.message}"
             continue
         sim = simulate(trace, plan, cost, validate=False)
-        report[name] = sim.overhead
+        report[member.name] = sim.overhead
         key = (sim.iteration_us, sim.swapped_bytes, rank)
-        if best is None or key < best[0]:
-            best = (key, name, plan, sim)
+        if best_key is None or key < best_key:
+            best, best_key = replace(result, simulation=sim, member=member.name), key
     if best is None:
         reason = "auto: no member found a plan within the budget (" + "; ".join(reasons) + ")"
         plan = replace(plan, solver="auto", stats={**plan.stats, "reason": reason})
         return BudgetResult(plan, trace, "auto", reason, candidates=report)
-    _key, name, plan, sim = best
-    plan, sim, _moved = refine_triggers(trace, plan, cost, sim)
+    plan, sim, _moved = refine_triggers(trace, best.plan, cost, best.simulation)
     refined = {}
     if params.refine_evaluations:
         from cupool.planning.budget.multilevel import TierParams, search_tiers
@@ -137,7 +164,8 @@ def plan_auto(trace, budget_bytes, cost, params: BudgetParams, started: float) -
         refined = {"refine_evaluations": tier_stats["evaluations"],
                    "refine_moves": tier_stats["moves_accepted"],
                    "refine_gain_us": tier_stats["seed_iteration_us"] - tier_stats["iteration_us"]}
-    stats = {**plan.stats, "member": name, "simulated_overhead": sim.overhead,
+    stats = {**plan.stats, "member": best.member, "simulated_overhead": sim.overhead,
              "candidates": report, **refined}
     plan = replace(plan, solver="auto", stats=stats, solve_seconds=time.perf_counter() - started)
-    return BudgetResult(plan, trace, "auto", candidates=report, member=name, simulation=sim)
+    return BudgetResult(plan, trace, "auto", candidates=report, member=best.member,
+                        simulation=sim)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from cupool.planning.budget.engine.greedy import over_budget_op, run_greedy
+from cupool.planning.budget.engine.greedy import GreedyOptions, fullest_op, run_greedy
 from cupool.planning.budget.engine.placement import Decision, place_schedule
 from cupool.planning.budget.feedback import refine_triggers
 from cupool.planning.budget.params import BudgetParams
@@ -28,12 +28,13 @@ from cupool.planning.budget.result import BudgetResult
 def plan_capuchin(trace, budget_bytes, cost, params: BudgetParams,
                   started: float) -> BudgetResult:
     def decide(internal):
-        state = run_greedy(trace, internal, cost, order="free-time", swap_weight=0.0,
-                           max_chain=params.max_chain)
-        op, resident = over_budget_op(state)
-        if resident > internal:
-            return Decision(None, reason=f"capuchin: op {op} still needs {resident} bytes "
-                                         f"resident after every candidate (budget {internal})")
+        state = run_greedy(trace, internal, cost, GreedyOptions(
+            order="free-time", swap_weight=0.0, max_chain=params.max_chain))
+        fullest = fullest_op(state)
+        if fullest.resident_bytes > internal:
+            return Decision(None, reason=f"capuchin: op {fullest.op} still needs "
+                                         f"{fullest.resident_bytes} bytes resident after "
+                                         f"every candidate (budget {internal})")
         return Decision(state.schedule, {"planned_recompute_us": state.recompute_us})
 
     result = place_schedule(trace, budget_bytes, decide, "capuchin", params.placement, started)

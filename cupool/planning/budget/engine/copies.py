@@ -14,10 +14,20 @@ last word on the real schedule::
 from __future__ import annotations
 
 import bisect
+from typing import NamedTuple
+
+
+class QueuedCopy(NamedTuple):
+    """A copy issued at ``issue_us`` that runs ``length_us`` and must land by ``due_us``."""
+
+    issue_us: float
+    length_us: float
+    due_us: float
 
 
 class CopyEngine:
-    """One FIFO copy engine: copies ``(issue_us, length_us)`` kept in issue order."""
+    """One FIFO copy engine: its copies kept in issue order (copies issued at the same time
+    in the order they were added)."""
 
     def __init__(self) -> None:
         self.issues: list[float] = []
@@ -92,8 +102,9 @@ class CopyEngine:
         self._finishes = None
         self._tol = None
 
-    def remove(self, issue: float, length: float, due: float) -> None:
-        """Take back a copy added with these arguments."""
+    def remove(self, copy: QueuedCopy) -> None:
+        """Take back a copy added with these numbers."""
+        issue, length, due = copy.issue_us, copy.length_us, copy.due_us
         for k in range(bisect.bisect_left(self.issues, issue), len(self.issues)):
             if self.lengths[k] == length and self.dues[k] == due:
                 del self.issues[k], self.lengths[k], self.dues[k]

@@ -19,11 +19,13 @@ across the boundary: its first and last residencies get one offset
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
-from cupool.core.vocabulary import PERSISTENT, SolveStatus, Trace
+from cupool.core.vocabulary import PERSISTENT, Residency, SolveStatus, Trace
 from cupool.planning.budget.engine.residency import (
+    ResidencyInterval,
     assemble,
     failed_plan,
     residency_intervals,
@@ -63,51 +65,69 @@ class Decision:
     reason: str | None = None
 
 
-def place(trace: Trace, intervals, budget_bytes: int, solver: str = "greedy-size",
-          params: SolverParams | None = None):
-    """Offsets for the residencies within ``budget_bytes``: ``(offsets or None, arena_bytes)``.
+OFFSET_SOLVER_PARAMS = SolverParams(time_limit_s=2.0)
+"""What the static solvers get when they place residencies."""
 
-    ``offsets[k]`` belongs to ``intervals[k]``. ``None`` when the offset solver found no
-    placement within the budget (``arena_bytes`` is then what it needed, 0 if unknown).
-    """
+
+class PlacedOffsets(NamedTuple):
+    """What :func:`place` found: ``offsets[k]`` for ``intervals[k]`` (``None``: no placement
+    within the budget) and the arena they need (when ``None``: what the solver needed, 0
+    if unknown)."""
+
+    offsets: np.ndarray | None
+    arena_bytes: int
+
+
+class BoundaryPair(NamedTuple):
+    """Indices of a persistent buffer's first residency (from op 0) and last one (to the
+    end of the iteration): one stay on the device across the iteration boundary."""
+
+    first: int
+    last: int
+
+
+def place(trace: Trace, intervals: list[ResidencyInterval], budget_bytes: int,
+          solver: str = "greedy-size") -> PlacedOffsets:
+    """Offsets for the residencies within ``budget_bytes`` by the static ``solver``."""
     from cupool.planning import solve  # late: planning/__init__ imports the solvers
 
     if not intervals:
-        return np.zeros(0, dtype=np.int64), 0
+        return PlacedOffsets(np.zeros(0, dtype=np.int64), 0)
     problem = StaticProblem.from_arrays(
-        [s for _i, s, _e in intervals], [e for _i, _s, e in intervals],
-        [trace.buffer(i).size for i, _s, _e in intervals], capacity=budget_bytes,
+        [r.start for r in intervals], [r.end for r in intervals],
+        [trace.buffer(r.buffer_id).size for r in intervals], capacity=budget_bytes,
         num_ops=trace.num_ops, name=trace.name)
-    result = solve(problem, solver, params or SolverParams(time_limit_s=2.0))
+    result = solve(problem, solver, OFFSET_SOLVER_PARAMS)
     if result.offsets is None:
-        return None, 0
+        return PlacedOffsets(None, 0)
     arena = problem.arena_of(result.offsets)
     if arena > budget_bytes:
-        return None, arena
+        return PlacedOffsets(None, arena)
     offsets = np.asarray(result.offsets, dtype=np.int64)
     if not tie_boundary_pairs(trace, intervals, offsets, budget_bytes):
-        return None, 0
-    return offsets, int(max(int(o) + trace.buffer(i).size
-                            for (i, _s, _e), o in zip(intervals, offsets, strict=True)))
+        return PlacedOffsets(None, 0)
+    return PlacedOffsets(offsets, int(max(int(o) + trace.buffer(r.buffer_id).size
+                                          for r, o in zip(intervals, offsets, strict=True))))
 
 
-def boundary_pairs(trace: Trace, intervals) -> list[tuple[int, int]]:
-    """``(k_first, k_last)`` for every persistent buffer resident across the iteration
-    boundary in two residencies: its last one ends at ``num_ops`` and its first starts at
-    0 (``intervals[k]``). Across the boundary the two are one stay on the device, so they
-    need one offset: the bytes cannot move between iterations."""
+def boundary_pairs(trace: Trace, intervals: list[ResidencyInterval]) -> list[BoundaryPair]:
+    """Every persistent buffer resident across the iteration boundary in two residencies:
+    its last one ends at ``num_ops`` and its first starts at 0. Across the boundary the
+    two are one stay on the device, so they need one offset: the bytes cannot move between
+    iterations."""
     first: dict[int, int] = {}
     last: dict[int, int] = {}
-    for k, (b, start, end) in enumerate(intervals):
-        if start == 0:
-            first[b] = k
-        if end == trace.num_ops:
-            last[b] = k
-    return [(k, last[b]) for b, k in first.items()
+    for k, r in enumerate(intervals):
+        if r.start == 0:
+            first[r.buffer_id] = k
+        if r.end == trace.num_ops:
+            last[r.buffer_id] = k
+    return [BoundaryPair(k, last[b]) for b, k in first.items()
             if b in last and last[b] != k and trace.buffer(b).kind == PERSISTENT]
 
 
-def tie_boundary_pairs(trace: Trace, intervals, offsets: np.ndarray, budget_bytes: int) -> bool:
+def tie_boundary_pairs(trace: Trace, intervals: list[ResidencyInterval], offsets: np.ndarray,
+                       budget_bytes: int) -> bool:
     """Give both residencies of each :func:`boundary_pairs` pair one offset, in place.
 
     Where the solver placed them apart, the pair keeps the last residency's offset if that
@@ -118,14 +138,15 @@ def tie_boundary_pairs(trace: Trace, intervals, offsets: np.ndarray, budget_byte
               |  first                last
               +----------------------------> op
     """
-    pairs = [(k, j) for k, j in boundary_pairs(trace, intervals) if offsets[k] != offsets[j]]
+    pairs = [p for p in boundary_pairs(trace, intervals) if offsets[p.first] != offsets[p.last]]
     if not pairs:
         return True
-    starts = np.array([s for _b, s, _e in intervals], dtype=np.int64)
-    ends = np.array([e for _b, _s, e in intervals], dtype=np.int64)
-    sizes = np.array([trace.buffer(b).size for b, _s, _e in intervals], dtype=np.int64)
-    for k, j in pairs:
-        layout = _Layout(starts, ends, sizes, offsets, (k, j))
+    starts = np.array([r.start for r in intervals], dtype=np.int64)
+    ends = np.array([r.end for r in intervals], dtype=np.int64)
+    sizes = np.array([trace.buffer(r.buffer_id).size for r in intervals], dtype=np.int64)
+    for pair in pairs:
+        k, j = pair.first, pair.last
+        layout = _Layout(starts, ends, sizes, offsets, pair)
         size = int(sizes[k])
         if layout.free(int(offsets[j]), size, budget_bytes, k):
             offsets[k] = offsets[j]
@@ -147,14 +168,14 @@ class _Layout:
     ends: np.ndarray
     sizes: np.ndarray
     offsets: np.ndarray
-    moving: tuple[int, int]
+    moving: BoundaryPair
 
     def _during(self, *spans: int) -> np.ndarray:
         """Residencies other than the pair that share an op with any of ``spans``."""
         mask = np.zeros(len(self.starts), dtype=bool)
         for a in spans:
             mask |= (self.starts < self.ends[a]) & (self.ends > self.starts[a])
-        mask[list(self.moving)] = False
+        mask[[self.moving.first, self.moving.last]] = False
         return mask
 
     def free(self, offset: int, size: int, budget_bytes: int, span: int) -> bool:
@@ -207,17 +228,21 @@ def place_schedule(trace: Trace, budget_bytes: int, decide, policy: str,
                       f"(budget {budget_bytes})")
             break
         for solver in dict.fromkeys((placement.offset_solver, *FALLBACK_OFFSET_SOLVERS)):
-            offsets, arena = place(trace, intervals, budget_bytes, solver)
-            if offsets is not None:
+            placed = place(trace, intervals, budget_bytes, solver)
+            if placed.offsets is not None:
                 break
-        if offsets is not None:
+        if placed.offsets is not None:
+            residencies = tuple(Residency(int(r.buffer_id), int(r.start), int(r.end), int(o))
+                                for r, o in zip(intervals, placed.offsets, strict=True))
             info = {**stats, **decision.stats, "internal_budget_bytes": internal,
                     "placement_rounds": round_ + 1, "resident_peak_bytes": peak}
-            return BudgetResult(assemble(trace, decision.schedule, intervals, offsets, arena,
-                                         budget_bytes, policy, started, info), trace, policy)
-        over = max(arena - budget_bytes, budget_bytes // 100, 1)
+            plan = assemble(trace, decision.schedule, residencies, placed.arena_bytes,
+                            budget_bytes, policy, started, info)
+            return BudgetResult(plan, trace, policy)
+        over = max(placed.arena_bytes - budget_bytes, budget_bytes // 100, 1)
         internal = max(1, internal - over)
-        reason = f"offsets of the residencies need {arena} bytes (budget {budget_bytes})"
+        reason = (f"offsets of the residencies need {placed.arena_bytes} bytes "
+                  f"(budget {budget_bytes})")
     plan = failed_plan(trace, budget_bytes, policy, started, SolveStatus.OVER_CAPACITY,
                        {**stats, "reason": reason})
     return BudgetResult(plan, trace, policy, reason)

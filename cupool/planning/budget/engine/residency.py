@@ -25,6 +25,7 @@ It also says what no plan can avoid: the bytes each op's own working set needs r
 from __future__ import annotations
 
 import time
+from typing import NamedTuple
 
 import numpy as np
 
@@ -41,12 +42,21 @@ from cupool.core.vocabulary import (
 from cupool.planning.budget.engine.schedule import RECOMPUTE, SWAP, Schedule, base_interval
 
 
-def residency_intervals(trace: Trace, schedule: Schedule) -> list[tuple[int, int, int]]:
-    """``(buffer_id, start, end)`` for every residency the schedule implies, in buffer order."""
-    out: list[tuple[int, int, int]] = []
+class ResidencyInterval(NamedTuple):
+    """Buffer ``buffer_id`` is on the device during ops ``[start, end)`` (a residency
+    before it has an offset)."""
+
+    buffer_id: int
+    start: int
+    end: int
+
+
+def residency_intervals(trace: Trace, schedule: Schedule) -> list[ResidencyInterval]:
+    """Every residency the schedule implies, in buffer order."""
+    out: list[ResidencyInterval] = []
     transients: dict[int, list[int]] = {}
-    for buffer_id, op, _depth in schedule.chains:
-        transients.setdefault(buffer_id, []).append(op)
+    for chain in schedule.chains:
+        transients.setdefault(chain.buffer_id, []).append(chain.op)
     for b in trace.buffers:
         start, end = base_interval(trace, b)
         gaps = sorted(schedule.gaps.get(b.id, ()), key=lambda g: g.prev_use)
@@ -57,12 +67,12 @@ def residency_intervals(trace: Trace, schedule: Schedule) -> list[tuple[int, int
         for g in gaps:
             if g.wraps:
                 continue
-            out.append((b.id, cursor, g.resident_until))
+            out.append(ResidencyInterval(b.id, cursor, g.resident_until))
             cursor = g.resident_from
-        out.append((b.id, cursor, end))
+        out.append(ResidencyInterval(b.id, cursor, end))
         for op in sorted(set(transients.get(b.id, ()))):
-            out.append((b.id, op, op + 1))
-    return [r for r in out if r[2] > r[1]]
+            out.append(ResidencyInterval(b.id, op, op + 1))
+    return [r for r in out if r.end > r.start]
 
 
 def actions_of(trace: Trace, schedule: Schedule) -> tuple:
@@ -81,9 +91,9 @@ def actions_of(trace: Trace, schedule: Schedule) -> tuple:
             else:  # re-made where its residency resumes: its next use, or a batch's op
                 keyed.append(((g.resident_from, 2, _producer(trace, g.buffer_id), 0,
                                g.buffer_id), RecomputeAction(g.buffer_id, g.resident_from)))
-    for buffer_id, op, depth in schedule.chains:
-        keyed.append(((op, 2, _producer(trace, buffer_id), -depth, buffer_id),
-                      RecomputeAction(buffer_id, op)))
+    for chain in schedule.chains:
+        keyed.append(((chain.op, 2, _producer(trace, chain.buffer_id), -chain.depth,
+                       chain.buffer_id), RecomputeAction(chain.buffer_id, chain.op)))
     keyed.sort(key=lambda item: item[0])
     return tuple(action for _key, action in keyed)
 
@@ -94,20 +104,20 @@ def _producer(trace: Trace, buffer_id: int) -> int:
     return trace.buffer(buffer_id).recompute.op
 
 
-def resident_bytes(trace: Trace, intervals) -> np.ndarray:
-    """Bytes resident during each op for ``(buffer_id, start, end)`` residencies."""
+def resident_bytes(trace: Trace, intervals: list[ResidencyInterval]) -> np.ndarray:
+    """Bytes resident during each op."""
     if not intervals:
         return np.zeros(trace.num_ops, dtype=np.int64)
-    sizes = [trace.buffer(i).size for i, _s, _e in intervals]
-    return live_bytes([s for _i, s, _e in intervals], [e for _i, _s, e in intervals], sizes,
+    sizes = [trace.buffer(r.buffer_id).size for r in intervals]
+    return live_bytes([r.start for r in intervals], [r.end for r in intervals], sizes,
                       trace.num_ops)
 
 
-def assemble(trace: Trace, schedule: Schedule, intervals, offsets, arena_bytes: int,
-             budget_bytes: int, policy: str, started: float, stats: dict) -> Plan:
-    """The plan of a placed schedule (status ``feasible``)."""
-    residencies = tuple(Residency(int(i), int(s), int(e), int(o))
-                        for (i, s, e), o in zip(intervals, offsets, strict=True))
+def assemble(trace: Trace, schedule: Schedule, residencies: tuple[Residency, ...],
+             arena_bytes: int, budget_bytes: int, policy: str, started: float,
+             stats: dict) -> Plan:
+    """The plan of a placed schedule (status ``feasible``); ``started`` is when planning
+    began (``time.perf_counter()``)."""
     stats = dict(stats)
     stats.setdefault("swap_gaps", schedule.count(SWAP))
     stats.setdefault("recompute_gaps", schedule.count(RECOMPUTE))

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from cupool.core.vocabulary import PERSISTENT, Trace
 
@@ -24,9 +25,31 @@ SWAP = "swap"
 RECOMPUTE = "recompute"
 
 
+class OpSpan(NamedTuple):
+    """Ops ``[start, end)``."""
+
+    start: int
+    end: int
+
+
+class IdleGap(NamedTuple):
+    """Buffer ``buffer_id`` is not used between ``prev_use`` and ``next_use`` (two
+    consecutive uses; ``next_use <= prev_use``: across the iteration boundary, from the
+    last use to the first). A candidate for taking the buffer off the device."""
+
+    buffer_id: int
+    prev_use: int
+    next_use: int
+
+    @property
+    def wraps(self) -> bool:
+        return self.next_use <= self.prev_use
+
+
 @dataclass(frozen=True)
 class Gap:
-    """Buffer ``buffer_id`` is off the device between uses ``prev_use`` and ``next_use``.
+    """Buffer ``buffer_id`` is off the device between uses ``prev_use`` and ``next_use``
+    (an :class:`IdleGap` taken, by ``mode``: :data:`SWAP` or :data:`RECOMPUTE`).
 
     The residency before the gap ends at ``resident_until`` (exclusive, ``> prev_use``:
     a swap keeps the bytes until its copy out has landed); the one after it starts at
@@ -49,13 +72,22 @@ class Gap:
         return self.next_use <= self.prev_use
 
 
+class ChainRecompute(NamedTuple):
+    """Re-produce ``buffer_id`` just before ``op``, resident for that op only: an input a
+    recompute reads there that was itself dropped. ``depth`` is its distance from the
+    recompute that needs it (deeper links run first)."""
+
+    buffer_id: int
+    op: int
+    depth: int
+
+
 @dataclass
 class Schedule:
-    """What a planner decided: gaps per buffer and chain recomputes ``(buffer_id, op, depth)``
-    (re-produce the buffer just before ``op``; deeper chain links run first)."""
+    """What a planner decided: the gaps taken, per buffer, and the chain recomputes."""
 
     gaps: dict[int, list[Gap]] = field(default_factory=dict)
-    chains: list[tuple[int, int, int]] = field(default_factory=list)
+    chains: list[ChainRecompute] = field(default_factory=list)
 
     def add(self, gap: Gap) -> None:
         self.gaps.setdefault(gap.buffer_id, []).append(gap)
@@ -64,22 +96,22 @@ class Schedule:
         return sum(g.mode == mode for gaps in self.gaps.values() for g in gaps)
 
 
-def base_interval(trace: Trace, buffer) -> tuple[int, int]:
+def base_interval(trace: Trace, buffer) -> OpSpan:
     """The residency a buffer needs with no gap: ``[uses[0], uses[-1] + 1)`` for a temporary
     buffer (its lifetime when it has no uses), ``[0, num_ops)`` for a persistent one."""
     if buffer.kind == PERSISTENT:
-        return 0, trace.num_ops
+        return OpSpan(0, trace.num_ops)
     if not buffer.uses:
-        return buffer.start, buffer.end
-    return buffer.uses[0], buffer.uses[-1] + 1
+        return OpSpan(buffer.start, buffer.end)
+    return OpSpan(buffer.uses[0], buffer.uses[-1] + 1)
 
 
-def gaps_of(trace: Trace, buffer, min_hole: int = 1):
-    """Candidate idle gaps ``(prev_use, next_use)`` of a buffer: between consecutive uses
-    with at least ``min_hole`` ops between them; for a persistent buffer also the wrap gap
-    ``(last use, first use)`` when it spans at least ``min_hole`` ops."""
+def gaps_of(trace: Trace, buffer) -> list[IdleGap]:
+    """The idle gaps of a buffer: between consecutive uses with at least one op between
+    them; for a persistent buffer also the wrap gap (last use, first use) when it spans at
+    least one op."""
     uses = sorted(set(buffer.uses))
-    out = [(p, q) for p, q in itertools.pairwise(uses) if q - p - 1 >= min_hole]
-    if buffer.kind == PERSISTENT and uses and (trace.num_ops - 1 - uses[-1]) + uses[0] >= min_hole:
-        out.append((uses[-1], uses[0]))
+    out = [IdleGap(buffer.id, p, q) for p, q in itertools.pairwise(uses) if q - p > 1]
+    if buffer.kind == PERSISTENT and uses and (trace.num_ops - 1 - uses[-1]) + uses[0] > 0:
+        out.append(IdleGap(buffer.id, uses[-1], uses[0]))
     return out

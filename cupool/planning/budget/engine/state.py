@@ -14,11 +14,21 @@ A copy is issued at an op boundary and served FIFO by its direction's engine::
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from cupool.core.vocabulary import PERSISTENT, Trace
-from cupool.planning.budget.engine.copies import CopyEngine
-from cupool.planning.budget.engine.schedule import RECOMPUTE, SWAP, Gap, Schedule, base_interval
+from cupool.planning.budget.engine.copies import CopyEngine, QueuedCopy
+from cupool.planning.budget.engine.schedule import (
+    RECOMPUTE,
+    SWAP,
+    ChainRecompute,
+    Gap,
+    IdleGap,
+    Schedule,
+    base_interval,
+)
 
 TRIGGER_SCAN = 48
 """Triggers a swap tries below the latest one whose own copy lands on time (looking for
@@ -27,6 +37,63 @@ the most triggers ``late_trigger="covering"`` compares."""
 
 LATE_TRIGGERS = ("earliest", "latest", "covering")
 """Where a swap whose copy in cannot land on time is triggered (:meth:`PlanState.swap_window`)."""
+
+WRAP = "wrap"
+"""The :class:`Hole` kind of a swap across the iteration boundary."""
+
+
+class Hole(NamedTuple):
+    """A buffer's data is not on the device during ops ``[start, end)``, because of a
+    ``kind`` (:data:`~.schedule.SWAP` or :data:`~.schedule.RECOMPUTE`) gap. A swap's bytes
+    come back at its trigger but its data is valid only from its due op, so the hole runs
+    to the due op. A :data:`WRAP` hole is ``[start, num_ops)`` and ``[0, end)``."""
+
+    start: int
+    end: int
+    kind: str
+
+
+class SwapWindow(NamedTuple):
+    """One way to swap a gap (:meth:`PlanState.swap_window`), times in µs.
+
+    The bytes stay resident until op ``resident_until`` and are back from op ``trigger``;
+    the copy out is issued at ``out_issue_us`` and takes ``out_us``, the copy in is issued
+    at ``in_issue_us`` (the trigger op's start), takes ``in_us`` and is due at ``due_us``
+    (the next use's start); ``late_us`` is the estimated waiting a late copy adds (0: on
+    time)."""
+
+    resident_until: int
+    trigger: int
+    out_issue_us: float
+    out_us: float
+    in_issue_us: float
+    in_us: float
+    due_us: float
+    late_us: float
+
+
+class ChainLink(NamedTuple):
+    """A dropped input re-produced for a recompute, ``depth`` links away from it."""
+
+    buffer_id: int
+    depth: int
+
+
+class SwapAdvance(NamedTuple):
+    """Move the swap-in of ``gap`` to ``trigger`` so its data is back for an earlier op."""
+
+    gap: Gap
+    trigger: int
+
+
+class RecomputeChain(NamedTuple):
+    """What recomputing a buffer before an op takes (:meth:`PlanState.chain`): ``cost_us``
+    of compute (its producer and every link), the dropped inputs re-made with it
+    (``links``), and the swapped-out inputs brought back earlier (``advances``)."""
+
+    cost_us: float
+    links: list[ChainLink]
+    advances: list[SwapAdvance]
 
 
 class PlanState:
@@ -48,9 +115,7 @@ class PlanState:
         self.extra = np.zeros(self.n, dtype=float)
         self._times()
         self.schedule = Schedule()
-        # per buffer: (a, b, kind): its data is invalid on the device during ops [a, b)
-        # (a swap's bytes come back at its trigger but are valid only from its due op)
-        self.holes: dict[int, list[tuple[int, int, str]]] = {}
+        self.holes: dict[int, list[Hole]] = {}
         self.transient: dict[int, set[int]] = {}
         self.pinned: dict[int, set[int]] = {}
         self.base = {b.id: base_interval(trace, b) for b in trace.buffers}
@@ -62,9 +127,9 @@ class PlanState:
         self.live = np.cumsum(self.live[:-1])
         self.d2h = CopyEngine()
         self.h2d = CopyEngine()
-        self.h2d_copies: dict[tuple[int, int], tuple[float, float, float]] = {}
+        self.h2d_copies: dict[tuple[int, int], QueuedCopy] = {}  # by (buffer, prev_use)
         self.recompute_us = 0.0
-        self.taken: set = set()
+        self.taken: set[IdleGap] = set()
 
     # -- time ----------------------------------------------------------------------------
     def _times(self) -> None:
@@ -84,35 +149,35 @@ class PlanState:
             return True
         s, e = self.base[buffer_id]
         holes = self.holes.get(buffer_id, ())
-        wrap = [h for h in holes if h[2] == "wrap"]
-        if wrap:
-            a, b = wrap[0][0], wrap[0][1]  # resident [b, a) inside the iteration
-            if op >= a or op < b:
+        wrap = [h for h in holes if h.kind == WRAP]
+        if wrap:  # resident [wrap.end, wrap.start) inside the iteration
+            if op >= wrap[0].start or op < wrap[0].end:
                 return False
         elif not s <= op < e:
             return False
-        return all(not (a <= op < b) for a, b, kind in holes if kind != "wrap")
+        return all(not (h.start <= op < h.end) for h in holes if h.kind != WRAP)
 
     def hole_kind(self, buffer_id: int, op: int) -> str | None:
-        for a, b, kind in self.holes.get(buffer_id, ()):
-            if kind != "wrap" and a <= op < b:
-                return kind
+        """The kind of the (non-wrap) hole the buffer has at ``op``, if any."""
+        for h in self.holes.get(buffer_id, ()):
+            if h.kind != WRAP and h.start <= op < h.end:
+                return h.kind
         return None
 
     # -- recompute -----------------------------------------------------------------------
-    def chain(self, buffer_id: int, op: int, depth: int = 0, seen=None):
-        """``(cost µs, chain, advances)`` to recompute ``buffer_id`` just before ``op``: its
-        producer plus every dropped input that must be recomputed too (``chain``:
-        ``[(buffer, depth)]``), and the swapped-out inputs whose swap-in must land by
-        ``op`` instead of their next use (``advances``: ``[(gap, new trigger)]``, see
+    def chain(self, buffer_id: int, op: int, depth: int = 0,
+              seen: set[int] | None = None) -> RecomputeChain | None:
+        """What recomputing ``buffer_id`` just before ``op`` takes: its producer plus every
+        dropped input that must be recomputed too (``links``), and the swapped-out inputs
+        whose swap-in must land by ``op`` instead of their next use (``advances``, see
         :meth:`advance_swap`). ``None`` when some input cannot be made resident there."""
         recipe = self.trace.buffer(buffer_id).recompute
         if recipe is None or depth > self.max_chain:
             return None
         seen = set() if seen is None else seen
         cost = float(self.durations[recipe.op])
-        links: list[tuple[int, int]] = []
-        advances: list[tuple] = []
+        links: list[ChainLink] = []
+        advances: list[SwapAdvance] = []
         for x in recipe.inputs:
             if self.resident(x, op) or x in seen:
                 continue
@@ -131,23 +196,23 @@ class PlanState:
             if buf.kind == PERSISTENT or op < buf.start:
                 return None
             if op < buf.end and (self.hole_kind(x, op) not in (RECOMPUTE, None)
-                                 or op < self.base[x][0]):
+                                 or op < self.base[x].start):
                 return None
             sub = self.chain(x, op, depth + 1, seen)
             if sub is None:
                 return None
             seen.add(x)
-            cost += sub[0]
-            links.extend(sub[1])
-            advances.extend(sub[2])
-            links.append((x, depth + 1))
-        return cost, links, advances
+            cost += sub.cost_us
+            links.extend(sub.links)
+            advances.extend(sub.advances)
+            links.append(ChainLink(x, depth + 1))
+        return RecomputeChain(cost, links, advances)
 
-    def advance_swap(self, buffer_id: int, op: int):
+    def advance_swap(self, buffer_id: int, op: int) -> SwapAdvance | None:
         """How to make a swapped-out buffer valid again by ``op`` (its swap-in due there
-        instead of at its next use): ``(old gap, new trigger)``, or ``None`` when no trigger
-        lands the copy on time behind the queued ones, or its bytes would push an op over
-        the budget while they wait on the device."""
+        instead of at its next use): its gap and the new trigger, or ``None`` when no
+        trigger lands the copy on time behind the queued ones, or its bytes would push an
+        op over the budget while they wait on the device."""
         gap = next((g for g in self.schedule.gaps.get(buffer_id, ())
                     if g.mode == SWAP and not g.wraps and g.resident_until <= op < g.next_use),
                    None)
@@ -157,25 +222,27 @@ class PlanState:
         in_len = self.cost.copy_us(size, "h2d")
         old = self.h2d_copies[(buffer_id, gap.prev_use)]
         due = float(self.start_us[op])
-        self.h2d.remove(*old)
+        self.h2d.remove(old)
         try:
             trigger = self._fitting_trigger(op, gap.resident_until, in_len, due)
         finally:
-            self.h2d.add(*old)
+            self.h2d.add(old.issue_us, old.length_us, old.due_us)
         if trigger is None:
             return None
         if trigger < gap.resident_from and (
                 int(self.live[trigger:gap.resident_from].max()) + size > self.budget):
             return None
-        return gap, trigger
+        return SwapAdvance(gap, trigger)
 
-    def _apply_advance(self, gap: Gap, trigger: int, op: int) -> None:
+    def _apply_advance(self, advance: SwapAdvance, op: int) -> None:
+        gap, trigger = advance.gap, advance.trigger
         size = self.trace.buffer(gap.buffer_id).size
         key = (gap.buffer_id, gap.prev_use)
-        self.h2d.remove(*self.h2d_copies[key])
-        self.h2d_copies[key] = (float(self.start_us[trigger]), self.h2d_copies[key][1],
-                                float(self.start_us[op]))
-        self.h2d.add(*self.h2d_copies[key])
+        old = self.h2d_copies[key]
+        self.h2d.remove(old)
+        new = QueuedCopy(float(self.start_us[trigger]), old.length_us, float(self.start_us[op]))
+        self.h2d_copies[key] = new
+        self.h2d.add(new.issue_us, new.length_us, new.due_us)
         if trigger < gap.resident_from:
             self.live[trigger:gap.resident_from] += size
         else:
@@ -184,7 +251,7 @@ class PlanState:
         gaps[gaps.index(gap)] = Gap(gap.buffer_id, gap.prev_use, op, SWAP, gap.resident_until,
                                     trigger)
         holes = self.holes[gap.buffer_id]
-        holes[holes.index((gap.resident_until, gap.next_use, SWAP))] = (
+        holes[holes.index(Hole(gap.resident_until, gap.next_use, SWAP))] = Hole(
             gap.resident_until, op, SWAP)
 
     # -- applying decisions --------------------------------------------------------------
@@ -192,21 +259,24 @@ class PlanState:
         if b > a:
             self.live[a:b] -= size
 
-    def apply_recompute(self, buffer_id: int, prev_use: int, next_use: int, chain) -> None:
-        cost, links, advances = chain
-        for gap, trigger in advances:
-            self._apply_advance(gap, trigger, next_use)
+    def apply_recompute(self, buffer_id: int, prev_use: int, next_use: int,
+                        chain: RecomputeChain) -> None:
+        """Drop the buffer after ``prev_use`` and recompute it before ``next_use`` by
+        ``chain`` (:meth:`chain`)."""
+        for advance in chain.advances:
+            self._apply_advance(advance, next_use)
         self._drop(buffer_id, prev_use, next_use, next_use)
-        self._remake(next_use, [buffer_id], links, cost)
+        self._remake(next_use, [buffer_id], chain.links, chain.cost_us)
 
-    def apply_batch(self, op: int, gaps, links) -> None:
-        """Drop each gap ``(buffer, prev_use, next_use)`` and re-make all of them before
-        ``op`` (at or before each ``next_use``), with the freed intermediates ``links``
-        re-made there for that op (a segment's batch, :mod:`.checkpoint`)."""
-        for b, prev_use, next_use in gaps:
-            self._drop(b, prev_use, next_use, op)
-        made = [b for b, _p, _q in gaps] + list(links)
-        self._remake(op, [b for b, _p, _q in gaps], [(x, 1) for x in links],
+    def apply_batch(self, op: int, gaps: list[IdleGap], links: list[int]) -> None:
+        """Drop each gap and re-make all of them before ``op`` (at or before each
+        ``next_use``), with the freed intermediates ``links`` re-made there for that op (a
+        segment's batch, :mod:`.checkpoint`)."""
+        for g in gaps:
+            self._drop(g.buffer_id, g.prev_use, g.next_use, op)
+        dropped = [g.buffer_id for g in gaps]
+        made = dropped + list(links)
+        self._remake(op, dropped, [ChainLink(x, 1) for x in links],
                      sum(float(self.durations[self.trace.buffer(y).recompute.op]) for y in made))
 
     def _drop(self, buffer_id: int, prev_use: int, next_use: int, remade_at: int) -> None:
@@ -214,33 +284,33 @@ class PlanState:
         ``remade_at`` (<= ``next_use``)."""
         self.schedule.add(Gap(buffer_id, prev_use, next_use, RECOMPUTE, prev_use + 1,
                               remade_at))
-        self.holes.setdefault(buffer_id, []).append((prev_use + 1, remade_at, RECOMPUTE))
+        self.holes.setdefault(buffer_id, []).append(Hole(prev_use + 1, remade_at, RECOMPUTE))
         self._free(self.trace.buffer(buffer_id).size, prev_use + 1, remade_at)
 
-    def _remake(self, op: int, dropped, links, cost: float) -> None:
+    def _remake(self, op: int, dropped: list[int], links: list[ChainLink], cost: float) -> None:
         """Recomputes before ``op``: of the ``dropped`` buffers, and of the chain ``links``
-        (``[(buffer, depth)]``, resident for that op only); every input they read is pinned
-        at ``op``; ``cost`` µs is charged there."""
-        for x, depth in links:
-            self.schedule.chains.append((x, op, depth))
-            self.transient.setdefault(x, set()).add(op)
-            self.live[op] += self.trace.buffer(x).size
-        for y in [*dropped, *(x for x, _depth in links)]:
+        (resident for that op only); every input they read is pinned at ``op``; ``cost`` µs
+        is charged there."""
+        for link in links:
+            self.schedule.chains.append(ChainRecompute(link.buffer_id, op, link.depth))
+            self.transient.setdefault(link.buffer_id, set()).add(op)
+            self.live[op] += self.trace.buffer(link.buffer_id).size
+        for y in [*dropped, *(link.buffer_id for link in links)]:
             for x in self.trace.buffer(y).recompute.inputs:
                 self.pinned.setdefault(x, set()).add(op)
         self.extra[op] += cost
         self.recompute_us += cost
         self._times()
 
-    def swap_window(self, buffer_id: int, prev_use: int, next_use: int, wraps: bool = False):
-        """``(resident_until, trigger, out_issue, out_len, in_issue, in_len, due, late_us)``
-        of the latest swap of this gap that lands on time (``late_us == 0``), else of a late
-        one with its estimated lateness: triggered as early as the
-        copy out allows (``late_trigger="earliest"``: least lateness, smallest hole), at
-        the latest op whose own copy lands on time (``"latest"``: largest hole, delaying the
-        copies queued behind it), or (``"covering"``) at the trigger with the least
-        lateness among those whose hole still covers every op of the gap now over the
-        budget; ``None`` when the gap leaves no room for a copy.
+    def swap_window(self, buffer_id: int, prev_use: int, next_use: int,
+                    wraps: bool = False) -> SwapWindow | None:
+        """The latest swap of this gap that lands on time (``late_us == 0``), else a late
+        one with its estimated lateness: triggered as early as the copy out allows
+        (``late_trigger="earliest"``: least lateness, smallest hole), at the latest op
+        whose own copy lands on time (``"latest"``: largest hole, delaying the copies
+        queued behind it), or (``"covering"``) at the trigger with the least lateness among
+        those whose hole still covers every op of the gap now over the budget; ``None``
+        when the gap leaves no room for a copy.
 
         With ``lazy_release`` the bytes stay on the device after the copy out has landed
         until the first op of the gap that is over the budget (they are resident there
@@ -281,15 +351,16 @@ class PlanState:
         trigger = self._fitting_trigger(lo - 1, earliest, in_len, due)
         if trigger is not None:
             issue = float(self.start_us[trigger])
-            return resident_until, trigger, out_issue, out_len, issue, in_len, due, 0.0
+            return SwapWindow(resident_until, trigger, out_issue, out_len, issue, in_len, due,
+                              0.0)
         if earliest >= next_use:
             return None
         trigger = earliest if self.late_trigger == "earliest" else max(earliest, lo - 1)
         if self.late_trigger == "covering":
             trigger = self._covering_trigger(earliest, next_use, lo - 1, in_len, due, wraps)
         issue = float(self.start_us[trigger])
-        return (resident_until, trigger, out_issue, out_len, issue, in_len, due,
-                self.h2d.lateness(issue, in_len, due))
+        return SwapWindow(resident_until, trigger, out_issue, out_len, issue, in_len, due,
+                          self.h2d.lateness(issue, in_len, due))
 
     def _covering_trigger(self, earliest: int, next_use: int, top: int, in_len: float,
                           due: float, wraps: bool) -> int:
@@ -304,12 +375,12 @@ class PlanState:
         low = max(earliest, first + int(over[-1]) + 1)
         top = max(low, top)
         step = max(1, (top - low) // TRIGGER_SCAN)
-        best = None
+        best_late, best_trigger = float("inf"), top
         for trigger in range(top, low - 1, -step):
             late = self.h2d.lateness(float(self.start_us[trigger]), in_len, due)
-            if best is None or late < best[0] - 1e-9:
-                best = (late, trigger)
-        return best[1]
+            if late < best_late - 1e-9:
+                best_late, best_trigger = late, trigger
+        return best_trigger
 
     def _fitting_trigger(self, top: int, low: int, in_len: float, due: float) -> int | None:
         """The latest trigger in ``[max(low, top - TRIGGER_SCAN), top]`` whose copy in
@@ -319,22 +390,26 @@ class PlanState:
                 return trigger
         return None
 
-    def apply_swap(self, buffer_id: int, prev_use: int, next_use: int, window) -> None:
-        resident_until, trigger, out_issue, out_len, in_issue, in_len, due, _late = window
+    def apply_swap(self, buffer_id: int, prev_use: int, next_use: int,
+                   window: SwapWindow) -> None:
+        """Swap the buffer out after ``prev_use`` and back for ``next_use`` by ``window``
+        (:meth:`swap_window`): both copies join their queues."""
+        until, trigger = window.resident_until, window.trigger
         size = self.trace.buffer(buffer_id).size
-        gap = Gap(buffer_id, prev_use, next_use, SWAP, resident_until, trigger)
+        gap = Gap(buffer_id, prev_use, next_use, SWAP, until, trigger)
         self.schedule.add(gap)
         if gap.wraps:
-            self.holes.setdefault(buffer_id, []).append((resident_until, next_use, "wrap"))
-            self._free(size, resident_until, self.n)
+            self.holes.setdefault(buffer_id, []).append(Hole(until, next_use, WRAP))
+            self._free(size, until, self.n)
             self._free(size, 0, trigger)
         else:
-            self.holes.setdefault(buffer_id, []).append((resident_until, next_use, SWAP))
-            self._free(size, resident_until, trigger)
-        self.d2h.add(out_issue, out_len, float(self.start_us[resident_until])
-                     if resident_until < self.n else float("inf"))
-        self.h2d.add(in_issue, in_len, due)
-        self.h2d_copies[(buffer_id, prev_use)] = (in_issue, in_len, due)
+            self.holes.setdefault(buffer_id, []).append(Hole(until, next_use, SWAP))
+            self._free(size, until, trigger)
+        self.d2h.add(window.out_issue_us, window.out_us, float(self.start_us[until])
+                     if until < self.n else float("inf"))
+        self.h2d.add(window.in_issue_us, window.in_us, window.due_us)
+        self.h2d_copies[(buffer_id, prev_use)] = QueuedCopy(window.in_issue_us, window.in_us,
+                                                            window.due_us)
 
     def hole_blocked(self, buffer_id: int, a: int, b: int) -> bool:
         """True when the data would be invalid during ``[a, b)`` while a planned recompute
