@@ -238,8 +238,9 @@ def test_feedback_moves_a_late_swap_in_earlier():
     assert validate_plan(trace, plan).valid
     before = simulate(trace, plan, GEN5)
     assert before.stall_us > 0
-    better, report, moved = refine_triggers(trace, plan, GEN5)
-    assert moved == 1
+    refined = refine_triggers(trace, plan, GEN5)
+    better, report = refined.plan, refined.simulation
+    assert refined.moved_triggers == 1 and better.stats["feedback_moved_triggers"] == 1
     assert SwapIn(0, 4, 5) in better.actions and Residency(0, 4, 6, 0) in better.residencies
     assert validate_plan(trace, better).valid
     assert report.stall_us == 0 and report.iteration_us < before.iteration_us
@@ -262,8 +263,9 @@ def test_a_copy_with_slack_queued_ahead_of_a_late_one_is_postponed_behind_it():
     link = cost_model(1.0, latency_us=3.0)
     before = simulate(trace, plan, link)
     assert before.iteration_us == pytest.approx(217.0)
-    postponed, moved = _postpone_blockers(trace, plan, before)
-    assert moved == 1 and SwapIn(0, 5, 9) in postponed.actions
+    result = _postpone_blockers(trace, plan, before)
+    postponed = result.plan
+    assert result.moved == 1 and SwapIn(0, 5, 9) in postponed.actions
     assert Residency(0, 5, 10, 0) in postponed.residencies
     assert validate_plan(trace, postponed).valid
     after = simulate(trace, postponed, link)

@@ -150,14 +150,16 @@ def plan_auto(trace, budget_bytes, cost, params: BudgetParams, started: float) -
         reason = "auto: no member found a plan within the budget (" + "; ".join(reasons) + ")"
         plan = replace(plan, solver="auto", stats={**plan.stats, "reason": reason})
         return BudgetResult(plan, trace, "auto", reason, candidates=report)
-    plan, sim, _moved = refine_triggers(trace, best.plan, cost, best.simulation)
+    refined_triggers = refine_triggers(trace, best.plan, cost, best.simulation)
+    plan, sim = refined_triggers.plan, refined_triggers.simulation
     refined = {}
     if params.refine_evaluations:
         from cupool.planning.budget.multilevel import TierParams, search_tiers
 
-        searched, tier_stats = search_tiers(trace, plan, cost, TierParams(
+        searched = search_tiers(trace, plan, cost, TierParams(
             seed=params.seed, time_limit_s=REFINE_TIME_LIMIT_S,
             max_evaluations=params.refine_evaluations, pageable=False))
+        tier_stats = searched.stats
         if tier_stats["iteration_us"] < sim.iteration_us:
             plan = replace(searched, stats={**plan.stats})
             sim = simulate(trace, plan, cost, validate=False)

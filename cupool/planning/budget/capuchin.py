@@ -40,5 +40,4 @@ def plan_capuchin(trace, budget_bytes, cost, params: BudgetParams,
     result = place_schedule(trace, budget_bytes, decide, "capuchin", params.placement, started)
     if not result.feasible:
         return result
-    plan, _sim, _moved = refine_triggers(trace, result.plan, cost)
-    return replace(result, plan=plan)
+    return replace(result, plan=refine_triggers(trace, result.plan, cost).plan)
