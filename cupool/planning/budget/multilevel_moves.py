@@ -48,14 +48,6 @@ class Span:
     offset: int
 
 
-class Occupied(NamedTuple):
-    """Bytes ``[low, high)`` held by a residency that ends at op ``end_op``."""
-
-    low: int
-    high: int
-    end_op: int
-
-
 class HostHold(NamedTuple):
     """``nbytes`` held in host memory from op ``from_op`` to op ``to_op`` (exclusive)."""
 
@@ -66,7 +58,10 @@ class HostHold(NamedTuple):
 
 class TierState:
     """A mutable plan: ``spans[b]``, buffer ``b``'s residencies in op order, and
-    ``actions`` in plan order. ``template`` is the plan it came from (its other fields)."""
+    ``actions`` in plan order. ``template`` is the plan it came from (its other fields).
+
+    Copies share their :class:`Span` objects until one is edited: a move takes
+    :meth:`own` of a buffer's spans before it changes any of them."""
 
     def __init__(self, trace: Trace, plan: Plan):
         self.trace = trace
@@ -80,16 +75,24 @@ class TierState:
             spans.sort(key=lambda s: (s.start, s.end, s.offset))
         self.actions = list(plan.actions)
         self.template = plan
+        self._owned: set[int] = set(self.spans)
 
     def copy(self) -> TierState:
         other = object.__new__(TierState)
         other.trace, other.n, other.budget, other.sizes = (self.trace, self.n, self.budget,
                                                            self.sizes)
-        other.spans = defaultdict(list, {b: [Span(s.start, s.end, s.offset) for s in v]
-                                         for b, v in self.spans.items()})
+        other.spans = defaultdict(list, {b: list(v) for b, v in self.spans.items()})
         other.actions = list(self.actions)
         other.template = self.template
+        other._owned = set()
         return other
+
+    def own(self, b: int) -> list[Span]:
+        """Buffer ``b``'s spans, copied first if this state still shares them."""
+        if b not in self._owned:
+            self.spans[b] = [Span(s.start, s.end, s.offset) for s in self.spans[b]]
+            self._owned.add(b)
+        return self.spans[b]
 
     def plan(self, solver: str = "tiers") -> Plan:
         residencies = tuple(Residency(b, s.start, s.end, s.offset) for b in sorted(self.spans)
@@ -118,38 +121,41 @@ class TierState:
         return None
 
     # -- placement: best-fit smallest hole, at the edge next to the later-dying neighbour --
-    def occupied(self, start: int, end: int, skip: set[int]) -> list[Occupied]:
-        """Every placed residency overlapping ``[start, end)`` in time, except those whose
-        ``id()`` is in ``skip``, by offset."""
-        out = []
-        for b, spans in self.spans.items():
-            size = self.sizes[b]
-            for span in spans:
-                if span.start < end and start < span.end and id(span) not in skip:
-                    out.append(Occupied(span.offset, span.offset + size, span.end))
-        out.sort()
-        return out
-
     def fits_at(self, offset: int, size: int, start: int, end: int, skip: set[int]) -> bool:
+        """``[offset, offset + size)`` is within the budget and free during ops
+        ``[start, end)`` of every residency but those whose ``id()`` is in ``skip``."""
         if offset < 0 or offset + size > self.budget:
             return False
-        return all(not (o.low < offset + size and offset < o.high)
-                   for o in self.occupied(start, end, skip))
+        for b, spans in self.spans.items():
+            low_limit = offset - self.sizes[b]
+            for span in spans:
+                if (span.start < end and start < span.end and low_limit < span.offset
+                        < offset + size and id(span) not in skip):
+                    return False
+        return True
 
     def best_fit(self, size: int, start: int, end: int, skip: set[int]) -> int | None:
-        """Best-fit smallest hole in ``[0, budget)`` free during ``[start, end)``; inside
-        it, the edge next to the neighbour that dies later (``None`` if no hole fits)."""
+        """Best-fit smallest hole in ``[0, budget)`` free during ``[start, end)`` (of every
+        residency but those whose ``id()`` is in ``skip``); inside it, the edge next to
+        the neighbour that dies later (``None`` if no hole fits)."""
+        taken = []  # (low byte, high byte, end op) of each residency in the way
+        for b, spans in self.spans.items():
+            span_size = self.sizes[b]
+            for span in spans:
+                if span.start < end and start < span.end and id(span) not in skip:
+                    taken.append((span.offset, span.offset + span_size, span.end))
+        taken.sort()
+        taken.append((self.budget, self.budget, -1))
         best_hole, best_offset = None, None
         cursor, below_end = 0, -1
-        ranges = [*self.occupied(start, end, skip), Occupied(self.budget, self.budget, -1)]
-        for o in ranges:
-            if o.low - cursor >= size:
-                hole = o.low - cursor
-                offset = cursor if below_end >= o.end_op else o.low - size
+        for low, high, end_op in taken:
+            if low - cursor >= size:
+                hole = low - cursor
+                offset = cursor if below_end >= end_op else low - size
                 if best_hole is None or hole < best_hole:
                     best_hole, best_offset = hole, offset
-            if o.high > cursor:
-                cursor, below_end = o.high, o.end_op
+            if high > cursor:
+                cursor, below_end = high, end_op
         return best_offset
 
     def paired_swap_in(self, out: SwapOut) -> SwapIn | None:
@@ -221,7 +227,7 @@ class TierMoves:
         else it and the residencies in its way that begin at or after ``new_start`` are
         re-placed. ``None`` when the budget or the arena does not hold."""
         new = state.copy()
-        spans = new.spans[b]
+        spans = new.own(b)
         span = spans[index]
         merged = [s for s in spans if s is not span and s.start < new_end and new_start < s.end]
         for s in merged:
@@ -236,13 +242,15 @@ class TierMoves:
             return new
         # re-place: the moved residency and those in its way that begin at or after it
         moving = [(span, size)]
-        for other_b, others in new.spans.items():
+        for other_b, others in list(new.spans.items()):
             other_size = new.sizes[other_b]
-            for o in others:
-                if (o is not span and o.start >= new_start and o.start < new_end
-                        and new_start < o.end and o.offset < span.offset + size
-                        and span.offset < o.offset + other_size):
-                    moving.append((o, other_size))
+            in_way = [k for k, o in enumerate(others)
+                      if (o is not span and o.start >= new_start and o.start < new_end
+                          and new_start < o.end and o.offset < span.offset + size
+                          and span.offset < o.offset + other_size)]
+            if in_way:
+                others = new.own(other_b)
+                moving += [(others[k], other_size) for k in in_way]
         skip = {id(s) for s, _size in moving}
         moving.sort(key=lambda item: (item[0].start, -item[1]))
         for s, s_size in moving:
@@ -330,7 +338,7 @@ class TierMoves:
         if k is None or nxt != k + 1:
             return None
         new = state.copy()
-        spans = new.spans[b]
+        spans = new.own(b)
         uses = [u for u in self.trace.buffer(b).uses if spans[k].start <= u < spans[k].end]
         if uses:
             spans[k].end = max(uses) + 1
@@ -369,7 +377,7 @@ class TierMoves:
     def reoffset(self, state: TierState, ref: SpanRef, overwrite: bool) -> TierState | None:
         b = ref.buffer_id
         new = state.copy()
-        span = new.spans[b][ref.index]
+        span = new.own(b)[ref.index]
         size = new.sizes[b]
         if overwrite:
             targets = sorted({s.offset for other, spans in new.spans.items() if other != b
