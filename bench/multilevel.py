@@ -1,4 +1,4 @@
-"""Benchmark of multi-level placement (issue 7, item 3; DESIGN.md idea 2): the ``tiers``
+"""Benchmark of multi-level placement (device, pinned and pageable host memory): the ``tiers``
 local search against the Capuchin-style plan and ``auto`` on the shared training traces at
 70% and 50% of their lower bound, PCIe Gen5, simulated.
 

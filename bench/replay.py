@@ -1,4 +1,4 @@
-"""Replay benchmark (issue 5): the swap runtime against the simulator.
+"""Replay benchmark: the swap runtime against the simulator.
 
 Prints replay vs simulator iteration time (target: within 15%), late prefetches per
 iteration, the convergence of a deliberately mis-timed plan (every swap-in triggered at its

@@ -1,4 +1,4 @@
-"""Render ``bench/results/REPORT.md`` from the benchmarks' saved results (issue 6, item 5).
+"""Render ``bench/results/REPORT.md`` from the benchmarks' saved results.
 
     python bench/report.py [--results DIR] [--out FILE] [--figures]
 
@@ -417,8 +417,8 @@ def static_section(static: dict) -> str:
     return "\n".join([
         "## Static offset planning (`bench/static.py`)", "",
         f"Regenerate: `{COMMANDS['static']}`{quick}. Cells: arena / lower bound (DSA rows: "
-        "arena / capacity) and seconds including the validator. MiniMalloc seconds are issue "
-        "2's reference figures. Targets (issue 2): real traces — `auto` at the lower bound, "
+        "arena / capacity) and seconds including the validator. MiniMalloc seconds are its "
+        "published reference figures. Targets: real traces — `auto` at the lower bound, "
         "faster than MiniMalloc; challenging — `exact` fits within 10x MiniMalloc's time; "
         "LSTM — `auto` at the lower bound; 100,000 random buffers — each greedy under 10 s.",
         "",
@@ -446,7 +446,7 @@ def pool_section(pool: dict) -> str:
         f"{m.get('loadavg_after')}). µs per allocation (malloc + free through `cupy.empty`) "
         "of the planned pool, the recording pool and the bump-allocator floor; reserved bytes "
         "/ lower bound of the planned pool and of the CuPy and PyTorch allocator models. "
-        "Targets (issue 3): planned <= 1.5x floor, reserved <= 1.01x lower bound and below "
+        "Targets: planned <= 1.5x floor, reserved <= 1.01x lower bound and below "
         "both models.", "",
         f"Targets as recorded in the JSON: **{n_met}/{n_all} met**.", "",
         table(["trace", "allocs", "planned µs", "record µs", "floor µs", "planned/floor",
@@ -483,8 +483,8 @@ def swap_section(swap: dict) -> str:
         f"Regenerate: `{COMMANDS['swap']}`. Iteration-time overhead (simulated; 5.0% = 5% "
         "slower than with unlimited memory) of every policy on every training trace at 90, 70 "
         "and 50% of its lower bound, PCIe Gen5 and Gen4, next to the sound lower bound on any "
-        f"plan's overhead (bound: {'; '.join(how.get(m, m) for m in methods)}). Target "
-        f"(issue 4): {SWAP_TARGET}.", "",
+        f"plan's overhead (bound: {'; '.join(how.get(m, m) for m in methods)}). Target: "
+        f"{SWAP_TARGET}.", "",
         f"Target as recorded in the JSON summary: **auto within target in {met_n}/{all_n} "
         "cases**.", "",
         "Medians over the traces (a policy that found no plan for some trace shows how many "
@@ -584,7 +584,7 @@ def replay_section(replay: dict) -> str:
     return "\n".join([
         "## Swap runtime replay (`bench/replay.py`)", "",
         f"Regenerate: `{COMMANDS['replay']}`. The JSON records values, not verdicts: the "
-        "targets below are those `bench/replay.py` states (issue 5), checked here on its "
+        "targets below are those `bench/replay.py` states, checked here on its "
         "numbers.", "",
         table(["what", "value", "target", "target met"], checks), "",
         table(["measured", "value"], facts), "",
@@ -665,7 +665,7 @@ def blocks_section(blocks: dict) -> str:
         "## Several models in one pool of blocks (`bench/blocks.py`)", "",
         f"Regenerate: `{COMMANDS['blocks']}`. Sets of inference models (a name twice: two "
         "replicas) in one shared pool of blocks, models never running at the same time, "
-        "against one arena per model (sum of peaks), issue 7's target max(peak) + "
+        "against one arena per model (sum of peaks), the target max(peak) + "
         "sum(persistent), and the floor sum(persistent) + max(temporary peak) that no layout "
         "keeping persistent regions apart can beat. `concurrent`: the pool when the models "
         "may run at once (no byte shared). Each model's plan is checked by the independent "
@@ -741,7 +741,7 @@ def stress_section(stress: dict) -> str:
     return "\n".join([
         "## Stress run (`bench/stress.py`)", "",
         f"Regenerate: `{COMMANDS['stress']}` (emulated device, 2 minutes; `--minutes M` for "
-        f"another length). It ran `{stress.get('command', '–')}`. Target (issue 8): zero "
+        f"another length). It ran `{stress.get('command', '–')}`. Target: zero "
         "corrupt bytes, zero leaked blocks and no scenario error.", "",
         f"Target as recorded in the JSON: {met(stress.get('target_met'))}.", "",
         table(["quantity", "value", "target"], rows, "lrr")])

@@ -1,4 +1,4 @@
-"""Benchmark of the budget planners (issue 4): every shared training trace at 90/70/50% of
+"""Benchmark of the budget planners: every shared training trace at 90/70/50% of
 its lower bound, on PCIe Gen5 and Gen4, every policy and the sound lower bound side by side.
 
 Every plan is checked by the independent validator (an invalid plan is counted as a
@@ -8,7 +8,7 @@ made for (with recompute recipes, derived when the trace has none).
     python bench/swap.py            # full table, writes bench/results/swap.json
     python bench/swap.py --quick    # one small trace, 70% only
 
-Overheads are fractions (0.05 = 5%); medians are over the traces; "target" is issue 4's
+Overheads are fractions (0.05 = 5%); medians are over the traces; "target" is
 ``auto <= 2 x bound + 5 percentage points``.
 """
 

@@ -183,7 +183,7 @@ def _build_parser() -> argparse.ArgumentParser:
     st.add_argument("--pool-rounds", type=_positive_int, default=9)
     st.add_argument("--json", action="store_true")
 
-    # time-shared devices (issue 7, item 1): cupool/sharing/
+    # time-shared devices: cupool/sharing/
     sh = commands.add_parser("share", help="lay out several jobs (traces) on one time-shared "
                              "device: persistent slots, shared temporary region, admission")
     sh.add_argument("trace", nargs="+")

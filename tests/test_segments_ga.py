@@ -1,5 +1,5 @@
-"""``segments-ga`` (DESIGN.md idea 1): segments, migration rule, GA operators, seeded
-determinism, and validated plans on a real trace."""
+"""``segments-ga`` (segment reuse searched by a genetic algorithm): segments, migration
+rule, GA operators, seeded determinism, and validated plans on a real trace."""
 
 from __future__ import annotations
 

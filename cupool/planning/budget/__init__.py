@@ -1,9 +1,16 @@
-"""Planning under a memory budget: swaps and recomputation (issue 4).
+"""Planning under a memory budget below the trace's lower bound: swaps and recomputation.
 
-:func:`plan_with_budget` is the front door::
+:func:`plan_with_budget` is the front door; it returns a :class:`BudgetResult`::
 
     trace (+ recompute recipes) ──► policy(budget, cost model) ──► residencies + actions
           ──► offsets (static solver over residencies) ──► Plan ──► swap validator
+
+Layout: the policies are the modules here (:mod:`.auto` with ``greedy``, :mod:`.capuchin`,
+:mod:`.segments_ga`, :mod:`.baselines` with ``vdnn`` and ``on-demand``, and the
+unregistered multi-level search :mod:`.multilevel`); what they share is the engine in
+:mod:`.engine` (plan state, copy queues, greedy, checkpointing, residencies, placement);
+:mod:`.params` and :mod:`.result` hold the plain types of the front door, :mod:`.recipes`
+the recompute recipes and :mod:`.feedback` Capuchin's trigger feedback.
 
 ==============  ===========================================================================
 policy          what it does
@@ -15,7 +22,7 @@ policy          what it does
                 fit the link), DTR/Checkmate-style mixing per tensor
 ``capuchin``    largest free time first, swap when the link has room, else recompute
 ``segments-ga`` K segments from the largest buffers, the others assigned to segments by a
-                GA (DESIGN.md idea 1); gaps that share a segment with another buffer's
+                genetic algorithm; gaps that share a segment with another buffer's
                 access migrate (swap or recompute), least migrated bytes first
 ``vdnn``        offload every forward activation backward uses, prefetch one layer ahead
 ``on-demand``   swap out least-recently-used on pressure, swap in synchronously at use

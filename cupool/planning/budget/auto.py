@@ -1,37 +1,40 @@
 """``greedy`` and ``auto``.
 
-``greedy`` is the cost-aware greedy (:mod:`.engine.greedy`, order ``"cost"``, repaired: ops a
-run leaves over the budget are served first in a re-run): cheapest bytes first (per byte
-and per over-budget op a hole covers), where a recompute costs its producer plus its
+``greedy`` is the cost-aware greedy (:mod:`.engine.greedy`, order ``"cost"``, repaired:
+ops a run leaves over the budget are served first in a re-run): cheapest bytes first (per
+byte and per over-budget op a hole covers), where a recompute costs its producer plus its
 chain of dropped inputs and a swap costs ``swap_weight`` µs per µs of link time it
-occupies (plus any lateness). Mixing per
-tensor is what closes the gap on a link-bound machine: activations of cheap (memory-bound)
-ops are recomputed, those of expensive ops ride the link while it has room, and weights
-and optimizer state leave the device between uses / across the iteration boundary only
-when the budget still does not hold.
+occupies (plus any lateness). Mixing per tensor is what closes the gap on a link-bound
+machine: activations of cheap (memory-bound) ops are recomputed, those of expensive ops
+ride the link while it has room, and weights and optimizer state leave the device between
+uses / across the iteration boundary only when the budget still does not hold.
 
-``auto`` (the default policy) plans with every member — ``greedy`` at each of
-``params.swap_weights``, ``greedy`` with late swaps triggered as late as their own copy
-allows (a large hole, the lateness paid by the copies behind it) at each of
-``params.late_swap_weights``, ``greedy`` that only recomputes temporary buffers (swaps
-only persistent ones, chains up to ``params.recompute_chain``: when the link is the
-scarce resource, activations are re-made and the link carries weights and optimizer
-state), ``greedy`` after segment checkpointing (:mod:`.engine.checkpoint`: the forward re-run
-once per segment at the start of its backward, for each of ``params.checkpoint_segments``,
-segments of equal saved bytes and of equal numbers of saved activations;
-then the greedy swaps checkpoints and persistent buffers with lazy release and covering
-late triggers, :meth:`~.engine.state.PlanState.swap_window`), ``capuchin``, ``vdnn`` and
-``on-demand`` — checks
-each plan with the independent validator, simulates it, and keeps the one with the least
-simulated iteration time (ties: fewer swapped bytes, then member order), then applies
-Capuchin's feedback to it (:mod:`.feedback`: late swap-ins triggered earlier, re-validated,
-kept only when faster), and finally improves it by the local search of
+``auto`` (the default policy) plans with every member (:func:`members`):
+
+- ``greedy`` at each of ``params.swap_weights``;
+- ``greedy`` with late swaps triggered as late as their own copy allows (a large hole, the
+  lateness paid by the copies behind it) at each of ``params.late_swap_weights``;
+- ``greedy`` that only recomputes temporary buffers and swaps only persistent ones, chains
+  up to ``params.recompute_chain`` (when the link is the scarce resource, activations are
+  re-made and the link carries weights and optimizer state);
+- ``greedy`` after segment checkpointing (:mod:`.engine.checkpoint`: the forward re-run
+  once per segment at the start of its backward), for each of
+  ``params.checkpoint_segments``, segments of equal saved bytes and of equal numbers of
+  saved activations; the greedy then swaps checkpoints and persistent buffers with lazy
+  release and covering late triggers (:meth:`~.engine.state.PlanState.swap_window`);
+- ``capuchin``, ``vdnn`` and ``on-demand``.
+
+It checks each plan with the independent validator, simulates it, and keeps the one with
+the least simulated iteration time (ties: fewer swapped bytes, then member order); then
+applies Capuchin's feedback to it (:mod:`.feedback`: late swap-ins triggered earlier,
+re-validated, kept only when faster), and finally improves it by the local search of
 :mod:`.multilevel` without its pageable level (``params.refine_evaluations`` simulations;
-never worse: only faster plans that pass the validator are kept; deterministic: bounded
-by the count, not the clock). ``BudgetResult.candidates`` lists every member's overhead or
-why it has none.
-``segments-ga`` is not a member: on the shared traces it never beat the greedy
-(it migrates whole gaps a segment forces off, not only the bytes over the budget).
+never worse: only faster plans that pass the validator are kept; deterministic: bounded by
+the count, not the clock). ``BudgetResult.candidates`` lists every member's overhead or why
+it has none.
+
+``segments-ga`` is not a member: on the shared traces it never beat the greedy (it migrates
+whole gaps a segment forces off, not only the bytes over the budget).
 """
 
 from __future__ import annotations

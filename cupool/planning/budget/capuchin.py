@@ -1,4 +1,4 @@
-"""``capuchin``: Capuchin's policy (DESIGN.md idea 3) planned offline from the trace.
+"""``capuchin``: Capuchin's policy (Peng et al., ASPLOS 2020) planned offline from the trace.
 
 Candidates are buffers' idle gaps; they are taken in order of largest free time
 ``FT = swap_in_start − swap_out_end`` (ideal op times, idle link), and only while they

@@ -1,6 +1,6 @@
-"""Capuchin's feedback (DESIGN.md idea 3), offline: simulate a plan, and where a swap-in
-landed after its due op was dispatched (the op waited ``w`` µs), move its trigger earlier
-by enough ops to cover ``w`` at the simulated op times::
+"""Capuchin's feedback, offline: simulate a plan, and where a swap-in landed after its due op
+was dispatched (the op waited ``w`` µs), move its trigger earlier by enough ops to cover
+``w`` at the simulated op times::
 
     op:        10    11    12    13          due 13 waited w
     before:                [trigger 12 ─────►] late

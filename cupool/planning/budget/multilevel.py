@@ -1,4 +1,4 @@
-"""``tiers``: multi-level placement by local search (DESIGN.md idea 2, issue 7 item 3).
+"""``tiers``: multi-level placement (device, pinned host, pageable host) by local search.
 
 Levels: the device (the budget), pinned host memory and pageable host memory, each with
 its bandwidth and latency in the cost model (:mod:`cupool.sim.cost`: pageable copies are
@@ -18,7 +18,7 @@ decision sits at ``t``, in a seeded random order:
   device sooner when it waited), or move a swap between pinned and pageable memory;
 - **move within the level**: place a residency (a buffer's stay on the device) at another
   free offset: best-fit smallest hole, at the hole's edge next to the neighbour that dies
-  later (DESIGN.md's allocation rules);
+  later (the allocation rules of :meth:`~.multilevel_moves.TierState.best_fit`);
 - **overwrite**: place a residency that begins at op ``t`` at the offset of one that ends
   at ``t`` (an op's output reuses its dying input's space).
 

@@ -33,8 +33,8 @@ class BudgetParams:
     placement_rounds: times a planner re-plans for a smaller internal budget when the
       offsets of its residencies need more than the budget (fragmentation).
     population, generations, stall_generations, elite, immigrants,
-    mutation_rate_start, mutation_rate_end, crossover_rate: ``segments-ga``'s GA
-      (DESIGN.md idea 1); the mutation rate grows linearly over the generations.
+    mutation_rate_start, mutation_rate_end, crossover_rate: ``segments-ga``'s genetic
+      algorithm; the mutation rate grows linearly over the generations.
     small_fraction: ``segments-ga`` merges the smallest buffers into one static region
       whose peak is at most this fraction of the budget.
     """

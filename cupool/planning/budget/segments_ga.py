@@ -1,4 +1,5 @@
-"""``segments-ga``: segment reuse by a genetic algorithm (DESIGN.md idea 1).
+"""``segments-ga``: segment reuse, the assignment of buffers to segments searched by a genetic
+algorithm.
 
 The device memory is cut into a *static region* and *K segments*:
 

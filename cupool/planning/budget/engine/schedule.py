@@ -10,7 +10,8 @@ are a :class:`Schedule`, which :mod:`.residency` turns into residencies and acti
     op:        0   1   2   3   4   5   6   7
     uses of b:     u           u       u
     idle gaps:     (1 ─────── 4)(4 ── 6)         candidates: (b, 1, 4) and (b, 4, 6)
-    Gap:           [1 swapped off: resident until 2, back from trigger 3, due 4]
+    Gap(b, 1, 4, swap, resident_until=2, resident_from=3): the copy out has landed by
+    op 2, the swap-in is triggered at op 3 and due at op 4
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
-"""The planning state shared by the greedy budget planners (capuchin, auto's greedy):
-estimated op times, the two FIFO copy engines, what is resident when, and how much a gap
-would cost to take off the device by swapping or by recomputation.
+"""The planning state of the planners that take gaps off the device one at a time (the
+greedy, capuchin, vdnn, segments-ga): estimated op times, the two FIFO copy queues, what is
+resident when, and what taking a gap off the device would take: a swap's
+:class:`SwapWindow` or a recompute's :class:`RecomputeChain`.
 
 Times are estimates for *decisions* (the simulator has the last word): op ``i`` starts at
 ``start_us[i]`` = the sum of the durations before it plus the recomputes planned so far.
