@@ -156,29 +156,34 @@ class PlanState:
                 return False
         elif not s <= op < e:
             return False
-        return all(not (h.start <= op < h.end) for h in holes if h.kind != WRAP)
+        return all(not (start <= op < end) for start, end, kind in holes if kind != WRAP)
 
     def hole_kind(self, buffer_id: int, op: int) -> str | None:
         """The kind of the (non-wrap) hole the buffer has at ``op``, if any."""
-        for h in self.holes.get(buffer_id, ()):
-            if h.kind != WRAP and h.start <= op < h.end:
-                return h.kind
+        for start, end, kind in self.holes.get(buffer_id, ()):
+            if kind != WRAP and start <= op < end:
+                return kind
         return None
 
     # -- recompute -----------------------------------------------------------------------
-    def chain(self, buffer_id: int, op: int, depth: int = 0,
-              seen: set[int] | None = None) -> RecomputeChain | None:
+    def chain(self, buffer_id: int, op: int) -> RecomputeChain | None:
         """What recomputing ``buffer_id`` just before ``op`` takes: its producer plus every
         dropped input that must be recomputed too (``links``), and the swapped-out inputs
         whose swap-in must land by ``op`` instead of their next use (``advances``, see
         :meth:`advance_swap`). ``None`` when some input cannot be made resident there."""
+        links: list[ChainLink] = []
+        advances: list[SwapAdvance] = []
+        cost = self._chain_cost(buffer_id, op, 0, set(), links, advances)
+        return None if cost is None else RecomputeChain(cost, links, advances)
+
+    def _chain_cost(self, buffer_id: int, op: int, depth: int, seen: set[int],
+                    links: list[ChainLink], advances: list[SwapAdvance]) -> float | None:
+        """µs of :meth:`chain` for ``buffer_id`` at ``depth``; its links and advances are
+        appended to the caller's lists (deeper links first)."""
         recipe = self.trace.buffer(buffer_id).recompute
         if recipe is None or depth > self.max_chain:
             return None
-        seen = set() if seen is None else seen
         cost = float(self.durations[recipe.op])
-        links: list[ChainLink] = []
-        advances: list[SwapAdvance] = []
         for x in recipe.inputs:
             if self.resident(x, op) or x in seen:
                 continue
@@ -199,15 +204,13 @@ class PlanState:
             if op < buf.end and (self.hole_kind(x, op) not in (RECOMPUTE, None)
                                  or op < self.base[x].start):
                 return None
-            sub = self.chain(x, op, depth + 1, seen)
+            sub = self._chain_cost(x, op, depth + 1, seen, links, advances)
             if sub is None:
                 return None
             seen.add(x)
-            cost += sub.cost_us
-            links.extend(sub.links)
-            advances.extend(sub.advances)
+            cost += sub
             links.append(ChainLink(x, depth + 1))
-        return RecomputeChain(cost, links, advances)
+        return cost
 
     def advance_swap(self, buffer_id: int, op: int) -> SwapAdvance | None:
         """How to make a swapped-out buffer valid again by ``op`` (its swap-in due there
