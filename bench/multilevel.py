@@ -1,4 +1,4 @@
-"""Benchmark of multi-level placement (a search over levels of memory): the ``tiers``
+"""Benchmark of multi-level placement (device, pinned and pageable host memory): the ``tiers``
 local search against the Capuchin-style plan and ``auto`` on the shared training traces at
 70% and 50% of their lower bound, PCIe Gen5, simulated.
 
@@ -42,17 +42,18 @@ TRACES = Path(__file__).resolve().parent.parent / "cupool" / "data" / "traces"
 
 def _two_level(trace, budget, policy, cost):
     started = time.perf_counter()
-    plan, info = plan_with_budget(trace, budget, policy, cost)
+    result = plan_with_budget(trace, budget, policy, cost)
+    plan = result.plan
     entry = {"status": plan.status.value, "seconds": round(time.perf_counter() - started, 3)}
-    if plan.status.value != "feasible":
-        entry["reason"] = info["reason"]
+    if not result.feasible:
+        entry["reason"] = result.reason
         return entry, None, None
-    check = validate_plan(info["trace"], plan)
+    check = validate_plan(result.trace, plan)
     entry["valid"] = check.valid
     if not check.valid:
         entry["error"] = f"{check.rule}: {check.message}"
         return entry, None, None
-    sim = simulate(info["trace"], plan, cost, validate=False)
+    sim = simulate(result.trace, plan, cost, validate=False)
     entry.update(overhead=sim.overhead, iteration_us=sim.iteration_us,
                  swapped_bytes=sim.swapped_bytes)
     return entry, plan, sim
@@ -60,7 +61,8 @@ def _two_level(trace, budget, policy, cost):
 
 def _searched(trace, seed_plan, cost, params):
     started = time.perf_counter()
-    plan, stats = search_tiers(trace, seed_plan, cost, params)
+    plan = search_tiers(trace, seed_plan, cost, params)
+    stats = plan.stats
     check = validate_plan(trace, plan)
     sim = simulate(trace, plan, cost, validate=False)
     return {"valid": check.valid, "error": check.message or None, "overhead": sim.overhead,
@@ -68,7 +70,7 @@ def _searched(trace, seed_plan, cost, params):
             "seconds": round(time.perf_counter() - started, 3),
             "moves_accepted": stats["moves_accepted"], "evaluations": stats["evaluations"],
             "pinned_peak_bytes": stats["pinned_peak_bytes"],
-            "pageable_swaps": stats["pageable_swaps"]}, stats
+            "pageable_swaps": stats["pageable_swaps"]}
 
 
 def run(quick: bool, seconds: float, evaluations: int) -> dict:
@@ -98,14 +100,14 @@ def run(quick: bool, seconds: float, evaluations: int) -> dict:
             best_us, best_plan = seeds[best_policy]
             row["best_two_level"] = best_policy
             params = TierParams(time_limit_s=seconds, max_evaluations=evaluations)
-            row["tiers"], _stats = _searched(trace, best_plan, cost, params)
+            row["tiers"] = _searched(trace, best_plan, cost, params)
             row["tiers"]["not_worse"] = row["tiers"]["iteration_us"] <= best_us + 1e-6
             limit = pinned_peak_bytes(trace, best_plan) // 2
             row["pinned_limited"] = None  # the best plan swaps nothing: no pinned bytes to halve
             if limit > 0:
-                limited, _stats = _searched(trace, best_plan, cost, replace(
+                limited = _searched(trace, best_plan, cost, replace(
                     params, pinned_host_bytes=limit))
-                start_plan, _ = search_tiers(trace, best_plan, cost, TierParams(
+                start_plan = search_tiers(trace, best_plan, cost, TierParams(
                     pinned_host_bytes=limit, max_evaluations=1))
                 start = simulate(trace, start_plan, cost)
                 row["pinned_limited"] = {"pinned_host_bytes": limit,

@@ -168,8 +168,8 @@ def run_case(case: Case) -> Outcome:
         from cupool.sim import cost_model
 
         budget_bytes = parse_budget(case.budget, trace.lower_bound_bytes())
-        planned, _info = plan_with_budget(trace, budget_bytes, case.method.removeprefix("budget:"),
-                                          cost_model(LINK), BudgetParams(seed=SEED))
+        planned = plan_with_budget(trace, budget_bytes, case.method.removeprefix("budget:"),
+                                   cost_model(LINK), BudgetParams(seed=SEED)).plan
         limited = planned.solve_seconds >= 0.95 * BUDGET_REFINE_CAP_S
     else:
         budget_bytes = dsa_capacity(ROOT / case.path) if case.budget == "capacity" else None

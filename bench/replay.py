@@ -87,14 +87,14 @@ def convergence(trace) -> dict:
     machine's load, so one run says little), for ``CONVERGENCE_ITERATIONS`` each."""
     from cupool.planning.budget import plan_with_budget
 
-    plan, info = plan_with_budget(trace, int(trace.lower_bound_bytes() * 0.7), "capuchin")
+    budgeted = plan_with_budget(trace, int(trace.lower_bound_bytes() * 0.7), "capuchin")
     keys = ("late_prefetches", "stall_us", "feedback_moves", "sim_late_floor", "iteration_us",
             "corrupt_bytes", "off_plan")
     runs = []
     for seed in CONVERGENCE_SEEDS:
         result = replay(trace, "70%", iterations=CONVERGENCE_ITERATIONS, size_scale=SIZE_SCALE,
-                        time_scale=TIME_SCALE, plan=delay_swap_ins(plan),
-                        plan_trace=info["trace"], seed=seed)
+                        time_scale=TIME_SCALE, plan=delay_swap_ins(budgeted.plan),
+                        plan_trace=budgeted.trace, seed=seed)
         runs.append({"seed": seed, **{k: result[k] for k in keys}})
     return {"policy": "capuchin", "sim_iteration_us": result["sim_iteration_us"],
             "corrupt_bytes": sum(r["corrupt_bytes"] for r in runs), "runs": runs}

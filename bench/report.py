@@ -1,4 +1,4 @@
-"""Render ``bench/results/REPORT.md`` from the benchmarks' saved results .
+"""Render ``bench/results/REPORT.md`` from the benchmarks' saved results.
 
     python bench/report.py [--results DIR] [--out FILE] [--figures]
 
@@ -417,8 +417,8 @@ def static_section(static: dict) -> str:
     return "\n".join([
         "## Static offset planning (`bench/static.py`)", "",
         f"Regenerate: `{COMMANDS['static']}`{quick}. Cells: arena / lower bound (DSA rows: "
-        "arena / capacity) and seconds including the validator. MiniMalloc seconds are issue "
-        "2's reference figures. Targets: real traces — `auto` at the lower bound, "
+        "arena / capacity) and seconds including the validator. MiniMalloc seconds are its "
+        "published reference figures. Targets: real traces — `auto` at the lower bound, "
         "faster than MiniMalloc; challenging — `exact` fits within 10x MiniMalloc's time; "
         "LSTM — `auto` at the lower bound; 100,000 random buffers — each greedy under 10 s.",
         "",
@@ -907,11 +907,11 @@ def draw_figures(results_dir: Path = RESULTS, traces_dir: Path = TRACES) -> dict
     cost = cost_model(FIGURE_LINK)
     budget_trace = with_recompute_recipes(trace)
     budget = int(budget_trace.lower_bound_bytes() * FIGURE_BUDGET)
-    budget_plan, info = plan_with_budget(budget_trace, budget, "auto", cost)
-    if budget_plan.status.value != "feasible":
-        raise RuntimeError(f"no plan at {FIGURE_BUDGET:.0%}: {info.get('reason')}")
-    summary = plot_timeline(info["trace"], budget_plan, cost, out / FIGURES["timeline"])
-    plot_layout(info["trace"], budget_plan, out / FIGURES["budget_layout"])
+    budgeted = plan_with_budget(budget_trace, budget, "auto", cost)
+    if not budgeted.feasible:
+        raise RuntimeError(f"no plan at {FIGURE_BUDGET:.0%}: {budgeted.reason}")
+    summary = plot_timeline(budgeted.trace, budgeted.plan, cost, out / FIGURES["timeline"])
+    plot_layout(budgeted.trace, budgeted.plan, out / FIGURES["budget_layout"])
     percent = round(FIGURE_BUDGET * 100)
     document = {
         "trace": trace.name, "matplotlib": matplotlib.__version__,
@@ -926,7 +926,7 @@ def draw_figures(results_dir: Path = RESULTS, traces_dir: Path = TRACES) -> dict
                 "lower_bound": peaks.get("lower_bound_bytes")}},
             "timeline": {"file": FIGURES["timeline"], "summary": summary, "caption": {
                 "percent": percent, "budget": budget, "link": FIGURE_LINK,
-                "member": info.get("member", "–"),
+                "member": budgeted.member or "–",
                 "overhead": f_pct(summary.get("overhead")),
                 "swapped": f_int(summary.get("swapped_bytes")),
                 "recompute": f_us(summary.get("recompute_us"))}},

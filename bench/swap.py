@@ -24,7 +24,7 @@ from pathlib import Path
 from cupool.check import validate_plan
 from cupool.io import load_trace
 from cupool.planning.budget import POLICY_NAMES, plan_with_budget
-from cupool.planning.budget._common import working_set_bytes
+from cupool.planning.budget.engine.residency import working_set_bytes
 from cupool.planning.budget.recipes import with_recompute_recipes
 from cupool.sim import cost_model, overhead_lower_bound, simulate
 
@@ -52,14 +52,15 @@ def run(quick: bool) -> dict:
                        "policies": {}}
                 for policy in POLICIES:
                     started = time.perf_counter()
-                    plan, info = plan_with_budget(trace, budget, policy, cost)
+                    result = plan_with_budget(trace, budget, policy, cost)
+                    plan = result.plan
                     seconds = time.perf_counter() - started
                     entry = {"status": plan.status.value, "seconds": round(seconds, 3)}
                     if plan.status.value == "feasible":
-                        check = validate_plan(info["trace"], plan)
+                        check = validate_plan(result.trace, plan)
                         entry["valid"] = check.valid
                         if check.valid:
-                            sim = simulate(info["trace"], plan, cost, validate=False)
+                            sim = simulate(result.trace, plan, cost, validate=False)
                             entry.update(overhead=sim.overhead, stall_us=sim.stall_us,
                                          recompute_us=sim.recompute_us,
                                          swapped_bytes=sim.swapped_bytes)
@@ -68,11 +69,11 @@ def run(quick: bool) -> dict:
                             print(f"INVALID {policy} {row['trace']} {fraction} {link}: "
                                   f"{check.message}", file=sys.stderr)
                     else:
-                        entry["reason"] = info["reason"]
-                    if policy == "auto" and "member" in info:
-                        entry["member"] = info["member"]
+                        entry["reason"] = result.reason
+                    if result.member is not None:
+                        entry["member"] = result.member
                     if policy == "auto" and entry.get("valid"):
-                        entry["breakdown"] = breakdown(info["trace"], sim)
+                        entry["breakdown"] = breakdown(result.trace, sim)
                     row["policies"][policy] = entry
                 rows.append(row)
                 auto = row["policies"]["auto"].get("overhead")

@@ -184,7 +184,7 @@ def _build_parser() -> argparse.ArgumentParser:
     st.add_argument("--pool-rounds", type=_positive_int, default=9)
     st.add_argument("--json", action="store_true")
 
-    # time-shared devices (issue 7, item 1): cupool/sharing/
+    # time-shared devices: cupool/sharing/
     sh = commands.add_parser("share", help="lay out several jobs (traces) on one time-shared "
                              "device: persistent slots, shared temporary region, admission")
     sh.add_argument("trace", nargs="+")
@@ -250,7 +250,8 @@ def _cmd_plan(args, stdout) -> int:
         raise InputError("the directory to write the plan into does not exist", path=args.out)
     if capacity is not None and capacity < lower and args.solver == "auto":
         # Below the lower bound no static plan exists: plan swaps and recomputation.
-        result, trace = _plan_with_budget(trace, capacity, "auto", _cost_from(args), args.seed)
+        budgeted = _plan_with_budget(trace, capacity, "auto", _cost_from(args), args.seed)
+        result, trace = budgeted.plan, budgeted.trace
         valid = validate_plan(trace, result).valid
     else:
         result = plan(trace, args.solver, capacity, params)
@@ -375,14 +376,15 @@ def _cost_from(args):
 
 
 def _plan_with_budget(trace, budget, policy, cost, seed):
-    """``(plan, trace it is for)``; an op whose own working set exceeds the budget is bad
-    input (exit 2) with the planner's one-line reason."""
+    """The :class:`~cupool.planning.budget.BudgetResult` (its plan, and the trace the plan
+    is for); an op whose own working set exceeds the budget is bad input (exit 2) with the
+    planner's one-line reason."""
     from cupool.planning.budget import BudgetParams, plan_with_budget
 
-    result, info = plan_with_budget(trace, budget, policy, cost, BudgetParams(seed=seed))
-    if result.status == SolveStatus.INFEASIBLE:
-        raise InputError(info["reason"] or f"no plan fits the budget (={budget} bytes)")
-    return result, info["trace"]
+    result = plan_with_budget(trace, budget, policy, cost, BudgetParams(seed=seed))
+    if result.plan.status == SolveStatus.INFEASIBLE:
+        raise InputError(result.reason or f"no plan fits the budget (={budget} bytes)")
+    return result
 
 
 def _cmd_simulate(args, stdout) -> int:
@@ -400,7 +402,8 @@ def _cmd_simulate(args, stdout) -> int:
             raise InputError(f"the plan needs {planned.arena_bytes} bytes, more than the "
                              f"budget (={budget})", path=args.plan)
     else:
-        planned, sim_trace = _plan_with_budget(trace, budget, args.policy, cost, args.seed)
+        budgeted = _plan_with_budget(trace, budget, args.policy, cost, args.seed)
+        planned, sim_trace = budgeted.plan, budgeted.trace
         policy = args.policy
     report = simulate(sim_trace, planned, cost)
     bound = overhead_lower_bound(sim_trace, budget, cost)
@@ -545,11 +548,11 @@ def _demo_budgets(args, stdout) -> list[dict]:
         row = {"budget_percent": percent, "budget_bytes": budget, "overhead": {}}
         cells = []
         for policy in POLICY_NAMES:
-            planned, info = plan_with_budget(trace, budget, policy, cost, BudgetParams())
-            report = simulate(info["trace"], planned, cost)
+            result = plan_with_budget(trace, budget, policy, cost, BudgetParams())
+            report = simulate(result.trace, result.plan, cost)
             row["overhead"][policy] = report.overhead if report.feasible else None
             cells.append(f"{100 * report.overhead:9.1f}%" if report.feasible else "   no plan")
-        bound = overhead_lower_bound(info["trace"], budget, cost)
+        bound = overhead_lower_bound(result.trace, budget, cost)
         row["lower_bound_overhead"] = bound.overhead if bound.feasible else None
         row["lower_bound_method"] = bound.details.get("method")
         results.append(row)

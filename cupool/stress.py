@@ -71,7 +71,7 @@ import numpy as np
 
 from cupool import progress
 from cupool.check import validate_plan, validate_swap_plan
-from cupool.core.vocabulary import PERSISTENT, Buffer, Op, Plan, SolveStatus, SwapIn, SwapOut, Trace
+from cupool.core.vocabulary import PERSISTENT, Buffer, Op, Plan, SwapIn, SwapOut, Trace
 from cupool.errors import CupoolError, InputError
 
 __all__ = ["BUNDLED_SIZE_SCALE", "DEVICES", "FAULTS", "JSON_KEYS", "POOL_ITERATIONS",
@@ -553,15 +553,16 @@ def _swap_case(trace: Trace, size_scale: int) -> _SwapCase | None:
 
     budget = max(1, int(trace.lower_bound_bytes() * SWAP_BUDGET))
     for policy in SWAP_POLICIES:
-        plan, info = plan_with_budget(trace, budget, policy)
-        if plan.status is not SolveStatus.FEASIBLE:
+        result = plan_with_budget(trace, budget, policy)
+        plan = result.plan
+        if not result.feasible:
             continue
         if not any(isinstance(a, SwapIn) for a in plan.actions):
             continue
-        if not validate_swap_plan(info["trace"], plan).valid:
+        if not validate_swap_plan(result.trace, plan).valid:
             raise StressError(f"swap scenario: the {policy} plan for {trace.name} at "
                               f"{budget} bytes fails the validator")
-        case = _SwapCase(trace, plan, info["trace"], size_scale, policy)
+        case = _SwapCase(trace, plan, result.trace, size_scale, policy)
         if _walkable(case):
             return case
     return None

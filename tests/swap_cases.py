@@ -75,8 +75,8 @@ def resnet_capuchin_plan():
     from cupool.planning.budget import plan_with_budget
 
     trace = load_trace(TRACE_DIR / "resnet50_train_b32_fp32.trace.json.gz")
-    plan, info = plan_with_budget(trace, int(trace.lower_bound_bytes() * 0.7), "capuchin")
-    return trace, plan, info["trace"]
+    result = plan_with_budget(trace, int(trace.lower_bound_bytes() * 0.7), "capuchin")
+    return trace, result.plan, result.trace
 
 
 @st.composite

@@ -1,4 +1,4 @@
-"""Budget planners (issue 4): every plan passes the independent validator; determinism;
+"""Budget planners: every plan passes the independent validator; determinism;
 infeasible budgets; auto is never worse than its members."""
 
 from __future__ import annotations
@@ -16,8 +16,13 @@ from cupool.core.vocabulary import PERSISTENT, TEMPORARY, Buffer, Op, SolveStatu
 from cupool.errors import SolverError
 from cupool.io import load_trace
 from cupool.planning.budget import POLICY_NAMES, plan_with_budget
-from cupool.planning.budget._residency import boundary_pairs, tie_boundary_pairs
-from cupool.planning.budget._state import Engine
+from cupool.planning.budget.engine.copies import CopyEngine
+from cupool.planning.budget.engine.placement import (
+    BoundaryPair,
+    boundary_pairs,
+    tie_boundary_pairs,
+)
+from cupool.planning.budget.engine.residency import ResidencyInterval
 from cupool.planning.budget.recipes import with_recompute_recipes
 from cupool.sim import cost_model, simulate
 from tests.swap_cases import small_traces
@@ -40,30 +45,31 @@ def resnet_plans(resnet):
 @pytest.mark.parametrize("policy", POLICY_NAMES)
 def test_real_trace_at_70_percent_is_valid(resnet_plans, policy):
     budget, plans = resnet_plans
-    plan, info = plans[policy]
-    assert plan.status == SolveStatus.FEASIBLE, info["reason"]
-    report = validate_plan(info["trace"], plan)
+    result = plans[policy]
+    plan = result.plan
+    assert plan.status == SolveStatus.FEASIBLE, result.reason
+    report = validate_plan(result.trace, plan)
     assert report.valid, report.message
     assert plan.capacity_bytes == budget and plan.arena_bytes <= budget
-    assert simulate(info["trace"], plan, GEN5).feasible
+    assert simulate(result.trace, plan, GEN5).feasible
 
 
 def test_auto_is_never_worse_than_any_policy(resnet_plans):
     _budget, plans = resnet_plans
     times = {}
-    for policy, (plan, info) in plans.items():
-        if plan.status == SolveStatus.FEASIBLE:
-            times[policy] = simulate(info["trace"], plan, GEN5).iteration_us
+    for policy, result in plans.items():
+        if result.feasible:
+            times[policy] = simulate(result.trace, result.plan, GEN5).iteration_us
     assert all(times["auto"] <= t + 1e-6 for t in times.values()), times
 
 
-def test_auto_reaches_the_issue_target_on_resnet_at_70_percent(resnet_plans, resnet):
+def test_auto_is_within_twice_the_bound_plus_5_points_on_resnet_at_70_percent(resnet_plans, resnet):
     from cupool.sim import overhead_lower_bound
 
     budget, plans = resnet_plans
-    plan, info = plans["auto"]
-    bound = overhead_lower_bound(info["trace"], budget, GEN5)
-    overhead = simulate(info["trace"], plan, GEN5).overhead
+    result = plans["auto"]
+    bound = overhead_lower_bound(result.trace, budget, GEN5)
+    overhead = simulate(result.trace, result.plan, GEN5).overhead
     assert overhead <= 2 * bound.overhead + 0.05
 
 
@@ -71,18 +77,19 @@ def test_auto_has_a_member_that_never_swaps_a_temporary_buffer(resnet):
     """The recompute-only member's plan (if valid) swaps persistent buffers only; auto lists
     it among its candidates and keeps the fastest."""
     from cupool.core.vocabulary import SwapOut
-    from cupool.planning.budget._common import BudgetParams, now
-    from cupool.planning.budget.auto import _greedy
+    from cupool.planning.budget import BudgetParams
+    from cupool.planning.budget.auto import greedy_options, plan_greedy_with
 
     planned = with_recompute_recipes(resnet)
     budget = int(resnet.lower_bound_bytes() * 0.7)
-    plan, _reason = _greedy(planned, budget, GEN5, BudgetParams(), now(), 0.0,
-                            late_trigger="latest", swap_temporaries=False,
-                            max_chain=BudgetParams().recompute_chain)
+    params = BudgetParams()
+    options = greedy_options(params, 0.0, late_trigger="latest", swap_temporaries=False,
+                             max_chain=params.recompute_chain)
+    plan = plan_greedy_with(planned, budget, GEN5, params, 0.0, options).plan
     assert plan.status == SolveStatus.FEASIBLE and validate_plan(planned, plan).valid
     swapped = {a.buffer_id for a in plan.actions if isinstance(a, SwapOut)}
     assert all(planned.buffer(b).kind == PERSISTENT for b in swapped)
-    auto, _info = plan_with_budget(resnet, budget, "auto", GEN5)
+    auto = plan_with_budget(resnet, budget, "auto", GEN5).plan
     member = "greedy(recompute temporaries, chains 30)"
     assert member in auto.stats["candidates"]
     assert auto.stats["simulated_overhead"] <= auto.stats["candidates"][member] + 1e-12
@@ -90,18 +97,35 @@ def test_auto_has_a_member_that_never_swaps_a_temporary_buffer(resnet):
         BudgetParams(recompute_chain=-1)
 
 
+def test_auto_reports_its_members_and_the_simulation_of_the_kept_plan(resnet_plans):
+    """``auto``'s result names every member with its overhead (or why it has none), the one
+    it kept, and that plan's simulation; the other policies leave those empty."""
+    _budget, plans = resnet_plans
+    auto = plans["auto"]
+    assert auto.policy == "auto" and auto.reason is None and auto.trace is not None
+    assert auto.member in auto.candidates and auto.candidates == auto.plan.stats["candidates"]
+    assert auto.plan.stats["member"] == auto.member
+    assert auto.simulation.overhead == auto.plan.stats["simulated_overhead"]
+    assert auto.simulation.iteration_us == simulate(auto.trace, auto.plan, GEN5).iteration_us
+    for policy in set(POLICY_NAMES) - {"auto"}:
+        other = plans[policy]
+        assert other.policy == policy
+        assert other.candidates is None and other.member is None and other.simulation is None
+
+
 def test_same_inputs_same_plan(resnet):
     budget = int(resnet.lower_bound_bytes() * 0.7)
-    a, _ = plan_with_budget(resnet, budget, "greedy", GEN5)
-    b, _ = plan_with_budget(resnet, budget, "greedy", GEN5)
+    a = plan_with_budget(resnet, budget, "greedy", GEN5).plan
+    b = plan_with_budget(resnet, budget, "greedy", GEN5).plan
     assert a.residencies == b.residencies and a.actions == b.actions
 
 
 def test_budget_below_an_ops_working_set_is_infeasible(resnet):
-    plan, info = plan_with_budget(resnet, 1 << 20, "auto", GEN5)
-    assert plan.status == SolveStatus.INFEASIBLE
+    result = plan_with_budget(resnet, 1 << 20, "auto", GEN5)
+    assert result.plan.status == SolveStatus.INFEASIBLE and result.policy == "auto"
     assert re.fullmatch(r"infeasible: op \d+ needs \d+ bytes resident \(budget 1048576 bytes\)",
-                        info["reason"])
+                        result.reason)
+    assert result.plan.stats["reason"] == result.reason and result.candidates is None
 
 
 def test_unknown_policy_lists_the_known_ones(resnet):
@@ -132,7 +156,7 @@ def _brute_fits(copies, issue, length, due):
                 max_size=6),
        st.integers(0, 50), st.integers(1, 20), st.integers(0, 40))
 def test_engine_fits_matches_a_brute_force_queue(copies, issue, length, slack):
-    engine = Engine()
+    engine = CopyEngine()
     accepted = []
     for i, ln, s in sorted(copies, key=lambda c: c[0]):
         if engine.fits(i, ln, i + ln + s):
@@ -149,13 +173,13 @@ def test_engine_fits_matches_a_brute_force_queue(copies, issue, length, slack):
 @given(st.lists(st.tuples(st.integers(0, 50), st.integers(1, 20)), max_size=6),
        st.integers(0, 60), st.integers(1, 20), st.integers(0, 80))
 def test_engine_end_growth_matches_the_queue_with_the_copy_added(copies, issue, length, end):
-    engine = Engine()
+    engine = CopyEngine()
     for i, ln in sorted(copies):
         engine.add(float(i), float(ln))
     before = max([end, *engine.finishes()])
     engine.add(float(issue), float(length))
     after = max([end, *engine.finishes()])
-    growth = Engine()
+    growth = CopyEngine()
     for i, ln in sorted(copies):
         growth.add(float(i), float(ln))
     assert growth.end_growth(float(issue), float(length), float(end)) == \
@@ -165,30 +189,34 @@ def test_engine_end_growth_matches_the_queue_with_the_copy_added(copies, issue, 
 def test_a_swap_across_the_boundary_costs_what_its_copy_out_adds_past_the_last_op():
     """W (10 kB, persistent) used only at op 4 of six 10 µs ops, 1 GB/s and 3 µs per copy:
     across the boundary its copy out runs 50..63 µs, 3 µs past the last op's end (60)."""
-    from cupool.planning.budget._greedy import evaluate
-    from cupool.planning.budget._state import PlanState
+    from cupool.planning.budget.engine.greedy import GreedyOptions, evaluate
+    from cupool.planning.budget.engine.schedule import IdleGap, OpSpan
+    from cupool.planning.budget.engine.state import PlanState
 
     trace = Trace("wrap", tuple(Op(f"op{i}", 10.0) for i in range(6)),
                   (Buffer(0, 10000, 0, 6, (4,), PERSISTENT),
                    Buffer(1, 1000, 0, 6, tuple(range(6)), PERSISTENT)))
     state = PlanState(trace, 1000, cost_model(1.0, latency_us=3.0))
-    cost, mode, window, holes, _next = evaluate(state, 0, 4, 4, allow_swap=True,
-                                                allow_recompute=False, swap_weight=0.0)
-    assert mode == "swap" and window[2:4] == (50.0, 13.0) and holes == [(0, 2)]
-    assert cost == pytest.approx(3.0, abs=1e-4)
+    option = evaluate(state, IdleGap(0, 4, 4),
+                      GreedyOptions(allow_recompute=False, swap_weight=0.0))
+    assert option.mode == "swap" and option.holes == [OpSpan(0, 2)]
+    assert (option.swap.out_issue_us, option.swap.out_us) == (50.0, 13.0)
+    assert option.cost_us == pytest.approx(3.0, abs=1e-4)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(small_traces(), st.sampled_from((0.5, 0.7, 0.9)), st.sampled_from(POLICY_NAMES))
 def test_small_traces_plans_are_valid_or_say_why(trace, fraction, policy):
     budget = max(1, int(trace.lower_bound_bytes() * fraction))
-    plan, info = plan_with_budget(trace, budget, policy, GEN5)
-    if plan.status == SolveStatus.FEASIBLE:
-        report = validate_plan(info["trace"], plan)
+    result = plan_with_budget(trace, budget, policy, GEN5)
+    assert result.policy == policy
+    if result.feasible:
+        assert result.reason is None
+        report = validate_plan(result.trace, result.plan)
         assert report.valid, report.message
-        assert simulate(info["trace"], plan, GEN5, validate=False).feasible
+        assert simulate(result.trace, result.plan, GEN5, validate=False).feasible
     else:
-        assert info["reason"]
+        assert result.reason and result.plan.stats["reason"] == result.reason
 
 
 def test_feedback_moves_a_late_swap_in_earlier():
@@ -210,8 +238,9 @@ def test_feedback_moves_a_late_swap_in_earlier():
     assert validate_plan(trace, plan).valid
     before = simulate(trace, plan, GEN5)
     assert before.stall_us > 0
-    better, report, moved = refine_triggers(trace, plan, GEN5)
-    assert moved == 1
+    refined = refine_triggers(trace, plan, GEN5)
+    better, report = refined.plan, refined.simulation
+    assert refined.moved_triggers == 1 and better.stats["feedback_moved_triggers"] == 1
     assert SwapIn(0, 4, 5) in better.actions and Residency(0, 4, 6, 0) in better.residencies
     assert validate_plan(trace, better).valid
     assert report.stall_us == 0 and report.iteration_us < before.iteration_us
@@ -234,8 +263,9 @@ def test_a_copy_with_slack_queued_ahead_of_a_late_one_is_postponed_behind_it():
     link = cost_model(1.0, latency_us=3.0)
     before = simulate(trace, plan, link)
     assert before.iteration_us == pytest.approx(217.0)
-    postponed, moved = _postpone_blockers(trace, plan, before)
-    assert moved == 1 and SwapIn(0, 5, 9) in postponed.actions
+    result = _postpone_blockers(trace, plan, before)
+    postponed = result.plan
+    assert result.moved == 1 and SwapIn(0, 5, 9) in postponed.actions
     assert Residency(0, 5, 10, 0) in postponed.residencies
     assert validate_plan(trace, postponed).valid
     after = simulate(trace, postponed, link)
@@ -247,8 +277,9 @@ def test_a_recompute_brings_a_swapped_input_back_earlier():
     """A is recomputed before op 5 from X, which is swapped out until its own use at op 6:
     the planner moves X's swap-in due to op 5 (an earlier trigger) instead of giving up."""
     from cupool.core.vocabulary import Recompute, SwapIn
-    from cupool.planning.budget._common import BudgetParams, now, place_schedule
-    from cupool.planning.budget._state import PlanState
+    from cupool.planning.budget import BudgetParams
+    from cupool.planning.budget.engine.placement import Decision, place_schedule
+    from cupool.planning.budget.engine.state import PlanState
 
     trace = Trace("advance", tuple(Op(f"op{i}", 10.0) for i in range(8)), (
         Buffer(0, 1000, 0, 8, (0, 6)),
@@ -258,12 +289,13 @@ def test_a_recompute_brings_a_swapped_input_back_earlier():
     state.apply_swap(0, 0, 6, state.swap_window(0, 0, 6))
     assert not state.resident(0, 5)
     chain = state.chain(1, 5)
-    assert chain is not None and chain[2], chain  # X's swap-in is advanced, not recomputed
+    assert chain is not None and chain.advances, chain  # X's swap-in moves, no recompute
     state.apply_recompute(1, 1, 5, chain)
     assert state.resident(0, 5)
-    plan, reason = place_schedule(trace, 10_000, lambda _budget: (state.schedule, {}), "test",
-                                  BudgetParams(), now(), {})
-    assert reason is None
+    result = place_schedule(trace, 10_000, lambda _budget: Decision(state.schedule), "test",
+                            BudgetParams().placement, 0.0)
+    plan = result.plan
+    assert result.reason is None
     assert validate_plan(trace, plan).valid
     swap_in = next(a for a in plan.actions if isinstance(a, SwapIn))
     assert swap_in.buffer_id == 0 and swap_in.due_op == 5 and swap_in.trigger_op <= 5
@@ -279,7 +311,8 @@ BOUNDARY_TRACE = Trace("boundary", tuple(Op(f"op{i}", 1.0) for i in range(6)), (
     Buffer(1, 8, 0, 2, (0, 1)),
     Buffer(2, 8, 3, 6, (3, 5)),
 ))
-BOUNDARY_INTERVALS = [(0, 0, 1), (0, 3, 6), (1, 0, 2), (2, 3, 6)]
+BOUNDARY_INTERVALS = [ResidencyInterval(0, 0, 1), ResidencyInterval(0, 3, 6),
+                      ResidencyInterval(1, 0, 2), ResidencyInterval(2, 3, 6)]
 
 
 @pytest.mark.parametrize(("offsets", "budget", "tied"), [
@@ -290,7 +323,7 @@ BOUNDARY_INTERVALS = [(0, 0, 1), (0, 3, 6), (1, 0, 2), (2, 3, 6)]
 ])
 def test_a_persistent_buffer_keeps_one_offset_across_the_iteration_boundary(offsets, budget,
                                                                              tied):
-    assert boundary_pairs(BOUNDARY_TRACE, BOUNDARY_INTERVALS) == [(0, 1)]
+    assert boundary_pairs(BOUNDARY_TRACE, BOUNDARY_INTERVALS) == [BoundaryPair(first=0, last=1)]
     placed = np.array(offsets, dtype=np.int64)
     assert tie_boundary_pairs(BOUNDARY_TRACE, BOUNDARY_INTERVALS, placed, budget) is (
         tied is not None)

@@ -1,4 +1,4 @@
-"""Segment checkpointing (:mod:`cupool.planning.budget._checkpoint`): a segment's saved
+"""Segment checkpointing (:mod:`cupool.planning.budget.engine.checkpoint`): a segment's saved
 activations are re-made once, at the first backward use of any of them, in producer order;
 a buffer another segment's batch reads stays a checkpoint; plans pass the validator."""
 
@@ -13,10 +13,16 @@ from hypothesis import strategies as st
 from cupool.check import validate_plan
 from cupool.core.vocabulary import PERSISTENT, Buffer, Op, RecomputeAction, SolveStatus, Trace
 from cupool.io import load_trace
-from cupool.planning.budget._checkpoint import plan_batches, saved_activations, split_segments
-from cupool.planning.budget._common import BudgetParams, now
-from cupool.planning.budget._state import PlanState
-from cupool.planning.budget.auto import _greedy
+from cupool.planning.budget import BudgetParams
+from cupool.planning.budget.auto import greedy_options, plan_greedy_with
+from cupool.planning.budget.engine.checkpoint import (
+    SavedActivation,
+    plan_batches,
+    saved_activations,
+    split_segments,
+)
+from cupool.planning.budget.engine.greedy import GreedyOptions
+from cupool.planning.budget.engine.state import PlanState
 from cupool.planning.budget.recipes import with_recompute_recipes
 from cupool.sim import cost_model, simulate
 from tests.swap_cases import small_traces
@@ -43,16 +49,26 @@ def chain_trace():
     )))
 
 
+def _checkpointed(trace, budget, segments):
+    """``auto``'s checkpoint member: ``segments`` segments, then the greedy at weight 0.2."""
+    params = BudgetParams()
+    options = greedy_options(params, 0.2, late_trigger="covering", segments=segments,
+                             lazy_release=True)
+    assert isinstance(options, GreedyOptions)
+    return plan_greedy_with(trace, budget, GEN5, params, 0.0, options)
+
+
 def test_one_segment_is_remade_once_at_its_first_backward_use():
     trace = chain_trace()
-    assert [(op, b, p, q) for op, b, p, q in saved_activations(trace)] == [
-        (0, 1, 1, 6), (1, 2, 2, 5)]
+    assert saved_activations(trace) == [
+        SavedActivation(producer_op=0, buffer_id=1, last_forward_use=1, first_backward_use=6),
+        SavedActivation(producer_op=1, buffer_id=2, last_forward_use=2, first_backward_use=5)]
     batches = plan_batches(PlanState(trace, 10**6, GEN5), 1)
-    assert [(point, [m[1] for m in members], links) for point, members, links in batches] == [
+    assert [(b.point, [m.buffer_id for m in b.members], b.links) for b in batches] == [
         (5, [1, 2], [])]
-    plan, reason = _greedy(trace, trace.lower_bound_bytes(), GEN5, BudgetParams(), now(), 0.2,
-                           late_trigger="covering", segments=1, lazy_release=True)
-    assert reason is None and plan.status == SolveStatus.FEASIBLE
+    result = _checkpointed(trace, trace.lower_bound_bytes(), segments=1)
+    plan = result.plan
+    assert result.reason is None and plan.status == SolveStatus.FEASIBLE
     assert [a for a in plan.actions if isinstance(a, RecomputeAction)] == [
         RecomputeAction(1, 5), RecomputeAction(2, 5)]  # A before B: B is made from A
     assert validate_plan(trace, plan).valid
@@ -75,15 +91,15 @@ def test_a_buffer_another_segments_batch_reads_stays_a_checkpoint():
     stays resident (a checkpoint) and only B is re-made."""
     trace = chain_trace()
     batches = plan_batches(PlanState(trace, 10**6, GEN5), 2)
-    assert [(point, [m[1] for m in members]) for point, members, _links in batches] == [
-        (5, [2])]
+    assert [(b.point, [m.buffer_id for m in b.members]) for b in batches] == [(5, [2])]
 
 
 def test_segments_hold_equal_bytes_or_equal_counts_and_keep_a_producer_whole():
     """Saved activations 1 (400 B, op 0), 2 and 3 (100 B each, both made by op 1), 4 (100 B,
     op 2), in two segments: equal bytes cut after 1; equal counts would cut between 2 and 3,
     but one op's outputs stay together, so the cut comes after 3."""
-    saved = [(0, 1, 0, 9), (1, 2, 1, 9), (1, 3, 1, 9), (2, 4, 2, 9)]
+    saved = [SavedActivation(0, 1, 0, 9), SavedActivation(1, 2, 1, 9),
+             SavedActivation(1, 3, 1, 9), SavedActivation(2, 4, 2, 9)]
     sizes = {1: 400}
 
     class Sized:
@@ -91,9 +107,9 @@ def test_segments_hold_equal_bytes_or_equal_counts_and_keep_a_producer_whole():
         def buffer(b):
             return Buffer(b, sizes.get(b, 100), 0, 1)
 
-    assert [[m[1] for m in seg] for seg in split_segments(Sized, saved, 2, "bytes")] == [
+    assert [[m.buffer_id for m in seg] for seg in split_segments(Sized, saved, 2, "bytes")] == [
         [1], [2, 3, 4]]
-    assert [[m[1] for m in seg] for seg in split_segments(Sized, saved, 2, "count")] == [
+    assert [[m.buffer_id for m in seg] for seg in split_segments(Sized, saved, 2, "count")] == [
         [1, 2, 3], [4]]
     with pytest.raises(ValueError, match="split 'flops'"):
         split_segments(Sized, saved, 2, "flops")
@@ -104,15 +120,13 @@ def test_segments_hold_equal_bytes_or_equal_counts_and_keep_a_producer_whole():
 def test_checkpointed_plans_of_small_traces_are_valid(trace, fraction, segments):
     planned = with_recompute_recipes(trace)
     budget = max(1, int(trace.lower_bound_bytes() * fraction))
-    plan, reason = _greedy(planned, budget, GEN5, BudgetParams(), now(), 0.2,
-                           late_trigger="covering", segments=segments,
-                           lazy_release=True)
-    if plan.status == SolveStatus.FEASIBLE:
-        report = validate_plan(planned, plan)
+    result = _checkpointed(planned, budget, segments)
+    if result.feasible:
+        report = validate_plan(planned, result.plan)
         assert report.valid, report.message
-        assert simulate(planned, plan, GEN5, validate=False).feasible
+        assert simulate(planned, result.plan, GEN5, validate=False).feasible
     else:
-        assert reason
+        assert result.reason
 
 
 def test_gpt2_at_half_its_peak_re_runs_each_segment_once():
@@ -120,14 +134,14 @@ def test_gpt2_at_half_its_peak_re_runs_each_segment_once():
     plan validates, and its recompute time is about one forward (not one per consumer)."""
     trace = with_recompute_recipes(load_trace(TRACES / "gpt2_train_b8_s1024_bf16.trace.json.gz"))
     budget = int(trace.lower_bound_bytes() * 0.5)
-    plan, reason = _greedy(trace, budget, GEN5, BudgetParams(), now(), 0.2,
-                           late_trigger="covering", segments=4, lazy_release=True)
-    assert reason is None, reason
+    result = _checkpointed(trace, budget, segments=4)
+    plan = result.plan
+    assert result.reason is None, result.reason
     assert validate_plan(trace, plan).valid
     points = {}
-    for point, members, _links in plan_batches(PlanState(trace, budget, GEN5), 4):
-        for m in members:
-            points[m[1]] = point
+    for batch in plan_batches(PlanState(trace, budget, GEN5), 4):
+        for m in batch.members:
+            points[m.buffer_id] = batch.point
     assert len(set(points.values())) == 4
     remade = {a.buffer_id: a.before_op for a in plan.actions if isinstance(a, RecomputeAction)}
     assert all(remade.get(b) == point for b, point in points.items())

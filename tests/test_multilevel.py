@@ -18,12 +18,16 @@ from cupool.io.plan_json import parse_plan, plan_to_document
 from cupool.planning.budget import BudgetParams, plan_with_budget
 from cupool.planning.budget.multilevel import (
     TierParams,
-    _apply,
-    _Search,
-    _State,
     pinned_peak_bytes,
     plan_tiers,
     search_tiers,
+)
+from cupool.planning.budget.multilevel_moves import (
+    Move,
+    SpanRef,
+    TierMoves,
+    TierState,
+    apply_move,
 )
 from cupool.planning.budget.recipes import with_recompute_recipes
 from cupool.sim import cost_model, simulate
@@ -112,15 +116,16 @@ UNREFINED = BudgetParams(refine_evaluations=0)  # auto without its final local s
 
 
 def _seeded(trace, budget, cost=GEN5, params=None):
-    plan, info = plan_with_budget(trace, budget, "auto", cost, params)
-    return plan, info["trace"]
+    result = plan_with_budget(trace, budget, "auto", cost, params)
+    return result.plan, result.trace
 
 
 def test_plan_tiers_beats_the_best_two_level_member_on_the_six_op_trace():
     trace = six_op_trace()
     auto, planned = _seeded(trace, 24, params=UNREFINED)
-    tiers, reason = plan_tiers(planned, 24, GEN5, UNREFINED, 0.0)
-    assert reason is None and validate_plan(planned, tiers).valid
+    result = plan_tiers(planned, 24, GEN5, UNREFINED, 0.0)
+    tiers = result.plan
+    assert result.reason is None and validate_plan(planned, tiers).valid
     auto_us = simulate(planned, auto, GEN5).iteration_us
     tiers_us = simulate(planned, tiers, GEN5).iteration_us
     # the greedy recomputes A (10 µs, op 0 again); a swap of 16 B lands in time for ~0 µs
@@ -157,9 +162,10 @@ def test_the_search_is_valid_and_never_slower_than_its_start(seed, fraction, pin
     if plan.status.value != "feasible":
         return
     params = TierParams(time_limit_s=1.0, pinned_host_bytes=pinned)
-    tiers, stats = search_tiers(planned, plan, GEN5, params)
+    tiers = search_tiers(planned, plan, GEN5, params)
+    stats = tiers.stats
     assert validate_plan(planned, tiers).valid
-    start, _ = search_tiers(planned, plan, GEN5, replace(params, max_evaluations=1))
+    start = search_tiers(planned, plan, GEN5, replace(params, max_evaluations=1))
     start_us = simulate(planned, start, GEN5).iteration_us
     tiers_us = simulate(planned, tiers, GEN5).iteration_us
     assert tiers_us <= start_us + 1e-9
@@ -175,8 +181,9 @@ def test_same_seed_same_plan_and_the_search_improves_the_seed():
     budget = int(trace.lower_bound_bytes() * 0.6)
     plan, planned = _seeded(trace, budget, params=UNREFINED)
     params = TierParams(seed=1, time_limit_s=30.0, max_evaluations=200)
-    one, stats = search_tiers(planned, plan, GEN5, params)
-    two, _ = search_tiers(planned, plan, GEN5, params)
+    one = search_tiers(planned, plan, GEN5, params)
+    stats = one.stats
+    two = search_tiers(planned, plan, GEN5, params)
     assert one.residencies == two.residencies and one.actions == two.actions
     assert sum(stats["moves_accepted"].values()) >= 1
     assert stats["iteration_us"] < stats["seed_iteration_us"] - 1
@@ -186,8 +193,8 @@ def test_same_seed_same_plan_and_the_search_improves_the_seed():
 def test_max_evaluations_bounds_the_search():
     trace = _small_trace(14)
     plan, planned = _seeded(trace, int(trace.lower_bound_bytes() * 0.6))
-    _plan, stats = search_tiers(planned, plan, GEN5, TierParams(max_evaluations=3))
-    assert stats["evaluations"] == 3
+    searched = search_tiers(planned, plan, GEN5, TierParams(max_evaluations=3))
+    assert searched.stats["evaluations"] == 3
 
 
 def test_a_pinned_limit_moves_swaps_to_pageable_memory():
@@ -195,8 +202,9 @@ def test_a_pinned_limit_moves_swaps_to_pageable_memory():
     plan = six_op_swap_plan(trace)
     assert pinned_peak_bytes(trace, plan) == 16
     # the repair alone (one evaluation: no move is tried)
-    repaired, stats = search_tiers(trace, plan, GEN5, TierParams(pinned_host_bytes=0,
-                                                                  max_evaluations=1))
+    repaired = search_tiers(trace, plan, GEN5, TierParams(pinned_host_bytes=0,
+                                                          max_evaluations=1))
+    stats = repaired.stats
     assert validate_plan(trace, repaired).valid
     swaps = [a for a in repaired.actions if isinstance(a, (SwapOut, SwapIn))]
     assert swaps and all(a.level == PAGEABLE for a in swaps)
@@ -204,17 +212,18 @@ def test_a_pinned_limit_moves_swaps_to_pageable_memory():
     copies = simulate(trace, repaired, GEN5).copies
     assert all(c[5] - c[4] == pytest.approx(GEN5.copy_us(16, c[1], PAGEABLE)) for c in copies)
     # the search keeps the limit and does not get slower than the repaired start
-    searched, stats = search_tiers(trace, plan, GEN5, TierParams(pinned_host_bytes=0,
-                                                                  time_limit_s=5.0))
-    assert validate_plan(trace, searched).valid and stats["pinned_peak_bytes"] == 0
+    searched = search_tiers(trace, plan, GEN5, TierParams(pinned_host_bytes=0,
+                                                          time_limit_s=5.0))
+    assert validate_plan(trace, searched).valid and searched.stats["pinned_peak_bytes"] == 0
     assert (simulate(trace, searched, GEN5).iteration_us
             <= simulate(trace, repaired, GEN5).iteration_us + 1e-9)
 
 
 def test_plan_tiers_reports_when_no_seed_policy_found_a_plan():
     trace = six_op_trace()
-    plan, reason = plan_tiers(with_recompute_recipes(trace), 1, GEN5, BudgetParams(), 0.0)
-    assert plan.status.value != "feasible" and reason.startswith("tiers: no seed policy")
+    result = plan_tiers(with_recompute_recipes(trace), 1, GEN5, BudgetParams(), 0.0)
+    assert not result.feasible and result.reason.startswith("tiers: no seed policy")
+    assert result.plan.stats["reason"] == result.reason
 
 
 def test_a_move_listed_for_an_earlier_state_does_not_apply():
@@ -222,13 +231,13 @@ def test_a_move_listed_for_an_earlier_state_does_not_apply():
     residency index or an action that is gone makes the move not apply (it used to raise
     IndexError deep in a long search)."""
     trace = six_op_trace()
-    state = _State(trace, six_op_swap_plan(trace))
-    search = _Search(trace, cost_model("gen5"), TierParams())
+    state = TierState(trace, six_op_swap_plan(trace))
+    moves = TierMoves(trace, cost_model("gen5"))
     report = simulate(trace, state.plan(), cost_model("gen5"), validate=False)
     waited = [0.0] * trace.num_ops
-    assert _apply(search, state, ("reoffset", (1, 5)), report, waited) is None
-    assert _apply(search, state, ("cancel_swap", SwapOut(1, 2)), report, waited) is None
-    assert _apply(search, state, ("level", SwapOut(1, 0)), report, waited) is not None
+    assert apply_move(moves, state, Move("reoffset", SpanRef(1, 5)), report, waited) is None
+    assert apply_move(moves, state, Move("cancel_swap", SwapOut(1, 2)), report, waited) is None
+    assert apply_move(moves, state, Move("level", SwapOut(1, 0)), report, waited) is not None
 
 
 @pytest.mark.parametrize("kwargs, text", [

@@ -1,5 +1,5 @@
-"""``segments-ga``: segments, migration rule, GA operators, seeded
-determinism, and validated plans on a real trace."""
+"""``segments-ga`` (segment reuse searched by a genetic algorithm): segments, migration
+rule, GA operators, seeded determinism, and validated plans on a real trace."""
 
 from __future__ import annotations
 
@@ -83,15 +83,17 @@ def resnet_ga():
 
 
 def test_real_trace_plan_is_valid(resnet_ga):
-    _trace, budget, (plan, info) = resnet_ga
-    assert plan.status == SolveStatus.FEASIBLE, info["reason"]
-    assert validate_plan(info["trace"], plan).valid
+    _trace, budget, result = resnet_ga
+    plan = result.plan
+    assert plan.status == SolveStatus.FEASIBLE, result.reason
+    assert validate_plan(result.trace, plan).valid
     assert plan.arena_bytes <= budget
-    assert simulate(info["trace"], plan, GEN5).feasible
+    assert simulate(result.trace, plan, GEN5).feasible
     assert plan.stats["segments"] > 0
 
 
 def test_same_seed_same_plan(resnet_ga):
-    trace, budget, (plan, _info) = resnet_ga
-    again, _ = plan_with_budget(trace, budget, "segments-ga", GEN5, FAST)
+    trace, budget, result = resnet_ga
+    plan = result.plan
+    again = plan_with_budget(trace, budget, "segments-ga", GEN5, FAST).plan
     assert again.residencies == plan.residencies and again.actions == plan.actions

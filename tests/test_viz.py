@@ -42,10 +42,9 @@ def _swapping():
     from cupool.planning.budget import plan_with_budget
 
     trace = load_trace(TRACES / "resnet50_train_b32_fp32.trace.json.gz")
-    swapping_plan, info = plan_with_budget(trace, int(trace.lower_bound_bytes() * 0.7),
-                                           "capuchin")
-    assert swapping_plan.status.value == "feasible"
-    return info["trace"], swapping_plan
+    result = plan_with_budget(trace, int(trace.lower_bound_bytes() * 0.7), "capuchin")
+    assert result.feasible
+    return result.trace, result.plan
 
 
 @pytest.fixture

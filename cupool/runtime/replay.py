@@ -47,7 +47,7 @@ from __future__ import annotations
 from cupool import progress
 from cupool.check import validate_swap_plan
 from cupool.core.units import parse_budget
-from cupool.core.vocabulary import SolveStatus, Trace
+from cupool.core.vocabulary import Trace
 from cupool.errors import InputError
 from cupool.runtime.executor import (
     LATE_THRESHOLD_WALL_US,
@@ -102,10 +102,10 @@ def replay(trace: Trace, budget, device="emulated", iterations: int = 3, link="g
     if plan is None:
         from cupool.planning.budget import plan_with_budget
 
-        plan, info = plan_with_budget(trace, budget_bytes, policy, cost)
-        plan_trace = info["trace"]
-        if plan.status is not SolveStatus.FEASIBLE:
-            raise ReplayError(f"no plan within {budget_bytes} bytes: {info['reason']}")
+        result = plan_with_budget(trace, budget_bytes, policy, cost)
+        plan, plan_trace = result.plan, result.trace
+        if not result.feasible:
+            raise ReplayError(f"no plan within {budget_bytes} bytes: {result.reason}")
     plan_trace = plan_trace or trace
     report = validate_swap_plan(plan_trace, plan)
     if not report.valid:

@@ -67,10 +67,10 @@ def viz(trace_path: str | os.PathLike, plan_path: str | os.PathLike | None = Non
         from cupool.planning.budget import plan_with_budget
 
         budget_bytes = parse_budget(budget, trace.lower_bound_bytes())
-        plan, info = plan_with_budget(trace, budget_bytes, "auto", cost)
-        if plan.status.value != "feasible":
-            raise InputError(f"no plan within budget (={budget_bytes} bytes): {info['reason']}")
-        trace = info["trace"]
+        result = plan_with_budget(trace, budget_bytes, "auto", cost)
+        if not result.feasible:
+            raise InputError(f"no plan within budget (={budget_bytes} bytes): {result.reason}")
+        plan, trace = result.plan, result.trace
         source = f"budget {budget_bytes}"
     else:
         from cupool.planning import plan as plan_trace

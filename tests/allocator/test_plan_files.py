@@ -94,7 +94,7 @@ def refusals(device, tmp_path, plan, trace):
 
 def test_a_swapping_plan_is_refused_by_both(device, tmp_path):
     trace = recording_trace()
-    plan, _info = plan_with_budget(trace, 3 << 20)
+    plan = plan_with_budget(trace, 3 << 20).plan
     assert not plan.is_static and validate_plan(trace, plan).valid
     rest = ("takes a static plan (placements only); the swap runtime serves swapping plans "
             "through one")

@@ -1,9 +1,16 @@
-"""Planning under a memory budget: swaps and recomputation (issue 4).
+"""Planning under a memory budget below the trace's lower bound: swaps and recomputation.
 
-:func:`plan_with_budget` is the front door::
+:func:`plan_with_budget` is the front door; it returns a :class:`BudgetResult`::
 
     trace (+ recompute recipes) ──► policy(budget, cost model) ──► residencies + actions
           ──► offsets (static solver over residencies) ──► Plan ──► swap validator
+
+Layout: the policies are the modules here (:mod:`.auto` with ``greedy``, :mod:`.capuchin`,
+:mod:`.segments_ga`, :mod:`.baselines` with ``vdnn`` and ``on-demand``, and the
+unregistered multi-level search :mod:`.multilevel`); what they share is the engine in
+:mod:`.engine` (plan state, copy queues, greedy, checkpointing, residencies, placement);
+:mod:`.params` and :mod:`.result` hold the plain types of the front door, :mod:`.recipes`
+the recompute recipes and :mod:`.feedback` Capuchin's trigger feedback.
 
 ==============  ===========================================================================
 policy          what it does
@@ -15,7 +22,7 @@ policy          what it does
                 fit the link), DTR/Checkmate-style mixing per tensor
 ``capuchin``    largest free time first, swap when the link has room, else recompute
 ``segments-ga`` K segments from the largest buffers, the others assigned to segments by a
-                GA (DESIGN.md idea 1); gaps that share a segment with another buffer's
+                genetic algorithm; gaps that share a segment with another buffer's
                 access migrate (swap or recompute), least migrated bytes first
 ``vdnn``        offload every forward activation backward uses, prefetch one layer ahead
 ``on-demand``   swap out least-recently-used on pressure, swap in synchronously at use
@@ -23,7 +30,7 @@ policy          what it does
 
 Recompute recipes: traces that carry none get derived ones
 (:func:`~cupool.planning.budget.recipes.with_recompute_recipes`); the plan is made, and
-must be validated and simulated, against that trace (``info["trace"]``), and its
+must be validated and simulated, against that trace (``BudgetResult.trace``), and its
 ``stats["recompute_recipes"]`` says which rule made them.
 
 Traces without op durations: every op without ``duration_us`` takes the cost model's
@@ -32,18 +39,16 @@ Traces without op durations: every op without ``duration_us`` takes the cost mod
 
 from __future__ import annotations
 
+import time
+from dataclasses import replace
 from importlib import import_module
 
-from cupool.core.vocabulary import Plan, SolveStatus, Trace
+from cupool.core.vocabulary import SolveStatus, Trace
 from cupool.errors import SolverError
-from cupool.planning.budget._common import (
-    BudgetParams,
-    check_working_sets,
-    now,
-    recipe_note,
-)
-from cupool.planning.budget._residency import failed_plan
-from cupool.planning.budget.recipes import with_recompute_recipes
+from cupool.planning.budget.engine.residency import check_working_sets, failed_plan
+from cupool.planning.budget.params import BudgetParams
+from cupool.planning.budget.recipes import DERIVED_RULE, has_recipes, with_recompute_recipes
+from cupool.planning.budget.result import BudgetResult
 
 _REGISTRY = {
     "auto": ("cupool.planning.budget.auto", "plan_auto"),
@@ -69,16 +74,14 @@ def get_policy(name: str):
 
 
 def plan_with_budget(trace: Trace, budget_bytes: int, policy: str = "auto", cost=None,
-                     params: BudgetParams | None = None) -> tuple[Plan, dict]:
+                     params: BudgetParams | None = None) -> BudgetResult:
     """Plan ``trace`` to run with at most ``budget_bytes`` resident, with ``policy``.
 
-    Returns ``(plan, info)``. ``plan.status`` is ``feasible`` (residencies, actions and
-    offsets within the budget), ``infeasible`` (no plan can exist: an op's own working set
-    exceeds the budget) or ``over_capacity`` (this policy found none). ``info`` has
-    ``"trace"`` (the trace the plan is for: ``trace`` plus derived recompute recipes; give
-    it to the validator and the simulator), ``"policy"``, ``"reason"`` (``None`` on
-    success, else one line such as ``"infeasible: op 12 needs 805306368 bytes resident"``)
-    and, for ``auto``, ``"candidates"`` (each member policy's simulated overhead or reason).
+    Returns a :class:`BudgetResult`: its ``plan`` is ``feasible`` (residencies, actions
+    and offsets within the budget), ``infeasible`` (no plan can exist: an op's own working
+    set exceeds the budget; ``reason`` names the op) or ``over_capacity`` (this policy
+    found none; ``reason`` says why). Validate and simulate the plan against
+    ``result.trace`` (``trace`` plus derived recompute recipes), not ``trace``.
 
     ``cost`` is a :class:`cupool.sim.cost.CostModel` (default: the Gen5 preset).
     """
@@ -90,31 +93,20 @@ def plan_with_budget(trace: Trace, budget_bytes: int, policy: str = "auto", cost
 
         cost = cost_model("gen5")
     params = params or BudgetParams()
-    started = now()
+    started = time.perf_counter()
     planned = with_recompute_recipes(trace)
     from cupool.sim.cost import ops_without_duration
 
-    stats = {"recompute_recipes": recipe_note(planned, trace),
+    stats = {"recompute_recipes": "from the trace" if has_recipes(trace) else DERIVED_RULE,
              "ops_without_duration": ops_without_duration(trace)}
-    info = {"trace": planned, "policy": policy, "reason": None}
     reason = check_working_sets(trace, budget_bytes)
     if reason is not None:
-        info["reason"] = reason
-        return failed_plan(planned, budget_bytes, policy, started, SolveStatus.INFEASIBLE,
-                           {**stats, "reason": reason}), info
-    plan, reason, extra = _call(function, planned, budget_bytes, cost, params, started)
-    plan.stats.update({k: v for k, v in stats.items() if k not in plan.stats})
-    info["reason"] = reason
-    info.update(extra)
-    return plan, info
+        plan = failed_plan(planned, budget_bytes, policy, started, SolveStatus.INFEASIBLE,
+                           {**stats, "reason": reason})
+        return BudgetResult(plan, planned, policy, reason)
+    result = function(planned, budget_bytes, cost, params, started)
+    result.plan.stats.update({k: v for k, v in stats.items() if k not in result.plan.stats})
+    return replace(result, policy=policy)
 
 
-def _call(function, trace, budget_bytes, cost, params, started):
-    result = function(trace, budget_bytes, cost, params, started)
-    if len(result) == 3:
-        return result
-    plan, reason = result
-    return plan, reason, {}
-
-
-__all__ = ["POLICY_NAMES", "BudgetParams", "get_policy", "plan_with_budget"]
+__all__ = ["POLICY_NAMES", "BudgetParams", "BudgetResult", "get_policy", "plan_with_budget"]

@@ -1,142 +1,176 @@
 """``greedy`` and ``auto``.
 
-``greedy`` is the cost-aware greedy (:mod:`._greedy`, order ``"cost"``, repaired: ops a
-run leaves over the budget are served first in a re-run): cheapest bytes first (per byte
-and per over-budget op a hole covers), where a recompute costs its producer plus its
+``greedy`` is the cost-aware greedy (:mod:`.engine.greedy`, order ``"cost"``, repaired:
+ops a run leaves over the budget are served first in a re-run): cheapest bytes first (per
+byte and per over-budget op a hole covers), where a recompute costs its producer plus its
 chain of dropped inputs and a swap costs ``swap_weight`` µs per µs of link time it
-occupies (plus any lateness). Mixing per
-tensor is what closes the gap on a link-bound machine: activations of cheap (memory-bound)
-ops are recomputed, those of expensive ops ride the link while it has room, and weights
-and optimizer state leave the device between uses / across the iteration boundary only
-when the budget still does not hold.
+occupies (plus any lateness). Mixing per tensor is what closes the gap on a link-bound
+machine: activations of cheap (memory-bound) ops are recomputed, those of expensive ops
+ride the link while it has room, and weights and optimizer state leave the device between
+uses / across the iteration boundary only when the budget still does not hold.
 
-``auto`` (the default policy) plans with every member — ``greedy`` at each of
-``params.swap_weights``, ``greedy`` with late swaps triggered as late as their own copy
-allows (a large hole, the lateness paid by the copies behind it) at each of
-``params.late_swap_weights``, ``greedy`` that only recomputes temporary buffers (swaps
-only persistent ones, chains up to ``params.recompute_chain``: when the link is the
-scarce resource, activations are re-made and the link carries weights and optimizer
-state), ``greedy`` after segment checkpointing (:mod:`._checkpoint`: the forward re-run
-once per segment at the start of its backward, for each of ``params.checkpoint_segments``,
-segments of equal saved bytes and of equal numbers of saved activations;
-then the greedy swaps checkpoints and persistent buffers with lazy release and covering
-late triggers, :meth:`~._state.PlanState.swap_window`), ``capuchin``, ``vdnn`` and
-``on-demand`` — checks
-each plan with the independent validator, simulates it, and keeps the one with the least
-simulated iteration time (ties: fewer swapped bytes, then member order), then applies
-Capuchin's feedback to it (:mod:`.feedback`: late swap-ins triggered earlier, re-validated,
-kept only when faster), and finally improves it by the local search of
+``auto`` (the default policy) plans with every member (:func:`members`):
+
+- ``greedy`` at each of ``params.swap_weights``;
+- ``greedy`` with late swaps triggered as late as their own copy allows (a large hole, the
+  lateness paid by the copies behind it) at each of ``params.late_swap_weights``;
+- ``greedy`` that only recomputes temporary buffers and swaps only persistent ones, chains
+  up to ``params.recompute_chain`` (when the link is the scarce resource, activations are
+  re-made and the link carries weights and optimizer state);
+- ``greedy`` after segment checkpointing (:mod:`.engine.checkpoint`: the forward re-run
+  once per segment at the start of its backward), for each of
+  ``params.checkpoint_segments``, segments of equal saved bytes and of equal numbers of
+  saved activations; the greedy then swaps checkpoints and persistent buffers with lazy
+  release and covering late triggers (:meth:`~.engine.state.PlanState.swap_window`);
+- ``capuchin``, ``vdnn`` and ``on-demand``.
+
+It checks each plan with the independent validator, simulates it, and keeps the one with
+the least simulated iteration time (ties: fewer swapped bytes, then member order); then
+applies Capuchin's feedback to it (:mod:`.feedback`: late swap-ins triggered earlier,
+re-validated, kept only when faster), and finally improves it by the local search of
 :mod:`.multilevel` without its pageable level (``params.refine_evaluations`` simulations;
-never worse: only faster plans that pass the validator are kept; deterministic: bounded
-by the count, not the clock). ``info["candidates"]`` lists every member's overhead or
-why it has none.
-``segments-ga`` is not a member: on the shared traces it never beat the greedy
-(it migrates whole gaps a segment forces off, not only the bytes over the budget).
+never worse: only faster plans that pass the validator are kept; deterministic: bounded by
+the count, not the clock). ``BudgetResult.candidates`` lists every member's overhead or why
+it has none.
+
+``segments-ga`` is not a member: on the shared traces it never beat the greedy (it migrates
+whole gaps a segment forces off, not only the bytes over the budget).
 """
 
 from __future__ import annotations
 
 import math
+import time
+from collections.abc import Callable
 from dataclasses import replace
+from typing import NamedTuple
 
 from cupool.check import validate_plan
-from cupool.core.vocabulary import SolveStatus
-from cupool.planning.budget._common import BudgetParams, now, place_schedule
-from cupool.planning.budget._greedy import over_budget_op, run_repaired
+from cupool.planning.budget.engine.greedy import GreedyOptions, fullest_op, run_repaired
+from cupool.planning.budget.engine.placement import Decision, place_schedule
 from cupool.planning.budget.feedback import refine_triggers
+from cupool.planning.budget.params import BudgetParams
+from cupool.planning.budget.result import BudgetResult
 
 REFINE_TIME_LIMIT_S = 600.0
 """A safety cap on the refining search's wall time; ``refine_evaluations`` ends it first
 on any reasonable machine (so the plan does not depend on the machine's speed)."""
 
 
-def _greedy(trace, budget_bytes, cost, params, started, swap_weight, name="greedy",
-            late_trigger="earliest", swap_temporaries=True, max_chain=None, segments=0,
-            split="bytes", lazy_release=False):
-    def decide(internal):
-        state = run_repaired(trace, internal, cost, order="cost", swap_weight=swap_weight,
-                             allow_swap=math.isfinite(swap_weight),
-                             max_chain=params.max_chain if max_chain is None else max_chain,
-                             late_trigger=late_trigger, swap_temporaries=swap_temporaries,
-                             segments=segments, split=split, lazy_release=lazy_release)
-        op, resident = over_budget_op(state)
-        if resident > internal:
-            return None, {"reason": f"{name}: op {op} still needs {resident} bytes resident "
-                                    f"(budget {internal})"}
-        return state.schedule, {"swap_weight": swap_weight, "late_trigger": late_trigger,
-                                "planned_recompute_us": state.recompute_us}
-
-    return place_schedule(trace, budget_bytes, decide, name, params, started, {})
+def greedy_options(params: BudgetParams, swap_weight: float, **changes) -> GreedyOptions:
+    """The greedy's options at ``swap_weight`` (an infinite weight never swaps), chains up to
+    ``params.max_chain``, with ``changes`` on top."""
+    return GreedyOptions(**{"swap_weight": swap_weight, "allow_swap": math.isfinite(swap_weight),
+                            "max_chain": params.max_chain, **changes})
 
 
-def plan_greedy(trace, budget_bytes, cost, params: BudgetParams, started: float):
+def plan_greedy_with(trace, budget_bytes, cost, params: BudgetParams, started: float,
+                     options: GreedyOptions) -> BudgetResult:
+    """The cost-aware greedy with ``options``, repaired (:func:`~.engine.greedy.run_repaired`)
+    and placed: one ``auto`` member."""
+    def decide(internal: int) -> Decision:
+        state = run_repaired(trace, internal, cost, options)
+        fullest = fullest_op(state)
+        if fullest.resident_bytes > internal:
+            return Decision(None, reason=f"greedy: op {fullest.op} still needs "
+                                         f"{fullest.resident_bytes} bytes resident "
+                                         f"(budget {internal})")
+        return Decision(state.schedule, {"swap_weight": options.swap_weight,
+                                         "late_trigger": options.late_trigger,
+                                         "planned_recompute_us": state.recompute_us})
+
+    return place_schedule(trace, budget_bytes, decide, "greedy", params.placement, started)
+
+
+def plan_greedy(trace, budget_bytes, cost, params: BudgetParams, started: float) -> BudgetResult:
     weight = params.swap_weights[1] if len(params.swap_weights) > 1 else params.swap_weights[0]
-    return _greedy(trace, budget_bytes, cost, params, started, weight)
+    return plan_greedy_with(trace, budget_bytes, cost, params, started,
+                            greedy_options(params, weight))
 
 
-def plan_auto(trace, budget_bytes, cost, params: BudgetParams, started: float):
+class Member(NamedTuple):
+    """One of ``auto``'s planners: its name in ``candidates`` and how to run it (given the
+    time its planning starts)."""
+
+    name: str
+    run: Callable[[float], BudgetResult]
+
+
+def members(trace, budget_bytes, cost, params: BudgetParams) -> list[Member]:
+    """``auto``'s members, in the order that breaks ties."""
     from cupool.planning.budget.baselines import plan_on_demand, plan_vdnn
     from cupool.planning.budget.capuchin import plan_capuchin
+
+    def greedy(options: GreedyOptions) -> Callable[[float], BudgetResult]:
+        return lambda started: plan_greedy_with(trace, budget_bytes, cost, params, started,
+                                                options)
+
+    def policy(function) -> Callable[[float], BudgetResult]:
+        return lambda started: function(trace, budget_bytes, cost, params, started)
+
+    out = [Member(f"greedy(swap_weight={w:g})", greedy(greedy_options(params, w)))
+           for w in params.swap_weights]
+    out += [Member(f"greedy(swap_weight={w:g}, late=latest)",
+                   greedy(greedy_options(params, w, late_trigger="latest")))
+            for w in params.late_swap_weights]
+    out += [Member(f"greedy(recompute temporaries, chains {params.recompute_chain})",
+                   greedy(greedy_options(params, 0.0, late_trigger="latest",
+                                         swap_temporaries=False,
+                                         max_chain=params.recompute_chain)))]
+    out += [Member(f"greedy(checkpoint {k} segments of equal {split})",
+                   greedy(greedy_options(params, params.checkpoint_swap_weight,
+                                         late_trigger="covering", segments=k, split=split,
+                                         lazy_release=True)))
+            for k in params.checkpoint_segments for split in ("bytes", "count")]
+    out += [Member("capuchin", policy(plan_capuchin)), Member("vdnn", policy(plan_vdnn)),
+            Member("on-demand", policy(plan_on_demand))]
+    return out
+
+
+def plan_auto(trace, budget_bytes, cost, params: BudgetParams, started: float) -> BudgetResult:
     from cupool.sim.simulator import simulate
 
-    members = [(f"greedy(swap_weight={w:g})", lambda t0, w=w: _greedy(
-        trace, budget_bytes, cost, params, t0, w)) for w in params.swap_weights]
-    members += [(f"greedy(swap_weight={w:g}, late=latest)", lambda t0, w=w: _greedy(
-        trace, budget_bytes, cost, params, t0, w, late_trigger="latest"))
-        for w in params.late_swap_weights]
-    members += [(f"greedy(recompute temporaries, chains {params.recompute_chain})",
-                 lambda t0: _greedy(trace, budget_bytes, cost, params, t0, 0.0,
-                                    late_trigger="latest", swap_temporaries=False,
-                                    max_chain=params.recompute_chain))]
-    members += [(f"greedy(checkpoint {k} segments of equal {split})",
-                 lambda t0, k=k, split=split: _greedy(
-                     trace, budget_bytes, cost, params, t0, params.checkpoint_swap_weight,
-                     late_trigger="covering", segments=k, split=split, lazy_release=True))
-                for k in params.checkpoint_segments for split in ("bytes", "count")]
-    members += [("capuchin", lambda t0: plan_capuchin(trace, budget_bytes, cost, params, t0)),
-                ("vdnn", lambda t0: plan_vdnn(trace, budget_bytes, cost, params, t0)),
-                ("on-demand", lambda t0: plan_on_demand(trace, budget_bytes, cost, params, t0))]
     report = {}
-    best = None
+    best, best_key = None, None
     reasons = []
-    for rank, (name, member) in enumerate(members):
-        plan, reason = member(now())
-        if plan.status != SolveStatus.FEASIBLE:
-            report[name] = reason
-            reasons.append(f"{name}: {reason}")
+    for rank, member in enumerate(members(trace, budget_bytes, cost, params)):
+        result = member.run(time.perf_counter())
+        plan = result.plan
+        if not result.feasible:
+            report[member.name] = result.reason
+            reasons.append(f"{member.name}: {result.reason}")
             continue
         check = validate_plan(trace, plan)
         if not check.valid:
-            report[name] = f"invalid ({check.rule}): {check.message}"
+            report[member.name] = f"invalid ({check.rule}): {check.message}"
             continue
         sim = simulate(trace, plan, cost, validate=False)
-        report[name] = sim.overhead
+        report[member.name] = sim.overhead
         key = (sim.iteration_us, sim.swapped_bytes, rank)
-        if best is None or key < best[0]:
-            best = (key, name, plan, sim)
-    extra = {"candidates": report}
+        if best_key is None or key < best_key:
+            best, best_key = replace(result, simulation=sim, member=member.name), key
     if best is None:
         reason = "auto: no member found a plan within the budget (" + "; ".join(reasons) + ")"
         plan = replace(plan, solver="auto", stats={**plan.stats, "reason": reason})
-        return plan, reason, extra
-    _key, name, plan, sim = best
-    plan, sim, _moved = refine_triggers(trace, plan, cost, sim)
+        return BudgetResult(plan, trace, "auto", reason, candidates=report)
+    refined_triggers = refine_triggers(trace, best.plan, cost, best.simulation)
+    plan, sim = refined_triggers.plan, refined_triggers.simulation
     refined = {}
     if params.refine_evaluations:
         from cupool.planning.budget.multilevel import TierParams, search_tiers
 
-        searched, tier_stats = search_tiers(trace, plan, cost, TierParams(
+        searched = search_tiers(trace, plan, cost, TierParams(
             seed=params.seed, time_limit_s=REFINE_TIME_LIMIT_S,
             max_evaluations=params.refine_evaluations, pageable=False))
+        tier_stats = searched.stats
         if tier_stats["iteration_us"] < sim.iteration_us:
             plan = replace(searched, stats={**plan.stats})
             sim = simulate(trace, plan, cost, validate=False)
         refined = {"refine_evaluations": tier_stats["evaluations"],
                    "refine_moves": tier_stats["moves_accepted"],
                    "refine_gain_us": tier_stats["seed_iteration_us"] - tier_stats["iteration_us"]}
-    stats = {**plan.stats, "member": name, "simulated_overhead": sim.overhead,
+    stats = {**plan.stats, "member": best.member, "simulated_overhead": sim.overhead,
              "candidates": report, **refined}
-    plan = replace(plan, solver="auto", stats=stats, solve_seconds=now() - started)
-    extra["member"] = name
-    extra["simulation"] = sim
-    return plan, None, extra
+    plan = replace(plan, solver="auto", stats=stats, solve_seconds=time.perf_counter() - started)
+    return BudgetResult(plan, trace, "auto", candidates=report, member=best.member,
+                        simulation=sim)

@@ -23,14 +23,22 @@ from __future__ import annotations
 import numpy as np
 
 from cupool.core.vocabulary import PERSISTENT
-from cupool.planning.budget._common import BudgetParams, place_schedule
-from cupool.planning.budget._greedy import _free_time_pass, candidates, over_budget_op
-from cupool.planning.budget._residency import SWAP, Gap, Schedule
-from cupool.planning.budget._state import PlanState
+from cupool.planning.budget.engine.greedy import (
+    GreedyOptions,
+    candidate_gaps,
+    free_time_pass,
+    fullest_op,
+)
+from cupool.planning.budget.engine.placement import Decision, place_schedule
+from cupool.planning.budget.engine.schedule import SWAP, Gap, IdleGap, Schedule
+from cupool.planning.budget.engine.state import PlanState, SwapWindow
+from cupool.planning.budget.params import BudgetParams
+from cupool.planning.budget.result import BudgetResult
 
 
-def _forward_activations(trace):
-    """``(buffer, last forward use, first backward use)`` of activations backward reads."""
+def _forward_activations(trace) -> list[IdleGap]:
+    """The gap from the last forward use to the first backward use of every activation
+    backward reads."""
     phase = [op.phase for op in trace.ops]
     out = []
     for b in trace.buffers:
@@ -39,41 +47,45 @@ def _forward_activations(trace):
         fw = [u for u in b.uses if phase[u] == "fw"]
         bw = [u for u in b.uses if phase[u] == "bw"]
         if fw and bw and bw[0] > fw[-1] + 1:
-            out.append((b.id, fw[-1], bw[0]))
+            out.append(IdleGap(b.id, fw[-1], bw[0]))
     return out
 
 
-def plan_vdnn(trace, budget_bytes, cost, params: BudgetParams, started: float):
+def plan_vdnn(trace, budget_bytes, cost, params: BudgetParams, started: float) -> BudgetResult:
     acts = _forward_activations(trace)
-    dues = sorted({q for _b, _p, q in acts})
+    dues = sorted({a.next_use for a in acts})
+    swaps_only = GreedyOptions(allow_recompute=False, swap_weight=0.0)
 
     def decide(internal):
         state = PlanState(trace, internal, cost, max_chain=0)
-        for buffer_id, p, q in sorted(acts, key=lambda a: a[2]):
+        for gap in sorted(acts, key=lambda a: a.next_use):
+            p, q = gap.prev_use, gap.next_use
             k = int(np.searchsorted(dues, q))
             trigger = max(dues[k - 1] if k else p + 1, p + 1)
-            size = trace.buffer(buffer_id).size
+            size = trace.buffer(gap.buffer_id).size
             out_len, in_len = cost.copy_us(size, "d2h"), cost.copy_us(size, "h2d")
-            window = (p + 1, trigger, float(state.end_us[p]), out_len,
-                      float(state.start_us[trigger]), in_len, float(state.start_us[q]), 0.0)
-            state.apply_swap(buffer_id, p, q, window)
-            state.taken.add((buffer_id, p, q))
+            window = SwapWindow(p + 1, trigger, float(state.end_us[p]), out_len,
+                                float(state.start_us[trigger]), in_len,
+                                float(state.start_us[q]), 0.0)
+            state.apply_swap(gap.buffer_id, p, q, window)
+            state.taken.add(gap)
         vdnn_swaps = len(acts)
-        kw = {"allow_swap": True, "allow_recompute": False, "swap_weight": 0.0}
-        for offload_persistent in (False, True):
+        for include_persistent in (False, True):
             if state.live.max() > internal:
-                _free_time_pass(state, candidates(trace, offload_persistent), internal, kw)
-        op, resident = over_budget_op(state)
-        if resident > internal:
-            return None, {"reason": f"vdnn: op {op} still needs {resident} bytes resident "
-                                    f"(budget {internal})"}
+                free_time_pass(state, candidate_gaps(trace, include_persistent), swaps_only)
+        fullest = fullest_op(state)
+        if fullest.resident_bytes > internal:
+            return Decision(None, reason=f"vdnn: op {fullest.op} still needs "
+                                         f"{fullest.resident_bytes} bytes resident "
+                                         f"(budget {internal})")
         extra = state.schedule.count(SWAP) - vdnn_swaps
-        return state.schedule, {"vdnn_swaps": vdnn_swaps, "vdnn_extra_swaps": extra}
+        return Decision(state.schedule, {"vdnn_swaps": vdnn_swaps, "vdnn_extra_swaps": extra})
 
-    return place_schedule(trace, budget_bytes, decide, "vdnn", params, started, {})
+    return place_schedule(trace, budget_bytes, decide, "vdnn", params.placement, started)
 
 
-def plan_on_demand(trace, budget_bytes, cost, params: BudgetParams, started: float):
+def plan_on_demand(trace, budget_bytes, cost, params: BudgetParams,
+                   started: float) -> BudgetResult:
     n = trace.num_ops
     uses = {b.id: sorted(set(b.uses)) for b in trace.buffers}
 
@@ -130,12 +142,12 @@ def plan_on_demand(trace, budget_bytes, cost, params: BudgetParams, started: flo
                     continue  # dead temporaries are not resident in the first place
                 schedule.add(gap)
             if live[t] > internal:
-                return None, {"reason": f"on-demand: op {t} still needs {int(live[t])} bytes "
-                                        f"resident (budget {internal})"}
+                return Decision(None, reason=f"on-demand: op {t} still needs {int(live[t])} "
+                                             f"bytes resident (budget {internal})")
         if live.max() > internal:
             op = int(np.argmax(live))
-            return None, {"reason": f"on-demand: op {op} still needs {int(live[op])} bytes "
-                                    f"resident (budget {internal})"}
-        return schedule, {}
+            return Decision(None, reason=f"on-demand: op {op} still needs {int(live[op])} "
+                                         f"bytes resident (budget {internal})")
+        return Decision(schedule)
 
-    return place_schedule(trace, budget_bytes, decide, "on-demand", params, started, {})
+    return place_schedule(trace, budget_bytes, decide, "on-demand", params.placement, started)

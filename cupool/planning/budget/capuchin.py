@@ -1,4 +1,4 @@
-"""``capuchin``: Capuchin's policy (DESIGN.md idea 3) planned offline from the trace.
+"""``capuchin``: Capuchin's policy (Peng et al., ASPLOS 2020) planned offline from the trace.
 
 Candidates are buffers' idle gaps; they are taken in order of largest free time
 ``FT = swap_in_start − swap_out_end`` (ideal op times, idle link), and only while they
@@ -16,23 +16,28 @@ re-validated and kept only when it simulates faster.
 
 from __future__ import annotations
 
-from cupool.core.vocabulary import SolveStatus
-from cupool.planning.budget._common import BudgetParams, place_schedule
-from cupool.planning.budget._greedy import over_budget_op, run_greedy
+from dataclasses import replace
+
+from cupool.planning.budget.engine.greedy import GreedyOptions, fullest_op, run_greedy
+from cupool.planning.budget.engine.placement import Decision, place_schedule
 from cupool.planning.budget.feedback import refine_triggers
+from cupool.planning.budget.params import BudgetParams
+from cupool.planning.budget.result import BudgetResult
 
 
-def plan_capuchin(trace, budget_bytes, cost, params: BudgetParams, started: float):
+def plan_capuchin(trace, budget_bytes, cost, params: BudgetParams,
+                  started: float) -> BudgetResult:
     def decide(internal):
-        state = run_greedy(trace, internal, cost, order="free-time", swap_weight=0.0,
-                           max_chain=params.max_chain)
-        op, resident = over_budget_op(state)
-        if resident > internal:
-            return None, {"reason": f"capuchin: op {op} still needs {resident} bytes "
-                                    f"resident after every candidate (budget {internal})"}
-        return state.schedule, {"planned_recompute_us": state.recompute_us}
+        state = run_greedy(trace, internal, cost, GreedyOptions(
+            order="free-time", swap_weight=0.0, max_chain=params.max_chain))
+        fullest = fullest_op(state)
+        if fullest.resident_bytes > internal:
+            return Decision(None, reason=f"capuchin: op {fullest.op} still needs "
+                                         f"{fullest.resident_bytes} bytes resident after "
+                                         f"every candidate (budget {internal})")
+        return Decision(state.schedule, {"planned_recompute_us": state.recompute_us})
 
-    plan, reason = place_schedule(trace, budget_bytes, decide, "capuchin", params, started, {})
-    if plan.status == SolveStatus.FEASIBLE:
-        plan, _sim, _moved = refine_triggers(trace, plan, cost)
-    return plan, reason
+    result = place_schedule(trace, budget_bytes, decide, "capuchin", params.placement, started)
+    if not result.feasible:
+        return result
+    return replace(result, plan=refine_triggers(trace, result.plan, cost).plan)

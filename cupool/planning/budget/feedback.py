@@ -1,6 +1,6 @@
-"""Capuchin's feedback (DESIGN.md idea 3), offline: simulate a plan, and where a swap-in
-landed after its due op was dispatched (the op waited ``w`` µs), move its trigger earlier
-by enough ops to cover ``w`` at the simulated op times::
+"""Capuchin's feedback, offline: simulate a plan, and where a swap-in landed after its due op
+was dispatched (the op waited ``w`` µs), move its trigger earlier by enough ops to cover
+``w`` at the simulated op times::
 
     op:        10    11    12    13          due 13 waited w
     before:                [trigger 12 ─────►] late
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import replace
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
@@ -29,8 +30,36 @@ from cupool.check import validate_plan
 from cupool.core.vocabulary import Plan, Residency, SwapIn
 from cupool.sim.cost import H2D
 
+if TYPE_CHECKING:
+    from cupool.sim.simulator import SimReport
+
 ROUNDS = 3
 """Simulate → move → re-validate rounds."""
+
+
+class ServedSwapIn(NamedTuple):
+    """A swap-in of a plan and the H2D copy that served it in a simulation (µs)."""
+
+    action: SwapIn
+    enqueued_us: float
+    start_us: float
+    end_us: float
+
+
+class MovedTriggers(NamedTuple):
+    """A plan with some swap-in triggers moved, and how many."""
+
+    plan: Plan
+    moved: int
+
+
+class RefinedPlan(NamedTuple):
+    """What :func:`refine_triggers` found: the fastest plan, its simulation, and how many
+    triggers moved in total (0: the plan it was given)."""
+
+    plan: Plan
+    simulation: SimReport
+    moved_triggers: int
 
 
 def move_swap_in(plan, action: SwapIn, trigger: int):
@@ -51,31 +80,30 @@ def delay_swap_ins(plan):
     return plan
 
 
-def _h2d_copies(report, plan: Plan):
-    """``[(swap-in, (buffer, direction, nbytes, enqueued, start, end))]``: each swap-in of
-    ``plan`` with its H2D copy in ``report`` (a :class:`~cupool.sim.simulator.SimReport` of
-    ``plan``). A buffer's H2D copies, in the order the engine served them, belong to its
-    swap-ins in trigger order (one engine is FIFO, and a buffer's swap-ins are ordered by
-    its residencies)."""
+def _served(report, plan: Plan) -> list[ServedSwapIn]:
+    """Each swap-in of ``plan`` with its H2D copy in ``report`` (a
+    :class:`~cupool.sim.simulator.SimReport` of ``plan``), in trigger order. A buffer's H2D
+    copies, in the order the engine served them, belong to its swap-ins in trigger order
+    (one engine is FIFO, and a buffer's swap-ins are ordered by its residencies)."""
     copies = defaultdict(list)
-    for copy in report.copies:
-        if copy[1] == H2D:
-            copies[copy[0]].append(copy)
+    for buffer_id, direction, _nbytes, enqueued, start, end in report.copies:
+        if direction == H2D:
+            copies[buffer_id].append((enqueued, start, end))
     seen = defaultdict(int)
-    pairs = []
+    served = []
     for action in sorted((a for a in plan.actions if isinstance(a, SwapIn)),
                          key=lambda a: a.trigger_op):
         b = action.buffer_id
-        pairs.append((action, copies[b][seen[b]]))
+        served.append(ServedSwapIn(action, *copies[b][seen[b]]))
         seen[b] += 1
-    return pairs
+    return served
 
 
-def _held_engine(pairs, copy):
-    """The ``(swap-in, copy)`` of ``pairs`` whose copies held the FIFO H2D engine while
-    ``copy`` waited in its queue: started before it, still running when it was enqueued."""
-    return [(other, ahead) for other, ahead in pairs
-            if ahead[4] < copy[4] and ahead[5] > copy[3]]
+def _held_engine(served: list[ServedSwapIn], waiting: ServedSwapIn) -> list[ServedSwapIn]:
+    """The swap-ins of ``served`` whose copies held the FIFO H2D engine while ``waiting``'s
+    waited in its queue: started before it, still running when it was enqueued."""
+    return [ahead for ahead in served
+            if ahead.start_us < waiting.start_us and ahead.end_us > waiting.enqueued_us]
 
 
 def predicted_waits(report, plan: Plan, guard_us: float = 0.0) -> dict:
@@ -84,10 +112,11 @@ def predicted_waits(report, plan: Plan, guard_us: float = 0.0) -> dict:
     the due op's dispatch, plus ``guard_us``, where positive (the largest, for a buffer
     swapped in twice)."""
     waits = {}
-    for action, copy in _h2d_copies(report, plan):
-        wait = copy[5] - report.op_times[action.due_op][0] + guard_us
+    for swap_in in _served(report, plan):
+        dispatch = report.op_times[swap_in.action.due_op][0]
+        wait = swap_in.end_us - dispatch + guard_us
         if wait > 0:
-            b = action.buffer_id
+            b = swap_in.action.buffer_id
             waits[b] = max(waits.get(b, 0.0), wait)
     return waits
 
@@ -98,24 +127,25 @@ def queued_ahead(report, plan: Plan, late: dict, guard_us: float = 0.0) -> dict:
     held the engine while its copy waited in the queue (started before it and ended after
     it was enqueued), each with that wait to cover (the largest, for a copy ahead of
     several)."""
-    pairs = _h2d_copies(report, plan)
+    served = _served(report, plan)
     blockers = {}
-    for action, copy in pairs:
-        b = action.buffer_id
-        if b not in late or report.op_times[action.due_op][0] - copy[5] >= guard_us:
+    for swap_in in served:
+        b = swap_in.action.buffer_id
+        dispatch = report.op_times[swap_in.action.due_op][0]
+        if b not in late or dispatch - swap_in.end_us >= guard_us:
             continue
-        for other, _ahead in _held_engine(pairs, copy):
-            if other.buffer_id != b:
-                blockers[other.buffer_id] = max(blockers.get(other.buffer_id, 0.0), late[b])
+        for ahead in _held_engine(served, swap_in):
+            other = ahead.action.buffer_id
+            if other != b:
+                blockers[other] = max(blockers.get(other, 0.0), late[b])
     return blockers
 
 
-def refine_triggers(trace, plan, cost, sim=None, rounds: int = ROUNDS):
-    """``(plan, report, moved)``: the fastest plan found (``plan`` itself when nothing
-    helped), its simulation and how many triggers moved in total. Each round tries the
+def refine_triggers(trace, plan, cost, sim=None, rounds: int = ROUNDS) -> RefinedPlan:
+    """The fastest plan found (``plan`` itself when nothing helped). Each round tries the
     late swap-ins' triggers earlier, then the copies queued ahead of late ones later
     (:func:`_postpone_blockers`); a candidate is kept when it passes the validator and
-    simulates faster."""
+    simulates faster. ``sim``: ``plan``'s simulation, when the caller has it."""
     from cupool.sim.simulator import simulate
 
     if sim is None:
@@ -124,52 +154,58 @@ def refine_triggers(trace, plan, cost, sim=None, rounds: int = ROUNDS):
     for _round in range(rounds):
         improved = False
         for mover in (_move_late_triggers, _postpone_blockers):
-            candidate, moved = mover(trace, plan, sim)
-            if not moved or not validate_plan(trace, candidate).valid:
+            candidate = mover(trace, plan, sim)
+            if not candidate.moved or not validate_plan(trace, candidate.plan).valid:
                 continue
-            report = simulate(trace, candidate, cost, validate=False)
+            report = simulate(trace, candidate.plan, cost, validate=False)
             if report.iteration_us < sim.iteration_us - 1e-9:
-                plan, sim, moved_total = candidate, report, moved_total + moved
+                plan, sim = candidate.plan, report
+                moved_total += candidate.moved
                 improved = True
         if not improved:
             break
     if moved_total:
         plan = replace(plan, stats={**plan.stats, "feedback_moved_triggers": moved_total})
-    return plan, sim, moved_total
+    return RefinedPlan(plan, sim, moved_total)
 
 
-def _postpone_blockers(trace, plan, sim):
-    """``(plan, moved)``: the swap-ins whose copies held the FIFO H2D engine while a late
-    one waited behind them, and that had more slack before their own due op than the late
-    copy takes, triggered one op after the late one instead (queued behind it). A later
-    trigger only shortens a residency, so budget and addresses still hold; the simulator
-    judges the rest."""
-    pairs = _h2d_copies(sim, plan)
+def _postpone_blockers(trace, plan, sim) -> MovedTriggers:
+    """The swap-ins whose copies held the FIFO H2D engine while a late one waited behind
+    them, and that had more slack before their own due op than the late copy takes,
+    triggered one op after the late one instead (queued behind it). A later trigger only
+    shortens a residency, so budget and addresses still hold; the simulator judges the
+    rest."""
+    served = _served(sim, plan)
     dispatch = [times[0] for times in sim.op_times]
     new_trigger = {}
-    for action, copy in sorted(pairs, key=lambda p: p[1][4]):
-        if copy[5] <= dispatch[action.due_op] + 1e-9 or action in new_trigger:
+    for late in sorted(served, key=lambda s: s.start_us):
+        action = late.action
+        if late.end_us <= dispatch[action.due_op] + 1e-9 or action in new_trigger:
             continue
-        length = copy[5] - copy[4]
+        length = late.end_us - late.start_us
         target = action.trigger_op + 1
-        for other, ahead in _held_engine(pairs, copy):
+        for ahead in _held_engine(served, late):
+            other = ahead.action
             if (other is not action and other not in new_trigger
                     and other.trigger_op < target <= other.due_op
-                    and dispatch[other.due_op] - ahead[5] > length):
+                    and dispatch[other.due_op] - ahead.end_us > length):
                 new_trigger[other] = target
     if not new_trigger:
-        return plan, 0
+        return MovedTriggers(plan, 0)
     for other, target in new_trigger.items():
         plan = move_swap_in(plan, other, target)
-    return replace(plan, actions=tuple(_in_execution_order(list(plan.actions)))), \
-        len(new_trigger)
+    return MovedTriggers(replace(plan, actions=tuple(_in_execution_order(list(plan.actions)))),
+                         len(new_trigger))
 
 
-def _move_late_triggers(trace, plan, sim):
+def _move_late_triggers(trace, plan, sim) -> MovedTriggers:
+    """Each swap-in whose copy landed after its due op was dispatched, triggered earlier by
+    enough ops (at simulated times) to cover the wait, as far as the residency it enters
+    keeps the budget and its offset range free."""
     dispatch = np.array([t[0] for t in sim.op_times], dtype=float)
-    landed = defaultdict(list)  # buffer -> (swap-in, its H2D copy's end), in trigger order
-    for action, copy in _h2d_copies(sim, plan):
-        landed[action.buffer_id].append((action, copy[5]))
+    landed = defaultdict(list)  # buffer -> its swap-ins with their copies, in trigger order
+    for swap_in in _served(sim, plan):
+        landed[swap_in.action.buffer_id].append(swap_in)
     # buffers in the order their first swap-in appears in the plan
     swap_ins = dict.fromkeys(a.buffer_id for a in plan.actions if isinstance(a, SwapIn))
     residencies = list(plan.residencies)
@@ -182,8 +218,9 @@ def _move_late_triggers(trace, plan, sim):
     index = {(r.buffer_id, r.start): k for k, r in enumerate(residencies)}
     new_trigger = {}
     for b in swap_ins:
-        for action, end in landed[b]:
-            wait = end - dispatch[action.due_op]
+        for swap_in in landed[b]:
+            action = swap_in.action
+            wait = swap_in.end_us - dispatch[action.due_op]
             if wait <= 1e-9:
                 continue
             k = index[(b, action.trigger_op)]
@@ -199,7 +236,7 @@ def _move_late_triggers(trace, plan, sim):
                 residencies[k] = Residency(b, target, r.end, r.offset)
                 new_trigger[(b, action.trigger_op)] = target
     if not new_trigger:
-        return plan, 0
+        return MovedTriggers(plan, 0)
     actions = []
     for action in plan.actions:
         key = (action.buffer_id, getattr(action, "trigger_op", None))
@@ -207,8 +244,8 @@ def _move_late_triggers(trace, plan, sim):
             action = replace(action, trigger_op=new_trigger[key])  # keeps its level
         actions.append(action)
     actions = _in_execution_order(actions)
-    return replace(plan, residencies=tuple(residencies), actions=tuple(actions)), \
-        len(new_trigger)
+    return MovedTriggers(replace(plan, residencies=tuple(residencies), actions=tuple(actions)),
+                         len(new_trigger))
 
 
 def _free(residencies, sizes, r, op: int, resident, budget: int) -> bool:

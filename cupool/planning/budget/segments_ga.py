@@ -1,4 +1,5 @@
-"""``segments-ga``: segment reuse by a genetic algorithm (DESIGN.md idea 1).
+"""``segments-ga``: segment reuse, the assignment of buffers to segments searched by a genetic
+algorithm.
 
 The device memory is cut into a *static region* and *K segments*:
 
@@ -25,7 +26,7 @@ two objects of one segment at the same op, migrated bytes), lexicographically; t
 few assignments become plans and the least simulated time wins.
 
 From assignment to plan: every migrated gap goes off the device, by the cheaper of swap
-and recompute (:func:`~._greedy.evaluate`, ``params.swap_weights[2]``-style weight);
+and recompute (:func:`~.engine.greedy.evaluate`, ``params.swap_weights[2]``-style weight);
 because copies take time (a swapped gap frees less than the whole gap) the cost-aware
 greedy then fixes whatever excess remains. Seeded: ``numpy.random.default_rng(seed)``.
 """
@@ -33,21 +34,47 @@ greedy then fixes whatever excess remains. Seeded: ``numpy.random.default_rng(se
 from __future__ import annotations
 
 import bisect
+import time
+from typing import NamedTuple
 
 import numpy as np
 
 from cupool.check import validate_plan
 from cupool.core.vocabulary import PERSISTENT, SolveStatus
-from cupool.planning.budget._common import BudgetParams, now, place_schedule
-from cupool.planning.budget._greedy import _apply, _cost_pass, candidates, evaluate
-from cupool.planning.budget._residency import failed_plan
-from cupool.planning.budget._state import PlanState, gaps_of
+from cupool.planning.budget.engine.greedy import (
+    GreedyOptions,
+    apply_option,
+    candidate_gaps,
+    cost_pass,
+    evaluate,
+)
+from cupool.planning.budget.engine.placement import Decision, place_schedule
+from cupool.planning.budget.engine.residency import failed_plan
+from cupool.planning.budget.engine.schedule import IdleGap, base_interval, gaps_of
+from cupool.planning.budget.engine.state import PlanState
+from cupool.planning.budget.params import BudgetParams
+from cupool.planning.budget.result import BudgetResult
 
 SWAP_WEIGHT = 0.2
 """µs of cost per µs of link time when a migrated gap chooses between swap and recompute."""
 
 FINALISTS = 3
 """Distinct best assignments turned into plans and simulated."""
+
+
+class Fitness(NamedTuple):
+    """How good an assignment is (lower is better, compared in this order): accesses of
+    two objects of one segment at the same op, then bytes of the gaps it migrates."""
+
+    clashes: int
+    migrated_bytes: int
+
+
+class Ranked(NamedTuple):
+    """An assignment (segment per large object) and its fitness."""
+
+    fitness: Fitness
+    assignment: np.ndarray
 
 
 class SegmentProblem:
@@ -62,10 +89,10 @@ class SegmentProblem:
         small = 0
         limit = small_fraction * budget_bytes
         for b in by_size:
-            s, e = _span(trace, b)
-            if region[s:e].max(initial=0) + b.size > limit:
+            span = base_interval(trace, b)
+            if region[span.start:span.end].max(initial=0) + b.size > limit:
                 break
-            region[s:e] += b.size
+            region[span.start:span.end] += b.size
             small += 1
         self.region_bytes = int(region.max(initial=0))
         large = sorted(by_size[small:], key=lambda b: (-b.size, b.id))
@@ -92,8 +119,8 @@ class SegmentProblem:
     def random_assignment(self, rng) -> np.ndarray:
         return np.array([rng.integers(0, f) for f in self.fits], dtype=np.int64)
 
-    def fitness(self, assignment) -> tuple[int, int]:
-        """``(same-op clashes, migrated bytes)`` of an assignment (lower is better)."""
+    def fitness(self, assignment) -> Fitness:
+        """How many same-op clashes and migrated bytes an assignment has."""
         clashes = 0
         migrated = 0
         for seg in range(self.k):
@@ -103,28 +130,22 @@ class SegmentProblem:
             ops = sorted(u for i in members for u in self.uses[i])
             clashes += len(ops) - len(set(ops))
             for i in members:
-                for p, q in self.gaps[i]:
-                    if _any_between(ops, p, q, self.n):
+                for gap in self.gaps[i]:
+                    if _any_between(ops, gap.prev_use, gap.next_use, self.n):
                         migrated += int(self.sizes[i])
-        return clashes, migrated
+        return Fitness(clashes, migrated)
 
-    def migrated_gaps(self, assignment):
-        """``(buffer_id, prev_use, next_use)`` of every gap the assignment migrates."""
+    def migrated_gaps(self, assignment) -> list[IdleGap]:
+        """Every gap the assignment migrates."""
         out = []
         for seg in range(self.k):
             members = np.flatnonzero(assignment == seg)
             ops = sorted(u for i in members for u in self.uses[i])
             for i in members:
-                for p, q in self.gaps[i]:
-                    if _any_between(ops, p, q, self.n):
-                        out.append((self.objects[i].id, p, q))
+                for gap in self.gaps[i]:
+                    if _any_between(ops, gap.prev_use, gap.next_use, self.n):
+                        out.append(gap)
         return out
-
-
-def _span(trace, b) -> tuple[int, int]:
-    if b.kind == PERSISTENT:
-        return 0, trace.num_ops
-    return b.uses[0], b.uses[-1] + 1
 
 
 def _any_between(ops, p: int, q: int, n: int) -> bool:
@@ -135,8 +156,8 @@ def _any_between(ops, p: int, q: int, n: int) -> bool:
     return bisect.bisect_right(ops, p) < len(ops) or (bool(ops) and ops[0] < q)
 
 
-def search(problem: SegmentProblem, params: BudgetParams, started: float):
-    """The GA: returns the final population sorted best first, with fitnesses."""
+def search(problem: SegmentProblem, params: BudgetParams, started: float) -> list[Ranked]:
+    """The GA: the final population, best first."""
     rng = np.random.default_rng(params.seed)
     pop = [problem.random_assignment(rng) for _ in range(params.population)]
     # one greedy seed: every object in the largest segment it fits, spread by use order
@@ -145,7 +166,7 @@ def search(problem: SegmentProblem, params: BudgetParams, started: float):
     best = min(scores)
     stall = 0
     for gen in range(params.generations):
-        if now() - started > params.time_limit_s or stall >= params.stall_generations:
+        if time.perf_counter() - started > params.time_limit_s or stall >= params.stall_generations:
             break
         rate = params.mutation_rate_start + (params.mutation_rate_end
                                              - params.mutation_rate_start) * (
@@ -169,7 +190,7 @@ def search(problem: SegmentProblem, params: BudgetParams, started: float):
         else:
             stall += 1
     order = sorted(range(len(pop)), key=lambda i: scores[i])
-    return [(scores[i], pop[i]) for i in order]
+    return [Ranked(scores[i], pop[i]) for i in order]
 
 
 def _crossover(child, other, seg: int):
@@ -193,25 +214,26 @@ def _mutate(problem, child, rate: float, rng) -> None:
             child[i], child[j] = sj, si
 
 
-def build_state(trace, budget_bytes: int, cost, gaps, max_chain: int) -> PlanState:
+def build_state(trace, budget_bytes: int, cost, gaps: list[IdleGap], max_chain: int) -> PlanState:
     """Take the migrated gaps off the device (cheaper of swap and recompute each), then let
     the cost-aware greedy remove whatever excess the copies' timing leaves."""
     state = PlanState(trace, budget_bytes, cost, max_chain=max_chain)
-    kw = {"allow_swap": True, "allow_recompute": True, "swap_weight": SWAP_WEIGHT}
-    for c in sorted(gaps, key=lambda c: (c[1], c[0])):
-        if c in state.taken:
+    options = GreedyOptions(swap_weight=SWAP_WEIGHT)
+    for gap in sorted(gaps, key=lambda g: (g.prev_use, g.buffer_id)):
+        if gap in state.taken:
             continue
-        option = evaluate(state, *c, **kw)
+        option = evaluate(state, gap, options)
         if option is not None:
-            _apply(state, *c, option)
-            state.taken.add(c)
-    for persistent in (False, True):
+            apply_option(state, gap, option)
+            state.taken.add(gap)
+    for include_persistent in (False, True):
         if state.live.max() > budget_bytes:
-            _cost_pass(state, candidates(trace, persistent), budget_bytes, kw)
+            cost_pass(state, candidate_gaps(trace, include_persistent), options)
     return state
 
 
-def plan_segments_ga(trace, budget_bytes, cost, params: BudgetParams, started: float):
+def plan_segments_ga(trace, budget_bytes, cost, params: BudgetParams,
+                     started: float) -> BudgetResult:
     from cupool.sim.simulator import simulate
 
     problem = SegmentProblem(trace, budget_bytes, params.small_fraction)
@@ -221,41 +243,39 @@ def plan_segments_ga(trace, budget_bytes, cost, params: BudgetParams, started: f
     else:
         ranked = search(problem, params, started)
         seen, gaps_sets = set(), []
-        for (_clash, _migrated), assignment in ranked:
-            key = assignment.tobytes()
+        for candidate in ranked:
+            key = candidate.assignment.tobytes()
             if key not in seen:
                 seen.add(key)
-                gaps_sets.append(problem.migrated_gaps(assignment))
+                gaps_sets.append(problem.migrated_gaps(candidate.assignment))
             if len(gaps_sets) >= FINALISTS:
                 break
-        ga = {"segments": problem.k, "best_clashes": ranked[0][0][0],
-              "best_migrated_bytes": ranked[0][0][1]}
+        ga = {"segments": problem.k, "best_clashes": ranked[0].fitness.clashes,
+              "best_migrated_bytes": ranked[0].fitness.migrated_bytes}
     ga["static_region_bytes"] = problem.region_bytes
-    best = None
-    last = None
+    best, best_us = None, float("inf")
     for gaps in gaps_sets:
         def decide(internal, gaps=gaps):
             state = build_state(trace, internal, cost, gaps, params.max_chain)
             op = int(np.argmax(state.live))
             if state.live[op] > internal:
-                return None, {"reason": f"segments-ga: op {op} still needs "
-                                        f"{int(state.live[op])} bytes resident (budget "
-                                        f"{internal})"}
-            return state.schedule, {"migrated_gaps": len(gaps)}
+                return Decision(None, reason=f"segments-ga: op {op} still needs "
+                                             f"{int(state.live[op])} bytes resident (budget "
+                                             f"{internal})")
+            return Decision(state.schedule, {"migrated_gaps": len(gaps)})
 
-        plan, reason = place_schedule(trace, budget_bytes, decide, "segments-ga", params,
-                                      started, dict(ga))
-        last = (plan, reason)
-        if plan.status != SolveStatus.FEASIBLE or not validate_plan(trace, plan).valid:
+        last = place_schedule(trace, budget_bytes, decide, "segments-ga", params.placement,
+                              started, dict(ga))
+        if not last.feasible or not validate_plan(trace, last.plan).valid:
             continue
-        sim = simulate(trace, plan, cost, validate=False)
-        if best is None or sim.iteration_us < best[0]:
-            best = (sim.iteration_us, plan, reason)
-    if best is None:
-        plan, reason = last
-        if plan.status == SolveStatus.FEASIBLE:  # placed, but not valid: never returned
-            reason = "segments-ga: no finalist passed the validator"
-            plan = failed_plan(trace, budget_bytes, "segments-ga", started,
-                               SolveStatus.OVER_CAPACITY, {**ga, "reason": reason})
-        return plan, reason
-    return best[1], best[2]
+        iteration_us = simulate(trace, last.plan, cost, validate=False).iteration_us
+        if best is None or iteration_us < best_us:
+            best, best_us = last, iteration_us
+    if best is not None:
+        return best
+    if last.feasible:  # placed, but not valid: never returned
+        reason = "segments-ga: no finalist passed the validator"
+        return BudgetResult(failed_plan(trace, budget_bytes, "segments-ga", started,
+                                        SolveStatus.OVER_CAPACITY, {**ga, "reason": reason}),
+                            trace, "segments-ga", reason)
+    return last

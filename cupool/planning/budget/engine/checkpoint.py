@@ -29,21 +29,54 @@ Which stretch is "the forward": ops' ``phase`` (``"fw"`` producers whose gap end
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from cupool.core.liveness import live_bytes
 from cupool.core.vocabulary import PERSISTENT, Trace
-from cupool.planning.budget._residency import RECOMPUTE
-from cupool.planning.budget._state import PlanState, gaps_of
+from cupool.planning.budget.engine.schedule import RECOMPUTE, IdleGap, gaps_of
+from cupool.planning.budget.engine.state import PlanState
 
 MIN_GAP = 2
 """Ops a saved activation must be idle between its last forward and first backward use
 (a shorter gap frees too little to be worth a re-run)."""
 
 
-def saved_activations(trace: Trace) -> list[tuple[int, int, int, int]]:
-    """``(producer op, buffer_id, last forward use, first backward use)`` of every saved
-    activation with a recipe, in producer order (ties: buffer id)."""
+class SavedActivation(NamedTuple):
+    """A temporary buffer with a recipe, made in the forward by ``producer_op`` and idle
+    from ``last_forward_use`` to ``first_backward_use``."""
+
+    producer_op: int
+    buffer_id: int
+    last_forward_use: int
+    first_backward_use: int
+
+    @property
+    def gap(self) -> IdleGap:
+        return IdleGap(self.buffer_id, self.last_forward_use, self.first_backward_use)
+
+
+class Batch(NamedTuple):
+    """A segment's re-run: its ``members`` re-made before op ``point``, with the freed
+    intermediates ``links`` (buffer ids, producer order) re-made there for that op."""
+
+    point: int
+    members: list[SavedActivation]
+    links: list[int]
+
+
+class BatchInputs(NamedTuple):
+    """What re-running a batch at its op needs (:func:`_closure`): the freed intermediates
+    to re-make there too (``links``), and the buffers it would read that are not there
+    (``missing``)."""
+
+    links: list[int]
+    missing: set[int]
+
+
+def saved_activations(trace: Trace) -> list[SavedActivation]:
+    """Every saved activation with a recipe, in producer order (ties: buffer id)."""
     phases = [op.phase for op in trace.ops]
     if "fw" in phases and "bw" in phases:
         def crosses(producer, p, q):
@@ -57,12 +90,13 @@ def saved_activations(trace: Trace) -> list[tuple[int, int, int, int]]:
     for b in trace.buffers:
         if b.kind == PERSISTENT or b.recompute is None:
             continue
-        gaps = [(q - p, p, q) for p, q in gaps_of(trace, b) if q > p]
+        gaps = [(g.next_use - g.prev_use, g.prev_use, g.next_use)
+                for g in gaps_of(trace, b) if not g.wraps]
         if not gaps:
             continue
-        _length, p, q = max(gaps)
+        _length, p, q = max(gaps)  # the longest (ties: the latest)
         if q - p > MIN_GAP and crosses(b.recompute.op, p, q):
-            out.append((b.recompute.op, b.id, p, q))
+            out.append(SavedActivation(b.recompute.op, b.id, p, q))
     out.sort()
     return out
 
@@ -80,34 +114,36 @@ SPLITS = ("bytes", "count")
 """How :func:`split_segments` weighs a saved activation: by its size, or one each."""
 
 
-def split_segments(trace: Trace, saved, segments: int, split: str = "bytes") -> list[list[tuple]]:
+def split_segments(trace: Trace, saved: list[SavedActivation], segments: int,
+                   split: str = "bytes") -> list[list[SavedActivation]]:
     """``saved`` (in producer order) cut into at most ``segments`` runs of equal weight
     (``split``: equal bytes, or equal numbers of saved activations); the saved activations
     of one producer op stay in one segment."""
     if split not in SPLITS:
         raise ValueError(f"split {split!r}: expected one of {SPLITS}")
-    weights = [trace.buffer(b).size if split == "bytes" else 1 for _op, b, _p, _q in saved]
+    weights = [trace.buffer(s.buffer_id).size if split == "bytes" else 1 for s in saved]
     total = sum(weights)
-    out: list[list[tuple]] = [[] for _ in range(max(1, segments))]
+    out: list[list[SavedActivation]] = [[] for _ in range(max(1, segments))]
     acc = 0
     current = 0
     last_op = None
     for item, weight in zip(saved, weights, strict=True):
-        if item[0] != last_op and total:
+        if item.producer_op != last_op and total:
             current = max(current, min(len(out) - 1, acc * len(out) // total))
         out[current].append(item)
         acc += weight
-        last_op = item[0]
+        last_op = item.producer_op
     return [seg for seg in out if seg]
 
 
-def _closure(state: PlanState, members: list[tuple], point: int, dropped_elsewhere: set[int]):
-    """What re-running ``members`` at ``point`` needs: ``(links, needs)``: the freed
-    intermediates to re-produce there too (producer order), and the buffers it would read
-    that are not there (another batch's members, which must become checkpoints, or
-    buffers nothing can re-make at ``point``)."""
+def _closure(state: PlanState, members: list[SavedActivation], point: int,
+             dropped_elsewhere: set[int]) -> BatchInputs:
+    """What re-running ``members`` at ``point`` needs: the freed intermediates to
+    re-produce there too (producer order), and the buffers it would read that are not
+    there (another batch's members, which must become checkpoints, or buffers nothing can
+    re-make at ``point``)."""
     trace = state.trace
-    own = {b for _op, b, _p, _q in members}
+    own = {m.buffer_id for m in members}
     links: list[int] = []
     needs: set[int] = set()
 
@@ -123,7 +159,7 @@ def _closure(state: PlanState, members: list[tuple], point: int, dropped_elsewhe
         # a freed intermediate (or one inside a recompute hole) is made again for one op
         if (buf.recompute is None or depth > state.max_chain
                 or (point < buf.end and (state.hole_kind(x, point) not in (RECOMPUTE, None)
-                                         or point < state.base[x][0]))):
+                                         or point < state.base[x].start))):
             needs.add(x)
             return False
         if not all([available(y, depth + 1) for y in buf.recompute.inputs]):
@@ -131,47 +167,46 @@ def _closure(state: PlanState, members: list[tuple], point: int, dropped_elsewhe
         links.append(x)
         return True
 
-    for _op, b, _p, _q in members:
-        for x in trace.buffer(b).recompute.inputs:
+    for m in members:
+        for x in trace.buffer(m.buffer_id).recompute.inputs:
             available(x, 0)
     links.sort(key=lambda x: (trace.buffer(x).recompute.op, x))
-    return links, needs
+    return BatchInputs(links, needs)
 
 
-def _point(seg) -> int:
+def _point(seg: list[SavedActivation]) -> int:
     """A batch's op: the first backward use of any of its members."""
-    return min(q for _op, _b, _p, q in seg)
+    return min(m.first_backward_use for m in seg)
 
 
-def _resolve_once(state: PlanState, segs: list[list[tuple]]) -> bool:
+def _resolve_once(state: PlanState, segs: list[list[SavedActivation]]) -> bool:
     """One repair of the segments (False: none needed). A member still used at or after
     its batch's op is no gap and leaves the batch; the members of other batches a batch
     would read leave theirs (checkpoints); a batch that needs what no batch can make is
     dropped. Each repair removes at least one member, so repeating ends."""
-    owner = {b: s for s, seg in enumerate(segs) for _op, b, _p, _q in seg}
+    owner = {m.buffer_id: s for s, seg in enumerate(segs) for m in seg}
     for s, seg in enumerate(segs):
         if not seg:
             continue
         point = _point(seg)
-        kept = [m for m in seg if m[2] < point - 1]
+        kept = [m for m in seg if m.last_forward_use < point - 1]
         if len(kept) != len(seg):
             segs[s] = kept
             return True
-        _links, needs = _closure(state, seg, point, {b for b, o in owner.items() if o != s})
-        if not needs:
+        missing = _closure(state, seg, point, {b for b, o in owner.items() if o != s}).missing
+        if not missing:
             continue
-        moved = [b for b in needs if b in owner]
+        moved = [b for b in missing if b in owner]
         for b in moved:
-            segs[owner[b]] = [m for m in segs[owner[b]] if m[1] != b]
+            segs[owner[b]] = [m for m in segs[owner[b]] if m.buffer_id != b]
         if not moved:
             segs[s] = []
         return True
     return False
 
 
-def plan_batches(state: PlanState, segments: int,
-                 split: str = "bytes") -> list[tuple[int, list[tuple], list[int]]]:
-    """``(point, members, links)`` of every segment's batch, checkpoints resolved."""
+def plan_batches(state: PlanState, segments: int, split: str = "bytes") -> list[Batch]:
+    """Every segment's batch, checkpoints resolved."""
     segs = split_segments(state.trace, saved_activations(state.trace), segments, split)
     while _resolve_once(state, segs):
         pass
@@ -179,16 +214,14 @@ def plan_batches(state: PlanState, segments: int,
     for seg in segs:
         if seg:
             point = _point(seg)
-            out.append((point, seg, _closure(state, seg, point, set())[0]))
+            out.append(Batch(point, seg, _closure(state, seg, point, set()).links))
     return out
 
 
-def apply_batches(state: PlanState, segments: int, split: str = "bytes") -> int:
+def apply_batches(state: PlanState, segments: int, split: str = "bytes") -> None:
     """Drop every saved activation of ``segments`` segments and re-produce each segment's
-    at its batch point (:func:`plan_batches`); returns the number of batches applied."""
-    batches = plan_batches(state, segments, split)
-    for point, members, links in batches:
-        gaps = [(b, p, q) for _op, b, p, q in members]
-        state.apply_batch(point, gaps, links)
+    at its batch point (:func:`plan_batches`)."""
+    for batch in plan_batches(state, segments, split):
+        gaps = [m.gap for m in batch.members]
+        state.apply_batch(batch.point, gaps, batch.links)
         state.taken.update(gaps)
-    return len(batches)

@@ -1,0 +1,23 @@
+"""The budget planners' engine: what every policy shares, lowest module first.
+
+==================  ======================================================================
+module              what it holds
+==================  ======================================================================
+:mod:`.schedule`    the decision's vocabulary: idle gaps, :class:`~.schedule.Gap` (a gap
+                    taken off the device by swap or recompute), :class:`~.schedule.Schedule`
+:mod:`.copies`      :class:`~.copies.CopyEngine`: one FIFO copy queue per direction, with
+                    due times, as the planners model the link
+:mod:`.state`       :class:`~.state.PlanState`: estimated op times, both copy queues, bytes
+                    resident per op, and what taking one gap off the device would cost
+:mod:`.checkpoint`  segment checkpointing: re-run each segment of the forward once, at the
+                    start of its backward
+:mod:`.greedy`      the greedy that takes gaps off the device until every op fits
+:mod:`.residency`   schedule → residencies and actions; each op's working set
+:mod:`.placement`   residencies → offsets within the budget → plan; the loop every
+                    policy's ``decide(internal_budget)`` runs in
+==================  ======================================================================
+
+Policies (:mod:`cupool.planning.budget.auto`, ``capuchin``, ``baselines``,
+``segments_ga``) are clients: they build a :class:`~.state.PlanState` or a
+:class:`~.schedule.Schedule` their own way and hand it to :func:`~.placement.place_schedule`.
+"""

@@ -1,0 +1,124 @@
+"""The copy engines as the planners model them: one FIFO queue per direction (D2H, H2D).
+
+A planner asks a queue when a copy issued at some time would finish behind the copies
+already queued, whether adding it keeps every queued copy on time (each has a due time:
+the op that needs its bytes), and how late things get when it does not. Times are µs on
+the planners' estimated op timeline (:class:`~.state.PlanState`); the simulator has the
+last word on the real schedule::
+
+    issue:   t0        t1   t2
+    queue:   [copy a   ][copy b][copy c]     FIFO in issue order, one copy at a time
+    due:                  ^a        ^b   ^c  a copy's delay propagates to those behind it
+"""
+
+from __future__ import annotations
+
+import bisect
+from typing import NamedTuple
+
+
+class QueuedCopy(NamedTuple):
+    """A copy issued at ``issue_us`` that runs ``length_us`` and must land by ``due_us``."""
+
+    issue_us: float
+    length_us: float
+    due_us: float
+
+
+class CopyEngine:
+    """One FIFO copy engine: its copies kept in issue order (copies issued at the same time
+    in the order they were added)."""
+
+    def __init__(self) -> None:
+        self.issues: list[float] = []
+        self.lengths: list[float] = []
+        self.dues: list[float] = []
+        self._finishes: list[float] | None = []
+        self._tol: list[float] | None = []
+
+    def finishes(self) -> list[float]:
+        """Finish time of every queued copy (FIFO in issue order), cached."""
+        if self._finishes is None:
+            out, free = [], 0.0
+            for issue, length in zip(self.issues, self.lengths, strict=True):
+                free = max(free, issue) + length
+                out.append(free)
+            self._finishes = out
+        return self._finishes
+
+    def finish_if_added(self, issue: float, length: float) -> float:
+        """When a copy issued at ``issue`` would finish (copies issued at the same time
+        earlier stay ahead of it)."""
+        k = bisect.bisect_right(self.issues, issue)
+        free = self.finishes()[k - 1] if k else 0.0
+        return max(free, issue) + length
+
+    def _tolerance(self) -> list[float]:
+        """``tol[j]``: how much later copy ``j`` may finish without any copy from ``j`` on
+        missing its due time (delays are absorbed by idle time between copies)."""
+        if self._tol is None:
+            finishes = self.finishes()
+            tol = [0.0] * len(finishes)
+            after = float("inf")
+            for j in range(len(finishes) - 1, -1, -1):
+                tol[j] = min(self.dues[j] - finishes[j], after)
+                start = max(finishes[j - 1] if j else 0.0, self.issues[j])
+                idle = start - (finishes[j - 1] if j else 0.0)
+                after = idle + tol[j] if j else after
+            self._tol = tol
+        return self._tol
+
+    def fits(self, issue: float, length: float, due: float) -> bool:
+        """True when adding the copy keeps it and every later-issued copy on time."""
+        k = bisect.bisect_right(self.issues, issue)
+        finishes = self.finishes()
+        finish = max(finishes[k - 1] if k else 0.0, issue) + length
+        if finish > due + 1e-9:  # µs sums: tolerate rounding, as the later-copy check does
+            return False
+        if k == len(self.issues):
+            return True
+        old_start = max(finishes[k - 1] if k else 0.0, self.issues[k])
+        delay = max(0.0, max(finish, self.issues[k]) - old_start)
+        return delay <= self._tolerance()[k] + 1e-9
+
+    def lateness(self, issue: float, length: float, due: float) -> float:
+        """Estimated µs of waiting a copy that does not fit on time adds: its own delay
+        past ``due`` plus the delay it pushes onto later copies past their tolerance."""
+        k = bisect.bisect_right(self.issues, issue)
+        finishes = self.finishes()
+        finish = max(finishes[k - 1] if k else 0.0, issue) + length
+        late = max(0.0, finish - due)
+        if k < len(self.issues):
+            old_start = max(finishes[k - 1] if k else 0.0, self.issues[k])
+            delay = max(0.0, max(finish, self.issues[k]) - old_start)
+            late += max(0.0, delay - max(self._tolerance()[k], 0.0))
+        return late
+
+    def add(self, issue: float, length: float, due: float = float("inf")) -> None:
+        k = bisect.bisect_right(self.issues, issue)
+        self.issues.insert(k, issue)
+        self.lengths.insert(k, length)
+        self.dues.insert(k, due)
+        self._finishes = None
+        self._tol = None
+
+    def remove(self, copy: QueuedCopy) -> None:
+        """Take back a copy added with these numbers."""
+        issue, length, due = copy.issue_us, copy.length_us, copy.due_us
+        for k in range(bisect.bisect_left(self.issues, issue), len(self.issues)):
+            if self.lengths[k] == length and self.dues[k] == due:
+                del self.issues[k], self.lengths[k], self.dues[k]
+                self._finishes = None
+                self._tol = None
+                return
+        raise ValueError(f"no copy issued at {issue} us for {length} us due {due} us")
+
+    def end_growth(self, issue: float, length: float, end: float) -> float:
+        """How much later than ``end`` (or than the queue's last finish, if later) the
+        queue's last copy would finish with this copy added."""
+        finishes = self.finishes()
+        before = max(end, finishes[-1] if finishes else 0.0)
+        free = self.finish_if_added(issue, length)
+        for j in range(bisect.bisect_right(self.issues, issue), len(self.issues)):
+            free = max(free, self.issues[j]) + self.lengths[j]
+        return max(0.0, free - before)

@@ -1,0 +1,312 @@
+"""The greedy core of the swap/recompute planners (``capuchin`` and ``auto``'s greedy).
+
+Candidates are idle gaps of buffers (:func:`~.schedule.gaps_of`). Each is evaluated two
+ways, against the current :class:`~.state.PlanState`:
+
+- *recompute* (temporary buffers with a recipe): re-run the producer just before the next
+  use; cost = the producer's duration plus the chain of dropped inputs recomputed too;
+  the bytes are free over ``[prev_use + 1, next_use)``;
+- *swap*: copy out after the last use, back in with the latest trigger whose copy lands in
+  time behind the copies already queued; cost = ``swap_weight`` × link time (the link is
+  the scarce resource: a weight of 0 spends it first-come, a large one keeps it for
+  buffers that are expensive to recompute); free over ``[copy out landed, trigger)``.
+
+Two orders: ``"cost"`` (a lazy heap on cost per byte per over-budget op the holes
+cover, DTR-like: cheapest relief first) and ``"free-time"`` (Capuchin: largest
+``FT = swap_in_start − swap_out_end`` first, then swap or recompute by cost). A candidate
+is applied only while it frees bytes at an op still over the budget.
+
+A gap that a planned recompute reads inside (a *pin*: the buffer is that recompute's
+input) is cut short at the first pin: the buffer is back by then. Ops a run cannot bring
+under the budget are served first in a re-run (:func:`run_repaired`), before the link and
+the recompute inputs are spent on easier ops.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+
+from cupool.core.vocabulary import PERSISTENT, Trace
+from cupool.planning.budget.engine.checkpoint import apply_batches
+from cupool.planning.budget.engine.schedule import RECOMPUTE, SWAP, IdleGap, OpSpan, gaps_of
+from cupool.planning.budget.engine.state import PlanState, RecomputeChain, SwapWindow
+
+
+@dataclass(frozen=True)
+class GreedyOptions:
+    """How :func:`run_greedy` takes gaps off the device.
+
+    order: ``"cost"`` (cheapest relief first) or ``"free-time"`` (Capuchin's order).
+    allow_swap, allow_recompute: which ways a gap may leave the device.
+    swap_temporaries: ``False`` swaps persistent buffers only (temporaries are recomputed).
+    swap_weight: µs of cost charged per µs of link time a swap uses.
+    offload_persistent: whether persistent buffers may leave the device at all.
+    max_chain: longest chain of dropped inputs a recompute may re-produce.
+    late_trigger: where a swap that cannot land on time is triggered
+      (:data:`~.state.LATE_TRIGGERS`, :meth:`~.state.PlanState.swap_window`).
+    segments, split: segment checkpointing first (:mod:`.checkpoint`; 0: none).
+    lazy_release: see :meth:`~.state.PlanState.swap_window`.
+    """
+
+    order: str = "cost"
+    allow_swap: bool = True
+    allow_recompute: bool = True
+    swap_temporaries: bool = True
+    swap_weight: float = 0.05
+    offload_persistent: bool = True
+    max_chain: int = 6
+    late_trigger: str = "earliest"
+    segments: int = 0
+    split: str = "bytes"
+    lazy_release: bool = False
+
+
+class GapOption(NamedTuple):
+    """One way to take a gap off the device (:func:`evaluate`): its cost in µs, ``mode``
+    (:data:`~.schedule.SWAP` or :data:`~.schedule.RECOMPUTE`), the ops whose bytes it frees
+    (``holes``), the use it ends at (``next_use``: the gap's, or the first op where a
+    planned recompute reads the buffer), and the swap's window or the recompute's chain."""
+
+    cost_us: float
+    mode: str
+    holes: list[OpSpan]
+    next_use: int
+    swap: SwapWindow | None = None
+    chain: RecomputeChain | None = None
+
+
+def evaluate(state: PlanState, gap: IdleGap, options: GreedyOptions) -> GapOption | None:
+    """The cheaper way to take ``gap`` off the device (``None``: neither works). When a
+    planned recompute reads the buffer inside the gap (a *pin*), the gap is cut short
+    there: the buffer is back (swapped in or recomputed) by the first pin, and the
+    option's ``next_use`` is that op."""
+    buffer_id, prev_use, next_use = gap.buffer_id, gap.prev_use, gap.next_use
+    wraps = next_use <= prev_use
+    if not wraps:
+        pins = [op for op in state.pinned.get(buffer_id, ()) if prev_use < op < next_use]
+        if pins:
+            next_use = min(pins)
+            if next_use - prev_use <= 1:
+                return None
+    size = state.trace.buffer(buffer_id).size
+    found = []
+    if (options.allow_recompute and not wraps and next_use - prev_use > 1
+            and not state.hole_blocked(buffer_id, prev_use + 1, next_use)):
+        chain = state.chain(buffer_id, next_use)
+        extra = 0 if chain is None else sum(state.trace.buffer(link.buffer_id).size
+                                            for link in chain.links)
+        # the chain's inputs are resident at next_use too: never push that op over budget
+        if chain is not None and (not extra or state.live[next_use] + extra <= state.budget):
+            found.append(GapOption(chain.cost_us, RECOMPUTE, [OpSpan(prev_use + 1, next_use)],
+                                   next_use, chain=chain))
+    if options.allow_swap and (options.swap_temporaries
+                               or state.trace.buffer(buffer_id).kind == PERSISTENT):
+        window = state.swap_window(buffer_id, prev_use, next_use, wraps)
+        if window is not None:
+            until, trigger = window.resident_until, window.trigger
+            holes = ([OpSpan(until, state.n), OpSpan(0, trigger)] if wraps
+                     else [OpSpan(until, trigger)])
+            holes = [h for h in holes if h.end > h.start]
+            # the data is back only at the due op
+            if holes and not state.hole_blocked(buffer_id, until, next_use):
+                link = window.out_us + window.in_us
+                # across the boundary the copy out follows the last use: what it adds to
+                # the D2H queue past the last op lengthens the iteration
+                tail = (state.d2h.end_growth(window.out_issue_us, window.out_us,
+                                             float(state.end_us[-1])) if wraps else 0.0)
+                found.append(GapOption(options.swap_weight * link + window.late_us + tail
+                                       + 1e-9 * size, SWAP, holes, next_use, swap=window))
+    if not found:
+        return None
+    return min(found, key=lambda option: option.cost_us)
+
+
+def _helps(state: PlanState, holes: list[OpSpan]) -> bool:
+    return any(h.end > h.start and int(state.live[h.start:h.end].max()) > state.budget
+               for h in holes)
+
+
+def option_score(state: PlanState, gap: IdleGap, option: GapOption) -> float:
+    """µs per byte-op of excess removed: the option's cost over its size times the number
+    of over-budget ops its holes cover (only grows as other choices fix ops, so a lazy
+    heap stays exact)."""
+    over = state.live > state.budget
+    covered = sum(int(over[h.start:h.end].sum()) for h in option.holes if h.end > h.start)
+    return option.cost_us / (state.trace.buffer(gap.buffer_id).size * max(covered, 1))
+
+
+def apply_option(state: PlanState, gap: IdleGap, option: GapOption) -> None:
+    """Take ``gap`` off the device the way ``option`` (:func:`evaluate`) says."""
+    if option.mode == RECOMPUTE:
+        state.apply_recompute(gap.buffer_id, gap.prev_use, option.next_use, option.chain)
+    else:
+        state.apply_swap(gap.buffer_id, gap.prev_use, option.next_use, option.swap)
+
+
+def candidate_gaps(trace: Trace, include_persistent: bool = True) -> list[IdleGap]:
+    """Every idle gap of every buffer (of temporary buffers only, unless
+    ``include_persistent``), in buffer order."""
+    out = []
+    for b in trace.buffers:
+        if b.kind == PERSISTENT and not include_persistent:
+            continue
+        out.extend(gaps_of(trace, b))
+    return out
+
+
+def free_time(state: PlanState, gap: IdleGap) -> float:
+    """Capuchin's ``FT = swap_in_start − swap_out_end`` (µs, ideal times, idle link)."""
+    size = state.trace.buffer(gap.buffer_id).size
+    out_end = state.end_us[gap.prev_use] + state.cost.copy_us(size, "d2h")
+    in_start = state.start_us[gap.next_use] - state.cost.copy_us(size, "h2d")
+    if gap.wraps:
+        in_start += state.end_us[-1]
+    return float(in_start - out_end)
+
+
+def run_greedy(trace: Trace, budget_bytes: int, cost, options: GreedyOptions,
+               hot_ops: tuple[int, ...] = ()) -> PlanState:
+    """Take gaps off the device until every op fits ``budget_bytes`` (or nothing helps).
+
+    Temporary buffers first; persistent ones (their gaps between uses and across the
+    iteration boundary, swap only) only if the budget still does not hold, because a
+    weight on the host also blocks recomputing the activations it produces.
+
+    ``options.segments > 0`` first drops every saved activation and re-runs the forward
+    in that many segments, each once at the start of its backward (:mod:`.checkpoint`);
+    the greedy then takes off what still does not fit (checkpoints, persistent buffers).
+
+    ``hot_ops`` (ops a previous run could not bring under the budget) are served first,
+    in the given order, each by the cheapest gaps that free bytes *at that op*, before the
+    link and the recompute inputs are spent on easier ops (:func:`run_repaired`).
+    """
+    state = PlanState(trace, budget_bytes, cost, max_chain=options.max_chain,
+                      late_trigger=options.late_trigger, lazy_release=options.lazy_release)
+    if options.segments:
+        apply_batches(state, options.segments, options.split)
+    if hot_ops:
+        everything = candidate_gaps(trace, options.offload_persistent)
+        for op in hot_ops:
+            _hot_op_pass(state, op, everything, options)
+    passes = [candidate_gaps(trace, False)]
+    if options.offload_persistent:
+        passes.append(candidate_gaps(trace, True))
+    for gaps in passes:
+        if state.live.max() <= budget_bytes:
+            break
+        if options.order == "free-time":
+            free_time_pass(state, gaps, options)
+        else:
+            cost_pass(state, gaps, options)
+    return state
+
+
+def run_repaired(trace: Trace, budget_bytes: int, cost, options: GreedyOptions,
+                 rounds: int = 2, max_hot: int = 8) -> PlanState:
+    """:func:`run_greedy`, repaired: while some op stays over the budget, run again with
+    the ops left over (most excess first, accumulated over the rounds) as ``hot_ops``.
+    Returns the first state that fits, else the last one."""
+    hot: list[int] = []
+    state = run_greedy(trace, budget_bytes, cost, options)
+    for _round in range(rounds):
+        over = np.flatnonzero(state.live > budget_bytes)
+        if not len(over):
+            break
+        worst = over[np.argsort(-state.live[over], kind="stable")]
+        hot += [int(op) for op in worst if int(op) not in hot][:max_hot]
+        state = run_greedy(trace, budget_bytes, cost, options, hot_ops=tuple(hot))
+    return state
+
+
+def _covers(gap: IdleGap, op: int) -> bool:
+    p, q = gap.prev_use, gap.next_use
+    return p < op < q if q > p else (op > p or op < q)
+
+
+def _hot_op_pass(state: PlanState, op: int, gaps: list[IdleGap], options: GreedyOptions) -> None:
+    """Cheapest bytes first (lazy heap) among the gaps whose holes cover ``op``, until it
+    fits."""
+    trace = state.trace
+    if state.live[op] <= state.budget:
+        return
+
+    def option_at_op(gap: IdleGap) -> GapOption | None:
+        option = evaluate(state, gap, options)
+        if option is None or not any(h.start <= op < h.end for h in option.holes):
+            return None
+        return option
+
+    heap = []
+    for gap in gaps:
+        if gap not in state.taken and _covers(gap, op):
+            option = option_at_op(gap)
+            if option is not None:
+                heap.append((option.cost_us / trace.buffer(gap.buffer_id).size, gap))
+    heapq.heapify(heap)
+    while heap and state.live[op] > state.budget:
+        _score, gap = heapq.heappop(heap)
+        option = option_at_op(gap)
+        if option is None:
+            continue
+        score = option.cost_us / trace.buffer(gap.buffer_id).size
+        if heap and score > heap[0][0] * (1 + 1e-9) + 1e-15:
+            heapq.heappush(heap, (score, gap))
+            continue
+        apply_option(state, gap, option)
+        state.taken.add(gap)
+
+
+def free_time_pass(state: PlanState, gaps: list[IdleGap], options: GreedyOptions) -> None:
+    """Capuchin's order: largest free time first, each gap taken while it frees bytes at
+    an op still over the budget."""
+    for gap in sorted(gaps, key=lambda g: (-free_time(state, g), g)):
+        if state.live.max() <= state.budget:
+            break
+        if gap in state.taken:
+            continue
+        option = evaluate(state, gap, options)
+        if option is not None and _helps(state, option.holes):
+            apply_option(state, gap, option)
+            state.taken.add(gap)
+
+
+def cost_pass(state: PlanState, gaps: list[IdleGap], options: GreedyOptions) -> None:
+    """Cheapest relief first (a lazy heap on :func:`option_score`), up to three rounds."""
+    for _round in range(3):
+        if state.live.max() <= state.budget:
+            break
+        heap = []
+        for gap in gaps:
+            if gap in state.taken:
+                continue
+            option = evaluate(state, gap, options)
+            if option is not None and _helps(state, option.holes):
+                heapq.heappush(heap, (option_score(state, gap, option), gap))
+        while heap and state.live.max() > state.budget:
+            _score, gap = heapq.heappop(heap)
+            option = evaluate(state, gap, options)
+            if option is None or not _helps(state, option.holes):
+                continue
+            score = option_score(state, gap, option)
+            if heap and score > heap[0][0] * (1 + 1e-9) + 1e-15:
+                heapq.heappush(heap, (score, gap))
+                continue
+            apply_option(state, gap, option)
+            state.taken.add(gap)
+
+
+class FullestOp(NamedTuple):
+    """The op with the most bytes resident, and how many."""
+
+    op: int
+    resident_bytes: int
+
+
+def fullest_op(state: PlanState) -> FullestOp:
+    """The op with the most bytes resident under the current schedule (the first of ties)."""
+    k = int(np.argmax(state.live))
+    return FullestOp(k, int(state.live[k]))

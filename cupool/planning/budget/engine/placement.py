@@ -1,0 +1,248 @@
+"""Offsets for a planner's residencies, and the loop every planner runs through.
+
+A planner is a ``decide(internal_budget)`` callback returning a schedule
+(:mod:`.schedule`); :func:`place_schedule` turns its residencies (:mod:`.residency`) into
+a static offset problem and solves it within the budget. Fragmentation may make the
+offsets need more than the budget although no op has more bytes resident than the budget:
+the fallback offset solvers try next, and when none fits the planner decides again for an
+internal budget lowered by the overshoot::
+
+    decide(budget) ─► residencies ─► offsets ≤ budget? ─ yes ─► feasible plan
+         ▲                                │ no (all solvers)
+         └──── decide(budget − overshoot) ┘         (at most ``rounds`` times)
+
+A persistent buffer resident at both ends of the iteration is one stay on the device
+across the boundary: its first and last residencies get one offset
+(:func:`tie_boundary_pairs`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import numpy as np
+
+from cupool.core.vocabulary import PERSISTENT, Residency, SolveStatus, Trace
+from cupool.planning.budget.engine.residency import (
+    ResidencyInterval,
+    assemble,
+    failed_plan,
+    residency_intervals,
+    resident_bytes,
+)
+from cupool.planning.budget.engine.schedule import Schedule
+from cupool.planning.budget.result import BudgetResult
+from cupool.planning.problem import StaticProblem
+from cupool.planning.solvers import SolverParams
+
+
+@dataclass(frozen=True)
+class PlacementParams:
+    """How a schedule's residencies get offsets.
+
+    offset_solver: static solver tried first (``"greedy-size"`` is fast; ``"auto"`` tries
+      harder when fragmentation matters); :data:`FALLBACK_OFFSET_SOLVERS` try after it.
+    rounds: times the planner decides again, for an internal budget lowered by the
+      overshoot, when no solver places the residencies within the budget.
+    """
+
+    offset_solver: str = "greedy-size"
+    rounds: int = 5
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What a planner's ``decide(internal_budget)`` returns to :func:`place_schedule`.
+
+    schedule: the gaps taken off the device; ``None`` when the planner found no way to
+      bring every op within the internal budget (``reason`` says which op it failed on).
+    stats: planner-specific numbers recorded in the plan's ``stats``.
+    """
+
+    schedule: Schedule | None
+    stats: dict = field(default_factory=dict)
+    reason: str | None = None
+
+
+OFFSET_SOLVER_PARAMS = SolverParams(time_limit_s=2.0)
+"""What the static solvers get when they place residencies."""
+
+
+class PlacedOffsets(NamedTuple):
+    """What :func:`place` found: ``offsets[k]`` for ``intervals[k]`` (``None``: no placement
+    within the budget) and the arena they need (when ``None``: what the solver needed, 0
+    if unknown)."""
+
+    offsets: np.ndarray | None
+    arena_bytes: int
+
+
+class BoundaryPair(NamedTuple):
+    """Indices of a persistent buffer's first residency (from op 0) and last one (to the
+    end of the iteration): one stay on the device across the iteration boundary."""
+
+    first: int
+    last: int
+
+
+def place(trace: Trace, intervals: list[ResidencyInterval], budget_bytes: int,
+          solver: str = "greedy-size") -> PlacedOffsets:
+    """Offsets for the residencies within ``budget_bytes`` by the static ``solver``."""
+    from cupool.planning import solve  # late: planning/__init__ imports the solvers
+
+    if not intervals:
+        return PlacedOffsets(np.zeros(0, dtype=np.int64), 0)
+    problem = StaticProblem.from_arrays(
+        [r.start for r in intervals], [r.end for r in intervals],
+        [trace.buffer(r.buffer_id).size for r in intervals], capacity=budget_bytes,
+        num_ops=trace.num_ops, name=trace.name)
+    result = solve(problem, solver, OFFSET_SOLVER_PARAMS)
+    if result.offsets is None:
+        return PlacedOffsets(None, 0)
+    arena = problem.arena_of(result.offsets)
+    if arena > budget_bytes:
+        return PlacedOffsets(None, arena)
+    offsets = np.asarray(result.offsets, dtype=np.int64)
+    if not tie_boundary_pairs(trace, intervals, offsets, budget_bytes):
+        return PlacedOffsets(None, 0)
+    return PlacedOffsets(offsets, int(max(int(o) + trace.buffer(r.buffer_id).size
+                                          for r, o in zip(intervals, offsets, strict=True))))
+
+
+def boundary_pairs(trace: Trace, intervals: list[ResidencyInterval]) -> list[BoundaryPair]:
+    """Every persistent buffer resident across the iteration boundary in two residencies:
+    its last one ends at ``num_ops`` and its first starts at 0. Across the boundary the
+    two are one stay on the device, so they need one offset: the bytes cannot move between
+    iterations."""
+    first: dict[int, int] = {}
+    last: dict[int, int] = {}
+    for k, r in enumerate(intervals):
+        if r.start == 0:
+            first[r.buffer_id] = k
+        if r.end == trace.num_ops:
+            last[r.buffer_id] = k
+    return [BoundaryPair(k, last[b]) for b, k in first.items()
+            if b in last and last[b] != k and trace.buffer(b).kind == PERSISTENT]
+
+
+def tie_boundary_pairs(trace: Trace, intervals: list[ResidencyInterval], offsets: np.ndarray,
+                       budget_bytes: int) -> bool:
+    """Give both residencies of each :func:`boundary_pairs` pair one offset, in place.
+
+    Where the solver placed them apart, the pair keeps the last residency's offset if that
+    is free during the first one, else the first's if free during the last, else the
+    lowest offset free during both; ``False`` when none fits within ``budget_bytes``::
+
+        bytes ^        [0, 3) at 0 and [7, 10) at 64  ->  both at 64 when [0, 3) is free there
+              |  first                last
+              +----------------------------> op
+    """
+    pairs = [p for p in boundary_pairs(trace, intervals) if offsets[p.first] != offsets[p.last]]
+    if not pairs:
+        return True
+    starts = np.array([r.start for r in intervals], dtype=np.int64)
+    ends = np.array([r.end for r in intervals], dtype=np.int64)
+    sizes = np.array([trace.buffer(r.buffer_id).size for r in intervals], dtype=np.int64)
+    for pair in pairs:
+        k, j = pair.first, pair.last
+        layout = _Layout(starts, ends, sizes, offsets, pair)
+        size = int(sizes[k])
+        if layout.free(int(offsets[j]), size, budget_bytes, k):
+            offsets[k] = offsets[j]
+        elif layout.free(int(offsets[k]), size, budget_bytes, j):
+            offsets[j] = offsets[k]
+        else:
+            lowest = layout.lowest_free(size, k, j)
+            if lowest + size > budget_bytes:
+                return False
+            offsets[k] = offsets[j] = lowest
+    return True
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """The placed residencies as arrays, minus a pair being moved (``moving``)."""
+
+    starts: np.ndarray
+    ends: np.ndarray
+    sizes: np.ndarray
+    offsets: np.ndarray
+    moving: BoundaryPair
+
+    def _during(self, *spans: int) -> np.ndarray:
+        """Residencies other than the pair that share an op with any of ``spans``."""
+        mask = np.zeros(len(self.starts), dtype=bool)
+        for a in spans:
+            mask |= (self.starts < self.ends[a]) & (self.ends > self.starts[a])
+        mask[[self.moving.first, self.moving.last]] = False
+        return mask
+
+    def free(self, offset: int, size: int, budget_bytes: int, span: int) -> bool:
+        """``[offset, offset + size)`` is within the budget and unused during ``span``."""
+        mask = self._during(span)
+        return offset + size <= budget_bytes and not bool(np.any(
+            mask & (self.offsets < offset + size) & (self.offsets + self.sizes > offset)))
+
+    def lowest_free(self, size: int, *spans: int) -> int:
+        """The lowest offset with ``size`` bytes unused during every one of ``spans``."""
+        mask = self._during(*spans)
+        cursor = 0
+        for low, high in sorted(zip(self.offsets[mask].tolist(),
+                                    (self.offsets + self.sizes)[mask].tolist(), strict=True)):
+            if low - cursor >= size:
+                break
+            cursor = max(cursor, high)
+        return cursor
+
+
+FALLBACK_OFFSET_SOLVERS = ("best-fit", "greedy-breadth")
+"""Static solvers tried, in order, when ``PlacementParams.offset_solver`` cannot place the
+residencies within the budget, before re-planning for a smaller internal budget."""
+
+
+def place_schedule(trace: Trace, budget_bytes: int, decide, policy: str,
+                   placement: PlacementParams, started: float,
+                   stats: dict | None = None) -> BudgetResult:
+    """Run ``decide(internal_budget) -> Decision`` and place its schedule's residencies.
+
+    When the offsets need more than the budget (fragmentation), the fallback offset
+    solvers try; if none fits, the planner decides again for an internal budget lowered by
+    the overshoot. The plan is ``feasible`` or ``over_capacity`` (``reason`` then says
+    why); ``stats`` (the policy's own) come first in its ``stats``, then the decision's.
+    ``started`` is when planning began (``time.perf_counter()``; the plan's
+    ``solve_seconds`` count from it).
+    """
+    stats = stats or {}
+    internal = budget_bytes
+    reason = "no schedule"
+    for round_ in range(placement.rounds):
+        decision = decide(internal)
+        if decision.schedule is None:
+            reason = decision.reason or "the policy found no schedule within the budget"
+            break
+        intervals = residency_intervals(trace, decision.schedule)
+        peak = int(resident_bytes(trace, intervals).max()) if intervals else 0
+        if peak > budget_bytes:
+            reason = (f"policy left {peak} bytes resident at some op "
+                      f"(budget {budget_bytes})")
+            break
+        for solver in dict.fromkeys((placement.offset_solver, *FALLBACK_OFFSET_SOLVERS)):
+            placed = place(trace, intervals, budget_bytes, solver)
+            if placed.offsets is not None:
+                break
+        if placed.offsets is not None:
+            residencies = tuple(Residency(int(r.buffer_id), int(r.start), int(r.end), int(o))
+                                for r, o in zip(intervals, placed.offsets, strict=True))
+            info = {**stats, **decision.stats, "internal_budget_bytes": internal,
+                    "placement_rounds": round_ + 1, "resident_peak_bytes": peak}
+            plan = assemble(trace, decision.schedule, residencies, placed.arena_bytes,
+                            budget_bytes, policy, started, info)
+            return BudgetResult(plan, trace, policy)
+        over = max(placed.arena_bytes - budget_bytes, budget_bytes // 100, 1)
+        internal = max(1, internal - over)
+        reason = (f"offsets of the residencies need {placed.arena_bytes} bytes "
+                  f"(budget {budget_bytes})")
+    plan = failed_plan(trace, budget_bytes, policy, started, SolveStatus.OVER_CAPACITY,
+                       {**stats, "reason": reason})
+    return BudgetResult(plan, trace, policy, reason)

@@ -1,0 +1,118 @@
+"""What a budget planner decides, before any offset exists: which idle gaps of which
+buffers are spent off the device, and how (swap or recompute).
+
+A buffer is *idle* between two consecutive uses; a persistent buffer is also idle across
+the iteration boundary, from its last use to its first use of the next iteration (a *wrap
+gap*). A planner takes some idle gaps off the device (:class:`Gap`) and may re-produce a
+dropped input for one op so a recompute can read it (a chain recompute); together they
+are a :class:`Schedule`, which :mod:`.residency` turns into residencies and actions::
+
+    op:        0   1   2   3   4   5   6   7
+    uses of b:     u           u       u
+    idle gaps:     (1 ─────── 4)(4 ── 6)         candidates: (b, 1, 4) and (b, 4, 6)
+    Gap(b, 1, 4, swap, resident_until=2, resident_from=3): the copy out has landed by
+    op 2, the swap-in is triggered at op 3 and due at op 4
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from cupool.core.vocabulary import PERSISTENT, Trace
+
+SWAP = "swap"
+RECOMPUTE = "recompute"
+
+
+class OpSpan(NamedTuple):
+    """Ops ``[start, end)``."""
+
+    start: int
+    end: int
+
+
+class IdleGap(NamedTuple):
+    """Buffer ``buffer_id`` is not used between ``prev_use`` and ``next_use`` (two
+    consecutive uses; ``next_use <= prev_use``: across the iteration boundary, from the
+    last use to the first). A candidate for taking the buffer off the device."""
+
+    buffer_id: int
+    prev_use: int
+    next_use: int
+
+    @property
+    def wraps(self) -> bool:
+        return self.next_use <= self.prev_use
+
+
+@dataclass(frozen=True)
+class Gap:
+    """Buffer ``buffer_id`` is off the device between uses ``prev_use`` and ``next_use``
+    (an :class:`IdleGap` taken, by ``mode``: :data:`SWAP` or :data:`RECOMPUTE`).
+
+    The residency before the gap ends at ``resident_until`` (exclusive, ``> prev_use``:
+    a swap keeps the bytes until its copy out has landed); the one after it starts at
+    ``resident_from`` (``<= next_use``: a swap-in's trigger op; a recompute's ``next_use``,
+    or the earlier op where a segment's batch re-runs it, :mod:`.checkpoint`).
+    A *wrap gap* (persistent buffers only) has ``next_use <= prev_use``: off the device
+    from ``resident_until`` to the end of the iteration and from op 0 to ``resident_from``
+    (ZeRO-Offload style: swapped out after the last use, back before the first).
+    """
+
+    buffer_id: int
+    prev_use: int
+    next_use: int
+    mode: str
+    resident_until: int
+    resident_from: int
+
+    @property
+    def wraps(self) -> bool:
+        return self.next_use <= self.prev_use
+
+
+class ChainRecompute(NamedTuple):
+    """Re-produce ``buffer_id`` just before ``op``, resident for that op only: an input a
+    recompute reads there that was itself dropped. ``depth`` is its distance from the
+    recompute that needs it (deeper links run first)."""
+
+    buffer_id: int
+    op: int
+    depth: int
+
+
+@dataclass
+class Schedule:
+    """What a planner decided: the gaps taken, per buffer, and the chain recomputes."""
+
+    gaps: dict[int, list[Gap]] = field(default_factory=dict)
+    chains: list[ChainRecompute] = field(default_factory=list)
+
+    def add(self, gap: Gap) -> None:
+        self.gaps.setdefault(gap.buffer_id, []).append(gap)
+
+    def count(self, mode: str) -> int:
+        return sum(g.mode == mode for gaps in self.gaps.values() for g in gaps)
+
+
+def base_interval(trace: Trace, buffer) -> OpSpan:
+    """The residency a buffer needs with no gap: ``[uses[0], uses[-1] + 1)`` for a temporary
+    buffer (its lifetime when it has no uses), ``[0, num_ops)`` for a persistent one."""
+    if buffer.kind == PERSISTENT:
+        return OpSpan(0, trace.num_ops)
+    if not buffer.uses:
+        return OpSpan(buffer.start, buffer.end)
+    return OpSpan(buffer.uses[0], buffer.uses[-1] + 1)
+
+
+def gaps_of(trace: Trace, buffer) -> list[IdleGap]:
+    """The idle gaps of a buffer: between consecutive uses with at least one op between
+    them; for a persistent buffer also the wrap gap (last use, first use) when it spans at
+    least one op."""
+    uses = sorted(set(buffer.uses))
+    out = [IdleGap(buffer.id, p, q) for p, q in itertools.pairwise(uses) if q - p > 1]
+    if buffer.kind == PERSISTENT and uses and (trace.num_ops - 1 - uses[-1]) + uses[0] > 0:
+        out.append(IdleGap(buffer.id, uses[-1], uses[0]))
+    return out

@@ -1,0 +1,424 @@
+"""The planning state of the planners that take gaps off the device one at a time (the
+greedy, capuchin, vdnn, segments-ga): estimated op times, the two FIFO copy queues, what is
+resident when, and what taking a gap off the device would take: a swap's
+:class:`SwapWindow` or a recompute's :class:`RecomputeChain`.
+
+Times are estimates for *decisions* (the simulator has the last word): op ``i`` starts at
+``start_us[i]`` = the sum of the durations before it plus the recomputes planned so far.
+A copy is issued at an op boundary and served FIFO by its direction's engine::
+
+    compute   |op 3|op 4      |op 5|op 6          |op 7|
+    D2H            [swap-out b ]                         issued after op 3 (b's last use)
+    H2D                          [swap-in b    ]         trigger op 5, due op 7
+    b resident [........)                       [....)   hole [5, 6): the bytes are free
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from cupool.core.vocabulary import PERSISTENT, Trace
+from cupool.planning.budget.engine.copies import CopyEngine, QueuedCopy
+from cupool.planning.budget.engine.schedule import (
+    RECOMPUTE,
+    SWAP,
+    ChainRecompute,
+    Gap,
+    IdleGap,
+    Schedule,
+    base_interval,
+)
+
+TRIGGER_SCAN = 48
+"""Triggers a swap tries below the latest one whose own copy lands on time (looking for
+one that also leaves every later copy on time) before it settles for a late swap; also
+the most triggers ``late_trigger="covering"`` compares."""
+
+LATE_TRIGGERS = ("earliest", "latest", "covering")
+"""Where a swap whose copy in cannot land on time is triggered (:meth:`PlanState.swap_window`)."""
+
+WRAP = "wrap"
+"""The :class:`Hole` kind of a swap across the iteration boundary."""
+
+
+class Hole(NamedTuple):
+    """A buffer's data is not on the device during ops ``[start, end)``, because of a
+    ``kind`` (:data:`~.schedule.SWAP` or :data:`~.schedule.RECOMPUTE`) gap. A swap's bytes
+    come back at its trigger but its data is valid only from its due op, so the hole runs
+    to the due op. A :data:`WRAP` hole is ``[start, num_ops)`` and ``[0, end)``."""
+
+    start: int
+    end: int
+    kind: str
+
+
+class SwapWindow(NamedTuple):
+    """One way to swap a gap (:meth:`PlanState.swap_window`), times in µs.
+
+    The bytes stay resident until op ``resident_until`` and are back from op ``trigger``;
+    the copy out is issued at ``out_issue_us`` and takes ``out_us``, the copy in is issued
+    at ``in_issue_us`` (the trigger op's start), takes ``in_us`` and is due at ``due_us``
+    (the next use's start); ``late_us`` is the estimated waiting a late copy adds (0: on
+    time)."""
+
+    resident_until: int
+    trigger: int
+    out_issue_us: float
+    out_us: float
+    in_issue_us: float
+    in_us: float
+    due_us: float
+    late_us: float
+
+
+class ChainLink(NamedTuple):
+    """A dropped input re-produced for a recompute, ``depth`` links away from it."""
+
+    buffer_id: int
+    depth: int
+
+
+class SwapAdvance(NamedTuple):
+    """Move the swap-in of ``gap`` to ``trigger`` so its data is back for an earlier op."""
+
+    gap: Gap
+    trigger: int
+
+
+class RecomputeChain(NamedTuple):
+    """What recomputing a buffer before an op takes (:meth:`PlanState.chain`): ``cost_us``
+    of compute (its producer and every link), the dropped inputs re-made with it
+    (``links``), and the swapped-out inputs brought back earlier (``advances``)."""
+
+    cost_us: float
+    links: list[ChainLink]
+    advances: list[SwapAdvance]
+
+
+class PlanState:
+    """Mutable state of a greedy planner over one trace (with recipes) and budget."""
+
+    def __init__(self, trace: Trace, budget_bytes: int, cost, max_chain: int = 6,
+                 late_trigger: str = "earliest",
+                 lazy_release: bool = False) -> None:
+        if late_trigger not in LATE_TRIGGERS:
+            raise ValueError(f"late_trigger {late_trigger!r}: expected one of {LATE_TRIGGERS}")
+        self.late_trigger = late_trigger
+        self.lazy_release = lazy_release
+        self.trace = trace
+        self.cost = cost
+        self.budget = budget_bytes
+        self.max_chain = max_chain
+        self.n = trace.num_ops
+        self.durations = np.array(cost.op_times(trace), dtype=float)
+        self.extra = np.zeros(self.n, dtype=float)
+        self._times()
+        self.schedule = Schedule()
+        self.holes: dict[int, list[Hole]] = {}
+        self.transient: dict[int, set[int]] = {}
+        self.pinned: dict[int, set[int]] = {}
+        self.base = {b.id: base_interval(trace, b) for b in trace.buffers}
+        self.live = np.zeros(self.n + 1, dtype=np.int64)
+        for b in trace.buffers:
+            s, e = self.base[b.id]
+            self.live[s] += b.size
+            self.live[e] -= b.size
+        self.live = np.cumsum(self.live[:-1])
+        self.d2h = CopyEngine()
+        self.h2d = CopyEngine()
+        self.h2d_copies: dict[tuple[int, int], QueuedCopy] = {}  # by (buffer, prev_use)
+        self.recompute_us = 0.0
+        self.taken: set[IdleGap] = set()
+
+    # -- time ----------------------------------------------------------------------------
+    def _times(self) -> None:
+        total = self.durations + self.extra
+        self.start_us = np.concatenate(([0.0], np.cumsum(total)[:-1]))
+        self.end_us = self.start_us + total
+
+    def op_at_or_after(self, t_us: float, low: int) -> int:
+        """The first op ``>= low`` that starts at or after ``t_us`` (``n`` if none)."""
+        k = int(np.searchsorted(self.start_us, t_us - 1e-9, side="left"))
+        return max(k, low)
+
+    # -- residency -----------------------------------------------------------------------
+    def resident(self, buffer_id: int, op: int) -> bool:
+        """Is the buffer resident (with data) during ``op`` under the current schedule?"""
+        if op in self.transient.get(buffer_id, ()):
+            return True
+        s, e = self.base[buffer_id]
+        holes = self.holes.get(buffer_id, ())
+        wrap = [h for h in holes if h.kind == WRAP]
+        if wrap:  # resident [wrap.end, wrap.start) inside the iteration
+            if op >= wrap[0].start or op < wrap[0].end:
+                return False
+        elif not s <= op < e:
+            return False
+        return all(not (start <= op < end) for start, end, kind in holes if kind != WRAP)
+
+    def hole_kind(self, buffer_id: int, op: int) -> str | None:
+        """The kind of the (non-wrap) hole the buffer has at ``op``, if any."""
+        for start, end, kind in self.holes.get(buffer_id, ()):
+            if kind != WRAP and start <= op < end:
+                return kind
+        return None
+
+    # -- recompute -----------------------------------------------------------------------
+    def chain(self, buffer_id: int, op: int) -> RecomputeChain | None:
+        """What recomputing ``buffer_id`` just before ``op`` takes: its producer plus every
+        dropped input that must be recomputed too (``links``), and the swapped-out inputs
+        whose swap-in must land by ``op`` instead of their next use (``advances``, see
+        :meth:`advance_swap`). ``None`` when some input cannot be made resident there."""
+        links: list[ChainLink] = []
+        advances: list[SwapAdvance] = []
+        cost = self._chain_cost(buffer_id, op, 0, set(), links, advances)
+        return None if cost is None else RecomputeChain(cost, links, advances)
+
+    def _chain_cost(self, buffer_id: int, op: int, depth: int, seen: set[int],
+                    links: list[ChainLink], advances: list[SwapAdvance]) -> float | None:
+        """µs of :meth:`chain` for ``buffer_id`` at ``depth``; its links and advances are
+        appended to the caller's lists (deeper links first)."""
+        recipe = self.trace.buffer(buffer_id).recompute
+        if recipe is None or depth > self.max_chain:
+            return None
+        cost = float(self.durations[recipe.op])
+        for x in recipe.inputs:
+            if self.resident(x, op) or x in seen:
+                continue
+            buf = self.trace.buffer(x)
+            if buf.kind != PERSISTENT and self.hole_kind(x, op) == SWAP:
+                # swapped out: bring it back by ``op`` instead (an earlier swap-in)
+                advance = self.advance_swap(x, op)
+                if advance is None:
+                    return None
+                seen.add(x)
+                advances.append(advance)
+                continue
+            # a dropped input is re-produced inside a recompute hole of its lifetime (a
+            # transient residency before a swap-in would break the swap), or after its
+            # lifetime ended (a rematerialization of an intermediate the program freed)
+            if buf.kind == PERSISTENT or op < buf.start:
+                return None
+            if op < buf.end and (self.hole_kind(x, op) not in (RECOMPUTE, None)
+                                 or op < self.base[x].start):
+                return None
+            sub = self._chain_cost(x, op, depth + 1, seen, links, advances)
+            if sub is None:
+                return None
+            seen.add(x)
+            cost += sub
+            links.append(ChainLink(x, depth + 1))
+        return cost
+
+    def advance_swap(self, buffer_id: int, op: int) -> SwapAdvance | None:
+        """How to make a swapped-out buffer valid again by ``op`` (its swap-in due there
+        instead of at its next use): its gap and the new trigger, or ``None`` when no
+        trigger lands the copy on time behind the queued ones, or its bytes would push an
+        op over the budget while they wait on the device."""
+        gap = next((g for g in self.schedule.gaps.get(buffer_id, ())
+                    if g.mode == SWAP and not g.wraps and g.resident_until <= op < g.next_use),
+                   None)
+        if gap is None:
+            return None
+        size = self.trace.buffer(buffer_id).size
+        in_len = self.cost.copy_us(size, "h2d")
+        old = self.h2d_copies[(buffer_id, gap.prev_use)]
+        due = float(self.start_us[op])
+        self.h2d.remove(old)
+        try:
+            trigger = self._fitting_trigger(op, gap.resident_until, in_len, due)
+        finally:
+            self.h2d.add(old.issue_us, old.length_us, old.due_us)
+        if trigger is None:
+            return None
+        if trigger < gap.resident_from and (
+                int(self.live[trigger:gap.resident_from].max()) + size > self.budget):
+            return None
+        return SwapAdvance(gap, trigger)
+
+    def _apply_advance(self, advance: SwapAdvance, op: int) -> None:
+        gap, trigger = advance.gap, advance.trigger
+        size = self.trace.buffer(gap.buffer_id).size
+        key = (gap.buffer_id, gap.prev_use)
+        old = self.h2d_copies[key]
+        self.h2d.remove(old)
+        new = QueuedCopy(float(self.start_us[trigger]), old.length_us, float(self.start_us[op]))
+        self.h2d_copies[key] = new
+        self.h2d.add(new.issue_us, new.length_us, new.due_us)
+        if trigger < gap.resident_from:
+            self.live[trigger:gap.resident_from] += size
+        else:
+            self.live[gap.resident_from:trigger] -= size
+        gaps = self.schedule.gaps[gap.buffer_id]
+        gaps[gaps.index(gap)] = Gap(gap.buffer_id, gap.prev_use, op, SWAP, gap.resident_until,
+                                    trigger)
+        holes = self.holes[gap.buffer_id]
+        holes[holes.index(Hole(gap.resident_until, gap.next_use, SWAP))] = Hole(
+            gap.resident_until, op, SWAP)
+
+    # -- applying decisions --------------------------------------------------------------
+    def _free(self, size: int, a: int, b: int) -> None:
+        if b > a:
+            self.live[a:b] -= size
+
+    def apply_recompute(self, buffer_id: int, prev_use: int, next_use: int,
+                        chain: RecomputeChain) -> None:
+        """Drop the buffer after ``prev_use`` and recompute it before ``next_use`` by
+        ``chain`` (:meth:`chain`)."""
+        for advance in chain.advances:
+            self._apply_advance(advance, next_use)
+        self._drop(buffer_id, prev_use, next_use, next_use)
+        self._remake(next_use, [buffer_id], chain.links, chain.cost_us)
+
+    def apply_batch(self, op: int, gaps: list[IdleGap], links: list[int]) -> None:
+        """Drop each gap and re-make all of them before ``op`` (at or before each
+        ``next_use``), with the freed intermediates ``links`` re-made there for that op (a
+        segment's batch, :mod:`.checkpoint`)."""
+        for g in gaps:
+            self._drop(g.buffer_id, g.prev_use, g.next_use, op)
+        dropped = [g.buffer_id for g in gaps]
+        made = dropped + list(links)
+        self._remake(op, dropped, [ChainLink(x, 1) for x in links],
+                     sum(float(self.durations[self.trace.buffer(y).recompute.op]) for y in made))
+
+    def _drop(self, buffer_id: int, prev_use: int, next_use: int, remade_at: int) -> None:
+        """The buffer leaves the device after ``prev_use`` and is recomputed before
+        ``remade_at`` (<= ``next_use``)."""
+        self.schedule.add(Gap(buffer_id, prev_use, next_use, RECOMPUTE, prev_use + 1,
+                              remade_at))
+        self.holes.setdefault(buffer_id, []).append(Hole(prev_use + 1, remade_at, RECOMPUTE))
+        self._free(self.trace.buffer(buffer_id).size, prev_use + 1, remade_at)
+
+    def _remake(self, op: int, dropped: list[int], links: list[ChainLink], cost: float) -> None:
+        """Recomputes before ``op``: of the ``dropped`` buffers, and of the chain ``links``
+        (resident for that op only); every input they read is pinned at ``op``; ``cost`` µs
+        is charged there."""
+        for link in links:
+            self.schedule.chains.append(ChainRecompute(link.buffer_id, op, link.depth))
+            self.transient.setdefault(link.buffer_id, set()).add(op)
+            self.live[op] += self.trace.buffer(link.buffer_id).size
+        for y in [*dropped, *(link.buffer_id for link in links)]:
+            for x in self.trace.buffer(y).recompute.inputs:
+                self.pinned.setdefault(x, set()).add(op)
+        self.extra[op] += cost
+        self.recompute_us += cost
+        self._times()
+
+    def swap_window(self, buffer_id: int, prev_use: int, next_use: int,
+                    wraps: bool = False) -> SwapWindow | None:
+        """The latest swap of this gap that lands on time (``late_us == 0``), else a late
+        one with its estimated lateness: triggered as early as the copy out allows
+        (``late_trigger="earliest"``: least lateness, smallest hole), at the latest op
+        whose own copy lands on time (``"latest"``: largest hole, delaying the copies
+        queued behind it), or (``"covering"``) at the trigger with the least lateness among
+        those whose hole still covers every op of the gap now over the budget; ``None``
+        when the gap leaves no room for a copy.
+
+        With ``lazy_release`` the bytes stay on the device after the copy out has landed
+        until the first op of the gap that is over the budget (they are resident there
+        already, so no op gets fuller): the copy out is due then, which leaves the D2H
+        queue slack for other copies out."""
+        size = self.trace.buffer(buffer_id).size
+        out_len = self.cost.copy_us(size, "d2h")
+        in_len = self.cost.copy_us(size, "h2d")
+        out_issue = float(self.end_us[prev_use])
+        out_done = self.d2h.finish_if_added(out_issue, out_len)
+        resident_until = min(self.op_at_or_after(out_done, prev_use + 1), self.n)
+        if self.lazy_release and not wraps and resident_until < next_use:
+            over = np.flatnonzero(self.live[resident_until:next_use] > self.budget)
+            if len(over):
+                resident_until += int(over[0])
+        # the bytes are reused from ``resident_until`` on: the copy out, and every copy out
+        # queued behind it, must have landed by then
+        out_due = (float(self.start_us[resident_until]) if resident_until < self.n
+                   else float("inf"))
+        if not self.d2h.fits(out_issue, out_len, out_due):
+            return None
+        due = float(self.start_us[next_use])
+        low = 0 if wraps else resident_until
+        # triggers in [earliest, next_use]: the copy in starts after the copy out landed
+        earliest = low if wraps else max(low, self.op_at_or_after(out_done, low))
+        if earliest > next_use:
+            return None
+        # the latest trigger whose own copy lands by ``due`` (monotone: FIFO engine), found
+        # by bisection; below it, scan a bounded number of triggers for one that also keeps
+        # every later copy on time
+        lo, hi = earliest, next_use + 1
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self.h2d.finish_if_added(float(self.start_us[mid]), in_len) <= due + 1e-9:
+                lo = mid + 1
+            else:
+                hi = mid
+        trigger = self._fitting_trigger(lo - 1, earliest, in_len, due)
+        if trigger is not None:
+            issue = float(self.start_us[trigger])
+            return SwapWindow(resident_until, trigger, out_issue, out_len, issue, in_len, due,
+                              0.0)
+        if earliest >= next_use:
+            return None
+        trigger = earliest if self.late_trigger == "earliest" else max(earliest, lo - 1)
+        if self.late_trigger == "covering":
+            trigger = self._covering_trigger(earliest, next_use, lo - 1, in_len, due, wraps)
+        issue = float(self.start_us[trigger])
+        return SwapWindow(resident_until, trigger, out_issue, out_len, issue, in_len, due,
+                          self.h2d.lateness(issue, in_len, due))
+
+    def _covering_trigger(self, earliest: int, next_use: int, top: int, in_len: float,
+                          due: float, wraps: bool) -> int:
+        """The late trigger with the least estimated lateness (ties: the latest) among
+        ``[last over-budget op + 1, max(that, top)]``: the hole still covers every op of the
+        gap now over the budget (from op 0 for a wrap gap). At most ``TRIGGER_SCAN + 1``
+        triggers are compared, evenly spaced."""
+        first = 0 if wraps else earliest
+        over = np.flatnonzero(self.live[first:next_use] > self.budget)
+        if not len(over):
+            return max(earliest, top)
+        low = max(earliest, first + int(over[-1]) + 1)
+        top = max(low, top)
+        step = max(1, (top - low) // TRIGGER_SCAN)
+        best_late, best_trigger = float("inf"), top
+        for trigger in range(top, low - 1, -step):
+            late = self.h2d.lateness(float(self.start_us[trigger]), in_len, due)
+            if late < best_late - 1e-9:
+                best_late, best_trigger = late, trigger
+        return best_trigger
+
+    def _fitting_trigger(self, top: int, low: int, in_len: float, due: float) -> int | None:
+        """The latest trigger in ``[max(low, top - TRIGGER_SCAN), top]`` whose copy in
+        keeps itself and every later-issued copy on time (``None``: none does)."""
+        for trigger in range(top, max(low, top - TRIGGER_SCAN) - 1, -1):
+            if self.h2d.fits(float(self.start_us[trigger]), in_len, due):
+                return trigger
+        return None
+
+    def apply_swap(self, buffer_id: int, prev_use: int, next_use: int,
+                   window: SwapWindow) -> None:
+        """Swap the buffer out after ``prev_use`` and back for ``next_use`` by ``window``
+        (:meth:`swap_window`): both copies join their queues."""
+        until, trigger = window.resident_until, window.trigger
+        size = self.trace.buffer(buffer_id).size
+        gap = Gap(buffer_id, prev_use, next_use, SWAP, until, trigger)
+        self.schedule.add(gap)
+        if gap.wraps:
+            self.holes.setdefault(buffer_id, []).append(Hole(until, next_use, WRAP))
+            self._free(size, until, self.n)
+            self._free(size, 0, trigger)
+        else:
+            self.holes.setdefault(buffer_id, []).append(Hole(until, next_use, SWAP))
+            self._free(size, until, trigger)
+        self.d2h.add(window.out_issue_us, window.out_us, float(self.start_us[until])
+                     if until < self.n else float("inf"))
+        self.h2d.add(window.in_issue_us, window.in_us, window.due_us)
+        self.h2d_copies[(buffer_id, prev_use)] = QueuedCopy(window.in_issue_us, window.in_us,
+                                                            window.due_us)
+
+    def hole_blocked(self, buffer_id: int, a: int, b: int) -> bool:
+        """True when the data would be invalid during ``[a, b)`` while a planned recompute
+        reads it there (``b <= a``: a wrap, invalid on ``[a, n)`` and ``[0, b)``)."""
+        pins = self.pinned.get(buffer_id, ())
+        if b <= a:
+            return any(op >= a or op < b for op in pins)
+        return any(a <= op < b for op in pins)

@@ -1,0 +1,467 @@
+"""The moves of the multi-level search (:mod:`.multilevel`) and the mutable plan they edit.
+
+A :class:`TierState` is a plan taken apart: per buffer its residencies (:class:`Span`:
+ops and offset, mutable) and the action list. Each move of :class:`TierMoves` returns a
+changed copy of a state, or ``None`` when it does not apply or does not fit::
+
+    cancel_swap        swapped buffer stays on the device through its gap
+    cancel_recompute   recomputed buffer stays on the device through its gap
+    recompute_to_swap  a recompute becomes a swap to pinned host memory
+    swap_to_recompute  a swap becomes a recompute (no host copy at all)
+    earlier_trigger    a swap-in that made its op wait is triggered earlier
+    level              a swap moves between pinned and pageable host memory
+    reoffset           a residency moves to the best-fit free offset
+    overwrite          a residency takes the offset of one that ends where it begins
+
+When a move changes when a buffer is resident and its offset range is not free over the
+new ops, it and the residencies in its way that begin at or after the change are placed
+again by the allocation rules (:meth:`TierState.best_fit`), in start order.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, replace
+from typing import NamedTuple
+
+import numpy as np
+
+from cupool.core.vocabulary import (
+    PAGEABLE,
+    PINNED,
+    Plan,
+    RecomputeAction,
+    Residency,
+    SwapIn,
+    SwapOut,
+    Trace,
+)
+
+
+@dataclass(slots=True)
+class Span:
+    """A residency being edited: on the device during ops ``[start, end)`` at ``offset``.
+    Spans are compared by identity where a search must skip the one it moves."""
+
+    start: int
+    end: int
+    offset: int
+
+
+class HostHold(NamedTuple):
+    """``nbytes`` held in host memory from op ``from_op`` to op ``to_op`` (exclusive)."""
+
+    from_op: int
+    to_op: int
+    nbytes: int
+
+
+class TierState:
+    """A mutable plan: ``spans[b]``, buffer ``b``'s residencies in op order, and
+    ``actions`` in plan order. ``template`` is the plan it came from (its other fields).
+
+    Copies share their :class:`Span` objects until one is edited: a move takes
+    :meth:`own` of a buffer's spans before it changes any of them."""
+
+    def __init__(self, trace: Trace, plan: Plan):
+        self.trace = trace
+        self.n = trace.num_ops
+        self.budget = plan.capacity_bytes
+        self.sizes = {b.id: b.size for b in trace.buffers}
+        self.spans: dict[int, list[Span]] = defaultdict(list)
+        for r in plan.residencies:
+            self.spans[r.buffer_id].append(Span(r.start, r.end, r.offset))
+        for spans in self.spans.values():
+            spans.sort(key=lambda s: (s.start, s.end, s.offset))
+        self.actions = list(plan.actions)
+        self.template = plan
+        self._owned: set[int] = set(self.spans)
+
+    def copy(self) -> TierState:
+        other = object.__new__(TierState)
+        other.trace, other.n, other.budget, other.sizes = (self.trace, self.n, self.budget,
+                                                           self.sizes)
+        other.spans = defaultdict(list, {b: list(v) for b, v in self.spans.items()})
+        other.actions = list(self.actions)
+        other.template = self.template
+        other._owned = set()
+        return other
+
+    def own(self, b: int) -> list[Span]:
+        """Buffer ``b``'s spans, copied first if this state still shares them."""
+        if b not in self._owned:
+            self.spans[b] = [Span(s.start, s.end, s.offset) for s in self.spans[b]]
+            self._owned.add(b)
+        return self.spans[b]
+
+    def plan(self, solver: str = "tiers") -> Plan:
+        residencies = tuple(Residency(b, s.start, s.end, s.offset) for b in sorted(self.spans)
+                            for s in self.spans[b])
+        arena = max((s.offset + self.sizes[b] for b in self.spans for s in self.spans[b]),
+                    default=0)
+        return replace(self.template, solver=solver, residencies=residencies,
+                       actions=tuple(self.actions), arena_bytes=int(arena))
+
+    def live(self) -> np.ndarray:
+        delta = np.zeros(self.n + 1, dtype=np.int64)
+        for b, spans in self.spans.items():
+            for s in spans:
+                delta[s.start] += self.sizes[b]
+                delta[s.end] -= self.sizes[b]
+        return np.cumsum(delta[:-1])
+
+    def index_at(self, b: int, start: int | None = None,
+                 containing: int | None = None) -> int | None:
+        """Index of ``b``'s residency that begins at ``start`` or holds op ``containing``."""
+        for k, s in enumerate(self.spans.get(b, ())):
+            if start is not None and s.start == start:
+                return k
+            if containing is not None and s.start <= containing < s.end:
+                return k
+        return None
+
+    # -- placement: best-fit smallest hole, at the edge next to the later-dying neighbour --
+    def fits_at(self, offset: int, size: int, start: int, end: int, skip: set[int]) -> bool:
+        """``[offset, offset + size)`` is within the budget and free during ops
+        ``[start, end)`` of every residency but those whose ``id()`` is in ``skip``."""
+        if offset < 0 or offset + size > self.budget:
+            return False
+        for b, spans in self.spans.items():
+            low_limit = offset - self.sizes[b]
+            for span in spans:
+                if (span.start < end and start < span.end and low_limit < span.offset
+                        < offset + size and id(span) not in skip):
+                    return False
+        return True
+
+    def best_fit(self, size: int, start: int, end: int, skip: set[int]) -> int | None:
+        """Best-fit smallest hole in ``[0, budget)`` free during ``[start, end)`` (of every
+        residency but those whose ``id()`` is in ``skip``); inside it, the edge next to
+        the neighbour that dies later (``None`` if no hole fits)."""
+        taken = []  # (low byte, high byte, end op) of each residency in the way
+        for b, spans in self.spans.items():
+            span_size = self.sizes[b]
+            for span in spans:
+                if span.start < end and start < span.end and id(span) not in skip:
+                    taken.append((span.offset, span.offset + span_size, span.end))
+        taken.sort()
+        taken.append((self.budget, self.budget, -1))
+        best_hole, best_offset = None, None
+        cursor, below_end = 0, -1
+        for low, high, end_op in taken:
+            if low - cursor >= size:
+                hole = low - cursor
+                offset = cursor if below_end >= end_op else low - size
+                if best_hole is None or hole < best_hole:
+                    best_hole, best_offset = hole, offset
+            if high > cursor:
+                cursor, below_end = high, end_op
+        return best_offset
+
+    def paired_swap_in(self, out: SwapOut) -> SwapIn | None:
+        """The swap-in that reads what ``out`` wrote: the buffer's first swap-in triggered
+        after it, else (across the iteration boundary) its earliest swap-in."""
+        ins = sorted((a for a in self.actions if isinstance(a, SwapIn)
+                      and a.buffer_id == out.buffer_id), key=lambda a: a.trigger_op)
+        later = [a for a in ins if a.trigger_op > out.after_op]
+        return later[0] if later else (ins[0] if ins else None)
+
+    def host_holds(self, level: str) -> list[HostHold]:
+        """Host copies at ``level``: from the swap-out's op to the swap-in's due op; a wrap
+        pair holds across the iteration boundary."""
+        outs: dict[int, list] = defaultdict(list)
+        ins: dict[int, list] = defaultdict(list)
+        for a in self.actions:
+            if isinstance(a, SwapOut) and a.level == level:
+                outs[a.buffer_id].append(a.after_op)
+            elif isinstance(a, SwapIn) and a.level == level:
+                ins[a.buffer_id].append(a.due_op)
+        out = []
+        for b, after_ops in outs.items():
+            dues = sorted(ins.get(b, ()))
+            for after in sorted(after_ops):
+                later = [d for d in dues if d > after]
+                if later:
+                    out.append(HostHold(after, later[0] + 1, self.sizes[b]))
+                else:  # wraps: held to the end and from op 0 to the first swap-in
+                    out.append(HostHold(after, self.n, self.sizes[b]))
+                    if dues:
+                        out.append(HostHold(0, dues[0] + 1, self.sizes[b]))
+        return out
+
+    def pinned_peak_bytes(self) -> int:
+        """Most bytes held in pinned host memory at one op."""
+        delta = np.zeros(self.n + 2, dtype=np.int64)
+        for hold in self.host_holds(PINNED):
+            delta[hold.from_op] += hold.nbytes
+            delta[min(hold.to_op, self.n + 1)] -= hold.nbytes
+        return int(np.cumsum(delta).max(initial=0))
+
+
+class SpanRef(NamedTuple):
+    """Residency ``index`` of buffer ``buffer_id`` in a :class:`TierState`."""
+
+    buffer_id: int
+    index: int
+
+
+class Move(NamedTuple):
+    """A move of ``kind`` (see the module) on ``subject``: an action, or for ``reoffset``
+    and ``overwrite`` a :class:`SpanRef`."""
+
+    kind: str
+    subject: SwapOut | SwapIn | RecomputeAction | SpanRef
+
+
+class TierMoves:
+    """The moves, for one trace and cost model."""
+
+    def __init__(self, trace: Trace, cost) -> None:
+        self.trace, self.cost = trace, cost
+
+    def replace_span(self, state: TierState, b: int, index: int, new_start: int, new_end: int,
+                     remove=(), add=()) -> TierState | None:
+        """``state`` with residency ``index`` of ``b`` spanning ``[new_start, new_end)``
+        (the following one merged into it when ``new_end`` reaches past it), actions in
+        ``remove`` dropped and ``add`` appended; the residency keeps its offset when free,
+        else it and the residencies in its way that begin at or after ``new_start`` are
+        re-placed. ``None`` when the budget or the arena does not hold."""
+        new = state.copy()
+        spans = new.own(b)
+        span = spans[index]
+        merged = [s for s in spans if s is not span and s.start < new_end and new_start < s.end]
+        for s in merged:
+            spans.remove(s)
+        span.start, span.end = new_start, new_end
+        size = new.sizes[b]
+        live = new.live()
+        if live[new_start:new_end].max(initial=0) > new.budget:
+            return None
+        new.actions = [a for a in new.actions if a not in remove] + list(add)
+        if new.fits_at(span.offset, size, new_start, new_end, {id(span)}):
+            return new
+        # re-place: the moved residency and those in its way that begin at or after it
+        moving = [(span, size)]
+        for other_b, others in list(new.spans.items()):
+            other_size = new.sizes[other_b]
+            in_way = [k for k, o in enumerate(others)
+                      if (o is not span and o.start >= new_start and o.start < new_end
+                          and new_start < o.end and o.offset < span.offset + size
+                          and span.offset < o.offset + other_size)]
+            if in_way:
+                others = new.own(other_b)
+                moving += [(others[k], other_size) for k in in_way]
+        skip = {id(s) for s, _size in moving}
+        moving.sort(key=lambda item: (item[0].start, -item[1]))
+        for s, s_size in moving:
+            offset = new.best_fit(s_size, s.start, s.end, skip)
+            if offset is None:
+                return None
+            s.offset = offset
+            skip.discard(id(s))
+        return new
+
+    def cancel_swap(self, state: TierState, out: SwapOut) -> TierState | None:
+        b = out.buffer_id
+        swap_in = state.paired_swap_in(out)
+        k = state.index_at(b, containing=out.after_op)
+        if swap_in is None or k is None:
+            return None
+        nxt = state.index_at(b, start=swap_in.trigger_op)
+        if nxt is None:
+            return None
+        if swap_in.trigger_op < out.after_op:  # across the iteration boundary
+            if nxt != 0:
+                return None
+            new = self.replace_span(state, b, 0, 0, state.spans[b][0].end, (swap_in,))
+            if new is None:
+                return None
+            last = len(new.spans[b]) - 1
+            return self.replace_span(new, b, last, new.spans[b][last].start, new.n, (out,))
+        if nxt != k + 1:
+            return None
+        end = state.spans[b][nxt].end
+        return self.replace_span(state, b, k, state.spans[b][k].start, end, (out, swap_in))
+
+    def cancel_recompute(self, state: TierState, action: RecomputeAction) -> TierState | None:
+        b = action.buffer_id
+        nxt = state.index_at(b, start=action.before_op)
+        if not nxt:
+            return None
+        k = nxt - 1
+        prev = state.spans[b][k]
+        if any(isinstance(a, SwapOut) and a.buffer_id == b and prev.start <= a.after_op < prev.end
+               for a in state.actions):
+            return None
+        return self.replace_span(state, b, k, prev.start, state.spans[b][nxt].end, (action,))
+
+    def recompute_to_swap(self, state: TierState, action: RecomputeAction,
+                          report) -> TierState | None:
+        b = action.buffer_id
+        nxt = state.index_at(b, start=action.before_op)
+        if not nxt:
+            return None
+        prev = state.spans[b][nxt - 1]
+        if any(isinstance(a, (SwapOut, SwapIn)) and a.buffer_id == b for a in state.actions):
+            return None  # one kind of move per buffer keeps the pairing simple
+        uses = [u for u in self.trace.buffer(b).uses if prev.start <= u < prev.end]
+        after = max(uses) if uses else prev.end - 1
+        if after >= prev.end:
+            return None
+        due = action.before_op
+        size = state.sizes[b]
+        # trigger: the latest op that leaves the copy time to land before ``due`` starts
+        starts = [start for _dispatch, start, _end in report.op_times]
+        need = self.cost.copy_us(size, "h2d")
+        trigger = due
+        while trigger - 1 >= prev.end and starts[due] - starts[trigger] < need:
+            trigger -= 1
+        out, swap_in = SwapOut(b, after), SwapIn(b, trigger, due)
+        new = self.replace_span(state, b, nxt, trigger, state.spans[b][nxt].end, (action,))
+        if new is None:
+            return None
+        new.actions.append(out)
+        new.actions.append(swap_in)
+        return new
+
+    def swap_to_recompute(self, state: TierState, out: SwapOut) -> TierState | None:
+        """Drop the host copy: re-run the producer before the use the swap-in served (the
+        residency before the gap ends after its last use; the one after starts at the
+        swap-in's due op)."""
+        b = out.buffer_id
+        swap_in = state.paired_swap_in(out)
+        if (swap_in is None or swap_in.trigger_op < out.after_op
+                or self.trace.buffer(b).recompute is None):
+            return None
+        k = state.index_at(b, containing=out.after_op)
+        nxt = state.index_at(b, start=swap_in.trigger_op)
+        if k is None or nxt != k + 1:
+            return None
+        new = state.copy()
+        spans = new.own(b)
+        uses = [u for u in self.trace.buffer(b).uses if spans[k].start <= u < spans[k].end]
+        if uses:
+            spans[k].end = max(uses) + 1
+        spans[nxt].start = swap_in.due_op
+        new.actions = [a for a in new.actions if a not in (out, swap_in)]
+        new.actions.append(RecomputeAction(b, swap_in.due_op))
+        return new
+
+    def earlier_trigger(self, state: TierState, swap_in: SwapIn,
+                        waited_ops: int) -> TierState | None:
+        b = swap_in.buffer_id
+        k = state.index_at(b, start=swap_in.trigger_op)
+        if k is None:
+            return None
+        low = state.spans[b][k - 1].end if k > 0 else 0
+        trigger = max(low, swap_in.trigger_op - max(1, waited_ops))
+        if trigger >= swap_in.trigger_op:
+            return None
+        moved = SwapIn(b, trigger, swap_in.due_op, swap_in.level)
+        new = self.replace_span(state, b, k, trigger, state.spans[b][k].end, (swap_in,))
+        if new is None:
+            return None
+        new.actions.append(moved)
+        return new
+
+    def flip_level(self, state: TierState, out: SwapOut) -> TierState | None:
+        swap_in = state.paired_swap_in(out)
+        if swap_in is None or swap_in.level != out.level:
+            return None
+        level = PAGEABLE if out.level == PINNED else PINNED
+        new = state.copy()
+        new.actions = [replace(a, level=level) if a in (out, swap_in) else a
+                       for a in new.actions]
+        return new
+
+    def reoffset(self, state: TierState, ref: SpanRef, overwrite: bool) -> TierState | None:
+        b = ref.buffer_id
+        new = state.copy()
+        span = new.own(b)[ref.index]
+        size = new.sizes[b]
+        if overwrite:
+            targets = sorted({s.offset for other, spans in new.spans.items() if other != b
+                              for s in spans if s.end == span.start and new.sizes[other] >= size})
+            offset = next((o for o in targets if o != span.offset
+                           and new.fits_at(o, size, span.start, span.end, {id(span)})), None)
+        else:
+            offset = new.best_fit(size, span.start, span.end, {id(span)})
+        if offset is None or offset == span.offset:
+            return None
+        span.offset = offset
+        return new
+
+
+def waits(report) -> np.ndarray:
+    """µs each op waited (for copies or bytes) after its dispatch, recomputes excluded."""
+    n = len(report.op_times)
+    waited = np.zeros(n)
+    recompute = np.zeros(n)
+    for _b, i, start, end in report.recomputes:
+        recompute[i] += end - start
+    for i, (dispatch, start, _end) in enumerate(report.op_times):
+        waited[i] = max(0.0, start - dispatch - recompute[i])
+    return waited
+
+
+def _ops_covering(report, op: int, wait_us: float) -> int:
+    """How many ops before ``op`` it takes (at simulated op times) to cover ``wait_us``."""
+    k, covered = op, 0.0
+    while k > 0 and covered < wait_us:
+        k -= 1
+        dispatch, _start, end = report.op_times[k]
+        covered += end - dispatch
+    return op - k
+
+
+def moves_at(state: TierState, op: int, report, waited: np.ndarray, link_moves: bool,
+             level_moves: bool = True) -> list[Move]:
+    """Moves anchored at ``op``; ``link_moves`` adds those that only relieve the link
+    (cancel a swap, change its level): useless while nothing waits for a copy, so the
+    first pass skips them then."""
+    out = []
+    for a in state.actions:
+        if isinstance(a, SwapOut) and a.after_op == op and link_moves:
+            out.append(Move("cancel_swap", a))
+            if level_moves:
+                out.append(Move("level", a))
+            out.append(Move("swap_to_recompute", a))
+        elif isinstance(a, RecomputeAction) and a.before_op == op:
+            out.append(Move("cancel_recompute", a))
+            out.append(Move("recompute_to_swap", a))
+        elif isinstance(a, SwapIn) and a.due_op == op and waited[op] > 0:
+            out.append(Move("earlier_trigger", a))
+    if waited[op] > 0:
+        for b, spans in state.spans.items():
+            for k, s in enumerate(spans):
+                if s.start == op:
+                    out.append(Move("reoffset", SpanRef(b, k)))
+                    out.append(Move("overwrite", SpanRef(b, k)))
+    return out
+
+
+def apply_move(moves: TierMoves, state: TierState, move: Move, report,
+               waited: np.ndarray) -> TierState | None:
+    """The state after ``move``, or ``None`` when it does not apply. Moves are listed for
+    the state at the start of an op's turn and tried in turn, each against the state
+    the accepted ones left: a move whose action is gone, or whose residency index no
+    longer exists, does not apply."""
+    kind, subject = move.kind, move.subject
+    if kind in ("reoffset", "overwrite"):
+        if subject.index >= len(state.spans.get(subject.buffer_id, ())):
+            return None
+        return moves.reoffset(state, subject, overwrite=kind == "overwrite")
+    if subject not in state.actions:
+        return None
+    if kind == "cancel_swap":
+        return moves.cancel_swap(state, subject)
+    if kind == "level":
+        return moves.flip_level(state, subject)
+    if kind == "swap_to_recompute":
+        return moves.swap_to_recompute(state, subject)
+    if kind == "cancel_recompute":
+        return moves.cancel_recompute(state, subject)
+    if kind == "recompute_to_swap":
+        return moves.recompute_to_swap(state, subject, report)
+    return moves.earlier_trigger(state, subject,
+                                 _ops_covering(report, subject.due_op, waited[subject.due_op]))

@@ -1,0 +1,87 @@
+"""The knobs of the budget planners, one frozen dataclass shared by every policy."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cupool.errors import SolverError
+from cupool.planning.budget.engine.placement import PlacementParams
+
+
+@dataclass(frozen=True)
+class BudgetParams:
+    """Knobs of the budget planners (each reads the fields it needs).
+
+    seed: seed of every random choice (``segments-ga``); same seed → same plan.
+    time_limit_s: wall-clock seconds for ``segments-ga``'s GA (5 s; counted from the
+      start of planning; ``auto`` does not run the GA).
+    swap_weights: ``auto``'s greedy runs once per weight: µs of cost charged per µs of
+      link time a swap uses (0 spends the link first-come; ``inf`` never swaps).
+    refine_evaluations: simulations ``auto``'s final local search (:mod:`.multilevel`) may
+      run on the best plan (0: none).
+    late_swap_weights: ``auto`` also runs the greedy at each of these weights with late
+      swaps triggered at the latest op whose own copy lands on time (more bytes off the
+      device when the link is saturated, paid in lateness).
+    max_chain: longest chain of dropped inputs a recompute may re-produce.
+    recompute_chain: the same for ``auto``'s member that never swaps a temporary buffer
+      (it recomputes every activation it drops, so it needs longer chains).
+    checkpoint_segments: ``auto`` also runs the greedy after segment checkpointing
+      (:mod:`.engine.checkpoint`) with each of these segment counts (empty: never).
+    checkpoint_swap_weight: the swap weight of those runs.
+    offset_solver: static solver placing the residencies (``"greedy-size"`` is fast;
+      ``"auto"`` tries harder when fragmentation matters).
+    placement_rounds: times a planner re-plans for a smaller internal budget when the
+      offsets of its residencies need more than the budget (fragmentation).
+    population, generations, stall_generations, elite, immigrants,
+    mutation_rate_start, mutation_rate_end, crossover_rate: ``segments-ga``'s genetic
+      algorithm; the mutation rate grows linearly over the generations.
+    small_fraction: ``segments-ga`` merges the smallest buffers into one static region
+      whose peak is at most this fraction of the budget.
+    """
+
+    seed: int = 0
+    time_limit_s: float = 5.0
+    swap_weights: tuple[float, ...] = (0.0, 0.02, 0.2, 1.0, float("inf"))
+    late_swap_weights: tuple[float, ...] = (0.2,)
+    refine_evaluations: int = 240
+    max_chain: int = 6
+    recompute_chain: int = 30
+    checkpoint_segments: tuple[int, ...] = (3, 4, 6)
+    checkpoint_swap_weight: float = 0.2
+    offset_solver: str = "greedy-size"
+    placement_rounds: int = 5
+    population: int = 16
+    generations: int = 60
+    stall_generations: int = 15
+    elite: int = 2
+    immigrants: int = 2
+    mutation_rate_start: float = 0.02
+    mutation_rate_end: float = 0.2
+    crossover_rate: float = 0.9
+    small_fraction: float = 0.3
+
+    def __post_init__(self) -> None:
+        if (isinstance(self.refine_evaluations, bool) or not isinstance(
+                self.refine_evaluations, int) or self.refine_evaluations < 0):
+            raise SolverError(f"refine_evaluations (={self.refine_evaluations!r}) must be an "
+                              f"integer >= 0")
+        if not self.time_limit_s > 0:
+            raise SolverError(f"time_limit_s (={self.time_limit_s}) must be > 0 seconds")
+        if self.population < 2 or self.generations < 1:
+            raise SolverError(f"population (={self.population}) must be >= 2 and "
+                              f"generations (={self.generations}) >= 1")
+        if not 0 < self.small_fraction < 1:
+            raise SolverError(f"small_fraction (={self.small_fraction}) must be in (0, 1)")
+        if any(isinstance(k, bool) or not isinstance(k, int) or k < 1
+               for k in self.checkpoint_segments):
+            raise SolverError(f"checkpoint_segments (={self.checkpoint_segments!r}) must be "
+                              f"integers >= 1")
+        if self.placement_rounds < 1 or self.max_chain < 0 or self.recompute_chain < 0:
+            raise SolverError(f"placement_rounds (={self.placement_rounds}) must be >= 1, "
+                              f"max_chain (={self.max_chain}) and recompute_chain "
+                              f"(={self.recompute_chain}) >= 0")
+
+    @property
+    def placement(self) -> PlacementParams:
+        """The fields :func:`~.engine.placement.place_schedule` reads."""
+        return PlacementParams(self.offset_solver, self.placement_rounds)
