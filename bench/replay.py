@@ -25,8 +25,8 @@ from cupool.core.vocabulary import Buffer
 from cupool.devices import open_device
 from cupool.io import load_trace
 from cupool.planning.budget.feedback import delay_swap_ins
-from cupool.runtime.handles import DEVICE, TensorHandle
 from cupool.runtime.replay import replay
+from cupool.swap.handles import DEVICE, TensorHandle
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACE = ROOT / "cupool" / "data" / "traces" / "resnet50_train_b32_fp32.trace.json.gz"

@@ -14,14 +14,17 @@ from cupool.core.vocabulary import Buffer, Residency, SwapIn, SwapOut
 from cupool.devices import open_device
 from cupool.devices.protocol import host_view
 from cupool.planning.budget.feedback import delay_swap_ins, move_swap_in
-from cupool.runtime.copy_engine import CopyEngine
 from cupool.runtime.executor import (
     FEEDBACK_MARGIN,
     adjust_triggers,
     predicted_waits,
     queued_ahead,
 )
-from cupool.runtime.handles import (
+from cupool.runtime.replay import replay
+from cupool.sim.cost import cost_model
+from cupool.sim.simulator import simulate
+from cupool.swap.copy_engine import CopyEngine
+from cupool.swap.handles import (
     DEVICE,
     HOST,
     RETIRED,
@@ -32,10 +35,7 @@ from cupool.runtime.handles import (
     HandleStateError,
     TensorHandle,
 )
-from cupool.runtime.replay import replay
-from cupool.runtime.staging import PinnedStaging, StagingError
-from cupool.sim.cost import cost_model
-from cupool.sim.simulator import simulate
+from cupool.swap.staging import PinnedStaging, StagingError
 from tests.swap_cases import resnet_capuchin_plan, swap_plan, trace_of
 
 SIZE_SCALE = 4096

@@ -14,9 +14,11 @@ from cupool.core.vocabulary import Buffer, RecomputeAction
 from cupool.devices import open_device
 from cupool.devices.errors import InvalidPointerError, InvalidSizeError, StreamTaskError
 from cupool.io import load_plan
-from cupool.runtime.copy_engine import CopyEngine
 from cupool.runtime.executor import Executor, pool_layout
-from cupool.runtime.handles import (
+from cupool.runtime.pool import PlannedPool
+from cupool.runtime.replay import replay
+from cupool.swap.copy_engine import CopyEngine
+from cupool.swap.handles import (
     DEVICE,
     FAILED,
     HOST,
@@ -25,9 +27,7 @@ from cupool.runtime.handles import (
     HandleError,
     TensorHandle,
 )
-from cupool.runtime.pool import PlannedPool
-from cupool.runtime.replay import replay
-from cupool.runtime.staging import PinnedStaging
+from cupool.swap.staging import PinnedStaging
 from tests.swap_cases import resnet_capuchin_plan
 
 SIZE_SCALE = 4096

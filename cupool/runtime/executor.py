@@ -2,10 +2,10 @@
 
 It runs the real runtime: every residency's device bytes come from a
 :class:`~cupool.runtime.pool.PlannedPool` serving the plan's layout, every buffer is a
-:class:`~cupool.runtime.handles.TensorHandle` whose uses are marked, swaps go through the
-:class:`~cupool.runtime.copy_engine.CopyEngine` (D2H and H2D streams, events) and pinned
+:class:`~cupool.swap.handles.TensorHandle` whose uses are marked, swaps go through the
+:class:`~cupool.swap.copy_engine.CopyEngine` (D2H and H2D streams, events) and pinned
 staging, and the op work goes on a compute stream through
-:class:`~cupool.runtime.checks.StreamWork` (NumPy twins in host callbacks on the emulated
+:class:`~cupool.swap.checks.StreamWork` (NumPy twins in host callbacks on the emulated
 device, CUDA kernels on a GPU). For every op ``i`` the executor enqueues, in this order
 (nothing blocks the caller until the iteration's final ``synchronize``)::
 
@@ -108,19 +108,19 @@ from cupool.devices.protocol import host_view
 from cupool.errors import CupoolError
 from cupool.planning.budget.feedback import move_swap_in, predicted_waits, queued_ahead
 from cupool.runtime.arena import ALLOCATION_UNIT
-from cupool.runtime.checks import StreamWork
-from cupool.runtime.copy_engine import CopyEngine
-from cupool.runtime.handles import (
+from cupool.swap.checks import StreamWork
+from cupool.swap.copy_engine import CopyEngine
+from cupool.swap.errors import CopyFailedError, ReplayError
+from cupool.swap.handles import (
     DEVICE,
     DROPPED,
     HOST,
     READ,
     RETIRED,
     WRITE,
-    CopyFailedError,
     TensorHandle,
 )
-from cupool.runtime.staging import PinnedStaging
+from cupool.swap.staging import PinnedStaging
 
 FEEDBACK_MARGIN = 1.25
 """A late swap-in's trigger moves earlier to cover this multiple of its measured wait."""
@@ -129,10 +129,6 @@ LATE_THRESHOLD_WALL_US = 400.0
 thread wake-up jitter), not a late prefetch or a stall."""
 PREDICTED_ROUNDS = 8
 """How many times :func:`adjust_triggers` asks the simulator about the adjusted plan."""
-
-
-class ReplayError(CupoolError):
-    """The executor cannot run this plan or device (reason in the message)."""
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,8 @@ import pytest
 
 from cupool.core.vocabulary import Buffer, RecomputeAction
 from cupool.runtime.executor import Executor
-from cupool.runtime.handles import DEVICE, RETIRED, WRITE, TensorHandle
 from cupool.runtime.replay import replay
+from cupool.swap.handles import DEVICE, RETIRED, WRITE, TensorHandle
 
 pytestmark = pytest.mark.gpu
 

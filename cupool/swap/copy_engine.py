@@ -21,7 +21,7 @@ the order they were issued, like one DMA engine per direction::
   handle resident.
 - Handle states move in stream order (host callbacks before and after each copy).
 - A copy the device refuses when it is issued (a bad range, a closed device) fails the
-  handle with :class:`~cupool.runtime.handles.CopyFailedError`, which the buffer's next
+  handle with :class:`~cupool.swap.errors.CopyFailedError`, which the buffer's next
   use raises; its slot is released at once. A copy that fails while the stream runs
   (the stream's :meth:`~cupool.devices.protocol.Stream.pending_failure`, seen by the
   callback after the copy) fails the handle the same way, so the use raises instead of
@@ -42,8 +42,9 @@ import threading
 import time
 
 from cupool.devices.errors import DeviceError
-from cupool.runtime.handles import DEVICE, HOST, TO_DEVICE, TO_HOST, CopyFailedError
-from cupool.runtime.staging import PinnedStaging, Slot
+from cupool.swap.errors import CopyFailedError
+from cupool.swap.handles import DEVICE, HOST, TO_DEVICE, TO_HOST
+from cupool.swap.staging import PinnedStaging, Slot
 
 D2H = "d2h"
 H2D = "h2d"

@@ -32,28 +32,14 @@ from dataclasses import dataclass, replace
 
 from cupool.core.vocabulary import Trace
 from cupool.devices.protocol import host_view
-from cupool.errors import CupoolError
-from cupool.runtime.copy_engine import CopyEngine
-from cupool.runtime.handles import DEVICE, RETIRED, WRITE, TensorHandle
-from cupool.runtime.staging import PinnedStaging
+from cupool.swap.copy_engine import CopyEngine
+from cupool.swap.errors import PassiveOutOfMemoryError
+from cupool.swap.handles import DEVICE, RETIRED, WRITE, TensorHandle
+from cupool.swap.staging import PinnedStaging
 
 ALIGNMENT = 256
 DEFAULT_OP_US = 10.0
 """Emulated duration of an op whose trace gives none (as :mod:`cupool.sim.cost`)."""
-
-
-class PassiveOutOfMemoryError(CupoolError):
-    """Op ``op`` needs buffer ``buffer_id`` (``nbytes`` scaled bytes) resident, and it does
-    not fit in the ``arena_bytes`` arena even with every other buffer evicted."""
-
-    def __init__(self, op: int, buffer_id: int, nbytes: int, arena_bytes: int) -> None:
-        self.op, self.buffer_id = op, buffer_id
-        self.nbytes, self.arena_bytes = nbytes, arena_bytes
-        super().__init__(f"op {op}: buffer {buffer_id} ({nbytes} bytes) does not fit in the "
-                         f"{arena_bytes}-byte arena beside the op's other buffers")
-
-    def __reduce__(self):
-        return (self.__class__, (self.op, self.buffer_id, self.nbytes, self.arena_bytes))
 
 
 @dataclass(frozen=True)
