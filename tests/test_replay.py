@@ -13,10 +13,11 @@ from cupool.check import validate_swap_plan
 from cupool.core.vocabulary import Buffer, Residency, SwapIn, SwapOut
 from cupool.devices import open_device
 from cupool.devices.protocol import host_view
-from cupool.planning.budget.feedback import delay_swap_ins, move_swap_in
-from cupool.runtime.executor import (
+from cupool.planning.budget.feedback import (
     FEEDBACK_MARGIN,
     adjust_triggers,
+    delay_swap_ins,
+    move_swap_in,
     predicted_waits,
     queued_ahead,
 )
@@ -77,7 +78,8 @@ def test_feedback_moves_late_triggers_earlier_and_keeps_the_plan_valid():
     assert late and validate_swap_plan(planned, mistimed).valid
     op_us = [op.duration_us or 10.0 for op in planned.ops]
     waits = {a.buffer_id: 200.0 for a in late[:5]}
-    adjusted, moves = adjust_triggers(planned, mistimed, waits, op_us, validate_swap_plan)
+    result = adjust_triggers(planned, mistimed, waits, op_us, validate_swap_plan)
+    adjusted, moves = result.plan, result.moves
     assert validate_swap_plan(planned, adjusted).valid
     assert moves and all(new < old for old, new in moves.values())
     for b, (old, new) in moves.items():
@@ -150,15 +152,15 @@ def test_a_stuck_late_swap_in_moves_the_copy_queued_ahead_of_it():
     def predict(candidate):
         return simulate(trace, candidate, cost, validate=False)
 
-    adjusted, moves = adjust_triggers(trace, plan, waits, [20.0] * 10, validate_swap_plan,
-                                      predict)
+    result = adjust_triggers(trace, plan, waits, [20.0] * 10, validate_swap_plan, predict)
+    adjusted, moves = result.plan, result.moves
     # X moves by the rule for Y's wait: 1.25 x 17 µs needs two 20 µs ops, so 4 -> 2; its
     # copy then runs 53..86 and Y's 86..90, before op 5 at 100
     assert moves == {0: (4, 2)}
     assert validate_swap_plan(trace, adjusted).valid
     assert predicted_waits(predict(adjusted), adjusted) == {}
     # without the simulator, Y's measured wait alone cannot move anything
-    assert adjust_triggers(trace, plan, waits, [20.0] * 10, validate_swap_plan)[1] == {}
+    assert adjust_triggers(trace, plan, waits, [20.0] * 10, validate_swap_plan).moves == {}
 
 
 def test_feedback_on_the_simulator_reaches_a_late_free_plan():
@@ -172,9 +174,9 @@ def test_feedback_on_the_simulator_reaches_a_late_free_plan():
         return simulate(planned, candidate, cost, validate=False)
 
     op_us = cost.op_times(planned)
-    adjusted, moves = adjust_triggers(planned, mistimed, predicted_waits(predict(mistimed),
-                                                                         mistimed),
-                                      op_us, validate_swap_plan, predict, guard_us=10.0)
+    result = adjust_triggers(planned, mistimed, predicted_waits(predict(mistimed), mistimed),
+                             op_us, validate_swap_plan, predict, guard_us=10.0)
+    adjusted, moves = result.plan, result.moves
     assert moves and validate_swap_plan(planned, adjusted).valid
     assert predicted_waits(predict(adjusted), adjusted) == {}
 

@@ -106,7 +106,6 @@ from cupool.core.vocabulary import (
 )
 from cupool.devices.protocol import host_view
 from cupool.errors import CupoolError
-from cupool.planning.budget.feedback import move_swap_in, predicted_waits, queued_ahead
 from cupool.runtime.arena import ALLOCATION_UNIT
 from cupool.swap.checks import StreamWork
 from cupool.swap.copy_engine import CopyEngine
@@ -122,13 +121,9 @@ from cupool.swap.handles import (
 )
 from cupool.swap.staging import PinnedStaging
 
-FEEDBACK_MARGIN = 1.25
-"""A late swap-in's trigger moves earlier to cover this multiple of its measured wait."""
 LATE_THRESHOLD_WALL_US = 400.0
 """A wait shorter than this much *wall* time is the emulation's timer noise (sleep and
 thread wake-up jitter), not a late prefetch or a stall."""
-PREDICTED_ROUNDS = 8
-"""How many times :func:`adjust_triggers` asks the simulator about the adjusted plan."""
 
 
 @dataclass(frozen=True)
@@ -639,91 +634,4 @@ class Executor:
         self.close()
 
 
-def adjust_triggers(trace: Trace, plan: Plan, late: dict, op_us, validate,
-                    predict=None, rounds: int = PREDICTED_ROUNDS,
-                    guard_us: float = 0.0) -> tuple[Plan, dict]:
-    """Move the triggers of late swap-ins earlier (rule in the module docstring).
-
-    ``late`` maps buffer ids to measured waits (trace µs); ``op_us`` are observed op
-    durations (trace µs); ``validate(trace, plan)`` is the swap validator. ``predict``
-    (optional, ``predict(plan) -> SimReport``, e.g. :func:`~cupool.sim.simulate` with the
-    plan's cost model) is then asked, up to ``rounds`` times, which swap-ins of the
-    adjusted plan would still be late — those hidden behind a measured wait, and those a
-    move queued behind a large copy — and they move by the same rule, or, where they
-    cannot, the copies queued ahead of them do. A predicted copy counts as late when it
-    lands less than ``guard_us`` before its due op (a guard band against copy-time
-    jitter the model does not have; the replay uses its timer-noise threshold). Returns
-    the new plan and ``{buffer: (first old trigger, last new trigger)}`` for the moves
-    kept."""
-    stuck = set()
-    plan, moves = _move_late(trace, plan, late, op_us, validate, stuck)
-    for _round in range(rounds if predict is not None else 0):
-        report = predict(plan)
-        waits = predicted_waits(report, plan, guard_us)
-        plan, moved = _move_late(trace, plan, waits, op_us, validate, stuck)
-        if not moved:
-            # every swap-in still late (measured or predicted) is stuck: move what is
-            # queued ahead of it
-            blockers = queued_ahead(report, plan, {**late, **waits}, guard_us)
-            plan, moved = _move_late(trace, plan, blockers, op_us, validate, stuck)
-        if not moved:
-            break
-        for b, (old, new) in moved.items():
-            moves[b] = (moves.get(b, (old, new))[0], new)
-    return plan, moves
-
-
-def _move_late(trace: Trace, plan: Plan, late: dict, op_us, validate,
-               stuck: set | None = None) -> tuple[Plan, dict]:
-    """One application of the rule to the waits ``late``. The moves are tried together,
-    then by halves where the plan would break (one validation in the common case); a
-    single move that breaks it bisects for the earliest valid trigger between its target
-    and its old place. ``stuck`` collects ``(buffer, trigger)`` that cannot move, so later
-    rounds skip them."""
-    stuck = set() if stuck is None else stuck
-    targets = []  # (buffer, action, residency, old trigger, target trigger)
-    for b, waited in sorted(late.items()):
-        spans = sorted((r for r in plan.residencies if r.buffer_id == b), key=lambda r: r.start)
-        for action in plan.actions:
-            if not (isinstance(action, SwapIn) and action.buffer_id == b):
-                continue
-            old = action.trigger_op
-            k = next(k for k, r in enumerate(spans) if r.start == old)
-            floor = spans[k - 1].end if k > 0 else 0
-            target, covered = old, 0.0
-            while target > floor and covered < FEEDBACK_MARGIN * waited:
-                target -= 1
-                covered += op_us[target]
-            if target < old and (b, old) not in stuck:
-                targets.append((b, action, old, target))
-    moves = {}
-
-    def apply(plan, batch):
-        together = plan
-        for _b, action, _old, target in batch:
-            together = move_swap_in(together, action, target)
-        if validate(trace, together).valid:
-            moves.update({b: (old, target) for b, _a, old, target in batch})
-            return together
-        if len(batch) > 1:
-            half = len(batch) // 2
-            return apply(apply(plan, batch[:half]), batch[half:])
-        b, action, old, target = batch[0]
-        low, high = target + 1, old  # the earliest valid trigger is in [low, high]
-        while low < high:
-            middle = (low + high) // 2
-            if validate(trace, move_swap_in(plan, action, middle)).valid:
-                high = middle
-            else:
-                low = middle + 1
-        if high == old:
-            stuck.add((b, old))
-            return plan
-        moves[b] = (old, high)
-        return move_swap_in(plan, action, high)
-
-    return (apply(plan, targets) if targets else plan), moves
-
-
-__all__ = ["FEEDBACK_MARGIN", "LATE_THRESHOLD_WALL_US", "PREDICTED_ROUNDS", "Executor",
-           "ReplayError", "adjust_triggers", "predicted_waits", "queued_ahead"]
+__all__ = ["LATE_THRESHOLD_WALL_US", "Executor", "ReplayError"]

@@ -49,13 +49,8 @@ from cupool.check import validate_swap_plan
 from cupool.core.units import parse_budget
 from cupool.core.vocabulary import SolveStatus, Trace
 from cupool.errors import InputError
-from cupool.runtime.executor import (
-    LATE_THRESHOLD_WALL_US,
-    Executor,
-    ReplayError,
-    adjust_triggers,
-    predicted_waits,
-)
+from cupool.planning.budget.feedback import adjust_triggers, predicted_waits
+from cupool.runtime.executor import LATE_THRESHOLD_WALL_US, Executor, ReplayError
 from cupool.sim.cost import cost_model, link_gbps
 from cupool.sim.simulator import simulate
 
@@ -136,9 +131,9 @@ def replay(trace: Trace, budget, device="emulated", iterations: int = 3, link="g
                 runs.append(run)
                 moved = {}
                 if feedback and run["late"]:
-                    plan, moved = adjust_triggers(plan_trace, plan, run["late"], run["op_us"],
-                                                  validate_swap_plan, predict,
-                                                  guard_us=noise_us)
+                    adjusted = adjust_triggers(plan_trace, plan, run["late"], run["op_us"],
+                                               validate_swap_plan, predict, guard_us=noise_us)
+                    plan, moved = adjusted.plan, adjusted.moves
                     if moved:
                         executor.set_plan(plan)
                 moves.append(len(moved))
