@@ -14,10 +14,10 @@ from cupool.core.vocabulary import Buffer, RecomputeAction
 from cupool.devices import open_device
 from cupool.devices.errors import InvalidPointerError, InvalidSizeError, StreamTaskError
 from cupool.io import load_plan
-from cupool.runtime.executor import Executor, pool_layout
 from cupool.runtime.pool import PlannedPool
 from cupool.runtime.replay import replay
 from cupool.swap.copy_engine import CopyEngine
+from cupool.swap.engine import EngineSettings, SwapEngine
 from cupool.swap.handles import (
     DEVICE,
     FAILED,
@@ -27,6 +27,7 @@ from cupool.swap.handles import (
     HandleError,
     TensorHandle,
 )
+from cupool.swap.layout import pool_layout
 from cupool.swap.staging import PinnedStaging
 from tests.swap_cases import resnet_capuchin_plan
 
@@ -38,7 +39,7 @@ _planned = resnet_capuchin_plan
 
 def _executor(device, **options):
     _trace, plan, planned = _planned()
-    return Executor(planned, plan, device, size_scale=SIZE_SCALE, time_scale=1.0, **options)
+    return SwapEngine(planned, plan, device, EngineSettings(size_scale=SIZE_SCALE), **options)
 
 
 # -- typed arrays from the device ------------------------------------------------------------
@@ -96,7 +97,7 @@ def test_an_iteration_with_cupy_arrays_is_byte_exact_and_hands_out_cupy_arrays()
         for handle in resident:
             with handle.use() as view:
                 assert isinstance(view, cupy.ndarray) and view.data.ptr == handle.ptr
-    assert result["corrupt_bytes"] == 0 and result["off_plan"] == 0
+    assert result.corrupt_bytes == 0 and result.off_plan == 0
 
 
 # -- the planned pool serves every residency ---------------------------------------------------
@@ -182,7 +183,7 @@ def test_recompute_actions_call_the_handles_callable_and_verify_byte_exact():
 
             handle.recompute = counting
         result = executor.run_iteration(0)
-    assert result["corrupt_bytes"] == 0 and result["bytes_checked"] > 0
+    assert result.corrupt_bytes == 0 and result.bytes_checked > 0
     assert sorted(b for b, _ptr, _ok in calls) == sorted(a.buffer_id for a in actions)
     assert all(ok for _b, _ptr, ok in calls)
 
@@ -192,7 +193,7 @@ def test_a_wrong_recompute_callable_is_counted_as_corruption():
     wrong = {b: (lambda out, *inputs: out.fill(0)) for b in _recomputed(plan)}
     with open_device("emulated") as device, _executor(device, recompute=wrong) as executor:
         result = executor.run_iteration(0)
-    assert result["corrupt_bytes"] > 0
+    assert result.corrupt_bytes > 0
 
 
 # -- bad input: failures and clean state ---------------------------------------------------
@@ -210,7 +211,7 @@ def test_an_error_inside_a_use_leaves_the_pool_and_staging_clean():
         assert executor.pool.used_bytes() == 0
         assert executor.pool.memory_stats()["live_blocks.current"] == 0
         live = executor.staging.stats()["staging.live_slots.current"]
-        assert live == len(executor._boundary_slots)  # only the persistent host copies
+        assert live == len(executor.boundary_slots)  # only the persistent host copies
         assert all(h._readers == 0 and h._writers == 0 for h in executor.handles.values())
 
 

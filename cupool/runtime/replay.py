@@ -50,9 +50,10 @@ from cupool.core.units import parse_budget
 from cupool.core.vocabulary import SolveStatus, Trace
 from cupool.errors import InputError
 from cupool.planning.budget.feedback import adjust_triggers, predicted_waits
-from cupool.runtime.executor import LATE_THRESHOLD_WALL_US, Executor, ReplayError
 from cupool.sim.cost import cost_model, link_gbps
 from cupool.sim.simulator import simulate
+from cupool.swap.engine import LATE_THRESHOLD_WALL_US, EngineSettings, SwapEngine
+from cupool.swap.errors import ReplayError
 
 DEFAULT_SIZE_SCALE = 1024
 DEFAULT_TIME_SCALE = 50.0
@@ -123,11 +124,10 @@ def replay(trace: Trace, budget, device="emulated", iterations: int = 3, link="g
         return simulate(plan_trace, candidate, cost, validate=False)
 
     try:
-        with Executor(plan_trace, plan, device, size_scale=size_scale, time_scale=time_scale,
-                      seed=seed, op_us=cost.op_times(plan_trace),
-                      recompute=recompute) as executor:
+        with SwapEngine(plan_trace, plan, device, EngineSettings(size_scale, time_scale, seed),
+                        op_us=cost.op_times(plan_trace), recompute=recompute) as engine:
             for iteration in progress.iterate(range(iterations), "replay", "iter"):
-                run = executor.run_iteration(iteration)
+                run = engine.run_iteration(iteration).as_dict()
                 runs.append(run)
                 moved = {}
                 if feedback and run["late"]:
@@ -135,11 +135,11 @@ def replay(trace: Trace, budget, device="emulated", iterations: int = 3, link="g
                                                validate_swap_plan, predict, guard_us=noise_us)
                     plan, moved = adjusted.plan, adjusted.moves
                     if moved:
-                        executor.set_plan(plan)
+                        engine.set_plan(plan)
                 moves.append(len(moved))
-            reserved = executor.arena_bytes
-            staging, copies = executor.staging.stats(), executor.engine.stats()
-            pool = executor.pool.memory_stats()
+            reserved = engine.arena_bytes
+            staging, copies = engine.staging.stats(), engine.copy_engine.stats()
+            pool = engine.pool.memory_stats()
     finally:
         if own_device:
             device.close()

@@ -3,7 +3,7 @@
 A :class:`TensorHandle` stands for one buffer of a trace during one iteration. It knows
 the buffer (size, lifetime, uses), where its bytes are now, and the view of its bytes at
 the planned device address while they are there. Its location is a small state machine;
-the swap runtime (:mod:`.copy_engine`, :mod:`.executor`) moves it, always in *stream
+the swap engine (:mod:`.copy_engine`, :mod:`.engine`) moves it, always in *stream
 order* (the transitions run as host callbacks on the stream doing the work), so the
 state a use sees is the state of the device, not of the thread that enqueued the work::
 
@@ -90,7 +90,7 @@ class TensorHandle:
     ``buffer`` is the trace's :class:`~cupool.core.vocabulary.Buffer`. ``recompute`` is an
     optional callable ``recompute(out, *inputs)`` that regenerates the contents of ``out``
     (this handle's array) from ``inputs`` (the arrays of the handles of
-    ``buffer.recompute.inputs``, in that order); the executor calls it for the plan's
+    ``buffer.recompute.inputs``, in that order); the engine calls it for the plan's
     recompute actions, in stream order, with ``out`` held for write and every input held
     for read. ``dtype`` and ``shape`` (default flat ``uint8``; a shape may not need more
     than ``buffer.size`` bytes) are what :meth:`use` yields. Counters: ``uses`` (completed

@@ -1,6 +1,6 @@
 """The passive first iteration: run a trace with no plan, swapping on demand, and measure it.
 
-Before any plan exists (idea 3 of DESIGN.md), the runtime still has to run one
+Before any plan exists, the runtime still has to run one
 iteration under the budget to learn the op durations the planners need. It does so
 passively: buffers live in a device arena of ``budget_bytes``; when a buffer produced or
 used by op ``i`` does not fit (out of memory), the *least recently used* resident
@@ -21,7 +21,7 @@ checked as in replay: each buffer is filled with the pattern of ``(buffer id, 0)
 produced and every use compares every byte (``corrupt_bytes`` counts mismatches).
 
 Placement is first fit over the arena (256-byte aligned); sizes may be divided by
-``size_scale`` as in :mod:`.replay` (the budget too). A working set of one op that does
+``size_scale`` as in a replay (the budget too). A working set of one op that does
 not fit even after evicting everything else raises :class:`PassiveOutOfMemoryError`.
 """
 
@@ -133,7 +133,7 @@ def passive_iteration(trace: Trace, budget_bytes: int, device, *, size_scale: in
 
     def evict(v):
         ptr = arena.ptr + offset.pop(v)
-        slot[v], _out = engine.swap_out(handles[v], ptr, sizes[v], None)
+        slot[v] = engine.swap_out(handles[v], ptr, sizes[v], None).slot
         engine.d2h_stream.synchronize()
         ranges.free(ptr - arena.ptr)
         counts["out"] += 1

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from cupool.core.vocabulary import Buffer, RecomputeAction
-from cupool.runtime.executor import Executor
 from cupool.runtime.replay import replay
+from cupool.swap.engine import EngineSettings, SwapEngine
 from cupool.swap.handles import DEVICE, RETIRED, WRITE, TensorHandle
 
 pytestmark = pytest.mark.gpu
@@ -57,10 +57,10 @@ def test_uses_on_cuda_yield_cupy_arrays_at_the_planned_address(cuda_device):
     import cupy
 
     _trace, plan, planned = _planned()
-    with Executor(planned, plan, cuda_device, size_scale=SIZE_SCALE) as executor:
-        result = executor.run_iteration(0)
-        resident = [h for h in executor.handles.values() if h.state == DEVICE]
-        assert resident and result["corrupt_bytes"] == 0
+    with SwapEngine(planned, plan, cuda_device, EngineSettings(size_scale=SIZE_SCALE)) as engine:
+        result = engine.run_iteration(0)
+        resident = [h for h in engine.handles.values() if h.state == DEVICE]
+        assert resident and result.corrupt_bytes == 0
         for handle in resident:
             with handle.use() as view:
                 assert isinstance(view, cupy.ndarray) and view.data.ptr == handle.ptr
@@ -71,6 +71,6 @@ def test_a_wrong_recompute_callable_is_caught_on_cuda(cuda_device):
     recomputed = {a.buffer_id for a in plan.actions if isinstance(a, RecomputeAction)}
     assert recomputed
     wrong = {b: (lambda out, *inputs: out.fill(0)) for b in recomputed}  # on the stream
-    with Executor(planned, plan, cuda_device, size_scale=SIZE_SCALE,
-                  recompute=wrong) as executor:
-        assert executor.run_iteration(0)["corrupt_bytes"] > 0
+    with SwapEngine(planned, plan, cuda_device, EngineSettings(size_scale=SIZE_SCALE),
+                    recompute=wrong) as engine:
+        assert engine.run_iteration(0).corrupt_bytes > 0
