@@ -6,17 +6,13 @@
   ``with`` block and restores the previous one (:mod:`.context`);
 - :mod:`.arena` (best fit with split/merge: the persistent and fallback regions),
   :mod:`.record` (recorded iterations → trace v1), :mod:`.stats` (the statistics' key
-  grammar), :mod:`.errors`.
+  grammar), :mod:`.errors` (the pool's errors).
 
-The swap runtime: :mod:`.handles` (tensor handles and ``h.use()``), :mod:`.copy_engine`
-(D2H/H2D streams), :mod:`.staging` (pinned staging), :mod:`.checks` (stream-ordered
-pattern checks on either backend), :mod:`.executor` (one iteration of a swapping plan,
-its residencies served by a ``PlannedPool``; late-prefetch feedback), :mod:`.replay` and
-:mod:`.passive`.
+The swap engine that serves swapping plans from a ``PlannedPool`` is :mod:`cupool.swap`;
+the replay built on it is :mod:`cupool.app.replay`.
 
 The pool imports CuPy (it *is* a ``cupy.cuda.MemoryPool``), on first use of
-``cupool.PlannedPool``/``cupool.managed``, and so do the executor and replay, which serve
-every residency from one; handles, the copy engine and staging do not need it.
+``cupool.PlannedPool``/``cupool.managed``.
 """
 
 from __future__ import annotations
@@ -33,8 +29,8 @@ _EXPORTS = {
 
 
 def __getattr__(name):
-    # Lazy, so that the CuPy-free parts (handles, copy engine, staging, replay) import
-    # without CuPy; the pool and its errors import it on first use.
+    # Lazy, so that importing the package (and the arena, which the swap engine's layout
+    # uses) needs no CuPy; the pool and its errors import it on first use.
     if name in _EXPORTS:
         return getattr(import_module(_EXPORTS[name]), name)
     raise AttributeError(f"module 'cupool.runtime' has no attribute {name!r}")

@@ -1,4 +1,4 @@
-"""The swap runtime on a real GPU (issue 5): replay through the device protocol with the
+"""The swap runtime on a real GPU: replay through the device protocol with the
 CUDA kernels checking every byte, the planned pool serving every residency, and
 ``h.use()`` yielding ``cupy.ndarray`` objects at the planned addresses. Marked ``gpu``;
 skipped without a usable device (``cuda_device`` of ``tests/gpu/conftest.py``)."""
@@ -8,8 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from cupool.app.replay import ReplaySettings, replay
 from cupool.core.vocabulary import Buffer, RecomputeAction
-from cupool.runtime.replay import replay
 from cupool.swap.engine import EngineSettings, SwapEngine
 from cupool.swap.handles import DEVICE, RETIRED, WRITE, TensorHandle
 
@@ -43,8 +43,9 @@ def test_typed_array_at_a_device_address(cuda_device):
 
 def test_replay_on_cuda_is_byte_exact_and_served_by_the_pool(cuda_device):
     trace, plan, planned = _planned()
-    result = replay(trace, "70%", device=cuda_device, iterations=2, size_scale=SIZE_SCALE,
-                    time_scale=1.0, plan=plan, plan_trace=planned)
+    result = replay(trace, "70%", ReplaySettings(iterations=2, size_scale=SIZE_SCALE,
+                                                 time_scale=1.0),
+                    device=cuda_device, plan=plan, plan_trace=planned)
     assert result["corrupt_bytes"] == 0 and result["bytes_checked"] > 0
     assert result["off_plan"] == [0, 0]
     assert result["pool"]["planned_hits"] == 2 * len(plan.residencies)

@@ -21,7 +21,7 @@ from cupool.io import load_trace
 from cupool.swap import passive
 from cupool.swap.passive import PassiveOutOfMemoryError, passive_iteration
 
-TRACES = Path(__file__).resolve().parents[1] / "cupool" / "data" / "traces"
+TRACES = Path(__file__).resolve().parents[2] / "cupool" / "data" / "traces"
 
 # op:        0    1    2    3
 # buffer 0:  [p   u         u]      produced at 0, used at 1 and 3
