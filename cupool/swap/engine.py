@@ -73,6 +73,7 @@ from cupool.swap.copy_engine import CopyEngine
 from cupool.swap.errors import CopyFailedError, EngineStateError, ReplayError
 from cupool.swap.handles import DEVICE, HOST, READ, WRITE, TensorHandle
 from cupool.swap.iteration import (
+    LATE_THRESHOLD_WALL_US,
     Arrival,
     IterationResult,
     IterationState,
@@ -84,10 +85,6 @@ from cupool.swap.layout import Layout, pool_layout, round_up
 from cupool.swap.patterns import fill_host_copy, pattern_body, regenerate
 from cupool.swap.schedule import build_schedule
 from cupool.swap.staging import ALIGNMENT, PinnedStaging
-
-LATE_THRESHOLD_WALL_US = 400.0
-"""A wait shorter than this much *wall* time is the emulation's timer noise (sleep and
-thread wake-up jitter), not a late prefetch or a stall."""
 
 
 @dataclass(frozen=True)
@@ -268,7 +265,8 @@ class SwapEngine:
             for stream in (self.compute, self.copy_engine.d2h_stream,
                            self.copy_engine.h2d_stream):
                 device.host_callback(stream, gate.wait)
-        state = IterationState(iteration, done, gate, self.off_plan, op_wall_s=[0.0] * n)
+        state = IterationState(iteration, done, gate, self.off_plan, self.time_scale,
+                               op_wall_s=[0.0] * n)
         state.started = state.clock = time.perf_counter()
         try:
             state.pool_iteration.enter_context(self.pool.iteration())
@@ -300,7 +298,7 @@ class SwapEngine:
         self.work.begin_batch()
         for action in schedule.due[op]:
             self.work.timed_wait(state.landed_at[(action.buffer_id, action.trigger_op)],
-                                 partial(self._measured_wait, state, action.buffer_id))
+                                 partial(state.measured_wait, action.buffer_id))
         first_fills = [b for b, start in schedule.home.items()
                        if start == op and b not in self._persistent_ready]
         produced = [*schedule.produced[op], *first_fills]
@@ -398,7 +396,7 @@ class SwapEngine:
         if self.gpu:
             self.work.spin(seconds)
             return
-        self.work.callback(partial(_advance_clock, self._state, seconds))
+        self.work.callback(partial(self._state.advance_clock, seconds))
 
     # -- what before_op and after_op enqueue ----------------------------------------------
     def _issue_swap_ins(self, state: IterationState, op: int) -> None:
@@ -424,7 +422,7 @@ class SwapEngine:
             ptr = state.ptrs[(b, op)]
             for copy in state.pending:
                 if copy.low < ptr + self.sizes[b] and ptr < copy.high:
-                    self.work.timed_wait(copy.copied, partial(self._measured_wait, state, None))
+                    self.work.timed_wait(copy.copied, partial(state.measured_wait, None))
 
     def _begin_op(self, state: IterationState, running: RunningOp, written,
                   recomputed) -> None:
@@ -483,7 +481,7 @@ class SwapEngine:
                 running.uses.append(use)
             running.entered = True
         except Exception as exc:
-            _keep_first(state, exc)
+            state.keep_first_error(exc)
 
     def _end_op(self, state: IterationState, running: RunningOp, ends) -> None:
         try:
@@ -492,7 +490,7 @@ class SwapEngine:
             for b, where in ends:
                 self.handles[b].move(where)
         except Exception as exc:
-            _keep_first(state, exc)
+            state.keep_first_error(exc)
         state.op_wall_s[running.op] = time.perf_counter() - running.began
 
     def _call_recompute(self, state: IterationState, running: RunningOp, b: int, out,
@@ -502,19 +500,7 @@ class SwapEngine:
         try:
             self.handles[b].recompute(out, *inputs)
         except Exception as exc:
-            _keep_first(state, exc)
-
-    def _measured_wait(self, state: IterationState, late_buffer: int | None, began: float,
-                       ended: float) -> None:
-        """A timed wait's report: over the noise threshold it is a stall, and, for a
-        swap-in's due op (``late_buffer``), a late prefetch of that buffer."""
-        ts = self.time_scale
-        wait_us = (ended - began) * 1e6 / ts
-        if wait_us * ts > LATE_THRESHOLD_WALL_US:
-            state.stall_us += wait_us
-            if late_buffer is not None:
-                state.late_us[late_buffer] = state.late_us.get(late_buffer, 0) + wait_us
-        state.clock = max(state.clock, ended)
+            state.keep_first_error(exc)
 
     # -- housekeeping -------------------------------------------------------------------
     def _order_problem(self, method: str, op: int) -> str:
@@ -566,20 +552,6 @@ class SwapEngine:
 
     def __exit__(self, *exc_info) -> None:
         self.close()
-
-
-def _advance_clock(state: IterationState, seconds: float) -> None:
-    """On the compute stream: the op ends ``seconds`` after the clock; sleep until then."""
-    state.clock += seconds
-    remaining = state.clock - time.perf_counter()
-    if remaining > 0:
-        time.sleep(remaining)
-
-
-def _keep_first(state: IterationState, exc: BaseException) -> None:
-    """Keep the iteration's first error (raised once the streams finished)."""
-    if state.error is None:
-        state.error = exc
 
 
 __all__ = ["LATE_THRESHOLD_WALL_US", "EngineSettings", "OpBody", "SwapEngine"]

@@ -14,9 +14,14 @@ simulator.
 from __future__ import annotations
 
 import threading
+import time
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import NamedTuple
+
+LATE_THRESHOLD_WALL_US = 400.0
+"""A wait shorter than this much *wall* time is the emulation's timer noise (sleep and
+thread wake-up jitter), not a late prefetch or a stall."""
 
 
 class PendingCopy(NamedTuple):
@@ -78,12 +83,16 @@ class IterationState:
     ``started`` is when the iteration's timing began (the gate's release on the emulated
     device, the start of enqueuing on a GPU); ``gate`` holds the emulated streams until
     everything is enqueued (``None`` on a GPU); ``done[i]`` is recorded on the compute
-    stream after op ``i``."""
+    stream after op ``i``; ``time_scale`` turns wall time into trace time.
+
+    The methods are what callbacks on the compute stream do to it: account a measured
+    wait, advance the op clock, keep the first error."""
 
     iteration: int
     done: list
     gate: threading.Event | None
     off_plan_before: int
+    time_scale: float = 1.0
     pool_iteration: ExitStack = field(default_factory=ExitStack)
     arena_ptr: int = 0
     next_op: int = 0
@@ -101,6 +110,30 @@ class IterationState:
     late_us: dict = field(default_factory=dict)
     op_wall_s: list = field(default_factory=list)
     error: BaseException | None = None
+
+    def measured_wait(self, late_buffer: int | None, began: float, ended: float) -> None:
+        """A timed wait's report (``perf_counter`` s): over the noise threshold it is a
+        stall, and, for a swap-in's due op (``late_buffer``), a late prefetch of that
+        buffer; the op clock moves to the wait's end."""
+        ts = self.time_scale
+        wait_us = (ended - began) * 1e6 / ts
+        if wait_us * ts > LATE_THRESHOLD_WALL_US:
+            self.stall_us += wait_us
+            if late_buffer is not None:
+                self.late_us[late_buffer] = self.late_us.get(late_buffer, 0) + wait_us
+        self.clock = max(self.clock, ended)
+
+    def advance_clock(self, seconds: float) -> None:
+        """The op ends ``seconds`` after the clock; sleep until then."""
+        self.clock += seconds
+        remaining = self.clock - time.perf_counter()
+        if remaining > 0:
+            time.sleep(remaining)
+
+    def keep_first_error(self, exc: BaseException) -> None:
+        """Keep the iteration's first error (raised once the streams finished)."""
+        if self.error is None:
+            self.error = exc
 
 
 @dataclass(frozen=True)
