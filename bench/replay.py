@@ -1,4 +1,4 @@
-"""Replay benchmark: the swap runtime against the simulator.
+"""Replay benchmark: the swap engine against the simulator.
 
 Prints replay vs simulator iteration time (target: within 15%), late prefetches per
 iteration, the convergence of a deliberately mis-timed plan (every swap-in triggered at its
@@ -10,7 +10,7 @@ the NumPy pattern twin takes to fill and to verify 64 MiB (the byte checks of ev
 target: under 1 s each), and that the planned pool served every residency at its planned
 offset;
 writes ``bench/results/replay.json``. Sizes are divided by ``SIZE_SCALE`` and op durations
-multiplied by ``TIME_SCALE``, with the link paced to match (see ``cupool.runtime.replay``).
+multiplied by ``TIME_SCALE``, with the link paced to match (see ``cupool.app.replay``).
 """
 
 from __future__ import annotations
@@ -21,12 +21,12 @@ from pathlib import Path
 
 import numpy as np
 
+from cupool.app.replay import ReplaySettings, replay
 from cupool.core.vocabulary import Buffer
 from cupool.devices import open_device
 from cupool.io import load_trace
 from cupool.planning.budget.feedback import delay_swap_ins
-from cupool.runtime.handles import DEVICE, TensorHandle
-from cupool.runtime.replay import replay
+from cupool.swap.handles import DEVICE, TensorHandle
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACE = ROOT / "cupool" / "data" / "traces" / "resnet50_train_b32_fp32.trace.json.gz"
@@ -92,9 +92,10 @@ def convergence(trace) -> dict:
             "corrupt_bytes", "off_plan")
     runs = []
     for seed in CONVERGENCE_SEEDS:
-        result = replay(trace, "70%", iterations=CONVERGENCE_ITERATIONS, size_scale=SIZE_SCALE,
-                        time_scale=TIME_SCALE, plan=delay_swap_ins(budgeted.plan),
-                        plan_trace=budgeted.trace, seed=seed)
+        settings = ReplaySettings(iterations=CONVERGENCE_ITERATIONS, size_scale=SIZE_SCALE,
+                                  time_scale=TIME_SCALE, seed=seed)
+        result = replay(trace, "70%", settings, plan=delay_swap_ins(budgeted.plan),
+                        plan_trace=budgeted.trace)
         runs.append({"seed": seed, **{k: result[k] for k in keys}})
     return {"policy": "capuchin", "sim_iteration_us": result["sim_iteration_us"],
             "corrupt_bytes": sum(r["corrupt_bytes"] for r in runs), "runs": runs}
@@ -102,8 +103,8 @@ def convergence(trace) -> dict:
 
 def main() -> dict:
     trace = load_trace(TRACE)
-    result = replay(trace, "70%", iterations=ITERATIONS, size_scale=SIZE_SCALE,
-                    time_scale=TIME_SCALE)
+    result = replay(trace, "70%", ReplaySettings(iterations=ITERATIONS, size_scale=SIZE_SCALE,
+                                                 time_scale=TIME_SCALE))
     ratio = result["mean_iteration_us"] / result["sim_iteration_us"]
     out = {"trace": trace.name, "budget": "70%", **result,
            "replay_over_sim": ratio, "use_median_us": use_median_us(),

@@ -426,12 +426,13 @@ def _cmd_simulate(args, stdout) -> int:
 
 
 def _cmd_replay(args, stdout) -> int:
-    from cupool.runtime.replay import DEFAULT_SIZE_SCALE, replay
+    from cupool.app.replay import DEFAULT_SIZE_SCALE, ReplaySettings, replay
 
     trace = load_trace(args.trace)
     size_scale = args.size_scale or DEFAULT_SIZE_SCALE
-    result = replay(trace, args.budget, device=args.device, iterations=args.iterations,
-                    link=args.link, size_scale=size_scale, policy=args.policy, seed=args.seed)
+    settings = ReplaySettings(iterations=args.iterations, link=args.link,
+                              size_scale=size_scale, policy=args.policy, seed=args.seed)
+    result = replay(trace, args.budget, settings, device=args.device)
     lines = [f"{trace.name}: {result['iterations']} iterations on {args.device} "
              f"(sizes / {size_scale})",
              f"  mean iteration {result['mean_iteration_us']:.1f} us "
@@ -568,17 +569,18 @@ DEMO_REPLAY_ITERATIONS = 3
 def _demo_replay(args, stdout) -> dict:
     """The real swap runtime (handles, copy streams, pinned staging) running the 70% plan
     for a few iterations, every byte checked, beside the simulator's prediction."""
+    from cupool.app.replay import DEFAULT_SIZE_SCALE, ReplaySettings, replay
     from cupool.data import bundled_traces
     from cupool.devices import probe_cuda
-    from cupool.runtime.executor import ReplayError
-    from cupool.runtime.replay import DEFAULT_SIZE_SCALE, replay
+    from cupool.swap.errors import ReplayError
 
     path = next(p for p in bundled_traces() if p.name.startswith(DEMO_BUDGET_TRACE))
     trace = load_trace(path)
     usable, why = probe_cuda()
     device = "cuda" if usable else "emulated"
     try:
-        result = replay(trace, "70%", device=device, iterations=DEMO_REPLAY_ITERATIONS)
+        result = replay(trace, "70%", ReplaySettings(iterations=DEMO_REPLAY_ITERATIONS),
+                        device=device)
     except ReplayError as exc:
         if not args.json:
             print(f"\nreplay of {trace.name} at 70% skipped: {exc}", file=stdout)

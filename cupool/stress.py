@@ -23,7 +23,7 @@ Scenarios (each round runs them in this order, with seeds derived from ``(seed, 
     of its lower bound (:data:`SWAP_BUDGET`) by a policy that swaps, validated, and run
     by :func:`walk_plan` (swap-ins and swap-outs on their own streams, patterns filled
     and verified by the kernels at every use); then the same plan is replayed by the
-    real swap runtime (:func:`cupool.runtime.replay.replay`: planned pool, handles, copy
+    real swap runtime (:func:`cupool.app.replay.replay`: planned pool, handles, copy
     engine, pinned staging, late-prefetch feedback), on a paced emulated device of its
     own when the run is emulated, on the GPU itself otherwise.
 ``streams``
@@ -391,7 +391,7 @@ def walk_plan(device, trace: Trace, plan: Plan, *, iterations: int = SWAP_ITERAT
     once); every other use is verified; optionally a spin of the op's duration
     × ``spin_scale``; then swap-outs after ``i`` on the D2H stream. ``streams`` is
     ``(compute, h2d, d2h)`` (default: three new streams). Sizes are divided by
-    ``size_scale`` as in :mod:`cupool.runtime.replay`. A persistent buffer must start
+    ``size_scale`` as in :mod:`cupool.app.replay`. A persistent buffer must start
     and end the iteration at one offset, or start it swapped out (:class:`WalkError`).
     The arena and the pinned host slab are returned before this function returns."""
     from cupool.kernels import fill_pattern, spin, verify_pattern
@@ -625,19 +625,20 @@ def run_swap_scenario(device, seed: int, *, bundled: bool = False, streams=None,
 
 
 def _runtime_replay(case: _SwapCase, seed: int, device) -> ScenarioResult:
-    """The same plan through :func:`cupool.runtime.replay.replay`: on a paced emulated
+    """The same plan through :func:`cupool.app.replay.replay`: on a paced emulated
     device of its own when ``device`` is emulated (leaks: what that device still holds
     after the replay returned), on ``device`` itself on a GPU (leaks: what it holds beyond
     what it held before)."""
-    from cupool.runtime.replay import open_paced_device, replay
+    from cupool.app.replay import ReplaySettings, open_paced_device, replay
 
     own = getattr(device, "kind", "") == "emulated"
     target = open_paced_device("gen5", case.size_scale, 1.0) if own else device
     before = _baseline(target)
     try:
+        settings = ReplaySettings(iterations=SWAP_ITERATIONS, size_scale=case.size_scale,
+                                  time_scale=1.0, seed=seed)
         report = replay(case.trace, case.plan.capacity_bytes or case.plan.arena_bytes,
-                        device=target, iterations=SWAP_ITERATIONS, size_scale=case.size_scale,
-                        time_scale=1.0, plan=case.plan, plan_trace=case.plan_trace, seed=seed)
+                        settings, device=target, plan=case.plan, plan_trace=case.plan_trace)
         leaked = _measure_leaks(target, None, before)
     finally:
         if own:

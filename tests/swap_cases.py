@@ -79,6 +79,15 @@ def resnet_capuchin_plan():
     return trace, result.plan, result.trace
 
 
+def mistimed(plan):
+    """``(plan, late)``: ``plan`` with every swap-in issued only when its due op is
+    dispatched (the data asked for when it is needed), and the swap-ins that moved."""
+    from cupool.planning.budget.feedback import delay_swap_ins
+
+    late = [a for a in plan.actions if isinstance(a, SwapIn) and a.due_op > a.trigger_op]
+    return delay_swap_ins(plan), late
+
+
 @st.composite
 def small_traces(draw):
     n = draw(st.integers(3, 10))

@@ -117,12 +117,12 @@ def test_solver_results_identical_with_and_without_progress(solver, params, desc
 def test_replay_reports_each_iteration(tmp_path):
     import json
 
+    from cupool.app.replay import ReplaySettings, replay
     from cupool.io import load_trace
-    from cupool.runtime.replay import replay
 
     path = tmp_path / "tiny.json"
     path.write_text(json.dumps(tiny_document()))
     events = []
     with progress.enabled(callback=lambda *e: events.append(e)):
-        replay(load_trace(path), "100%", iterations=2, size_scale=1, time_scale=1)
+        replay(load_trace(path), "100%", ReplaySettings(iterations=2, size_scale=1, time_scale=1))
     assert events == [("replay", 1, 2), ("replay", 2, 2)]

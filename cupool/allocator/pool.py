@@ -402,7 +402,7 @@ class PlannedPool(MemoryPool):
         k-th allocation of an iteration, sizes multiples of 512, as :meth:`save_plan`
         writes) without files; the next iteration runs from it. The swap runtime's
         executor uses it to serve every residency of a swapping plan from the planned
-        arena (:mod:`cupool.runtime.executor`).
+        arena (:mod:`cupool.swap.engine`).
 
         The plan must pass the checks every installed plan passes
         (:mod:`cupool.allocator.plan_files`). When the active plan's arena has no live

@@ -104,14 +104,14 @@ def replay_step(trace, budget: str, device_kind: str, *, iterations: int = 5,
     replay's default scales on a device paced like ``link``. ``steady_us`` is the mean
     iteration time from the third iteration on, ``steady_over_sim`` its ratio to the
     simulator's prediction for the plan."""
-    from cupool.runtime.replay import replay
+    from cupool.app.replay import ReplaySettings, replay
 
     if iterations <= STEADY_FROM:
         raise InputError(f"iterations (={iterations!r}) must be > {STEADY_FROM} to measure "
                          f"steady iterations")
     scales = {"size_scale": 1, "time_scale": 1.0} if device_kind == "cuda" else {}
-    result = replay(trace, budget, device=device_kind, iterations=iterations, link=link,
-                    **scales)
+    result = replay(trace, budget, ReplaySettings(iterations=iterations, link=link, **scales),
+                    device=device_kind)
     steady = result["iteration_us"][STEADY_FROM:]
     steady_us = statistics.fmean(steady)
     ratio = steady_us / result["sim_iteration_us"]

@@ -8,10 +8,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from cupool.app.replay import ReplaySettings, replay
 from cupool.core.vocabulary import Buffer, RecomputeAction
-from cupool.runtime.executor import Executor
-from cupool.runtime.handles import DEVICE, RETIRED, WRITE, TensorHandle
-from cupool.runtime.replay import replay
+from cupool.swap.engine import EngineSettings, SwapEngine
+from cupool.swap.handles import DEVICE, RETIRED, WRITE, TensorHandle
 
 pytestmark = pytest.mark.gpu
 
@@ -43,8 +43,9 @@ def test_typed_array_at_a_device_address(cuda_device):
 
 def test_replay_on_cuda_is_byte_exact_and_served_by_the_pool(cuda_device):
     trace, plan, planned = _planned()
-    result = replay(trace, "70%", device=cuda_device, iterations=2, size_scale=SIZE_SCALE,
-                    time_scale=1.0, plan=plan, plan_trace=planned)
+    result = replay(trace, "70%", ReplaySettings(iterations=2, size_scale=SIZE_SCALE,
+                                                 time_scale=1.0),
+                    device=cuda_device, plan=plan, plan_trace=planned)
     assert result["corrupt_bytes"] == 0 and result["bytes_checked"] > 0
     assert result["off_plan"] == [0, 0]
     assert result["pool"]["planned_hits"] == 2 * len(plan.residencies)
@@ -57,10 +58,10 @@ def test_uses_on_cuda_yield_cupy_arrays_at_the_planned_address(cuda_device):
     import cupy
 
     _trace, plan, planned = _planned()
-    with Executor(planned, plan, cuda_device, size_scale=SIZE_SCALE) as executor:
-        result = executor.run_iteration(0)
-        resident = [h for h in executor.handles.values() if h.state == DEVICE]
-        assert resident and result["corrupt_bytes"] == 0
+    with SwapEngine(planned, plan, cuda_device, EngineSettings(size_scale=SIZE_SCALE)) as engine:
+        result = engine.run_iteration(0)
+        resident = [h for h in engine.handles.values() if h.state == DEVICE]
+        assert resident and result.corrupt_bytes == 0
         for handle in resident:
             with handle.use() as view:
                 assert isinstance(view, cupy.ndarray) and view.data.ptr == handle.ptr
@@ -71,6 +72,6 @@ def test_a_wrong_recompute_callable_is_caught_on_cuda(cuda_device):
     recomputed = {a.buffer_id for a in plan.actions if isinstance(a, RecomputeAction)}
     assert recomputed
     wrong = {b: (lambda out, *inputs: out.fill(0)) for b in recomputed}  # on the stream
-    with Executor(planned, plan, cuda_device, size_scale=SIZE_SCALE,
-                  recompute=wrong) as executor:
-        assert executor.run_iteration(0)["corrupt_bytes"] > 0
+    with SwapEngine(planned, plan, cuda_device, EngineSettings(size_scale=SIZE_SCALE),
+                    recompute=wrong) as engine:
+        assert engine.run_iteration(0).corrupt_bytes > 0

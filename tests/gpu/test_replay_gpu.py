@@ -1,5 +1,5 @@
 """Swaps under pressure on a real GPU (marked ``gpu``; skipped without one): plans at 50%
-of the lower bound run by the swap runtime (``cupool.runtime.replay.replay``: planned pool,
+of the lower bound run by the swap runtime (``cupool.app.replay.replay``: planned pool,
 handles, copy engine, pinned staging) and by ``cupool.stress.walk_plan`` (the device
 protocol and the kernels only) — swap-ins and swap-outs on their own CUDA streams, patterns
 written and verified by the CUDA kernels at every use. Zero corrupt bytes, zero leaked
@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import pytest
 
+from cupool.app.replay import ReplaySettings, replay
 from cupool.check import validate_swap_plan
 from cupool.data import bundled_traces
 from cupool.io import load_trace
-from cupool.runtime.replay import replay
 from cupool.stress import SWAP_POLICIES, _swap_case, run_swap_scenario, training_trace, walk_plan
 from tests.swap_cases import six_op_recompute_plan, six_op_swap_plan, six_op_trace
 
@@ -63,8 +63,9 @@ def test_a_corrupted_host_copy_is_caught(cuda_device):
 def test_the_runtime_replays_resnet50_at_half_budget_on_the_gpu(cuda_device, policy):
     path = next(p for p in bundled_traces() if p.name.startswith("resnet50_train_b32_fp32"))
     before = cuda_device.stats()
-    result = replay(load_trace(path), "50%", device=cuda_device, iterations=3,
-                    size_scale=1024, time_scale=1.0, policy=policy, seed=4)
+    settings = ReplaySettings(iterations=3, size_scale=1024, time_scale=1.0, policy=policy,
+                              seed=4)
+    result = replay(load_trace(path), "50%", settings, device=cuda_device)
     assert result["bytes_checked"] > 0 and result["corrupt_bytes"] == 0
     assert len(result["late_prefetches"]) == 3
     after = cuda_device.stats()

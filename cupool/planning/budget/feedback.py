@@ -1,4 +1,6 @@
-"""Capuchin's feedback, offline: simulate a plan, and where a swap-in landed after its due op
+"""Capuchin's feedback, offline and at run time.
+
+Offline (:func:`refine_triggers`): simulate a plan, and where a swap-in landed after its due op
 was dispatched (the op waited ``w`` µs), move its trigger earlier by enough ops to cover
 ``w`` at the simulated op times::
 
@@ -15,7 +17,11 @@ The H2D engine is FIFO, so a swap-in can also be late behind copies with time to
 those are then triggered one op after it (*postponed*, which only shortens their
 residencies), kept on the same terms. The helpers that pair a plan's swap-ins with a
 simulation's copies (:func:`predicted_waits`, :func:`queued_ahead`) also serve the
-runtime's feedback (:mod:`cupool.runtime.executor`).
+run-time feedback.
+
+At run time (:func:`adjust_triggers`): between iterations of the swap engine
+(:mod:`cupool.swap.engine`), the swap-ins measured late move their triggers earlier by the
+observed op durations, and the simulator is asked which would still be late.
 """
 
 from __future__ import annotations
@@ -272,3 +278,133 @@ def _in_execution_order(actions):
         return (action.before_op, 2, position)
 
     return [a for _p, a in sorted(enumerate(actions), key=key)]
+
+
+# -- the runtime's feedback: measured late prefetches move triggers between iterations -------
+FEEDBACK_MARGIN = 1.25
+"""A late swap-in's trigger moves earlier to cover this multiple of its measured wait."""
+PREDICTED_ROUNDS = 8
+"""How many times :func:`adjust_triggers` asks the simulator about the adjusted plan."""
+
+
+class AdjustedPlan:
+    """What :func:`adjust_triggers` returns: ``plan``, the adjusted plan (``plan`` itself
+    when nothing moved), and ``moves``, ``{buffer: (first old trigger, last new trigger)}``
+    for the moves kept."""
+
+    __slots__ = ("moves", "plan")
+
+    def __init__(self, plan: Plan, moves: dict) -> None:
+        self.plan = plan
+        self.moves = moves
+
+
+class _TriggerMove:
+    """One swap-in to move: buffer ``buffer_id``'s ``action``, triggered at ``old`` now,
+    at ``target`` if the plan allows it."""
+
+    __slots__ = ("action", "buffer_id", "old", "target")
+
+    def __init__(self, buffer_id: int, action: SwapIn, old: int, target: int) -> None:
+        self.buffer_id, self.action, self.old, self.target = buffer_id, action, old, target
+
+
+def adjust_triggers(trace, plan: Plan, late: dict, op_us, validate, predict=None,
+                    rounds: int = PREDICTED_ROUNDS, guard_us: float = 0.0) -> AdjustedPlan:
+    """Move the triggers of late swap-ins earlier, for the next iteration of a run.
+
+    The rule: a swap-in that made its due op wait ``w`` µs has its trigger moved earlier
+    by the fewest ops whose observed durations sum to at least ``FEEDBACK_MARGIN × w``
+    (1.25); never before the end of the buffer's previous residency (so after its
+    swap-out point), nor before op 0. The residency it enters starts at the new trigger.
+    Each move is kept only if the whole plan still passes ``validate`` (budget and address
+    overlap included); otherwise the earliest valid trigger between the target and the
+    old place is found by bisection (a later trigger holds fewer bytes).
+
+    Measured waits alone converge slowly: the H2D engine is FIFO, so while a due op waits
+    for one large copy the copies queued behind it land during that wait and measure as
+    on time, and a move can queue a small swap-in behind a large one that is now issued
+    first. So ``predict`` (optional, ``predict(plan) -> SimReport``, e.g.
+    :func:`~cupool.sim.simulate` with the plan's cost model) is then asked, up to
+    ``rounds`` times, which swap-ins of the adjusted plan would still be late, and those
+    move by the same rule. A late swap-in that cannot move (its residency would break the
+    budget or overlap another one a step earlier, or it already starts where its bytes
+    left) is late because the engine was busy with copies enqueued ahead of it: those
+    (:func:`queued_ahead`) move earlier instead, by the same rule for its wait. What stays
+    late is the floor the simulator predicts for the plan.
+
+    ``late`` maps buffer ids to measured waits (trace µs); ``op_us`` are observed op
+    durations (trace µs); ``validate(trace, plan)`` is the swap validator. A predicted
+    copy counts as late when it lands less than ``guard_us`` before its due op (a guard
+    band against copy-time jitter the model does not have; the replay uses its
+    timer-noise threshold)."""
+    stuck = set()
+    adjusted = _move_late(trace, plan, late, op_us, validate, stuck)
+    plan, moves = adjusted.plan, adjusted.moves
+    for _round in range(rounds if predict is not None else 0):
+        report = predict(plan)
+        waits = predicted_waits(report, plan, guard_us)
+        step = _move_late(trace, plan, waits, op_us, validate, stuck)
+        if not step.moves:
+            # every swap-in still late (measured or predicted) is stuck: move what is
+            # queued ahead of it
+            blockers = queued_ahead(report, plan, {**late, **waits}, guard_us)
+            step = _move_late(trace, plan, blockers, op_us, validate, stuck)
+        plan = step.plan
+        if not step.moves:
+            break
+        for b, (old, new) in step.moves.items():
+            moves[b] = (moves.get(b, (old, new))[0], new)
+    return AdjustedPlan(plan, moves)
+
+
+def _move_late(trace, plan: Plan, late: dict, op_us, validate,
+               stuck: set | None = None) -> AdjustedPlan:
+    """One application of :func:`adjust_triggers`'s rule to the waits ``late``. The moves
+    are tried together, then by halves where the plan would break (one validation in the
+    common case); a single move that breaks it bisects for the earliest valid trigger
+    between its target and its old place. ``stuck`` collects ``(buffer, trigger)`` that
+    cannot move, so later rounds skip them."""
+    stuck = set() if stuck is None else stuck
+    targets = []
+    for b, waited in sorted(late.items()):
+        spans = sorted((r for r in plan.residencies if r.buffer_id == b), key=lambda r: r.start)
+        for action in plan.actions:
+            if not (isinstance(action, SwapIn) and action.buffer_id == b):
+                continue
+            old = action.trigger_op
+            k = next(k for k, r in enumerate(spans) if r.start == old)
+            floor = spans[k - 1].end if k > 0 else 0
+            target, covered = old, 0.0
+            while target > floor and covered < FEEDBACK_MARGIN * waited:
+                target -= 1
+                covered += op_us[target]
+            if target < old and (b, old) not in stuck:
+                targets.append(_TriggerMove(b, action, old, target))
+    moves = {}
+
+    def apply(plan, batch):
+        together = plan
+        for move in batch:
+            together = move_swap_in(together, move.action, move.target)
+        if validate(trace, together).valid:
+            moves.update({move.buffer_id: (move.old, move.target) for move in batch})
+            return together
+        if len(batch) > 1:
+            half = len(batch) // 2
+            return apply(apply(plan, batch[:half]), batch[half:])
+        move = batch[0]
+        low, high = move.target + 1, move.old  # the earliest valid trigger is in [low, high]
+        while low < high:
+            middle = (low + high) // 2
+            if validate(trace, move_swap_in(plan, move.action, middle)).valid:
+                high = middle
+            else:
+                low = middle + 1
+        if high == move.old:
+            stuck.add((move.buffer_id, move.old))
+            return plan
+        moves[move.buffer_id] = (move.old, high)
+        return move_swap_in(plan, move.action, high)
+
+    return AdjustedPlan(apply(plan, targets) if targets else plan, moves)

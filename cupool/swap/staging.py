@@ -37,14 +37,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from cupool.core.vocabulary import PAGEABLE, PINNED
-from cupool.errors import CupoolError
+from cupool.swap.errors import StagingError
 
 ALIGNMENT = 256
 """Every slot starts at a multiple of this many bytes from the reservation's start."""
-
-
-class StagingError(CupoolError):
-    """A slot released twice, or not from this staging area."""
 
 
 @dataclass(frozen=True, eq=False)

@@ -1,7 +1,7 @@
-"""Stream-ordered work of a replayed op, on either backend: integrity checks, callables and
+"""Stream-ordered work of an op, on either backend: integrity checks, callables and
 op durations, enqueued on the compute stream so they run in the stream's order.
 
-The executor (:mod:`.executor`) enqueues everything an iteration does before waiting for
+The swap engine (:mod:`.engine`) enqueues everything an iteration does before waiting for
 any of it, so every piece of work must be *stream work*, not something done now. The
 two backends differ in what may run where, and :class:`StreamWork` hides that:
 
@@ -19,21 +19,21 @@ two backends differ in what may run where, and :class:`StreamWork` hides that:
                     host callback, summed on the host         through the kernels' loader,
                                                               summed into one device
                                                               counter per iteration
-:meth:`spin`        (the executor sleeps on its own clock)    ``cupool_spin_ns``
+:meth:`spin`        (the engine sleeps on its own clock)      ``cupool_spin_ns``
 ==================  ========================================  ==============================
 
 :meth:`callback` is a host callback on both (bookkeeping in Python: marking uses,
 timestamps); on a GPU such a callback must not call CUDA (a ``cudaLaunchHostFunc`` rule),
-and none of the executor's does.
+and none of the engine's does.
 
 **Batches.** A host callback costs a queue hand-off on the emulated device, and the
-executor enqueues thousands per iteration, so between :meth:`begin_batch` and
+engine enqueues thousands per iteration, so between :meth:`begin_batch` and
 :meth:`end_batch` the emulated backend collects the work (callbacks, ``run``, fills,
 verifies, timed waits) and enqueues it as *one* host callback that runs it in order
 (the first exception is re-raised after the rest ran, so bookkeeping that undoes a
 use still happens). On a GPU batching changes nothing.
 
-Counts: :meth:`results` returns ``(bytes_checked, corrupt_bytes)`` of the iteration once the
+Counts: :meth:`results` returns the iteration's :class:`CheckCounts` once the
 stream has been synchronised; :meth:`begin_iteration` resets them. Mismatches are counted,
 never raised: a lost byte is a number in the report.
 """
@@ -43,6 +43,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from typing import NamedTuple
 
 import numpy as np
 
@@ -52,6 +53,14 @@ from cupool.kernels import reference
 
 _BLOCK = 256  # threads per block (a multiple of 32, as the verify reduction needs)
 _MAX_BLOCKS = 4096
+
+
+class CheckCounts(NamedTuple):
+    """An iteration's checks: ``bytes_checked`` bytes compared with their pattern, of
+    which ``corrupt_bytes`` differed."""
+
+    bytes_checked: int
+    corrupt_bytes: int
 
 
 def _grid(nbytes: int) -> int:
@@ -189,20 +198,20 @@ class StreamWork:
 
     def spin(self, seconds: float) -> None:
         """Enqueue a wait of ``seconds`` on a GPU (``cupool_spin_ns``; the cuda backend only:
-        the emulated executor keeps its own clock)."""
+        the engine keeps its own clock on the emulated device)."""
         from cupool.kernels import spin
 
         spin(self.device, max(0, int(seconds * 1e9)), stream=self.stream)
 
-    def results(self) -> tuple[int, int]:
-        """``(bytes_checked, corrupt_bytes)`` of the iteration; synchronise the stream
-        first (on a GPU this reads the device counter)."""
+    def results(self) -> CheckCounts:
+        """The iteration's :class:`CheckCounts`; synchronise the stream first (on a GPU
+        this reads the device counter)."""
         with self._lock:
             checked, corrupt = self._checked, self._corrupt
         if self.gpu and self._counter is not None:
             with self._on_gpu():
                 corrupt += int(self._counter.get()[0])
-        return checked, corrupt
+        return CheckCounts(checked, corrupt)
 
     # -- GPU helpers ------------------------------------------------------------------
     def _on_gpu(self):

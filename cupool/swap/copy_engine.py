@@ -21,12 +21,12 @@ the order they were issued, like one DMA engine per direction::
   handle resident.
 - Handle states move in stream order (host callbacks before and after each copy).
 - A copy the device refuses when it is issued (a bad range, a closed device) fails the
-  handle with :class:`~cupool.runtime.handles.CopyFailedError`, which the buffer's next
+  handle with :class:`~cupool.swap.errors.CopyFailedError`, which the buffer's next
   use raises; its slot is released at once. A copy that fails while the stream runs
   (the stream's :meth:`~cupool.devices.protocol.Stream.pending_failure`, seen by the
   callback after the copy) fails the handle the same way, so the use raises instead of
   reading bytes that never arrived; the next ``synchronize()`` reports it too (the
-  device protocol's contract), wrapped by the executor. (A CUDA copy error is sticky
+  device protocol's contract), wrapped by the engine. (A CUDA copy error is sticky
   and surfaces at ``synchronize()``.)
 - Pageable slots (staging fallback) are copied by a host callback on the same stream
   (``memmove``, paced like the link when the device paces copies); a real GPU would do
@@ -40,13 +40,23 @@ from __future__ import annotations
 import ctypes
 import threading
 import time
+from typing import NamedTuple
 
 from cupool.devices.errors import DeviceError
-from cupool.runtime.handles import DEVICE, HOST, TO_DEVICE, TO_HOST, CopyFailedError
-from cupool.runtime.staging import PinnedStaging, Slot
+from cupool.swap.errors import CopyFailedError
+from cupool.swap.handles import DEVICE, HOST, TO_DEVICE, TO_HOST
+from cupool.swap.staging import PinnedStaging, Slot
 
 D2H = "d2h"
 H2D = "h2d"
+
+
+class IssuedSwapOut(NamedTuple):
+    """A swap-out as issued: ``slot``, the host slot that now owns the buffer's host copy,
+    and ``copied``, the event recorded on the D2H stream after the copy."""
+
+    slot: Slot
+    copied: object
 
 
 class CopyEngine:
@@ -63,12 +73,12 @@ class CopyEngine:
                        "failed.count": 0}
 
     def swap_out(self, handle, ptr: int, nbytes: int, after, slot: Slot | None = None,
-                 level: str = "pinned"):
+                 level: str = "pinned") -> IssuedSwapOut:
         """Copy ``nbytes`` of ``handle``'s device bytes at ``ptr`` to a host slot once
-        ``after`` (an event) completed. Returns ``(slot, out)``:
-        the slot now owned by the handle's host copy, and the event recorded after the
-        copy. ``slot`` reuses a caller's slot (a persistent buffer's boundary copy);
-        otherwise one is taken from staging on the plan's host ``level``."""
+        ``after`` (an event) completed. Returns the :class:`IssuedSwapOut` (the slot now
+        owned by the handle's host copy, the event recorded after the copy). ``slot``
+        reuses a caller's slot (a persistent buffer's boundary copy); otherwise one is
+        taken from staging on the plan's host ``level``."""
         stream = self.d2h_stream
         slot = slot or self.staging.acquire(max(1, nbytes), level)
         out = self.device.create_event()
@@ -79,7 +89,7 @@ class CopyEngine:
             self._copy(D2H, stream, handle, slot, nbytes, ptr)
         except DeviceError as exc:
             self._failed(handle, D2H, nbytes, exc)
-            return slot, out
+            return IssuedSwapOut(slot, out)
         out.record(stream)
 
         def copied_out() -> None:
@@ -91,7 +101,7 @@ class CopyEngine:
 
         self.device.host_callback(stream, copied_out)
         self._count(D2H, nbytes)
-        return slot, out
+        return IssuedSwapOut(slot, out)
 
     def swap_in(self, handle, slot: Slot, nbytes: int, ptr: int, view, waits,
                 keep_slot: bool = False):

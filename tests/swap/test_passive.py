@@ -18,10 +18,10 @@ import pytest
 from cupool.core.vocabulary import Buffer, Op, Trace
 from cupool.devices import open_device
 from cupool.io import load_trace
-from cupool.runtime import passive
-from cupool.runtime.passive import PassiveOutOfMemoryError, passive_iteration
+from cupool.swap import passive
+from cupool.swap.passive import PassiveOutOfMemoryError, passive_iteration
 
-TRACES = Path(__file__).resolve().parents[1] / "cupool" / "data" / "traces"
+TRACES = Path(__file__).resolve().parents[2] / "cupool" / "data" / "traces"
 
 # op:        0    1    2    3
 # buffer 0:  [p   u         u]      produced at 0, used at 1 and 3
@@ -37,7 +37,7 @@ SMALL = Trace("small", tuple(Op(f"op{i}", duration_us=200.0) for i in range(4)),
 
 
 class VirtualClock:
-    """Stands in for the ``time`` module inside :mod:`cupool.runtime.passive`: its
+    """Stands in for the ``time`` module inside :mod:`cupool.swap.passive`: its
     ``perf_counter`` moves only when the op waits (``sleep``) or a test ``charge``s it,
     so every duration the run measures is known exactly. It starts at 1 s, above every
     step added, so that ``deadline - now`` is exact and the op's wait loop ends."""

@@ -3,7 +3,7 @@
 A :class:`TensorHandle` stands for one buffer of a trace during one iteration. It knows
 the buffer (size, lifetime, uses), where its bytes are now, and the view of its bytes at
 the planned device address while they are there. Its location is a small state machine;
-the swap runtime (:mod:`.copy_engine`, :mod:`.executor`) moves it, always in *stream
+the swap engine (:mod:`.copy_engine`, :mod:`.engine`) moves it, always in *stream
 order* (the transitions run as host callbacks on the stream doing the work), so the
 state a use sees is the state of the device, not of the thread that enqueued the work::
 
@@ -50,6 +50,13 @@ from collections.abc import Callable
 
 from cupool.core.vocabulary import Buffer
 from cupool.errors import CupoolError
+from cupool.swap.errors import (
+    ConflictingUseError,
+    CopyFailedError,
+    HandleError,
+    HandleLifetimeError,
+    HandleStateError,
+)
 
 UNBORN = "unborn"
 DEVICE = "device"
@@ -77,69 +84,13 @@ _ALLOWED = {  # state -> states it may move to (retired and failed are reachable
 }
 
 
-class HandleError(CupoolError):
-    """Base class of the errors a tensor handle raises on purpose."""
-
-
-class HandleLifetimeError(HandleError):
-    """A use of buffer ``buffer_id`` (lifetime ``[start, end)``) after its lifetime ended."""
-
-    def __init__(self, buffer_id: int, start: int, end: int) -> None:
-        self.buffer_id, self.start, self.end = buffer_id, start, end
-        super().__init__(f"buffer {buffer_id}: used after its lifetime [{start}, {end}) "
-                         f"ended (the handle is retired)")
-
-    def __reduce__(self):
-        return (self.__class__, (self.buffer_id, self.start, self.end))
-
-
-class HandleStateError(HandleError):
-    """Buffer ``buffer_id`` is in state ``state`` where ``wanted`` was needed (a use of bytes
-    the plan put elsewhere, or a transition the state machine does not have)."""
-
-    def __init__(self, buffer_id: int, state: str, wanted: str) -> None:
-        self.buffer_id, self.state, self.wanted = buffer_id, state, wanted
-        super().__init__(f"buffer {buffer_id}: state is {state!r}, {wanted}")
-
-    def __reduce__(self):
-        return (self.__class__, (self.buffer_id, self.state, self.wanted))
-
-
-class ConflictingUseError(HandleError):
-    """A ``use(intent)`` of buffer ``buffer_id`` while ``readers`` reads and ``writers``
-    writes are in progress (allowed: reads with reads, a write alone)."""
-
-    def __init__(self, buffer_id: int, intent: str, readers: int, writers: int) -> None:
-        self.buffer_id, self.intent = buffer_id, intent
-        self.readers, self.writers = readers, writers
-        super().__init__(f"buffer {buffer_id}: use(intent={intent!r}) conflicts with "
-                         f"{readers} read(s) and {writers} write(s) in progress")
-
-    def __reduce__(self):
-        return (self.__class__, (self.buffer_id, self.intent, self.readers, self.writers))
-
-
-class CopyFailedError(HandleError):
-    """The ``direction`` copy (``"h2d"``/``"d2h"``) of ``nbytes`` bytes of buffer
-    ``buffer_id`` failed; ``cause`` is the device's message. Raised at the buffer's next use."""
-
-    def __init__(self, buffer_id: int, direction: str, nbytes: int, cause: str) -> None:
-        self.buffer_id, self.direction = buffer_id, direction
-        self.nbytes, self.cause = nbytes, cause
-        super().__init__(f"buffer {buffer_id}: {direction} copy of {nbytes} bytes failed: "
-                         f"{cause}")
-
-    def __reduce__(self):
-        return (self.__class__, (self.buffer_id, self.direction, self.nbytes, self.cause))
-
-
 class TensorHandle:
     """One buffer's bytes during an iteration (see the module docstring).
 
     ``buffer`` is the trace's :class:`~cupool.core.vocabulary.Buffer`. ``recompute`` is an
     optional callable ``recompute(out, *inputs)`` that regenerates the contents of ``out``
     (this handle's array) from ``inputs`` (the arrays of the handles of
-    ``buffer.recompute.inputs``, in that order); the executor calls it for the plan's
+    ``buffer.recompute.inputs``, in that order); the engine calls it for the plan's
     recompute actions, in stream order, with ``out`` held for write and every input held
     for read. ``dtype`` and ``shape`` (default flat ``uint8``; a shape may not need more
     than ``buffer.size`` bytes) are what :meth:`use` yields. Counters: ``uses`` (completed

@@ -1,6 +1,6 @@
 """The passive first iteration: run a trace with no plan, swapping on demand, and measure it.
 
-Before any plan exists (idea 3 of DESIGN.md), the runtime still has to run one
+Before any plan exists, the runtime still has to run one
 iteration under the budget to learn the op durations the planners need. It does so
 passively: buffers live in a device arena of ``budget_bytes``; when a buffer produced or
 used by op ``i`` does not fit (out of memory), the *least recently used* resident
@@ -21,7 +21,7 @@ checked as in replay: each buffer is filled with the pattern of ``(buffer id, 0)
 produced and every use compares every byte (``corrupt_bytes`` counts mismatches).
 
 Placement is first fit over the arena (256-byte aligned); sizes may be divided by
-``size_scale`` as in :mod:`.replay` (the budget too). A working set of one op that does
+``size_scale`` as in a replay (the budget too). A working set of one op that does
 not fit even after evicting everything else raises :class:`PassiveOutOfMemoryError`.
 """
 
@@ -32,28 +32,14 @@ from dataclasses import dataclass, replace
 
 from cupool.core.vocabulary import Trace
 from cupool.devices.protocol import host_view
-from cupool.errors import CupoolError
-from cupool.runtime.copy_engine import CopyEngine
-from cupool.runtime.handles import DEVICE, RETIRED, WRITE, TensorHandle
-from cupool.runtime.staging import PinnedStaging
+from cupool.swap.copy_engine import CopyEngine
+from cupool.swap.errors import PassiveOutOfMemoryError
+from cupool.swap.handles import DEVICE, RETIRED, WRITE, TensorHandle
+from cupool.swap.staging import PinnedStaging
 
 ALIGNMENT = 256
 DEFAULT_OP_US = 10.0
 """Emulated duration of an op whose trace gives none (as :mod:`cupool.sim.cost`)."""
-
-
-class PassiveOutOfMemoryError(CupoolError):
-    """Op ``op`` needs buffer ``buffer_id`` (``nbytes`` scaled bytes) resident, and it does
-    not fit in the ``arena_bytes`` arena even with every other buffer evicted."""
-
-    def __init__(self, op: int, buffer_id: int, nbytes: int, arena_bytes: int) -> None:
-        self.op, self.buffer_id = op, buffer_id
-        self.nbytes, self.arena_bytes = nbytes, arena_bytes
-        super().__init__(f"op {op}: buffer {buffer_id} ({nbytes} bytes) does not fit in the "
-                         f"{arena_bytes}-byte arena beside the op's other buffers")
-
-    def __reduce__(self):
-        return (self.__class__, (self.op, self.buffer_id, self.nbytes, self.arena_bytes))
 
 
 @dataclass(frozen=True)
@@ -147,7 +133,7 @@ def passive_iteration(trace: Trace, budget_bytes: int, device, *, size_scale: in
 
     def evict(v):
         ptr = arena.ptr + offset.pop(v)
-        slot[v], _out = engine.swap_out(handles[v], ptr, sizes[v], None)
+        slot[v] = engine.swap_out(handles[v], ptr, sizes[v], None).slot
         engine.d2h_stream.synchronize()
         ranges.free(ptr - arena.ptr)
         counts["out"] += 1

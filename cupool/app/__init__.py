@@ -1,0 +1,8 @@
+"""Application commands: the programs built on the swap engine, each a client of it.
+
+- :mod:`.replay`: :func:`~cupool.app.replay.replay` plans a trace for a budget, validates
+  the plan and runs iterations of it with the :class:`~cupool.swap.engine.SwapEngine`,
+  feeding the late prefetches it measures back to the planner's feedback between them.
+
+The CLI (:mod:`cupool.cli`) calls these and prints what they return.
+"""

@@ -1,0 +1,557 @@
+"""The swap engine: iterations of a trace under a swapping plan, on a device, driven at op
+boundaries.
+
+Every residency's device bytes come from a :class:`~cupool.allocator.pool.PlannedPool`
+serving the plan's layout (:mod:`.layout`), every buffer is a
+:class:`~cupool.swap.handles.TensorHandle` whose uses are marked, swaps go through the
+:class:`~cupool.swap.copy_engine.CopyEngine` (D2H and H2D streams, events) and pinned
+staging, and the op work goes on a compute stream through
+:class:`~cupool.swap.checks.StreamWork` (host callbacks on the emulated device, CUDA
+kernels on a GPU). A client drives one iteration as::
+
+    engine.begin_iteration(k)
+    for i in range(trace.num_ops):
+        frame = engine.before_op(i)   # pool, swap-ins, waits, the op's uses, recomputes
+        body(engine, frame)           # the op itself: enqueue its work, spend its time
+        engine.after_op(i)            # release the uses, record done[i], swap-outs
+    result = engine.end_iteration()   # synchronize, clean up, IterationResult
+
+(:meth:`SwapEngine.run_iteration` is that loop, with the replay's
+:func:`~cupool.swap.patterns.pattern_body` by default; :meth:`SwapEngine.abort_iteration`
+closes an iteration something raised in). For op ``i`` the engine enqueues, in this order
+(nothing blocks the caller until the final ``synchronize``)::
+
+    pool    free the blocks of residencies ending at i; malloc those starting at i
+            (allocation k of the pool's iteration is served at its planned offset)
+    H2D     swap-ins triggered at i: wait(done[i-1], copies out of the landing bytes,
+            the buffer's own swap-out) ─ copy ─ [device] ─ record(in_b)
+    compute timed waits for the swap-ins due at i (a wait is a *late prefetch*); waits
+            for copies still reading bytes a buffer is produced or recomputed in at i
+            ─ [begin: enter the op's uses] ─ recomputes (the handle's ``recompute``
+            callable, then the producing op's duration) ─ the op body's work ─
+            [end: exit the uses; residencies ending at i+1 drop or retire] ─ record(done[i])
+    D2H     swap-outs after i: wait(done[i]) ─ [to_host] ─ copy ─ record(out_b) ─ [host]
+
+``[...]`` are host callbacks (pure Python, so allowed on both backends). The engine only
+measures: a due op's wait over :data:`LATE_THRESHOLD_WALL_US` is a late prefetch, reported
+per buffer; moving triggers for the next iteration is the feedback's job
+(:func:`~cupool.planning.budget.feedback.adjust_triggers`, then :meth:`SwapEngine.set_plan`).
+
+**Time.** On the emulated device an op spends ``duration_us × time_scale`` of wall time
+on the compute stream (:meth:`SwapEngine.spend`), measured on a clock that advances by
+exactly that much per op and by the measured waits: an op ends at ``clock += duration``
+(sleeping until then); a wait that ends at ``t`` sets ``clock = max(clock, t)``. Work the
+body enqueues runs inside the op's time; an op whose checks overrun it borrows from later
+ops' slack instead of delaying the whole iteration (checking is instrumentation, not the
+workload). The emulated device's stream threads share the interpreter (and its lock) with
+the thread enqueuing the iteration, which a GPU's streams do not; so there the whole
+iteration is enqueued behind a gate on the three streams, released by
+:meth:`SwapEngine.end_iteration`, and timed from the release. On a GPU (whose launch
+queues are bounded, so nothing is gated) ``spend`` is a spin kernel of the duration, and
+the iteration is timed from the start of its enqueuing.
+
+**Recompute.** A recompute action before op ``i`` calls the handle's ``recompute(out,
+*inputs)`` with the arrays of the buffer's new residency and of its producer's inputs
+(held for read: they must be resident). By default it regenerates the buffer's pattern
+(:func:`~cupool.swap.patterns.regenerate`); a callable given per buffer (``recompute=``)
+replaces it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+
+from cupool.core.vocabulary import Plan, SwapIn, SwapOut, Trace
+from cupool.errors import CupoolError
+from cupool.swap.checks import StreamWork
+from cupool.swap.copy_engine import CopyEngine
+from cupool.swap.errors import CopyFailedError, EngineStateError, ReplayError
+from cupool.swap.handles import DEVICE, HOST, READ, WRITE, TensorHandle
+from cupool.swap.iteration import (
+    LATE_THRESHOLD_WALL_US,
+    Arrival,
+    IterationResult,
+    IterationState,
+    OpFrame,
+    PendingCopy,
+    RunningOp,
+)
+from cupool.swap.layout import Layout, pool_layout, round_up
+from cupool.swap.patterns import fill_host_copy, pattern_body, regenerate
+from cupool.swap.schedule import build_schedule
+from cupool.swap.staging import ALIGNMENT, PinnedStaging
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """How the engine scales a trace: ``size_scale`` (int >= 1) divides every size and
+    offset; ``time_scale`` multiplies every op duration (a replay paces the link to
+    match); ``seed`` seeds the patterns; ``staging_bytes`` is the pinned reservation
+    (default: room for one host copy of every buffer the plan swaps out)."""
+
+    size_scale: int = 1
+    time_scale: float = 1.0
+    seed: int = 0
+    staging_bytes: int | None = None
+
+
+OpBody = Callable[["SwapEngine", OpFrame], object]
+"""``body(engine, frame)``: the work of op ``frame.op``, enqueued between ``before_op`` and
+``after_op`` (see :func:`~cupool.swap.patterns.pattern_body`)."""
+
+
+class SwapEngine:
+    """Runs iterations of ``trace`` under swapping ``plan`` on ``device`` (``emulated`` or
+    ``cuda``), serving its layout from a :class:`~cupool.allocator.pool.PlannedPool`.
+
+    ``settings`` (:class:`EngineSettings`) scales sizes and times; ``op_us`` are the op
+    durations to spend (trace µs; default: the trace's, 10 µs where it has none);
+    ``recompute`` maps buffer ids to ``recompute(out, *inputs)`` callables replacing the
+    default regeneration (module docstring). Call :meth:`close` (or use as a context
+    manager) to return the pool's arena and the staging reservation.
+
+    Public state: ``handles`` (buffer id → :class:`~cupool.swap.handles.TensorHandle`),
+    ``sizes`` (scaled bytes per buffer), ``schedule`` (the plan indexed by op),
+    ``work`` (the compute stream's :class:`~cupool.swap.checks.StreamWork`), ``pool``,
+    ``staging``, ``copy_engine``, ``boundary_slots`` (host copies of persistent buffers the
+    plan starts each iteration swapped out, kept across iterations), ``off_plan`` (blocks
+    served away from their planned offset, all iterations), ``state`` (the running
+    iteration's :class:`~cupool.swap.iteration.IterationState`, ``None`` between them).
+    """
+
+    def __init__(self, trace: Trace, plan: Plan, device, settings: EngineSettings | None = None,
+                 *, op_us=None, recompute: dict | None = None) -> None:
+        settings = settings or EngineSettings()
+        try:
+            from cupool.allocator.pool import PlannedPool
+        except ImportError as exc:  # PlannedPool is a cupy.cuda.MemoryPool
+            raise ReplayError(f"the swap runtime serves every buffer from PlannedPool, a "
+                              f"CuPy memory pool, and CuPy is not installed ({exc}): pip "
+                              f"install 'cupool[cuda13]' (or 'cupool[cuda12]')") from None
+        if getattr(device, "kind", "") not in ("emulated", "cuda"):
+            raise ReplayError(f"device (={device!r}): the executor runs on an 'emulated' or "
+                              f"'cuda' device")
+        if plan.is_static:
+            raise ReplayError("the executor needs a swapping plan (residencies and actions)")
+        unknown = sorted(set(recompute or ()) - {b.id for b in trace.buffers})
+        if unknown:
+            raise ReplayError(f"recompute callables for buffers {unknown}, which trace "
+                              f"{trace.name!r} does not have")
+        self.trace, self.device, self.settings = trace, device, settings
+        self.size_scale, self.time_scale = settings.size_scale, settings.time_scale
+        self.seed = settings.seed
+        self.gpu = device.kind == "cuda"
+        self.op_us = list(op_us) if op_us is not None else [
+            10.0 if op.duration_us is None else float(op.duration_us) for op in trace.ops]
+        layout = pool_layout(plan, trace, self.size_scale)
+        self.sizes = layout.sizes
+        self.pool = PlannedPool(device, name=f"replay {trace.name}")
+        self.pool.install_plan(layout.pool_plan, layout.pool_trace)
+        self.arena_bytes = layout.pool_plan.arena_bytes
+        staging_bytes = settings.staging_bytes
+        if staging_bytes is None:
+            swapped = {a.buffer_id for a in plan.actions if isinstance(a, SwapOut)}
+            staging_bytes = sum(round_up(max(1, self.sizes[b]), ALIGNMENT) for b in swapped)
+        self.staging = PinnedStaging(device, staging_bytes)
+        self.copy_engine = CopyEngine(device, self.staging)
+        self.compute = device.create_stream("compute")
+        self.work = StreamWork(device, self.compute, self.seed)
+        self.iteration = 0
+        self.handles = {}
+        for b in trace.buffers:
+            given = (recompute or {}).get(b.id)
+            self.handles[b.id] = TensorHandle(
+                b, given or (regenerate(self, b.id) if b.recompute is not None else None))
+        self.off_plan = 0
+        self.boundary_slots = {}
+        self._arrays = {}  # (buffer, ptr) -> the handle's array there (made once)
+        self._persistent_ready = set()  # persistent buffers whose first contents are written
+        self._state: IterationState | None = None
+        self.schedule = None
+        self.set_plan(plan, layout)
+        self._setup_persistent()
+
+    # -- plan ---------------------------------------------------------------------------
+    @property
+    def plan(self) -> Plan:
+        """The plan the next iteration runs."""
+        return self.schedule.plan
+
+    @property
+    def state(self) -> IterationState | None:
+        """The running iteration's state (``None`` between iterations)."""
+        return self._state
+
+    def set_plan(self, plan: Plan, layout: Layout | None = None) -> None:
+        """Use ``plan`` from the next iteration on (same trace, same arena size: the pool
+        keeps its reservation, so persistent bytes stay where they are)."""
+        if self._state is not None:
+            raise EngineStateError(f"set_plan during iteration {self._state.iteration}: "
+                                   f"a plan changes between iterations only")
+        if layout is None:
+            layout = pool_layout(plan, self.trace, self.size_scale)
+            if layout.pool_plan.arena_bytes != self.arena_bytes:
+                raise ReplayError(f"plan needs {layout.pool_plan.arena_bytes} scaled arena "
+                                  f"bytes, the pool's arena has {self.arena_bytes}")
+            self.pool.install_plan(layout.pool_plan, layout.pool_trace)
+        self.schedule = build_schedule(plan, self.trace, layout)
+
+    def _setup_persistent(self) -> None:
+        """Persistent buffers the plan starts the iteration with on the host get a host
+        copy holding their first contents, kept across iterations."""
+        schedule = self.schedule
+        for b, spans in schedule.residencies.items():
+            if b not in schedule.persistent:
+                continue
+            if isinstance(schedule.entered.get((b, spans[0].start)), SwapIn):
+                level = schedule.out_levels[max(k for k in schedule.out_levels if k[0] == b)]
+                slot = self.staging.acquire(max(1, self.sizes[b]), level)
+                fill_host_copy(self, slot, b)
+                self.boundary_slots[b] = slot
+                self.handles[b].move(HOST)
+
+    def array(self, b: int, ptr: int):
+        """Buffer ``b``'s handle array at device address ``ptr`` (made once per address:
+        CuPy's constructor costs microseconds). On the emulated device a NumPy view of the
+        bytes, on a GPU a ``cupy.ndarray``: what an op body reads and writes in stream
+        order."""
+        key = (b, ptr)
+        array = self._arrays.get(key)
+        if array is None:
+            array = self._arrays[key] = self.handles[b].array_at(self.device, ptr,
+                                                                 self.sizes[b])
+        return array
+
+    # -- one iteration, op by op ---------------------------------------------------------
+    def run_iteration(self, iteration: int, body: OpBody = pattern_body) -> IterationResult:
+        """Run iteration ``iteration``: every op of the trace between :meth:`before_op` and
+        :meth:`after_op`, with ``body(engine, frame)`` as the op (by default the replay's
+        pattern fills, checks and duration). The first error of the iteration (a use the
+        handle refuses, a failed copy, a recompute callable raising) is raised after the
+        streams finished; the pool and the staging area are clean then either way."""
+        self.begin_iteration(iteration)
+        try:
+            for i in range(self.trace.num_ops):
+                frame = self.before_op(i)
+                body(self, frame)
+                self.after_op(i)
+        except BaseException as exc:
+            self.abort_iteration(exc)
+            raise
+        return self.end_iteration()
+
+    def begin_iteration(self, iteration: int) -> IterationState:
+        """Start iteration ``iteration``: reset the temporary buffers' handles and the
+        checks, enter the pool's iteration; on the emulated device, close the gate."""
+        if self._state is not None:
+            raise EngineStateError(f"begin_iteration({iteration}): iteration "
+                                   f"{self._state.iteration} is still running (end or "
+                                   f"abort it first)")
+        self.iteration = iteration
+        persistent = self.schedule.persistent
+        for b, handle in self.handles.items():
+            if b not in persistent:
+                handle.reset()
+        self.work.begin_iteration()
+        device, n = self.device, self.trace.num_ops
+        done = [device.create_event() for _ in range(n)]
+        gate = None if self.gpu else threading.Event()  # emulated: enqueue first (docstring)
+        if gate is not None:
+            for stream in (self.compute, self.copy_engine.d2h_stream,
+                           self.copy_engine.h2d_stream):
+                device.host_callback(stream, gate.wait)
+        state = IterationState(iteration, done, gate, self.off_plan, self.time_scale,
+                               op_wall_s=[0.0] * n)
+        state.started = state.clock = time.perf_counter()
+        try:
+            state.pool_iteration.enter_context(self.pool.iteration())
+        except BaseException:
+            self._open_gate(state)
+            self._quiesce()
+            raise
+        state.arena_ptr = self.pool.arena_ptr
+        self._state = state
+        return state
+
+    def before_op(self, op: int) -> OpFrame:
+        """Everything before op ``op``'s own work: its residencies' pool blocks, the
+        swap-ins the plan triggers here, the waits for what it needs (swap-ins due here,
+        copies still reading bytes it writes), its uses entered, the plan's recomputes.
+        Returns the :class:`~cupool.swap.iteration.OpFrame` the op body works on."""
+        state = self._state
+        if state is None or state.running is not None or op != state.next_op:
+            raise EngineStateError(self._order_problem("before_op", op))
+        schedule, ptrs = self.schedule, state.ptrs
+        for key in schedule.free_at[op]:
+            state.blocks.pop(key, None)  # the block dies: the pool frees it
+        for key in schedule.alloc_at[op]:  # nothing else holds a block: a free is a pop
+            state.blocks[key] = self.pool.malloc(schedule.block_sizes[key[0]])
+            ptrs[key] = state.blocks[key].ptr
+            if ptrs[key] != state.arena_ptr + schedule.offsets[key]:
+                self.off_plan += 1
+        self._issue_swap_ins(state, op)
+        self.work.begin_batch()
+        for action in schedule.due[op]:
+            self.work.timed_wait(state.landed_at[(action.buffer_id, action.trigger_op)],
+                                 partial(state.measured_wait, action.buffer_id))
+        first_fills = [b for b, start in schedule.home.items()
+                       if start == op and b not in self._persistent_ready]
+        produced = [*schedule.produced[op], *first_fills]
+        recomputed = schedule.recomputes[op]
+        written = [*produced, *recomputed]
+        self._wait_for_readers(state, op, written)
+        running = RunningOp(op, frozenset(first_fills))
+        self._begin_op(state, running, written, recomputed)
+        self._recompute(state, running, recomputed)
+        frame_ptrs = {b: ptrs[(b, op)] for b in written}
+        for b in schedule.uses[op]:
+            if b not in frame_ptrs:
+                frame_ptrs[b] = self._resident_ptr(state, b, op)
+        state.running = running
+        return OpFrame(op, tuple(produced), running.first_fills, tuple(recomputed),
+                       tuple(schedule.uses[op]), frame_ptrs)
+
+    def after_op(self, op: int) -> None:
+        """Everything after op ``op``'s work: its uses released (and residencies ending
+        after it dropped or retired) in stream order, ``done[op]`` recorded, the
+        swap-outs the plan issues after it."""
+        state = self._state
+        running = state.running if state is not None else None
+        if running is None or running.op != op:
+            raise EngineStateError(self._order_problem("after_op", op))
+        self._persistent_ready.update(running.first_fills)
+        self.work.callback(partial(self._end_op, state, running, self.schedule.ends[op + 1]))
+        self.work.end_batch()
+        state.done[op].record(self.compute)
+        self._issue_swap_outs(state, op)
+        state.running = None
+        state.next_op = op + 1
+
+    def end_iteration(self) -> IterationResult:
+        """Finish the iteration after its last op: free the last blocks, leave the pool's
+        iteration, release the gate, wait for every stream. Raises the iteration's first
+        error (after the streams finished); the pool and staging are clean either way."""
+        state = self._state
+        n = self.trace.num_ops
+        if state is None or state.running is not None or state.next_op != n:
+            raise EngineStateError(self._order_problem("end_iteration", n))
+        self._state = None
+        try:
+            try:
+                for key in self.schedule.free_at[n]:
+                    state.blocks.pop(key, None)
+            finally:
+                state.blocks.clear()  # stream-ordered frees: nothing else allocates meanwhile
+                self._open_gate(state)
+            state.pool_iteration.close()
+            try:
+                self.device.synchronize()
+            except CupoolError as exc:
+                raise CopyFailedError(-1, "stream", 0, str(exc)) from exc
+        except BaseException as exc:
+            state.pool_iteration.__exit__(type(exc), exc, exc.__traceback__)
+            self._open_gate(state)
+            self._quiesce()
+            raise
+        finally:
+            self._release_host_slots(state)
+        wall = time.perf_counter() - state.started - state.setup_s
+        if state.error is not None:
+            raise state.error
+        checked, corrupt = self.work.results()
+        ts = self.time_scale
+        return IterationResult(
+            iteration=state.iteration, wall_us=wall * 1e6, iteration_us=wall * 1e6 / ts,
+            late_us=dict(state.late_us), stall_us=state.stall_us,
+            op_us=tuple(w * 1e6 / ts for w in state.op_wall_s), bytes_checked=checked,
+            corrupt_bytes=corrupt, off_plan=self.off_plan - state.off_plan_before)
+
+    def abort_iteration(self, error: BaseException | None = None) -> None:
+        """Close an iteration that ``error`` interrupted between :meth:`begin_iteration`
+        and :meth:`end_iteration`: free its blocks, leave the pool's iteration as failed,
+        release the gate, wait for the streams, return its host slots. Does nothing
+        between iterations."""
+        state, self._state = self._state, None
+        if state is None:
+            return
+        error = error or EngineStateError(f"iteration {state.iteration} aborted")
+        try:
+            state.blocks.clear()
+            self._open_gate(state)
+            state.pool_iteration.__exit__(type(error), error, error.__traceback__)
+        finally:
+            self._open_gate(state)
+            self._quiesce()
+            self._release_host_slots(state)
+
+    def spend(self, duration_us: float) -> None:
+        """Enqueue ``duration_us`` trace µs of op time on the compute stream (module
+        docstring): the emulated op clock, or a spin kernel on a GPU."""
+        seconds = duration_us * self.time_scale * 1e-6
+        if self.gpu:
+            self.work.spin(seconds)
+            return
+        self.work.callback(partial(self._state.advance_clock, seconds))
+
+    # -- what before_op and after_op enqueue ----------------------------------------------
+    def _issue_swap_ins(self, state: IterationState, op: int) -> None:
+        for action in self.schedule.swap_ins[op]:
+            b = action.buffer_id
+            ptr = state.ptrs[(b, op)]
+            low, high = ptr, ptr + self.sizes[b]
+            waits = [copy.copied for copy in state.pending if copy.low < high and low < copy.high]
+            if b in state.last_out:
+                waits.append(state.last_out[b])
+            if op > 0:
+                waits.append(state.done[op - 1])
+            boundary = b in self.boundary_slots
+            slot = self.boundary_slots[b] if boundary else state.host_slots.pop(b)
+            state.landed_at[(b, op)] = self.copy_engine.swap_in(
+                self.handles[b], slot, self.sizes[b], ptr, self.array(b, ptr), waits,
+                keep_slot=boundary)
+
+    def _wait_for_readers(self, state: IterationState, op: int, written) -> None:
+        """Make the compute stream wait for swap-outs still reading the bytes ``written``
+        buffers take at ``op``."""
+        for b in written:
+            ptr = state.ptrs[(b, op)]
+            for copy in state.pending:
+                if copy.low < ptr + self.sizes[b] and ptr < copy.high:
+                    self.work.timed_wait(copy.copied, partial(state.measured_wait, None))
+
+    def _begin_op(self, state: IterationState, running: RunningOp, written,
+                  recomputed) -> None:
+        """Enqueue the callback that moves the op's new residencies onto the device and
+        enters its uses: read for its inputs (and the inputs of its recomputes), write for
+        what it produces or recomputes."""
+        op, ptrs = running.op, state.ptrs
+        arrivals = [Arrival(b, ptrs[(b, op)], self.array(b, ptrs[(b, op)])) for b in written]
+        intents = {}
+        for b in recomputed:
+            for source in self.trace.buffer(b).recompute.inputs:
+                intents.setdefault(source, READ)
+        for b in self.schedule.uses[op]:
+            intents.setdefault(b, READ)
+        for b in written:
+            intents[b] = WRITE
+        self.work.callback(partial(self._enter_uses, state, running, arrivals, intents))
+
+    def _recompute(self, state: IterationState, running: RunningOp, recomputed) -> None:
+        for b in recomputed:
+            producer = self.trace.buffer(b).recompute
+            inputs = [self.array(s, self._resident_ptr(state, s, running.op))
+                      for s in producer.inputs]
+            out = self.array(b, state.ptrs[(b, running.op)])
+            self.work.run(partial(self._call_recompute, state, running, b, out, inputs))
+            self.spend(self.op_us[producer.op])
+
+    def _issue_swap_outs(self, state: IterationState, op: int) -> None:
+        for b in self.schedule.swap_outs[op]:
+            ptr = self._resident_ptr(state, b, op)
+            issued = self.copy_engine.swap_out(self.handles[b], ptr, self.sizes[b],
+                                               state.done[op], self.boundary_slots.get(b),
+                                               self.schedule.out_levels[(b, op)])
+            if b not in self.boundary_slots:
+                state.host_slots[b] = issued.slot
+            state.pending.append(PendingCopy(ptr, ptr + self.sizes[b], issued.copied))
+            state.last_out[b] = issued.copied
+
+    def _resident_ptr(self, state: IterationState, b: int, op: int) -> int:
+        """Where buffer ``b``'s residency holding op ``op`` was served this iteration."""
+        start = self.schedule.holding(b, op)
+        if start is None or (b, start) not in state.ptrs:
+            raise ReplayError(f"buffer {b} is used at op {op} but has no residency there")
+        return state.ptrs[(b, start)]
+
+    # -- host callbacks on the compute stream ----------------------------------------------
+    def _enter_uses(self, state: IterationState, running: RunningOp, arrivals,
+                    intents) -> None:
+        running.began = time.perf_counter()
+        try:
+            for arrival in arrivals:
+                self.handles[arrival.buffer_id].move(DEVICE, arrival.view, arrival.ptr)
+            for b, intent in intents.items():
+                use = self.handles[b].use(intent)
+                use.__enter__()
+                running.uses.append(use)
+            running.entered = True
+        except Exception as exc:
+            state.keep_first_error(exc)
+
+    def _end_op(self, state: IterationState, running: RunningOp, ends) -> None:
+        try:
+            for use in running.uses:
+                use.__exit__(None, None, None)
+            for b, where in ends:
+                self.handles[b].move(where)
+        except Exception as exc:
+            state.keep_first_error(exc)
+        state.op_wall_s[running.op] = time.perf_counter() - running.began
+
+    def _call_recompute(self, state: IterationState, running: RunningOp, b: int, out,
+                        inputs) -> None:
+        if not self.gpu and not running.entered:  # the op's uses could not be taken
+            return
+        try:
+            self.handles[b].recompute(out, *inputs)
+        except Exception as exc:
+            state.keep_first_error(exc)
+
+    # -- housekeeping -------------------------------------------------------------------
+    def _order_problem(self, method: str, op: int) -> str:
+        state = self._state
+        if state is None:
+            return f"{method}({op}): no iteration is running (call begin_iteration first)"
+        if state.running is not None:
+            return (f"{method}({op}): op {state.running.op} is still running (call "
+                    f"after_op({state.running.op}) first)")
+        return (f"{method}({op}): iteration {state.iteration} expects "
+                f"{'before_op' if state.next_op < self.trace.num_ops else 'end_iteration'}"
+                f"({state.next_op}) next")
+
+    @staticmethod
+    def _open_gate(state: IterationState) -> None:
+        """Release the emulated streams (once), starting the iteration's timing."""
+        if state.gate is not None and not state.gate.is_set():
+            state.started = state.clock = time.perf_counter()
+            state.gate.set()
+
+    def _release_host_slots(self, state: IterationState) -> None:
+        for slot in state.host_slots.values():  # swapped out and never swapped back
+            self.staging.release(slot)
+        state.host_slots.clear()
+
+    def _quiesce(self) -> None:
+        """Wait for every stream (errors were already reported or will be)."""
+        with contextlib.suppress(CupoolError):
+            self.device.synchronize()
+
+    def close(self) -> None:
+        """Return the pool's arena and the staging reservation (after the streams
+        finished); an iteration still open is aborted first."""
+        if self.device.closed:
+            return
+        self.abort_iteration()
+        self.device.synchronize()
+        for slot in self.boundary_slots.values():
+            self.staging.release(slot)
+        self.boundary_slots = {}
+        self._arrays = {}
+        for h in self.handles.values():
+            h.view = None
+        self.staging.close()
+        self.pool.close()
+
+    def __enter__(self) -> SwapEngine:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+
+__all__ = ["LATE_THRESHOLD_WALL_US", "EngineSettings", "OpBody", "SwapEngine"]

@@ -1,0 +1,106 @@
+"""Typed, picklable errors of the swap engine, each quoting the buffer and the numbers.
+
+    CupoolError
+      HandleError                  a tensor handle refuses (a bad intent, a bad layout...)
+        HandleLifetimeError        a use after the buffer's lifetime ended
+        HandleStateError           the bytes are not on the device, or a transition the
+                                   handle's state machine does not have
+        ConflictingUseError        a use conflicting with one in progress (another thread)
+        CopyFailedError            a swap copy failed; raised at the buffer's next use
+      StagingError                 a staging slot released twice, or a bad request
+      PassiveOutOfMemoryError      the passive run: one op's working set exceeds the arena
+      ReplayError                  the engine cannot run this plan or device
+      EngineStateError             the op-boundary methods called out of order
+
+Errors with fields pickle with them (``__reduce__``), so they survive worker processes;
+the others carry their message, as every :class:`~cupool.errors.CupoolError` does.
+"""
+
+from __future__ import annotations
+
+from cupool.errors import CupoolError
+
+
+class HandleError(CupoolError):
+    """Base class of the errors a tensor handle raises on purpose."""
+
+
+class HandleLifetimeError(HandleError):
+    """A use of buffer ``buffer_id`` (lifetime ``[start, end)``) after its lifetime ended."""
+
+    def __init__(self, buffer_id: int, start: int, end: int) -> None:
+        self.buffer_id, self.start, self.end = buffer_id, start, end
+        super().__init__(f"buffer {buffer_id}: used after its lifetime [{start}, {end}) "
+                         f"ended (the handle is retired)")
+
+    def __reduce__(self):
+        return (self.__class__, (self.buffer_id, self.start, self.end))
+
+
+class HandleStateError(HandleError):
+    """Buffer ``buffer_id`` is in state ``state`` where ``wanted`` was needed (a use of bytes
+    the plan put elsewhere, or a transition the state machine does not have)."""
+
+    def __init__(self, buffer_id: int, state: str, wanted: str) -> None:
+        self.buffer_id, self.state, self.wanted = buffer_id, state, wanted
+        super().__init__(f"buffer {buffer_id}: state is {state!r}, {wanted}")
+
+    def __reduce__(self):
+        return (self.__class__, (self.buffer_id, self.state, self.wanted))
+
+
+class ConflictingUseError(HandleError):
+    """A ``use(intent)`` of buffer ``buffer_id`` while ``readers`` reads and ``writers``
+    writes are in progress (allowed: reads with reads, a write alone)."""
+
+    def __init__(self, buffer_id: int, intent: str, readers: int, writers: int) -> None:
+        self.buffer_id, self.intent = buffer_id, intent
+        self.readers, self.writers = readers, writers
+        super().__init__(f"buffer {buffer_id}: use(intent={intent!r}) conflicts with "
+                         f"{readers} read(s) and {writers} write(s) in progress")
+
+    def __reduce__(self):
+        return (self.__class__, (self.buffer_id, self.intent, self.readers, self.writers))
+
+
+class CopyFailedError(HandleError):
+    """The ``direction`` copy (``"h2d"``/``"d2h"``) of ``nbytes`` bytes of buffer
+    ``buffer_id`` failed; ``cause`` is the device's message. Raised at the buffer's next use."""
+
+    def __init__(self, buffer_id: int, direction: str, nbytes: int, cause: str) -> None:
+        self.buffer_id, self.direction = buffer_id, direction
+        self.nbytes, self.cause = nbytes, cause
+        super().__init__(f"buffer {buffer_id}: {direction} copy of {nbytes} bytes failed: "
+                         f"{cause}")
+
+    def __reduce__(self):
+        return (self.__class__, (self.buffer_id, self.direction, self.nbytes, self.cause))
+
+
+class StagingError(CupoolError):
+    """A slot released twice, or not from this staging area."""
+
+
+class PassiveOutOfMemoryError(CupoolError):
+    """Op ``op`` needs buffer ``buffer_id`` (``nbytes`` scaled bytes) resident, and it does
+    not fit in the ``arena_bytes`` arena even with every other buffer evicted."""
+
+    def __init__(self, op: int, buffer_id: int, nbytes: int, arena_bytes: int) -> None:
+        self.op, self.buffer_id = op, buffer_id
+        self.nbytes, self.arena_bytes = nbytes, arena_bytes
+        super().__init__(f"op {op}: buffer {buffer_id} ({nbytes} bytes) does not fit in the "
+                         f"{arena_bytes}-byte arena beside the op's other buffers")
+
+    def __reduce__(self):
+        return (self.__class__, (self.op, self.buffer_id, self.nbytes, self.arena_bytes))
+
+
+class ReplayError(CupoolError):
+    """The swap engine cannot run this plan or device, or no valid swapping plan exists
+    for a replay (reason in the message)."""
+
+
+class EngineStateError(CupoolError):
+    """The engine's iteration methods were called out of order: ``before_op(i)`` for an op
+    other than the next one, ``after_op(i)`` without ``before_op(i)``, an iteration begun
+    inside another, or ended before its last op (the message says which)."""

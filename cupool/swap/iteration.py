@@ -1,0 +1,195 @@
+"""The named state of one iteration of the swap engine, and what it reports.
+
+- :class:`IterationState`: everything an iteration keeps between op boundaries (the
+  engine's ``begin_iteration`` makes it, ``end_iteration`` retires it);
+- :class:`RunningOp`: the op between ``before_op(i)`` and ``after_op(i)``;
+- :class:`OpFrame`: what ``before_op(i)`` hands the op body (which buffers, where);
+- :class:`IterationResult`: what ``end_iteration`` returns.
+
+Times: ``*_s`` fields are wall seconds (``time.perf_counter``); ``*_us`` fields are
+*trace* µs (wall time divided by the engine's ``time_scale``), comparable with the
+simulator.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+LATE_THRESHOLD_WALL_US = 400.0
+"""A wait shorter than this much *wall* time is the emulation's timer noise (sleep and
+thread wake-up jitter), not a late prefetch or a stall."""
+
+
+class PendingCopy(NamedTuple):
+    """A swap-out issued this iteration: it reads device bytes ``[low, high)`` until its
+    event ``copied`` completes, so whatever lands there next waits for that event."""
+
+    low: int
+    high: int
+    copied: object
+
+
+class Arrival(NamedTuple):
+    """A residency that begins at an op without a copy (produced or recomputed there):
+    buffer ``buffer_id``'s handle moves to the device at ``ptr``, where ``view`` looks."""
+
+    buffer_id: int
+    ptr: int
+    view: object
+
+
+@dataclass(eq=False)
+class RunningOp:
+    """Op ``op`` between ``before_op`` and ``after_op``.
+
+    ``uses`` are the handle uses its begin callback entered (written for the buffers it
+    produces or recomputes, read for the rest), which its end callback exits; ``entered``
+    says the begin callback took them all (a recompute runs only then); ``began`` is when
+    the op began on the compute stream (``perf_counter`` s). ``first_fills`` are the
+    persistent buffers the op gives their first contents (marked as holding them once the
+    op is enqueued). The callbacks run on the compute stream, one op after another."""
+
+    op: int
+    first_fills: frozenset
+    uses: list = field(default_factory=list)
+    entered: bool = False
+    began: float = 0.0
+
+
+@dataclass(eq=False)
+class IterationState:
+    """What one iteration keeps between op boundaries.
+
+    Written by the caller's thread while it enqueues (``begin_iteration`` to
+    ``end_iteration``): ``next_op`` (the op ``before_op`` expects), ``running``,
+    ``blocks`` (``(buffer, start)`` → the pool block serving that residency, dropped when
+    it ends), ``ptrs`` (``(buffer, start)`` → its device address this iteration),
+    ``pending`` (the swap-outs issued so far), ``landed_at`` (``(buffer, trigger op)`` →
+    the event recorded after that swap-in landed), ``last_out`` (buffer → the event of its
+    latest swap-out), ``host_slots`` (buffer → the staging slot holding its swapped-out
+    bytes), ``pool_iteration`` (holds the pool's ``iteration()`` open).
+
+    Written by callbacks on the compute stream, read after the final synchronize:
+    ``clock`` (the emulated op clock, s), ``setup_s`` (setup work excluded from the
+    iteration's time: the persistent buffers' first fill), ``stall_us`` (every measured
+    wait over the noise threshold), ``late_us`` (buffer → how long its due op waited for
+    its swap-in: a *late prefetch*), ``op_wall_s`` (each op's wall time, waits and checks
+    included) and ``error`` (the first error a callback caught).
+
+    ``started`` is when the iteration's timing began (the gate's release on the emulated
+    device, the start of enqueuing on a GPU); ``gate`` holds the emulated streams until
+    everything is enqueued (``None`` on a GPU); ``done[i]`` is recorded on the compute
+    stream after op ``i``; ``time_scale`` turns wall time into trace time.
+
+    The methods are what callbacks on the compute stream do to it: account a measured
+    wait, advance the op clock, keep the first error."""
+
+    iteration: int
+    done: list
+    gate: threading.Event | None
+    off_plan_before: int
+    time_scale: float = 1.0
+    pool_iteration: ExitStack = field(default_factory=ExitStack)
+    arena_ptr: int = 0
+    next_op: int = 0
+    running: RunningOp | None = None
+    blocks: dict = field(default_factory=dict)
+    ptrs: dict = field(default_factory=dict)
+    pending: list = field(default_factory=list)
+    landed_at: dict = field(default_factory=dict)
+    last_out: dict = field(default_factory=dict)
+    host_slots: dict = field(default_factory=dict)
+    started: float = 0.0
+    clock: float = 0.0
+    setup_s: float = 0.0
+    stall_us: float = 0.0
+    late_us: dict = field(default_factory=dict)
+    op_wall_s: list = field(default_factory=list)
+    error: BaseException | None = None
+
+    def measured_wait(self, late_buffer: int | None, began: float, ended: float) -> None:
+        """A timed wait's report (``perf_counter`` s): over the noise threshold it is a
+        stall, and, for a swap-in's due op (``late_buffer``), a late prefetch of that
+        buffer; the op clock moves to the wait's end."""
+        ts = self.time_scale
+        wait_us = (ended - began) * 1e6 / ts
+        if wait_us * ts > LATE_THRESHOLD_WALL_US:
+            self.stall_us += wait_us
+            if late_buffer is not None:
+                self.late_us[late_buffer] = self.late_us.get(late_buffer, 0) + wait_us
+        self.clock = max(self.clock, ended)
+
+    def advance_clock(self, seconds: float) -> None:
+        """The op ends ``seconds`` after the clock; sleep until then."""
+        self.clock += seconds
+        remaining = self.clock - time.perf_counter()
+        if remaining > 0:
+            time.sleep(remaining)
+
+    def keep_first_error(self, exc: BaseException) -> None:
+        """Keep the iteration's first error (raised once the streams finished)."""
+        if self.error is None:
+            self.error = exc
+
+
+@dataclass(frozen=True)
+class OpFrame:
+    """What op ``op`` touches, as ``before_op`` hands it to the op body.
+
+    ``produced``: buffers whose new residency the op writes first — its outputs, and the
+    persistent buffers in ``first_fills``, served for the first time (their initial
+    contents, like weights uploaded before training); ``recomputed``: buffers the plan
+    regenerated just before the op (already enqueued); ``uses``: the buffers the trace
+    says the op uses; ``ptrs``: the device address of every one of them this iteration.
+    The engine holds the op's uses (write for produced and recomputed buffers, read for
+    the rest) from its begin callback to its end callback, so work the body enqueues in
+    between finds every handle resident."""
+
+    op: int
+    produced: tuple
+    first_fills: frozenset
+    recomputed: tuple
+    uses: tuple
+    ptrs: dict
+
+
+@dataclass(frozen=True)
+class IterationResult:
+    """One iteration as measured.
+
+    ``iteration``: its number; ``wall_us``: wall time from the timing start to the end
+    of the final synchronize, setup excluded (µs of wall time); ``iteration_us``: the same
+    in trace µs; ``late_us``: buffer → trace µs its due op(s) waited for its swap-in (only
+    waits over the timer-noise threshold: the *late prefetches*); ``stall_us``: every wait
+    of the compute stream over that threshold (late prefetches and copies still reading
+    bytes an op was about to write); ``op_us``: each op's observed trace µs; ``bytes_checked``
+    and ``corrupt_bytes``: bytes compared with their pattern and those that differed;
+    ``off_plan``: residencies the pool served away from their planned offset."""
+
+    iteration: int
+    wall_us: float
+    iteration_us: float
+    late_us: dict
+    stall_us: float
+    op_us: tuple
+    bytes_checked: int
+    corrupt_bytes: int
+    off_plan: int
+
+    @property
+    def late_prefetches(self) -> int:
+        """How many swap-ins were late (buffers in ``late_us``)."""
+        return len(self.late_us)
+
+    def as_dict(self) -> dict:
+        """The flat dict of earlier reports: ``wall_us``, ``iteration_us``, ``late``
+        (``late_us``), ``stall_us``, ``op_us`` (a list), ``bytes_checked``,
+        ``corrupt_bytes``, ``off_plan``."""
+        return {"wall_us": self.wall_us, "iteration_us": self.iteration_us,
+                "late": dict(self.late_us), "stall_us": self.stall_us,
+                "op_us": list(self.op_us), "bytes_checked": self.bytes_checked,
+                "corrupt_bytes": self.corrupt_bytes, "off_plan": self.off_plan}

@@ -1,0 +1,197 @@
+"""The swap engine: iterations byte exact with typed arrays, recompute callables called in
+stream order (a wrong one counted as corruption), the pool and staging clean after an
+error, and the op-boundary API driven directly with an op body of the test's own."""
+
+from __future__ import annotations
+
+import pytest
+
+from cupool.core.vocabulary import RecomputeAction
+from cupool.devices import open_device
+from cupool.swap.engine import EngineSettings, SwapEngine
+from cupool.swap.errors import EngineStateError
+from cupool.swap.handles import DEVICE
+from cupool.swap.patterns import pattern_body
+from tests.swap_cases import (
+    resnet_capuchin_plan,
+    six_op_recompute_plan,
+    six_op_swap_plan,
+    six_op_trace,
+)
+
+SIZE_SCALE = 4096
+
+
+_planned = resnet_capuchin_plan
+
+
+def _engine(device, **options):
+    _trace, plan, planned = _planned()
+    return SwapEngine(planned, plan, device, EngineSettings(size_scale=SIZE_SCALE), **options)
+
+
+def _recomputed(plan):
+    return sorted({a.buffer_id for a in plan.actions if isinstance(a, RecomputeAction)})
+
+
+def test_an_iteration_with_cupy_arrays_is_byte_exact_and_hands_out_cupy_arrays():
+    cupy = pytest.importorskip("cupy")
+    with open_device("emulated", cupy_arrays=True) as device, _engine(device) as engine:
+        result = engine.run_iteration(0)
+        resident = [h for h in engine.handles.values() if h.state == DEVICE]
+        assert resident
+        for handle in resident:
+            with handle.use() as view:
+                assert isinstance(view, cupy.ndarray) and view.data.ptr == handle.ptr
+    assert result.corrupt_bytes == 0 and result.off_plan == 0
+
+
+def test_recompute_actions_call_the_handles_callable_and_verify_byte_exact():
+    _trace, plan, planned = _planned()
+    actions = [a for a in plan.actions if isinstance(a, RecomputeAction)]
+    assert actions, "the capuchin plan recomputes nothing"
+    with open_device("emulated") as device, _engine(device) as engine:
+        calls = []
+        for b in _recomputed(plan):
+            handle = engine.handles[b]
+
+            def counting(out, *inputs, _b=b, _default=handle.recompute):
+                expected = planned.buffer(_b).recompute.inputs
+                calls.append((_b, out.ctypes.data, len(inputs) == len(expected)))
+                _default(out, *inputs)
+
+            handle.recompute = counting
+        result = engine.run_iteration(0)
+    assert result.corrupt_bytes == 0 and result.bytes_checked > 0
+    assert sorted(b for b, _ptr, _ok in calls) == sorted(a.buffer_id for a in actions)
+    assert all(ok for _b, _ptr, ok in calls)
+
+
+def test_a_wrong_recompute_callable_is_counted_as_corruption():
+    _trace, plan, _planned_trace = _planned()
+    wrong = {b: (lambda out, *inputs: out.fill(0)) for b in _recomputed(plan)}
+    with open_device("emulated") as device, _engine(device, recompute=wrong) as engine:
+        result = engine.run_iteration(0)
+    assert result.corrupt_bytes > 0
+
+
+def test_an_error_inside_a_use_leaves_the_pool_and_staging_clean():
+    _trace, plan, _planned_trace = _planned()
+
+    def broken(out, *inputs):
+        raise RuntimeError("recompute failed inside its use")
+
+    first = _recomputed(plan)[0]
+    with open_device("emulated") as device, \
+            _engine(device, recompute={first: broken}) as engine:
+        with pytest.raises(RuntimeError, match="recompute failed inside its use"):
+            engine.run_iteration(0)
+        assert engine.pool.used_bytes() == 0
+        assert engine.pool.memory_stats()["live_blocks.current"] == 0
+        live = engine.staging.stats()["staging.live_slots.current"]
+        assert live == len(engine.boundary_slots)  # only the persistent host copies
+        assert all(h._readers == 0 and h._writers == 0 for h in engine.handles.values())
+
+
+# -- the op-boundary API, driven directly --------------------------------------------------
+VALUES = {0: 3, 1: 7, 2: 9}
+"""What the test's op body writes into each buffer of the six-op trace (W, A, B)."""
+
+
+def _recompute_a_from_w(out, w) -> None:
+    out[:] = w[0] + 4  # A's value (7) from W's (3)
+
+
+def _writing_and_reading_body(reads: list):
+    """An op body of the test's own: in stream order, each op writes ``VALUES[b]`` into
+    every buffer ``b`` it produces and logs ``(op, b, values)`` for every other buffer it
+    uses, after checking the engine holds each of them on the device."""
+
+    def body(engine, frame) -> None:
+        arrays = {b: engine.array(b, ptr) for b, ptr in frame.ptrs.items()}
+        handles = engine.handles
+
+        def compute() -> None:
+            assert all(handles[b].state == DEVICE for b in arrays)
+            for b in frame.produced:
+                arrays[b][:] = VALUES[b]
+            for b in frame.uses:
+                if b not in frame.produced:
+                    reads.append((frame.op, b, sorted(set(arrays[b].tolist()))))
+
+        engine.work.run(compute)
+        engine.spend(engine.op_us[frame.op])
+
+    return body
+
+
+@pytest.mark.parametrize("make_plan, recompute", [(six_op_swap_plan, None),
+                                                  (six_op_recompute_plan,
+                                                   {1: _recompute_a_from_w})],
+                         ids=["swap", "recompute"])
+def test_the_op_boundaries_run_an_op_body_of_the_callers_own(make_plan, recompute):
+    """Op by op with the body above: A (7) comes back for op 4 — swapped out after op 0 and
+    in again, or dropped and recomputed from W — though B (9) took its bytes meanwhile; W
+    (3) is written once, in the first iteration, and keeps its contents in the next."""
+    trace = six_op_trace()
+    plan = make_plan(trace)
+    with open_device("emulated") as device, \
+            SwapEngine(trace, plan, device, recompute=recompute) as engine:
+        for iteration in range(2):
+            reads = []
+            body = _writing_and_reading_body(reads)
+            engine.begin_iteration(iteration)
+            for i in range(trace.num_ops):
+                frame = engine.before_op(i)
+                assert frame.op == i
+                body(engine, frame)
+                engine.after_op(i)
+            result = engine.end_iteration()
+            first = [(0, 0, [3])] if iteration else []  # W is produced in the first iteration
+            assert reads == [*first, (2, 2, [9]), (4, 1, [7]), (5, 0, [3])]
+            assert result.iteration == iteration and result.off_plan == 0
+            assert (result.bytes_checked, result.corrupt_bytes) == (0, 0)  # no pattern checks
+            assert len(result.op_us) == trace.num_ops
+            assert set(result.as_dict()) == {"wall_us", "iteration_us", "late", "stall_us",
+                                             "op_us", "bytes_checked", "corrupt_bytes",
+                                             "off_plan"}
+        assert engine.state is None and engine.pool.used_bytes() == 0
+        assert engine.staging.is_clean()
+
+
+def test_op_boundaries_out_of_order_raise_and_an_abort_leaves_the_engine_usable():
+    trace = six_op_trace()
+    plan = six_op_swap_plan(trace)
+    with open_device("emulated") as device, SwapEngine(trace, plan, device) as engine:
+        with pytest.raises(EngineStateError, match=r"before_op\(0\): no iteration is running"):
+            engine.before_op(0)
+        engine.begin_iteration(0)
+        with pytest.raises(EngineStateError,
+                           match=r"before_op\(1\): iteration 0 expects before_op\(0\) next"):
+            engine.before_op(1)
+        with pytest.raises(EngineStateError, match=r"after_op\(0\): iteration 0 expects"):
+            engine.after_op(0)
+        engine.before_op(0)
+        with pytest.raises(EngineStateError, match=r"op 0 is still running"):
+            engine.end_iteration()
+        with pytest.raises(EngineStateError, match=r"begin_iteration\(1\): iteration 0 is "
+                                                   r"still running"):
+            engine.begin_iteration(1)
+        with pytest.raises(EngineStateError, match="a plan changes between iterations only"):
+            engine.set_plan(plan)
+        engine.abort_iteration(RuntimeError("the op body failed"))
+        assert engine.state is None and engine.pool.used_bytes() == 0
+        assert engine.pool.memory_stats()["live_blocks.current"] == 0
+
+        def failing_body(engine, frame) -> None:
+            if frame.op == 3:
+                raise RuntimeError("op 3's body failed")
+            pattern_body(engine, frame)
+
+        with pytest.raises(RuntimeError, match="op 3's body failed"):
+            engine.run_iteration(1, failing_body)
+        assert engine.state is None and engine.pool.used_bytes() == 0
+        assert engine.staging.stats()["staging.live_slots.current"] == 0
+        result = engine.run_iteration(2)  # the engine runs on after aborted iterations
+        assert result.corrupt_bytes == 0 and result.bytes_checked > 0
+        assert result.late_prefetches == len(result.late_us)
