@@ -689,14 +689,14 @@ def _names(text: str | None, what: str) -> tuple[str, ...] | None:
 def _cmd_selftest(args, stdout) -> int:
     """Exit 0 when every step that ran passed, 1 when a check failed or a step broke, 2
     when the device cannot run (``--device cuda`` without a GPU: one line saying so)."""
-    from cupool.selftest import (
+    from cupool.app.selftest import (
         DEFAULT_BUDGETS,
         DEFAULT_REPLAY_TRACES,
         STEP_NAMES,
         SelftestOptions,
         run_selftest,
     )
-    from cupool.selftest.report import report_paths
+    from cupool.app.selftest.report import report_paths
 
     options = SelftestOptions(
         device=args.device, out_dir=Path(args.out),

@@ -3,6 +3,8 @@
 - :mod:`.replay`: :func:`~cupool.app.replay.replay` plans a trace for a budget, validates
   the plan and runs iterations of it with the :class:`~cupool.swap.engine.SwapEngine`,
   feeding the late prefetches it measures back to the planner's feedback between them.
+- :mod:`.selftest`: :func:`~cupool.app.selftest.run_selftest` proves cupool on a device
+  (link, pools, op times, replay, stress, the GPU suite) and records it in two files.
 
 The CLI (:mod:`cupool.cli`) calls these and prints what they return.
 """

@@ -8,9 +8,9 @@ import math
 
 import pytest
 
-from cupool.selftest.allocators import compare_pools
-from cupool.selftest.link import measure_link
-from cupool.selftest.steps import replay_step
+from cupool.app.selftest.allocators import compare_pools
+from cupool.app.selftest.link import measure_link
+from cupool.app.selftest.steps import replay_step
 from cupool.stress import training_trace
 
 pytestmark = pytest.mark.gpu
@@ -40,7 +40,7 @@ def test_op_timing_with_cuda_events():
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip(f"torch {torch.__version__} sees no GPU")
-    from cupool.selftest.ops import measure_model
+    from cupool.app.selftest.ops import measure_model
 
     result = measure_model("resnet50", "train", 2, device="cuda", small=True)
     assert result["matched_ops"] > 0 and result["measured_total_us"] > 0

@@ -8,7 +8,7 @@ import ast
 from pathlib import Path
 
 CUPOOL = Path(__file__).resolve().parents[2] / "cupool"
-ABOVE_SWAP = ("cupool.app", "cupool.cli", "cupool.stress", "cupool.selftest",
+ABOVE_SWAP = ("cupool.app", "cupool.cli", "cupool.stress", "cupool.app.selftest",
               "cupool.capture", "cupool.sharing", "cupool.viz")
 
 

@@ -10,21 +10,21 @@ import textwrap
 
 import pytest
 
-from cupool.cli import main
-from cupool.core.vocabulary import Op
-from cupool.devices import open_device, probe_cuda
-from cupool.errors import InputError
-from cupool.selftest import SelftestOptions, run_selftest, runners
-from cupool.selftest.allocators import ALLOCATE, FREE, allocation_loop, compare_pools
-from cupool.selftest.link import (
+from cupool.app.selftest import SelftestOptions, run_selftest, runners
+from cupool.app.selftest.allocators import ALLOCATE, FREE, allocation_loop, compare_pools
+from cupool.app.selftest.link import (
     DirectionMeasurement,
     LineFit,
     compare_with_presets,
     fit_line,
     measure_link,
 )
-from cupool.selftest.ops import TimedOp, compare_op_times, roofline_calibration
-from cupool.selftest.steps import junit_counts, replay_step, run_test_suite
+from cupool.app.selftest.ops import TimedOp, compare_op_times, roofline_calibration
+from cupool.app.selftest.steps import junit_counts, replay_step, run_test_suite
+from cupool.cli import main
+from cupool.core.vocabulary import Op
+from cupool.devices import open_device, probe_cuda
+from cupool.errors import InputError
 from cupool.stress import training_trace
 from tests.swap_cases import six_op_trace
 
@@ -128,7 +128,7 @@ def test_roofline_calibration_recovers_efficiency_and_launch_overhead():
 
 def test_a_real_model_step_is_timed_op_by_op_on_the_cpu():
     pytest.importorskip("torch")
-    from cupool.selftest.ops import measure_model
+    from cupool.app.selftest.ops import measure_model
 
     result = measure_model("resnet50", "train", 2, device="cpu", small=True)
     assert result["measured_ops"] == result["estimated_ops"] > 0

@@ -117,7 +117,7 @@ class SelftestReport:
         return all(step.status in ("pass", "not_run") for step in self.steps)
 
     def document(self) -> dict:
-        from cupool.selftest.report import targets
+        from cupool.app.selftest.report import targets
 
         return {"selftest": 1, "device": self.device, "started": self.started,
                 "passed": self.passed,
@@ -143,8 +143,8 @@ def check_device(kind: str) -> None:
 
 def run_selftest(options: SelftestOptions, *, log=None) -> SelftestReport:
     """Run the steps of ``options`` (module docstring); ``log(line)`` hears progress."""
-    from cupool.selftest import runners
-    from cupool.selftest.report import write_report
+    from cupool.app.selftest import runners
+    from cupool.app.selftest.report import write_report
 
     check_device(options.device)
     say = log or (lambda line: None)

@@ -174,7 +174,7 @@ def report_paths(out_dir: Path, device: str) -> tuple[Path, Path]:
 
 def write_report(report, out_dir: Path) -> dict:
     """Write both files for ``report`` into ``out_dir``; the JSON document."""
-    from cupool.selftest import save_json
+    from cupool.app.selftest import save_json
 
     document = report.document()
     json_path, md_path = report_paths(out_dir, report.device)

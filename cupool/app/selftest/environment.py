@@ -21,7 +21,7 @@ def _cuda_version(number: int) -> str:
 
 
 def _git_commit() -> str | None:
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     if not (root / ".git").exists():
         return None
     try:

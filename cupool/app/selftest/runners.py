@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from cupool.selftest import SelftestOptions
+from cupool.app.selftest import SelftestOptions
 
 PASS, FAIL, ERROR, NOT_RUN = "pass", "fail", "error", "not_run"
 NO_GPU_SKIP = "needs a usable GPU"
@@ -69,19 +69,19 @@ def _bundled(names) -> list:
 
 
 def run_environment(context: Context):
-    from cupool.selftest.environment import describe_environment
+    from cupool.app.selftest.environment import describe_environment
 
     return PASS, describe_environment(context.device()), ""
 
 
 def run_link(context: Context):
-    from cupool.selftest.link import compare_with_presets, measure_link
+    from cupool.app.selftest.link import compare_with_presets, measure_link
 
     if context.on_gpu:
         measured = measure_link(context.device())
     else:
+        from cupool.app.selftest import EMULATED_LINK_SCALE
         from cupool.devices import open_device
-        from cupool.selftest import EMULATED_LINK_SCALE
         from cupool.sim.cost import DEFAULT_LATENCY_US, LINK_PRESETS
 
         gbps = LINK_PRESETS["gen5"] / EMULATED_LINK_SCALE
@@ -93,7 +93,7 @@ def run_link(context: Context):
 
 
 def run_pool(context: Context):
-    from cupool.selftest.allocators import compare_pools
+    from cupool.app.selftest.allocators import compare_pools
 
     rows = [compare_pools(trace, context.device(), rounds=context.options.pool_rounds)
             for trace in _bundled(context.options.pool_traces)]
@@ -101,7 +101,7 @@ def run_pool(context: Context):
 
 
 def run_ops(context: Context):
-    from cupool.selftest.ops import measure_model
+    from cupool.app.selftest.ops import measure_model
 
     try:
         import torch
@@ -126,7 +126,7 @@ def _replay_link(context: Context) -> str | float:
 
 
 def run_replay(context: Context):
-    from cupool.selftest.steps import replay_step
+    from cupool.app.selftest.steps import replay_step
 
     link = _replay_link(context)
     rows = []
@@ -146,7 +146,7 @@ def run_programs(context: Context):
 
 
 def run_stress(context: Context):
-    from cupool.selftest.steps import run_stress_step
+    from cupool.app.selftest.steps import run_stress_step
 
     result = run_stress_step(context.options.device, context.options.stress_minutes,
                              context.options.seed)
@@ -157,11 +157,11 @@ def run_stress(context: Context):
 
 
 def run_gpu_tests(context: Context):
-    from cupool.selftest.steps import run_test_suite
+    from cupool.app.selftest.steps import run_test_suite
 
     if not context.on_gpu:
         return NOT_RUN, None, "the GPU test suite needs the cuda device"
-    tests = context.options.tests_dir or Path(__file__).resolve().parents[2] / "tests"
+    tests = context.options.tests_dir or Path(__file__).resolve().parents[3] / "tests"
     result = run_test_suite(tests, timeout_s=context.options.test_timeout_s,
                             junit_out=Path(context.options.out_dir) / "gpu_tests.xml")
     if not result["ran"]:

@@ -135,7 +135,7 @@ def roofline_calibration(pairs) -> dict | None:
     clamped to ``(0, 1]`` and ``launch_overhead_us`` to ``>= 0`` (the ranges
     :class:`~cupool.capture.cost.RooflineModel` accepts); ``None`` with fewer than two
     distinct estimates."""
-    from cupool.selftest.link import least_squares
+    from cupool.app.selftest.link import least_squares
 
     if len({estimated for estimated, _ in pairs}) < 2:
         return None
