@@ -19,12 +19,12 @@ from pathlib import Path
 from cupool.check import validate_plan
 from cupool.core.units import format_bytes, parse_budget
 from cupool.core.vocabulary import PERSISTENT, SolveStatus
-from cupool.errors import CupoolError, InputError, PlanFormatError
-from cupool.io import load_plan, load_trace, save_plan, save_trace
+from cupool.errors import CupoolError, InputError
+from cupool.io import load_trace, save_plan, save_trace
 from cupool.planning import SOLVER_NAMES, SolverParams, plan
+from cupool.planning.planned import PlannedTrace, make_plan, read_plan
 
 EXIT_OK, EXIT_NO, EXIT_BAD_INPUT = 0, 1, 2
-FITTING = (SolveStatus.OPTIMAL, SolveStatus.FEASIBLE)
 
 
 class _UsageError(CupoolError):
@@ -248,15 +248,9 @@ def _cmd_plan(args, stdout) -> int:
     params = SolverParams(time_limit_s=args.time_limit, seed=args.seed)
     if args.out is not None and not Path(args.out).parent.resolve().is_dir():
         raise InputError("the directory to write the plan into does not exist", path=args.out)
-    if capacity is not None and capacity < lower and args.solver == "auto":
-        # Below the lower bound no static plan exists: plan swaps and recomputation.
-        budgeted = _plan_with_budget(trace, capacity, "auto", _cost_from(args), args.seed)
-        result, trace = budgeted.plan, budgeted.trace
-        valid = validate_plan(trace, result).valid
-    else:
-        result = plan(trace, args.solver, capacity, params)
-        valid = bool(result.placements) and validate_plan(trace, result).valid
-    fits = result.status in FITTING
+    planned = _planned(make_plan(trace, capacity, solver=args.solver, cost=_cost_from(args),
+                                 solver_params=params, seed=args.seed))
+    result, trace, valid, fits = planned.plan, planned.trace, planned.valid, planned.fits
     if args.out is not None and valid and fits:
         save_plan(result, args.out, trace)
     document = {
@@ -341,30 +335,12 @@ def _cmd_plan_blocks(args, stdout) -> int:
 
 def _cmd_validate(args, stdout) -> int:
     trace = load_trace(args.trace)
-    plan_ = _load_plan_for(trace, args.plan)
-    report = validate_plan(_with_recipes(trace) if not plan_.is_static else trace, plan_)
+    report = read_plan(trace, args.plan).check
     document = {"trace": trace.name, "valid": report.valid, "rule": report.rule or None,
                 "message": report.message or None}
     _emit(stdout, args, document,
           ["valid" if report.valid else f"invalid ({report.rule}): {report.message}"])
     return EXIT_OK if report.valid else EXIT_NO
-
-
-def _load_plan_for(trace, path):
-    plan_ = load_plan(path, trace)
-    if plan_.trace_digest != trace.digest():  # bad input, not a broken plan: exit 2
-        raise PlanFormatError(
-            f"the plan is for trace {plan_.trace_name!r} (digest {plan_.trace_digest}), "
-            f"not for {trace.name!r} (digest {trace.digest()})", path=path)
-    return plan_
-
-
-def _with_recipes(trace):
-    """The trace with derived recompute recipes: swapping plans are made, validated and
-    simulated against it (the plan's stats name the derivation rule)."""
-    from cupool.planning.budget.recipes import with_recompute_recipes
-
-    return with_recompute_recipes(trace)
 
 
 def _cost_from(args):
@@ -375,16 +351,13 @@ def _cost_from(args):
                       latency_us=getattr(args, "latency_us", None))
 
 
-def _plan_with_budget(trace, budget, policy, cost, seed):
-    """The :class:`~cupool.planning.budget.BudgetResult` (its plan, and the trace the plan
-    is for); an op whose own working set exceeds the budget is bad input (exit 2) with the
-    planner's one-line reason."""
-    from cupool.planning.budget import BudgetParams, plan_with_budget
-
-    result = plan_with_budget(trace, budget, policy, cost, BudgetParams(seed=seed))
-    if result.plan.status == SolveStatus.INFEASIBLE:
-        raise InputError(result.reason or f"no plan fits the budget (={budget} bytes)")
-    return result
+def _planned(planned: PlannedTrace) -> PlannedTrace:
+    """``planned``, unless the budget planner found that no plan can exist (an op whose own
+    working set exceeds the budget): that is bad input (exit 2) with its one-line reason."""
+    if planned.plan.status == SolveStatus.INFEASIBLE and planned.budget is not None:
+        raise InputError(planned.reason or f"no plan fits the budget "
+                                           f"(={planned.plan.capacity_bytes} bytes)")
+    return planned
 
 
 def _cmd_simulate(args, stdout) -> int:
@@ -395,14 +368,15 @@ def _cmd_simulate(args, stdout) -> int:
     budget = parse_budget(args.budget, lower, "--budget")
     cost = _cost_from(args)
     if args.plan is not None:
-        planned = _load_plan_for(trace, args.plan)
-        sim_trace = trace if planned.is_static else _with_recipes(trace)
+        given = read_plan(trace, args.plan)
+        planned, sim_trace = given.plan, given.trace
         policy = f"plan:{planned.solver}"
         if planned.arena_bytes > budget:
             raise InputError(f"the plan needs {planned.arena_bytes} bytes, more than the "
                              f"budget (={budget})", path=args.plan)
     else:
-        budgeted = _plan_with_budget(trace, budget, args.policy, cost, args.seed)
+        budgeted = _planned(make_plan(trace, budget, policy=args.policy, cost=cost,
+                                      seed=args.seed))
         planned, sim_trace = budgeted.plan, budgeted.trace
         policy = args.policy
     report = simulate(sim_trace, planned, cost)

@@ -54,6 +54,7 @@ from cupool.core.units import parse_budget
 from cupool.core.vocabulary import Plan, Trace
 from cupool.errors import InputError
 from cupool.planning.budget.feedback import adjust_triggers, predicted_waits
+from cupool.planning.planned import make_plan
 from cupool.progress import iterate
 from cupool.sim.cost import cost_model, link_gbps
 from cupool.sim.simulator import simulate
@@ -186,12 +187,10 @@ def _swapping_plan(trace: Trace, budget_bytes: int, policy: str, cost, plan: Pla
     the budget planner's for ``budget_bytes`` with ``policy``; either way checked by the
     swap validator. Raises :class:`ReplayError` when there is none or it is invalid."""
     if plan is None:
-        from cupool.planning.budget import plan_with_budget
-
-        result = plan_with_budget(trace, budget_bytes, policy, cost)
-        plan, plan_trace = result.plan, result.trace
-        if not result.feasible:
-            raise ReplayError(f"no plan within {budget_bytes} bytes: {result.reason}")
+        planned = make_plan(trace, budget_bytes, policy=policy, cost=cost)
+        if not planned.fits:
+            raise ReplayError(f"no plan within {budget_bytes} bytes: {planned.reason}")
+        plan, plan_trace = planned.plan, planned.trace
     plan_trace = plan_trace or trace
     report = validate_swap_plan(plan_trace, plan)
     if not report.valid:

@@ -1,6 +1,9 @@
-"""Planning: lower bounds and the offset solvers.
+"""Planning: lower bounds, the offset solvers, and (in :mod:`.budget`) swaps and recompute.
 
-:func:`plan` is the front door: trace in, validated :class:`~cupool.core.Plan` out::
+The front door for every consumer is :func:`make_plan` (or :func:`read_plan` for a plan
+file): a trace and a budget in, a :class:`PlannedTrace` out (the plan, the trace it is for,
+how it was obtained, the validator's report); see :mod:`.planned`. Below it, :func:`plan`
+places every buffer with one static solver::
 
     trace ──► StaticProblem ──► solver(problem, params) ──► SolveResult ──► Plan ──► validator
 
@@ -68,5 +71,8 @@ def plan(trace: Trace, solver: str = "auto", capacity: int | None = None,
                 dict(result.stats))
 
 
-__all__ = ["SOLVER_NAMES", "SolveResult", "SolverParams", "StaticProblem", "ValidationReport",
-           "plan", "solve", "validate_offsets", "validate_plan"]
+from cupool.planning.planned import PlannedTrace, given_plan, make_plan, read_plan  # noqa: E402
+
+__all__ = ["SOLVER_NAMES", "PlannedTrace", "SolveResult", "SolverParams", "StaticProblem",
+           "ValidationReport", "given_plan", "make_plan", "plan", "read_plan", "solve",
+           "validate_offsets", "validate_plan"]

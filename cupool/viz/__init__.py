@@ -55,32 +55,25 @@ def viz(trace_path: str | os.PathLike, plan_path: str | os.PathLike | None = Non
         raise InputError(f"kind (={kind!r}) must be one of: {', '.join(KINDS)}")
     fmt = output_format(out)
     from cupool.core.units import parse_budget
-    from cupool.io import load_plan, load_trace
+    from cupool.io import load_trace
+    from cupool.planning.planned import make_plan, read_plan
     from cupool.sim.cost import cost_model
 
     trace = load_trace(trace_path)
     cost = cost_model(link)
     if plan_path is not None:
-        plan = load_plan(plan_path, trace)
+        planned = read_plan(trace, plan_path)
         source = "file"
     elif budget is not None:
-        from cupool.planning.budget import plan_with_budget
-
         budget_bytes = parse_budget(budget, trace.lower_bound_bytes())
-        result = plan_with_budget(trace, budget_bytes, "auto", cost)
-        if not result.feasible:
-            raise InputError(f"no plan within budget (={budget_bytes} bytes): {result.reason}")
-        plan, trace = result.plan, result.trace
+        planned = make_plan(trace, budget_bytes, policy="auto", cost=cost)
+        if not planned.fits:
+            raise InputError(f"no plan within budget (={budget_bytes} bytes): {planned.reason}")
         source = f"budget {budget_bytes}"
     else:
-        from cupool.planning import plan as plan_trace
-
-        plan = plan_trace(trace, solver)
+        planned = make_plan(trace, solver=solver)
         source = f"solver {solver}"
-    if not plan.is_static:
-        from cupool.planning.budget.recipes import with_recompute_recipes
-
-        trace = with_recompute_recipes(trace)
+    plan, trace = planned.plan, planned.trace
     if kind == "layout":
         plot_layout(trace, plan, out)
     elif kind == "memory":
