@@ -12,16 +12,13 @@ import contextlib
 import json
 import math
 import sys
-import time
-from dataclasses import replace
 from pathlib import Path
 
-from cupool.check import validate_plan
 from cupool.core.units import format_bytes, parse_budget
 from cupool.core.vocabulary import PERSISTENT, SolveStatus
 from cupool.errors import CupoolError, InputError
 from cupool.io import load_trace, save_plan, save_trace
-from cupool.planning import SOLVER_NAMES, SolverParams, plan
+from cupool.planning import SOLVER_NAMES, SolverParams
 from cupool.planning.planned import PlannedTrace, make_plan, read_plan
 
 EXIT_OK, EXIT_NO, EXIT_BAD_INPUT = 0, 1, 2
@@ -498,130 +495,16 @@ def _cmd_info(args, stdout) -> int:
     return EXIT_OK
 
 
-DEMO_BUDGET_TRACE = "resnet50_train_b32_fp32"
-DEMO_BUDGETS = (70, 50)
-
-
-def _demo_budgets(args, stdout) -> list[dict]:
-    """Below the lower bound: every budget policy on one training step at 70% and 50%,
-    simulated on PCIe Gen5, beside the sound lower bound on overhead."""
-    from cupool.data import bundled_traces
-    from cupool.planning.budget import POLICY_NAMES, BudgetParams, plan_with_budget
-    from cupool.sim import cost_model, overhead_lower_bound, simulate
-
-    path = next(p for p in bundled_traces() if p.name.startswith(DEMO_BUDGET_TRACE))
-    trace = load_trace(path)
-    cost = cost_model("gen5")
-    results = []
-    if not args.json:
-        print(f"\n{trace.name} below its lower bound (swaps + recomputation, PCIe Gen5, "
-              "simulated): overhead per policy", file=stdout)
-        print(f"{'budget':>8}  " + "  ".join(f"{name:>10}" for name in POLICY_NAMES)
-              + f"  {'bound':>10}", file=stdout)
-    for percent in DEMO_BUDGETS:
-        budget = trace.lower_bound_bytes() * percent // 100
-        row = {"budget_percent": percent, "budget_bytes": budget, "overhead": {}}
-        cells = []
-        for policy in POLICY_NAMES:
-            result = plan_with_budget(trace, budget, policy, cost, BudgetParams())
-            report = simulate(result.trace, result.plan, cost)
-            row["overhead"][policy] = report.overhead if report.feasible else None
-            cells.append(f"{100 * report.overhead:9.1f}%" if report.feasible else "   no plan")
-        bound = overhead_lower_bound(result.trace, budget, cost)
-        row["lower_bound_overhead"] = bound.overhead if bound.feasible else None
-        row["lower_bound_method"] = bound.details.get("method")
-        results.append(row)
-        if not args.json:
-            print(f"{percent:>7}%  " + "  ".join(cells) + f"  {100 * bound.overhead:9.1f}%",
-                  file=stdout)
-    return results
-
-
-DEMO_REPLAY_ITERATIONS = 3
-
-
-def _demo_replay(args, stdout) -> dict:
-    """The real swap runtime (handles, copy streams, pinned staging) running the 70% plan
-    for a few iterations, every byte checked, beside the simulator's prediction."""
-    from cupool.app.replay import DEFAULT_SIZE_SCALE, ReplaySettings, replay
-    from cupool.data import bundled_traces
-    from cupool.devices import probe_cuda
-    from cupool.swap.errors import ReplayError
-
-    path = next(p for p in bundled_traces() if p.name.startswith(DEMO_BUDGET_TRACE))
-    trace = load_trace(path)
-    usable, why = probe_cuda()
-    device = "cuda" if usable else "emulated"
-    try:
-        result = replay(trace, "70%", ReplaySettings(iterations=DEMO_REPLAY_ITERATIONS),
-                        device=device)
-    except ReplayError as exc:
-        if not args.json:
-            print(f"\nreplay of {trace.name} at 70% skipped: {exc}", file=stdout)
-        return {"skipped": str(exc)}
-    if not args.json:
-        where = ("the GPU (copies at its own speed)" if usable else
-                 f"the emulated device (sizes / {DEFAULT_SIZE_SCALE}, copies paced to the "
-                 f"scaled PCIe Gen5 link)\n  no GPU here: {why}")
-        print(f"\nreplay of {trace.name} at 70% on {where}", file=stdout)
-        print(f"  iteration us per iteration {[round(t) for t in result['iteration_us']]} vs "
-              f"simulator {result['sim_iteration_us']:.0f} us", file=stdout)
-        print(f"  late prefetches per iteration {result['late_prefetches']}; bytes checked "
-              f"{result['bytes_checked']}, corrupt {result['corrupt_bytes']}", file=stdout)
-    return result
-
-
 def _cmd_demo(args, stdout) -> int:
-    from cupool.data import bundled_traces
+    from cupool.app.demo import DemoOptions, run_demo
 
-    out_dir = Path(args.out)
-    if out_dir.exists() and not out_dir.is_dir():
-        raise InputError("exists and is not a directory", path=str(out_dir))
-    out_dir.mkdir(parents=True, exist_ok=True)
-    params = SolverParams(time_limit_s=args.time_limit, seed=0)
-    rows = []
-    header = (f"{'trace':<36} {'buffers':>7} {'lower bound':>14}  "
-              + "  ".join(f"{name:>14}" for name in SOLVER_NAMES))
-    if not args.json:
-        print("cupool demo: every solver on every bundled trace (arena bytes, ratio to the "
-              f"lower bound, seconds); search solvers get {args.time_limit:g} s", file=stdout)
-        print(header, file=stdout)
-    started = time.perf_counter()
-    for path in bundled_traces():
-        trace = load_trace(path)
-        lower = trace.lower_bound_bytes()
-        row = {"trace": trace.name, "buffers": len(trace.buffers), "lower_bound_bytes": lower,
-               "solvers": {}}
-        cells = []
-        best = None
-        for name in SOLVER_NAMES:
-            result = plan(trace, name, None, replace(params))
-            valid = validate_plan(trace, result).valid
-            row["solvers"][name] = {"arena_bytes": result.arena_bytes,
-                                    "ratio": round(result.ratio, 6),
-                                    "seconds": round(result.solve_seconds, 3),
-                                    "status": result.status.value, "valid": valid}
-            cells.append(f"{result.ratio:.4f} {result.solve_seconds:5.2f}s")
-            if valid and (best is None or result.arena_bytes < best.arena_bytes):
-                best = result
-        plan_path = out_dir / f"{trace.name}.plan.json"
-        save_plan(best, plan_path)
-        row["plan"] = str(plan_path)
-        row["best_solver"] = best.solver
-        rows.append(row)
-        if not args.json:
-            print(f"{trace.name:<36} {len(trace.buffers):>7} {lower:>14}  "
-                  + "  ".join(f"{c:>14}" for c in cells), file=stdout)
-    budgets = _demo_budgets(args, stdout)
-    replayed = _demo_replay(args, stdout)
-    elapsed = time.perf_counter() - started
+    def say(line: str) -> None:
+        print(line, file=stdout)
+
+    document = run_demo(DemoOptions(Path(args.out), args.time_limit),
+                        None if args.json else say)
     if args.json:
-        print(json.dumps({"traces": rows, "budgets": budgets, "replay": replayed,
-                          "out": str(out_dir), "seconds": round(elapsed, 2)}), file=stdout)
-    else:
-        print(f"\nbest plan per trace written to {out_dir}/ ({len(rows)} files, "
-              f"plan format v1; check one with `cupool validate TRACE PLAN`); "
-              f"{elapsed:.1f} s in all", file=stdout)
+        print(json.dumps(document), file=stdout)
     return EXIT_OK
 
 

@@ -3,6 +3,9 @@
 - :mod:`.replay`: :func:`~cupool.app.replay.replay` plans a trace for a budget, validates
   the plan and runs iterations of it with the :class:`~cupool.swap.engine.SwapEngine`,
   feeding the late prefetches it measures back to the planner's feedback between them.
+- :mod:`.demo`: :func:`~cupool.app.demo.run_demo`, the main job on the bundled traces
+  (every static solver, every budget policy below the lower bound, the engine replaying one
+  plan).
 - :mod:`.selftest`: :func:`~cupool.app.selftest.run_selftest` proves cupool on a device
   (link, pools, op times, replay, stress, the GPU suite) and records it in two files.
 
