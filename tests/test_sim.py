@@ -24,7 +24,7 @@ from cupool.errors import InputError
 from cupool.io import load_trace
 from cupool.planning import plan
 from cupool.sim import LINK_PRESETS, CostModel, cost_model, link_gbps, simulate
-from cupool.sim.engine import Environment, SimulationError, Store
+from cupool.sim.events import Environment, SimulationError, Store
 from tests.conftest import TRACES
 from tests.swap_cases import swap_plan, trace_of
 

@@ -52,7 +52,7 @@ from cupool.core.vocabulary import (
     plan_residencies,
 )
 from cupool.sim.cost import D2H, H2D, CostModel, cost_model, ops_without_duration
-from cupool.sim.engine import Environment, Store
+from cupool.sim.events import Environment, Store
 
 
 @dataclass(frozen=True)

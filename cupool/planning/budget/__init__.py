@@ -6,7 +6,7 @@
           ──► offsets (static solver over residencies) ──► Plan ──► swap validator
 
 Layout: the policies are the modules here (:mod:`.auto` with ``greedy``, :mod:`.capuchin`,
-:mod:`.segments_ga`, :mod:`.baselines` with ``vdnn`` and ``on-demand``, and the
+:mod:`.segments_ga`, :mod:`.classic` with ``vdnn`` and ``on-demand``, and the
 unregistered multi-level search :mod:`.multilevel`); what they share is the engine in
 :mod:`.engine` (plan state, copy queues, greedy, checkpointing, residencies, placement);
 :mod:`.params` and :mod:`.result` hold the plain types of the front door, :mod:`.recipes`
@@ -55,8 +55,8 @@ _REGISTRY = {
     "greedy": ("cupool.planning.budget.auto", "plan_greedy"),
     "capuchin": ("cupool.planning.budget.capuchin", "plan_capuchin"),
     "segments-ga": ("cupool.planning.budget.segments_ga", "plan_segments_ga"),
-    "vdnn": ("cupool.planning.budget.baselines", "plan_vdnn"),
-    "on-demand": ("cupool.planning.budget.baselines", "plan_on_demand"),
+    "vdnn": ("cupool.planning.budget.classic", "plan_vdnn"),
+    "on-demand": ("cupool.planning.budget.classic", "plan_on_demand"),
 }
 
 POLICY_NAMES = tuple(_REGISTRY)

@@ -98,8 +98,8 @@ class Member(NamedTuple):
 
 def members(trace, budget_bytes, cost, params: BudgetParams) -> list[Member]:
     """``auto``'s members, in the order that breaks ties."""
-    from cupool.planning.budget.baselines import plan_on_demand, plan_vdnn
     from cupool.planning.budget.capuchin import plan_capuchin
+    from cupool.planning.budget.classic import plan_on_demand, plan_vdnn
 
     def greedy(options: GreedyOptions) -> Callable[[float], BudgetResult]:
         return lambda started: plan_greedy_with(trace, budget_bytes, cost, params, started,

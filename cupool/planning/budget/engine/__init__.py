@@ -17,7 +17,7 @@ module              what it holds
                     policy's ``decide(internal_budget)`` runs in
 ==================  ======================================================================
 
-Policies (:mod:`cupool.planning.budget.auto`, ``capuchin``, ``baselines``,
+Policies (:mod:`cupool.planning.budget.auto`, ``capuchin``, ``classic``,
 ``segments_ga``) are clients: they build a :class:`~.state.PlanState` or a
 :class:`~.schedule.Schedule` their own way and hand it to :func:`~.placement.place_schedule`.
 """

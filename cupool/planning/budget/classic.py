@@ -1,4 +1,4 @@
-"""Baseline policies: ``vdnn`` and ``on-demand`` (swap only, no recomputation).
+"""Classic swap-only policies from other systems: ``vdnn`` and ``on-demand`` (no recompute).
 
 ``vdnn`` (vDNN, offload-all): every forward activation that backward uses is swapped out
 after its last forward use and prefetched one layer ahead: its swap-in is triggered at the
