@@ -26,7 +26,7 @@ and on module boundaries:
 Captured with :func:`cupool.capture.capture_model`, these four reproduce the eight bundled
 traces of ``cupool/data/traces`` op for op and buffer for buffer, except AdamW's 4-byte step
 increment in the three transformer traces (``lifted_from_start`` in
-:func:`cupool.capture.tracer.record`); see ``tests/test_capture.py`` and
+:func:`cupool.capture.tracer.record`); see ``tests/capture/test_capture.py`` and
 ``bench/capture.py --bundled``.
 
 Published sizes: ResNet-50 (25.6M: bottleneck stages 3-4-6-3, 224×224, 1000 classes);

@@ -15,7 +15,7 @@ from cupool.planning.budget import BudgetParams, plan_with_budget
 from cupool.planning.budget.segments_ga import SegmentProblem, _crossover, _mutate
 from cupool.sim import cost_model, simulate
 
-TRACES = Path(__file__).resolve().parent.parent / "cupool" / "data" / "traces"
+TRACES = Path(__file__).resolve().parents[2] / "cupool" / "data" / "traces"
 GEN5 = cost_model("gen5")
 FAST = BudgetParams(population=6, generations=6, stall_generations=3, time_limit_s=5.0)
 

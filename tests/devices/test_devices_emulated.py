@@ -2,7 +2,7 @@
 
 The ``scenario_*`` functions take any open device and check the protocol's contract;
 they run here on the emulated device and, unchanged, on a GPU from
-``tests/test_devices_cuda.py``.
+``tests/devices/test_devices_cuda.py``.
 """
 
 from __future__ import annotations

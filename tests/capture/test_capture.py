@@ -189,7 +189,7 @@ def test_bad_input_is_refused_with_the_value():
 
 # -- the bundled traces: a re-capture reproduces them buffer for buffer ---------------------
 
-BUNDLED = Path(__file__).resolve().parents[1] / "cupool" / "data" / "traces"
+BUNDLED = Path(__file__).resolve().parents[2] / "cupool" / "data" / "traces"
 
 
 def bundled_config(trace) -> dict:

@@ -15,7 +15,7 @@ from cupool.io import convert, load_trace
 from cupool.io.torch_snapshot import snapshot_to_trace
 from tests.data.make_fixtures import entry, new_layout
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).resolve().parents[1] / "data"
 
 
 def spans(trace):

@@ -13,7 +13,7 @@ from cupool.io import convert, load_trace
 from cupool.io.cupy_hook import parse_hook_log
 from tests.conftest import tiny_document
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).resolve().parents[1] / "data"
 
 
 def spans(trace):

@@ -28,7 +28,7 @@ from cupool.sim import cost_model, simulate
 from tests.swap_cases import small_traces
 
 GEN5 = cost_model("gen5")
-TRACES = Path(__file__).resolve().parent.parent / "cupool" / "data" / "traces"
+TRACES = Path(__file__).resolve().parents[2] / "cupool" / "data" / "traces"
 
 
 def chain_trace():

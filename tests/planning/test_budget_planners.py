@@ -27,7 +27,7 @@ from cupool.planning.budget.recipes import with_recompute_recipes
 from cupool.sim import cost_model, simulate
 from tests.swap_cases import small_traces
 
-TRACES = Path(__file__).resolve().parent.parent / "cupool" / "data" / "traces"
+TRACES = Path(__file__).resolve().parents[2] / "cupool" / "data" / "traces"
 GEN5 = cost_model("gen5")
 
 

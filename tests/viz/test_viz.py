@@ -31,7 +31,7 @@ from tests.conftest import tiny_document
 
 pytest.importorskip("matplotlib")
 
-TRACES = Path(__file__).resolve().parents[1] / "cupool" / "data" / "traces"
+TRACES = Path(__file__).resolve().parents[2] / "cupool" / "data" / "traces"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 SVG_NS = "{http://www.w3.org/2000/svg}"
 
