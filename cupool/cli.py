@@ -567,7 +567,7 @@ def _cmd_selftest(args, stdout) -> int:
                           (lambda line: print(line, file=stdout, flush=True)))
     document = report.document()
     json_path, md_path = report_paths(options.out_dir, options.device)
-    lines = [f"cupool selftest on {options.device}: {'PASS' if report.passed else 'FAIL'}"]
+    lines = [f"cupool selftest on {options.device}: {report.verdict}"]
     lines += [f"  {step.name:12} {step.status:8} {step.seconds:7.1f} s  {step.message}"
               for step in report.steps]
     lines += [f"  target {'met' if t['met'] else 'MISSED' if t['met'] is False else 'not run'}"

@@ -48,6 +48,7 @@ from cupool.devices.protocol import (
     Memory,
     Stream,
     StreamFailures,
+    callable_name,
 )
 
 _CUDA_ERROR_MEMORY_ALLOCATION = 2  # cudaErrorMemoryAllocation in the CUDA runtime API
@@ -269,7 +270,7 @@ class CudaDevice(Device):
 
     def _host_callback(self, stream: Stream, fn: Callable[[], object]) -> None:
         failures = stream._failures
-        task = f"host_callback {getattr(fn, '__name__', repr(fn))}"
+        task = f"host_callback {callable_name(fn)}"
         with self._errors("host_callback()"):
             stream._cupy_stream.launch_host_func(lambda _arg: failures.run(task, fn), None)
 

@@ -74,6 +74,7 @@ from cupool.devices.protocol import (
     Memory,
     Stream,
     StreamFailures,
+    callable_name,
 )
 
 ALIGNMENT = 256
@@ -321,7 +322,7 @@ class EmulatedDevice(Device):
         return EmulatedEvent(self)
 
     def _host_callback(self, stream: Stream, fn: Callable[[], object]) -> None:
-        stream._submit(f"host_callback {getattr(fn, '__name__', repr(fn))}", fn)
+        stream._submit(f"host_callback {callable_name(fn)}", fn)
 
     # -- copies ---------------------------------------------------------------------------
     def _enqueue_copy(self, kind: str, dst_ptr: int, src_ptr: int, nbytes: int,

@@ -59,6 +59,7 @@ from __future__ import annotations
 
 import bisect
 import ctypes
+import functools
 import operator
 import threading
 from abc import ABC, abstractmethod
@@ -202,6 +203,15 @@ class _Blocks:
 
     def all(self) -> list[Memory]:
         return list(self._by_ptr.values())
+
+
+def callable_name(fn: Callable[[], object]) -> str:
+    """A short name for ``fn`` in error messages: its ``__name__``, through
+    ``functools.partial`` layers; never its ``repr`` (which can be as large as the data
+    the callable holds, and is paid on every enqueue)."""
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    return getattr(fn, "__name__", None) or type(fn).__name__
 
 
 class StreamFailures:

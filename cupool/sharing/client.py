@@ -225,6 +225,7 @@ class SharingClient:
     def iteration_done(self) -> bool:
         """Report the end of one iteration; True when that ended the slice."""
         grant = self._held("iteration_done")
+        self._arena.synchronize()  # the job's device work is done before the broker hears
         over = self._call("iteration_done", epoch=grant.epoch, grant=grant.grant)["slice_over"]
         if over:
             grant.active = False
@@ -234,6 +235,7 @@ class SharingClient:
     def release(self) -> None:
         """End the slice now (the temporary bytes are zeroed)."""
         grant = self._held("release")
+        self._arena.synchronize()
         grant.active = False
         self._grant = None
         self._call("release", epoch=grant.epoch, grant=grant.grant)
@@ -275,6 +277,9 @@ class SharingClient:
         because the broker is gone."""
         if self._closed:
             return
+        if self._arena is not None:  # finish the job's device work before the broker frees
+            with contextlib.suppress(Exception):
+                self._arena.synchronize()
         if self._gone is None:
             with contextlib.suppress(BrokerGoneError, ProtocolError):
                 self._call("bye", epoch=self.epoch)

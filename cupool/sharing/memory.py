@@ -12,8 +12,20 @@ Two backends with one small surface:
 Broker side (:func:`create_arena`): ``handle()`` (plain dict a client attaches with),
 ``save(offset, nbytes) -> host copy``, ``load(offset, host)``, ``zero(offset, nbytes)``,
 ``close()`` (frees / unlinks). Client side (:func:`attach_arena`): ``write(offset, data)``,
-``read(offset, nbytes)``, ``array(offset, nbytes, dtype)``, ``close()``. Neither side checks
-bounds: the broker and :class:`cupool.sharing.client.Region` do.
+``fill(offset, nbytes, value)``, ``read(offset, nbytes)``, ``array(offset, nbytes, dtype)``,
+``synchronize()``, ``close()``. Neither side checks bounds: the broker and
+:class:`cupool.sharing.client.Region` do.
+
+Visibility between processes. On a GPU a client's ``cudaMemcpy`` from pageable memory and
+its ``cudaMemset`` return before the device has finished them, and work queued in one
+process's context is not ordered with another's: a job that hands its slice back right
+after a fill can have that fill land *after* the broker zeroed the region for the next
+job. So a client calls ``synchronize()`` (``cudaDeviceSynchronize``) before it reports an
+iteration done or releases its slice, and the broker synchronizes after every zeroing.
+The emulated client behaves the same way on purpose: its writes and fills are queued and
+reach the shared bytes only at its next ``synchronize()``, ``read`` or ``array`` (its own
+later reads see them, as stream order on a GPU guarantees), so a missing
+``synchronize()`` shows up as wrong bytes on the emulated device too.
 """
 
 from __future__ import annotations
@@ -86,7 +98,8 @@ def unlink_segment(name: str) -> bool:
 
 
 class AttachedSharedMemory:
-    """A client's mapping of the broker's segment (see :class:`SharedMemoryArena`)."""
+    """A client's mapping of the broker's segment (see :class:`SharedMemoryArena`);
+    writes and fills are queued until the next synchronization point (module docstring)."""
 
     def __init__(self, handle: dict) -> None:
         fd = _shm().shm_open("/" + handle["name"], os.O_RDWR, 0o600)
@@ -95,24 +108,34 @@ class AttachedSharedMemory:
         finally:
             os.close(fd)
         self._bytes = np.frombuffer(self._map, dtype=np.uint8, count=handle["nbytes"])
+        self._queued: list[tuple[int, np.ndarray | int, int]] = []
 
     def write(self, offset: int, data) -> None:
         view = np.frombuffer(memoryview(data).cast("B"), dtype=np.uint8)
-        self._bytes[offset:offset + view.size] = view
-
-    def read(self, offset: int, nbytes: int) -> bytes:
-        return self._bytes[offset:offset + nbytes].tobytes()
+        self._queued.append((offset, view.copy(), view.size))
 
     def fill(self, offset: int, nbytes: int, value: int) -> None:
-        self._bytes[offset:offset + nbytes] = value
+        self._queued.append((offset, value, nbytes))
+
+    def synchronize(self) -> None:
+        """Apply the queued writes and fills to the shared bytes, in order."""
+        queued, self._queued = self._queued, []
+        for offset, source, nbytes in queued:
+            self._bytes[offset:offset + nbytes] = source
+
+    def read(self, offset: int, nbytes: int) -> bytes:
+        self.synchronize()
+        return self._bytes[offset:offset + nbytes].tobytes()
 
     def array(self, offset: int, nbytes: int, dtype) -> np.ndarray:
+        self.synchronize()
         dtype = np.dtype(dtype)
         return self._bytes[offset:offset + nbytes - nbytes % dtype.itemsize].view(dtype)
 
     def close(self) -> None:
         if self._map is None:
             return
+        self._queued = []  # the client synchronized before it left; nothing is owed
         self._bytes = None
         with contextlib.suppress(BufferError):  # the caller still holds array views:
             self._map.close()  # the mapping goes with the last of them
@@ -156,8 +179,10 @@ class CudaIpcArena:
                                  self._runtime.memcpyHostToDevice)
 
     def zero(self, offset: int, nbytes: int) -> None:
+        """Zero the bytes and wait until the device has (``cudaMemset`` returns before)."""
         with self._cupy.cuda.Device(self.device_index):
             self._runtime.memset(self._ptr + offset, 0, nbytes)
+            self._runtime.deviceSynchronize()
 
     def read(self, offset: int, nbytes: int) -> bytes:
         return self.save(offset, nbytes).tobytes()
@@ -198,6 +223,11 @@ class AttachedCudaIpc:
     def fill(self, offset: int, nbytes: int, value: int) -> None:
         with self._cupy.cuda.Device(self.device_index):
             self._runtime.memset(self._ptr + offset, value, nbytes)
+
+    def synchronize(self) -> None:
+        """Wait for every piece of work this process queued on the device."""
+        with self._cupy.cuda.Device(self.device_index):
+            self._runtime.deviceSynchronize()
 
     def array(self, offset: int, nbytes: int, dtype):
         cupy = self._cupy

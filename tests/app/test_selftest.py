@@ -252,3 +252,16 @@ def test_bad_selftest_arguments(tmp_path, argv, words):
         assert "no bundled trace matches 'no_such_trace'" in saved["steps"]["replay"]["message"]
         return
     assert code == 2 and words in err.getvalue() and len(err.getvalue().splitlines()) == 1
+
+
+def test_verdict_says_how_many_steps_ran():
+    from cupool.app.selftest import STEP_NAMES, SelftestReport, StepRecord
+
+    report = SelftestReport("cuda", "2026-01-01T00:00:00+00:00")
+    report.steps = [StepRecord(name, "pass", 1.0) for name in STEP_NAMES]
+    assert report.verdict == "PASS"
+    report.steps[5] = StepRecord(STEP_NAMES[5], "not_run", 0.0, message="why")
+    assert report.verdict == f"PASS ({len(STEP_NAMES) - 1} of {len(STEP_NAMES)} steps run)"
+    report.steps = report.steps[:2] + [StepRecord("replay", "fail", 1.0)]
+    assert report.verdict == f"FAIL (3 of {len(STEP_NAMES)} steps run)"
+    assert report.document()["verdict"] == report.verdict

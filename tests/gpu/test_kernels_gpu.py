@@ -80,7 +80,7 @@ def test_gather_matches_the_twin(cuda_device):
     memory = cuda_device.reserve(arena_bytes)
     data = np.random.default_rng(2).integers(0, 256, arena_bytes, dtype=np.uint8)
     _write(cuda_device, memory.ptr, data)
-    segments = [(4096, 0, 4096), (9000, 4096, 333), (20000, 5000, 8), (30001, 6000, 1)]
+    segments = [(4096, 0, 4096), (9000, 12000, 333), (20000, 16000, 8), (30001, 17001, 1)]
     gather(cuda_device, memory.ptr, arena_bytes, segments)
     cuda_device.default_stream.synchronize()
     expected = data.copy()

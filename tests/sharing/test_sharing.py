@@ -287,6 +287,30 @@ def test_temporary_is_zeroed_at_slice_end_and_persistent_kept(start_broker, runt
     client.close()
 
 
+def test_a_clients_writes_reach_the_broker_only_when_it_synchronizes(start_broker,
+                                                                     runtime_dir):
+    # As on a GPU, where cudaMemset and a pageable cudaMemcpy return before the device has
+    # finished and another process is not ordered with them, the emulated client queues its
+    # writes: the broker sees them once the client synchronizes, which the client does before
+    # it reports an iteration done; the client's own reads always see them.
+    broker = start_broker(slice_iterations=2)
+    client = _client(runtime_dir, "a", 256, 4096)
+    offset = client.layout["temporary"]["offset"]
+    with client.iteration() as grant:
+        grant.temporary.fill(5)
+        grant.temporary.write(0, b"ab")
+        assert broker.read_arena(offset, 4) == bytes(4)  # not yet visible to another process
+        assert grant.temporary.read(0, 4) == b"ab\x05\x05"
+        grant.temporary.write(2, b"cd")
+        assert broker.read_arena(offset, 4) == b"ab\x05\x05"
+    assert broker.read_arena(offset, 4) == b"abcd"  # iteration_done synchronized first
+    with client.iteration() as grant:
+        grant.temporary.fill(6)
+    with client.iteration() as grant:  # the fill landed before the broker zeroed the slice
+        assert grant.temporary.read(0, 4) == bytes(4)
+    client.close()
+
+
 def test_round_robin_order_and_slice_length(start_broker, runtime_dir):
     broker = start_broker(slice_iterations=2)
     clients = {name: _client(runtime_dir, name, 64, 64) for name in "abc"}

@@ -116,11 +116,21 @@ class SelftestReport:
     def passed(self) -> bool:
         return all(step.status in ("pass", "not_run") for step in self.steps)
 
+    @property
+    def verdict(self) -> str:
+        """``PASS`` or ``FAIL``, saying how many of the steps ran when not all of them did
+        (a run of a few steps, or one with steps ``not_run``, proves less)."""
+        word = "PASS" if self.passed else "FAIL"
+        ran = sum(1 for step in self.steps if step.status != "not_run")
+        if ran == len(STEP_NAMES):
+            return word
+        return f"{word} ({ran} of {len(STEP_NAMES)} steps run)"
+
     def document(self) -> dict:
         from cupool.app.selftest.report import targets
 
         return {"selftest": 1, "device": self.device, "started": self.started,
-                "passed": self.passed,
+                "passed": self.passed, "verdict": self.verdict,
                 "steps": {s.name: {"status": s.status, "seconds": round(s.seconds, 3),
                                    "message": s.message, "result": s.result}
                           for s in self.steps},

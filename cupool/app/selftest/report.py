@@ -147,8 +147,7 @@ def _section(step) -> list[str]:
 
 
 def render_markdown(document: dict, report) -> str:
-    verdict = "PASS" if document["passed"] else "FAIL"
-    lines = [f"# cupool selftest on {report.device}: {verdict}", "",
+    lines = [f"# cupool selftest on {report.device}: {report.verdict}", "",
              f"Started {report.started}. Every number below was measured in this run.", ""]
     environment = _result(report, "environment")
     if environment and environment.get("gpu_name"):
