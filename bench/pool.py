@@ -6,7 +6,7 @@ Usage::
     python bench/pool.py --only resnet50 --iterations 9
 
 For each trace the allocation sequence of one iteration (the order of
-``cupool.baselines.replay``: persistent buffers first, outside the iteration; then at
+``cupool.baselines.allocate_trace``: persistent buffers first, outside the iteration; then at
 each op, frees of the buffers ending there, then allocations in id order) is replayed
 as ``cupy.empty(size, uint8)`` arrays, freed by dropping them. Measured:
 
@@ -60,7 +60,7 @@ import psutil  # noqa: E402
 from cupy.cuda.memory import MemoryPointer, UnownedMemory  # noqa: E402
 
 from cupool.allocator import PlannedPool  # noqa: E402
-from cupool.baselines import replay  # noqa: E402
+from cupool.baselines import allocate_trace  # noqa: E402
 from cupool.core.vocabulary import PERSISTENT  # noqa: E402
 from cupool.data import bundled_traces  # noqa: E402
 from cupool.devices import open_device  # noqa: E402
@@ -180,7 +180,7 @@ def bench_trace(path, iterations: int, device, warmup: int = 2) -> dict:
     per_round = statistics.median(p / f for p, f in zip(times["planned"], times["floor"],
                                                          strict=True))
     reserved = stats["reserved_bytes.peak"]
-    baselines = {policy: replay(trace, policy) for policy in ("cupy", "torch")}
+    baselines = {policy: allocate_trace(trace, policy) for policy in ("cupy", "torch")}
     row = {
         "trace": trace.name, "buffers": len(trace.buffers), "allocations": allocations,
         "persistent_buffers": len(persistent_sizes),

@@ -1,4 +1,5 @@
-"""Baselines: faithful models of the allocators cupool competes with, and a trace replayer.
+"""Baselines: faithful models of the allocators cupool competes with, and a driver that
+runs a trace's allocations through one of them.
 
 - ``"cupy"``: :class:`~cupool.baselines.cupy_pool.CupyMemoryPool`, CuPy's default
   ``cupy.cuda.MemoryPool`` (512 B rounding, exact best fit, split anything, merge on free).
@@ -10,7 +11,7 @@ Each model is pure Python (no CuPy, no torch), deterministic, and hands out mode
 addresses, so that live blocks can be checked for overlap. Module docstrings list every
 rule with the function of the framework source it comes from.
 
-:func:`replay` runs one trace iteration through a model, in the trace's own order
+:func:`allocate_trace` runs one trace iteration through a model, in the trace's own order
 (half-open lifetimes ``[start, end)``)::
 
     op:              0        1        2
@@ -60,8 +61,8 @@ def make_allocator(policy: str) -> SegmentAllocator:
                          where="baseline policy") from None
 
 
-def replay(trace: Trace, policy: str | SegmentAllocator) -> dict:
-    """Replay ``trace``'s allocations through ``policy`` (a name or a fresh allocator);
+def allocate_trace(trace: Trace, policy: str | SegmentAllocator) -> dict:
+    """Run ``trace``'s allocations through ``policy`` (a name or a fresh allocator);
     return the statistics described in the module docstring."""
     allocator = make_allocator(policy) if isinstance(policy, str) else policy
     num_ops = trace.num_ops
@@ -95,4 +96,5 @@ def replay(trace: Trace, policy: str | SegmentAllocator) -> dict:
     }
 
 
-__all__ = ["POLICIES", "CupyMemoryPool", "TorchCachingAllocator", "make_allocator", "replay"]
+__all__ = ["POLICIES", "CupyMemoryPool", "TorchCachingAllocator", "allocate_trace",
+           "make_allocator"]

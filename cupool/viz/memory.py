@@ -7,7 +7,7 @@ Curves (bytes while op ``t`` runs; op ``t`` covers ``[t, t + 1)`` on the x axis)
   a static plan, the live bytes of the trace);
 - *cupool arena*: ``plan.arena_bytes``, flat: what a planned pool reserves once;
 - *CuPy pool model* and *PyTorch caching allocator model*: ``reserved_bytes_per_op`` of
-  :func:`cupool.baselines.replay` (``"cupy"``, ``"torch"``) on the whole trace, without
+  :func:`cupool.baselines.allocate_trace` (``"cupy"``, ``"torch"``) on the whole trace, without
   swapping;
 - *lower bound*: the trace's peak live bytes (the smallest arena of any static plan), and
   the plan's budget when it has one.
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 
-from cupool.baselines import replay
+from cupool.baselines import allocate_trace
 from cupool.core.units import format_bytes
 from cupool.core.vocabulary import Plan, Trace, plan_residencies
 from cupool.viz._render import byte_unit, check_plan, figure
@@ -60,7 +60,7 @@ def plot_memory(trace: Trace, plan: Plan, path: str | os.PathLike,
     """
     check_plan(trace, plan)
     resident = resident_bytes_per_op(trace, plan)
-    baselines = {policy: replay(trace, policy) for policy in policies}
+    baselines = {policy: allocate_trace(trace, policy) for policy in policies}
     lower_bound = trace.lower_bound_bytes()
     peaks = {"planned_resident_peak_bytes": max(resident, default=0),
              "arena_bytes": plan.arena_bytes, "lower_bound_bytes": lower_bound}

@@ -1,6 +1,6 @@
 """The CuPy and PyTorch allocator models: named scenarios with exact numbers from the
 frameworks' documented rules, a Hypothesis property over random malloc/free sequences,
-and a replay of every bundled trace against its lower bound."""
+and every bundled trace run through the models against its lower bound."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cupool.baselines import POLICIES, CupyMemoryPool, TorchCachingAllocator, replay
+from cupool.baselines import POLICIES, CupyMemoryPool, TorchCachingAllocator, allocate_trace
 from cupool.errors import InputError
 from cupool.io import load_trace
 from tests.conftest import TRACES
@@ -200,7 +200,7 @@ def test_double_free_and_unknown_handle_are_typed_errors(policy):
 
 def test_unknown_policy_is_named():
     with pytest.raises(InputError, match=r"unknown policy 'tlsf'; known: cupy, torch"):
-        replay(load_trace(TRACES[0]), "tlsf")
+        allocate_trace(load_trace(TRACES[0]), "tlsf")
 
 
 # --- property: random malloc/free sequences -------------------------------------------
@@ -248,14 +248,14 @@ def test_random_sequences_keep_blocks_disjoint_and_reserved_above_allocated(poli
         check_model(allocator, live)
 
 
-# --- replaying traces -----------------------------------------------------------------
+# --- running traces through the models -----------------------------------------------------------
 
-def test_replay_frees_before_allocating_at_the_same_op(tiny_trace_path):
+def test_a_trace_frees_before_allocating_at_the_same_op(tiny_trace_path):
     trace = load_trace(tiny_trace_path)  # b0 persistent 8 B; b1 [0, 2) 16 B; b2 [2, 4) 16 B
-    cupy = replay(trace, "cupy")
+    cupy = allocate_trace(trace, "cupy")
     assert cupy["reserved_bytes_per_op"] == [1024] * 4  # b2 reuses b1's 512 B chunk
     assert (cupy["num_device_mallocs"], cupy["lower_bound_bytes"]) == (2, 24)
-    torch = replay(trace, "torch")
+    torch = allocate_trace(trace, "torch")
     assert torch["reserved_bytes_per_op"] == [2 * MIB] * 4
     assert torch["allocated_bytes_per_op"] == [1024] * 4
     assert torch["ratio"] == 2 * MIB / 24
@@ -263,10 +263,10 @@ def test_replay_frees_before_allocating_at_the_same_op(tiny_trace_path):
 
 @pytest.mark.parametrize("policy", sorted(POLICIES))
 @pytest.mark.parametrize("path", TRACES, ids=lambda p: p.name.split(".")[0])
-def test_replaying_a_trace_never_beats_its_lower_bound(path, policy):
+def test_running_a_trace_never_beats_its_lower_bound(path, policy):
     trace = load_trace(path)
     allocator = POLICIES[policy]()
-    result = replay(trace, allocator)
+    result = allocate_trace(trace, allocator)
     assert result["peak_reserved_bytes"] >= result["peak_allocated_bytes"]
     assert result["lower_bound_bytes"] == trace.lower_bound_bytes()
     assert result["peak_allocated_bytes"] >= result["lower_bound_bytes"]

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cupool.baselines import replay as model_replay
+from cupool.baselines import allocate_trace
 from cupool.core.vocabulary import PERSISTENT, Trace
 
 ALLOCATE, FREE = 1, -1
@@ -138,7 +138,7 @@ def compare_pools(trace: Trace, device, *, rounds: int = 9, warmup: int = 2) -> 
         "planned_hits": stats["planned_hits"],
         "fallback_allocations": stats["fallback_allocations"],
         "cupy_us": us.get("cupy"), "cupy_reserved_bytes": cupy_reserved,
-        "cupy_model_reserved_bytes": model_replay(trace, "cupy")["peak_reserved_bytes"],
+        "cupy_model_reserved_bytes": allocate_trace(trace, "cupy")["peak_reserved_bytes"],
     }
     if on_gpu:
         row["planned_over_cupy_us"] = us["planned"] / us["cupy"]
