@@ -110,13 +110,23 @@ def save_plan(plan: Plan, path: str | os.PathLike, trace: Trace | None = None) -
         write_atomic(path, plan_json_bytes(plan))
 
 
+_PLAN_FORMATS = "plan JSON or a MiniMalloc CSV with an 'offset' column"
+
+
 def load_plan(path: str | os.PathLike, trace: Trace | None = None) -> Plan:
     """Read a plan: plan JSON, or MiniMalloc CSV with an ``offset`` column (needs ``trace``,
     and is checked to describe the same buffers)."""
     path = Path(path)
     data = read_bytes(path)
+    if not data.strip():
+        raise PlanFormatError(f"the file is empty, expected {_PLAN_FORMATS}", path=str(path))
     if _looks_like_json(data):
         return parse_plan(decode_json(data, str(path), PlanFormatError), str(path))
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise PlanFormatError(f"not a plan: byte {exc.start} is not UTF-8 text, expected "
+                              f"{_PLAN_FORMATS}", path=str(path)) from None
     if trace is None:
         raise PlanFormatError("a CSV plan can only be read with its trace", path=str(path))
     csv_trace, offsets = load_trace_and_offsets(path)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import os
 import tempfile
@@ -55,15 +56,26 @@ def write_atomic(path: str | os.PathLike, data: bytes) -> None:
     if not directory.is_dir():
         raise InputError("the directory to write into does not exist", path=str(path))
     # mkstemp creates 0600; a written trace or plan should be readable like any other file
-    # (an existing file keeps its mode).
-    mode = path.stat().st_mode & 0o777 if path.exists() else 0o644
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+    # (an existing file keeps its mode). A place that cannot be written (no permission, a
+    # full disk, a path under /proc) is an InputError naming the path, never a traceback.
+    try:
+        mode = path.stat().st_mode & 0o777 if path.exists() else 0o644
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+    except OSError as exc:
+        raise InputError(f"cannot write here ({exc.strerror})", path=str(path)) from None
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
         os.chmod(tmp, mode)
         os.replace(tmp, path)
+    except OSError as exc:
+        _remove_quietly(tmp)
+        raise InputError(f"cannot write here ({exc.strerror})", path=str(path)) from None
     except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        _remove_quietly(tmp)
         raise
+
+
+def _remove_quietly(path: str) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(path)

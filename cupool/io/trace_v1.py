@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import sys
 
 from cupool.core.vocabulary import (
     BUFFER_KINDS,
@@ -214,3 +215,6 @@ def decode_json(data: bytes, path: str | None, error=TraceFormatError):
     except json.JSONDecodeError as exc:
         raise error(f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}",
                     path=path) from None
+    except RecursionError:
+        raise error("JSON nested too deeply to read (deeper than Python's recursion limit "
+                    f"of {sys.getrecursionlimit()})", path=path) from None

@@ -192,3 +192,51 @@ def test_writes_are_atomic_and_do_not_create_directories(tmp_path):
         save_trace(trace, tmp_path / "missing" / "t.csv")
     save_trace(trace, tmp_path / "t.csv")
     assert [p.name for p in tmp_path.iterdir()] == ["t.csv"]
+
+
+# --- files that are not what they claim to be -------------------------------------------
+
+def test_json_nested_too_deep_is_a_format_error_not_a_recursion_error(tmp_path):
+    deep = tmp_path / "deep.json"
+    deep.write_text('{"a":' * 100_000 + "1" + "}" * 100_000)
+    with pytest.raises(TraceFormatError, match="nested too deeply") as trace_error:
+        load_trace(deep)
+    assert str(deep) in str(trace_error.value)
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(PlanFormatError, match="nested too deeply"):
+        load_plan(deep)
+
+
+@pytest.mark.parametrize(("content", "expected"), [
+    (b"", "the file is empty, expected plan JSON"),
+    (b"  \n\t\n", "the file is empty, expected plan JSON"),
+    (bytes(range(256)), "not a plan: byte 128 is not UTF-8 text, expected plan JSON"),
+])
+def test_an_empty_or_binary_plan_file_is_named_as_a_plan(tmp_path, content, expected):
+    path = tmp_path / "plan.json"
+    path.write_bytes(content)
+    for trace in (None, load_trace(TRACES[0])):
+        with pytest.raises(PlanFormatError, match=expected) as caught:
+            load_plan(path, trace)
+        assert str(path) in str(caught.value) and "trace" not in str(caught.value)
+
+
+@pytest.mark.parametrize("target", ["/proc/cupool-plan.json", "/proc/self/cupool-plan.json"])
+def test_writing_where_nothing_can_be_written_is_an_input_error(target):
+    trace = load_trace(TRACES[0])
+    with pytest.raises(InputError, match="cannot write here") as caught:
+        save_trace(trace, target)
+    assert target in str(caught.value)
+
+
+def test_the_cli_answers_unwritable_and_deep_files_with_exit_2(tmp_path, capsys):
+    from cupool.cli import main
+
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    assert main(["info", str(deep)]) == 2
+    assert main(["validate", str(TRACES[0]), str(deep)]) == 2
+    assert main(["plan", str(TRACES[0]), "--out", "/proc/cupool-plan.json"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 3 and all(line.startswith("cupool: error: ") for line in lines)
+    assert "nested too deeply" in lines[0] and "cannot write here" in lines[2]
