@@ -57,6 +57,16 @@ class Buffer:
     ``uses`` are the sorted op indices that read or write it (all inside the lifetime);
     between uses its bytes may live elsewhere. ``kind`` is ``"persistent"`` (lives across
     iterations: weights, optimizer state) or ``"temporary"``.
+
+    A temporary buffer is produced (written) by its ``start`` op, whether or not the
+    recorded uses list it: traces from other systems often list only reads. So when a
+    temporary has uses and the first is after ``start``, ``start`` is put in front, and
+    every planner, the simulator and the validators see the producer as a use::
+
+        Buffer(7, 64, start=2, end=9, uses=(5, 8)).uses == (2, 5, 8)
+
+    (A buffer with no uses at all, as in a MiniMalloc CSV, stays without: its uses are
+    unknown, not empty.)
     """
 
     id: int
@@ -67,6 +77,11 @@ class Buffer:
     kind: str = TEMPORARY
     name: str = ""
     recompute: Recompute | None = None
+
+    def __post_init__(self) -> None:
+        uses = self.uses
+        if self.kind != PERSISTENT and uses and uses[0] > self.start:
+            object.__setattr__(self, "uses", (self.start, *uses))
 
     @property
     def lifetime(self) -> int:
