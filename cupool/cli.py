@@ -518,7 +518,7 @@ def _cmd_stress(args, stdout) -> int:
     """Exit 0 when no byte was corrupt, no block leaked and no scenario failed, else 1;
     a device that cannot run (no GPU, no NVRTC) is bad input (2)."""
     from cupool import progress
-    from cupool.stress import run_stress, summary_lines
+    from cupool.app.stress import run_stress, summary_lines
 
     with progress.enabled():
         result = run_stress(args.device, args.minutes, args.seed)

@@ -21,11 +21,11 @@ from cupool.app.selftest.link import (
 )
 from cupool.app.selftest.ops import TimedOp, compare_op_times, roofline_calibration
 from cupool.app.selftest.steps import junit_counts, replay_step, run_test_suite
+from cupool.app.stress import training_trace
 from cupool.cli import main
 from cupool.core.vocabulary import Op
 from cupool.devices import open_device, probe_cuda
 from cupool.errors import InputError
-from cupool.stress import training_trace
 from tests.swap_cases import six_op_trace
 
 NO_GPU = not probe_cuda()[0]
@@ -262,6 +262,6 @@ def test_verdict_says_how_many_steps_ran():
     assert report.verdict == "PASS"
     report.steps[5] = StepRecord(STEP_NAMES[5], "not_run", 0.0, message="why")
     assert report.verdict == f"PASS ({len(STEP_NAMES) - 1} of {len(STEP_NAMES)} steps run)"
-    report.steps = report.steps[:2] + [StepRecord("replay", "fail", 1.0)]
+    report.steps = [*report.steps[:2], StepRecord("replay", "fail", 1.0)]
     assert report.verdict == f"FAIL (3 of {len(STEP_NAMES)} steps run)"
     assert report.document()["verdict"] == report.verdict
