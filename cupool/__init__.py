@@ -5,10 +5,9 @@ is imported on first use of ``cupool.PlannedPool`` or ``cupool.managed``.
 """
 
 from cupool.check import validate_plan
+from cupool.core.version import __version__ as __version__
 from cupool.io import load_plan, load_trace, save_plan, save_trace
 from cupool.planning import SolverParams, plan
-
-__version__ = "0.1.0"
 
 _ALLOCATOR = ("PlannedPool", "managed")
 

@@ -6,6 +6,9 @@
 - :mod:`.demo`: :func:`~cupool.app.demo.run_demo`, the main job on the bundled traces
   (every static solver, every budget policy below the lower bound, the engine replaying one
   plan).
+- :mod:`.stress`: :func:`~cupool.app.stress.run_stress`, the pool, swaps at half the lower
+  bound (the engine's replay beside an independent walker of the same plan) and concurrent
+  streams under random load, every byte checked.
 - :mod:`.selftest`: :func:`~cupool.app.selftest.run_selftest` proves cupool on a device
   (link, pools, op times, replay, stress, the GPU suite) and records it in two files.
 

@@ -21,11 +21,11 @@ from cupool.app.selftest.link import (
 )
 from cupool.app.selftest.ops import TimedOp, compare_op_times, roofline_calibration
 from cupool.app.selftest.steps import junit_counts, replay_step, run_test_suite
+from cupool.app.stress import training_trace
 from cupool.cli import main
 from cupool.core.vocabulary import Op
 from cupool.devices import open_device, probe_cuda
 from cupool.errors import InputError
-from cupool.stress import training_trace
 from tests.swap_cases import six_op_trace
 
 NO_GPU = not probe_cuda()[0]

@@ -28,7 +28,7 @@ def gpu_usable():
 def cuda_device(gpu_usable):
     """GPU 0 as a cupool device, with every kernel compiled (as ``cupool stress`` opens
     it); closed after the test."""
-    from cupool.stress import open_stress_device
+    from cupool.app.stress import open_stress_device
 
     device = open_stress_device("cuda")
     try:

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from cupool.allocator.pool import PlannedPool
-from cupool.stress import run_pool_scenario
+from cupool.app.stress import run_pool_scenario
 
 pytestmark = pytest.mark.gpu
 

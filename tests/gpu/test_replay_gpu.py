@@ -1,6 +1,6 @@
 """Swaps under pressure on a real GPU (marked ``gpu``; skipped without one): plans at 50%
 of the lower bound run by the swap runtime (``cupool.app.replay.replay``: planned pool,
-handles, copy engine, pinned staging) and by ``cupool.stress.walk_plan`` (the device
+handles, copy engine, pinned staging) and by ``cupool.app.stress.walk_plan`` (the device
 protocol and the kernels only) — swap-ins and swap-outs on their own CUDA streams, patterns
 written and verified by the CUDA kernels at every use. Zero corrupt bytes, zero leaked
 blocks."""
@@ -10,10 +10,17 @@ from __future__ import annotations
 import pytest
 
 from cupool.app.replay import ReplaySettings, replay
+from cupool.app.stress import (
+    SWAP_POLICIES,
+    WalkSettings,
+    run_swap_scenario,
+    swap_case,
+    training_trace,
+    walk_plan,
+)
 from cupool.check import validate_swap_plan
 from cupool.data import bundled_traces
 from cupool.io import load_trace
-from cupool.stress import SWAP_POLICIES, _swap_case, run_swap_scenario, training_trace, walk_plan
 from tests.swap_cases import six_op_recompute_plan, six_op_swap_plan, six_op_trace
 
 pytestmark = pytest.mark.gpu
@@ -37,7 +44,7 @@ def test_the_bundled_resnet50_step_at_half_budget_is_byte_exact(cuda_device):
 @pytest.mark.parametrize("make_plan", [six_op_swap_plan, six_op_recompute_plan])
 def test_every_use_is_checked_exactly(cuda_device, make_plan):
     trace = six_op_trace()
-    result = walk_plan(cuda_device, trace, make_plan(trace), iterations=3, seed=9)
+    result = walk_plan(cuda_device, trace, make_plan(trace), WalkSettings(iterations=3, seed=9))
     assert (result.bytes_checked, result.corrupt_bytes) == (3 * 48, 0)
     stats = cuda_device.stats()
     assert stats["reservations.current"] == stats["pinned_bytes.current"] == 0
@@ -45,17 +52,17 @@ def test_every_use_is_checked_exactly(cuda_device, make_plan):
 
 def test_spinning_ops_overlap_the_copies_and_stay_exact(cuda_device):
     """Ops take their traced durations (the spin kernel), so swap-ins really race compute."""
-    case = _swap_case(training_trace(3), 1)
+    case = swap_case(training_trace(3), 1)
     assert case is not None and validate_swap_plan(case.plan_trace, case.plan).valid
-    result = walk_plan(cuda_device, case.plan_trace, case.plan, iterations=3, seed=3,
-                       spin_scale=1.0)
+    result = walk_plan(cuda_device, case.plan_trace, case.plan,
+                       WalkSettings(iterations=3, seed=3, spin_scale=1.0))
     assert result.bytes_checked > 0 and result.corrupt_bytes == 0
 
 
 def test_a_corrupted_host_copy_is_caught(cuda_device):
     trace = six_op_trace()
-    result = walk_plan(cuda_device, trace, six_op_swap_plan(trace), iterations=2,
-                       faults=("swap-corrupt",))
+    result = walk_plan(cuda_device, trace, six_op_swap_plan(trace),
+                       WalkSettings(iterations=2, faults=("swap-corrupt",)))
     assert result.corrupt_bytes == 4
 
 

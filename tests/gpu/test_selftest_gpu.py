@@ -11,7 +11,7 @@ import pytest
 from cupool.app.selftest.allocators import compare_pools
 from cupool.app.selftest.link import measure_link
 from cupool.app.selftest.steps import replay_step
-from cupool.stress import training_trace
+from cupool.app.stress import training_trace
 
 pytestmark = pytest.mark.gpu
 

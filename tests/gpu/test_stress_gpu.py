@@ -8,8 +8,8 @@ from io import StringIO
 
 import pytest
 
+from cupool.app.stress import FAULTS, JSON_KEYS, run_streams_scenario, run_stress, summary_lines
 from cupool.cli import main
-from cupool.stress import FAULTS, JSON_KEYS, run_streams_scenario, run_stress, summary_lines
 
 pytestmark = pytest.mark.gpu
 

@@ -35,11 +35,11 @@ def _git_commit() -> str | None:
 def describe_environment(device) -> dict:
     """Versions and device facts; on ``cuda`` the GPU's name, compute capability and
     memory, and the driver's and the runtime's CUDA versions as CuPy reports them."""
-    import cupool
+    from cupool.core.version import __version__
 
     facts = {
         "python": platform.python_version(), "platform": platform.platform(),
-        "cupool": cupool.__version__, "git_commit": _git_commit(),
+        "cupool": __version__, "git_commit": _git_commit(),
         "numpy": _version("numpy"), "cupy": _version("cupy"), "torch": _version("torch"),
         "device_kind": device.kind, "device": device.describe(),
     }

@@ -88,7 +88,7 @@ def run_test_suite(tests: Path, *, marker: str = "gpu", timeout_s: float = 240.0
 
 def run_stress_step(device_kind: str, minutes: float, seed: int = 0) -> dict:
     """``cupool stress`` on ``device_kind`` for ``minutes``: its summary and messages."""
-    from cupool.stress import run_stress
+    from cupool.app.stress import run_stress
 
     result = run_stress(device_kind, minutes, seed)
     return {**result.summary(), "rounds": result.rounds, "passed": result.passed,

@@ -13,28 +13,33 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import cupool.stress as stress
-from cupool.check import validate_swap_plan
-from cupool.cli import main
-from cupool.core.vocabulary import SwapIn
-from cupool.devices import probe_cuda
-from cupool.errors import InputError
-from cupool.kernels.errors import KernelToolchainError
-from cupool.stress import (
+import cupool.app.stress as stress
+import cupool.app.stress.runner as runner
+from cupool.app.stress import (
     FAULTS,
     JSON_KEYS,
     StressError,
+    WalkError,
+    WalkSettings,
     open_stress_device,
     random_workload,
     run_pool_scenario,
     run_streams_scenario,
     run_stress,
+    swap_case,
     training_trace,
     walk_plan,
 )
-from tests.swap_cases import six_op_recompute_plan, six_op_swap_plan, six_op_trace
+from cupool.app.stress.independent_walker import plan_walk
+from cupool.check import validate_swap_plan
+from cupool.cli import main
+from cupool.core.vocabulary import Residency, SwapIn
+from cupool.devices import probe_cuda
+from cupool.errors import InputError
+from cupool.kernels.errors import KernelToolchainError
+from tests.swap_cases import six_op_recompute_plan, six_op_swap_plan, six_op_trace, swap_plan
 
-GPU_TESTS = Path(__file__).resolve().parent / "gpu"
+GPU_TESTS = Path(__file__).resolve().parents[1] / "gpu"
 
 
 @pytest.fixture
@@ -156,7 +161,7 @@ def test_a_failing_scenario_is_an_error_not_a_crash(monkeypatch, capsys):
     def broken(*args, **kwargs):
         raise RuntimeError("scenario exploded")
 
-    monkeypatch.setattr(stress, "run_streams_scenario", broken)
+    monkeypatch.setattr(runner, "run_streams_scenario", broken)
     code, out, _err = _run(["stress", "--device", "emulated", "--minutes", "0.001", "--json"])
     assert code == 1 and json.loads(out)["errors"] == 1
     # with --json the messages go to the process's stderr, one line each
@@ -192,7 +197,7 @@ def test_walk_plan_checks_every_use_exactly(device, make_plan):
     plan = make_plan(trace)
     assert validate_swap_plan(trace, plan).valid
     before = device.stats()
-    result = walk_plan(device, trace, plan, iterations=3, seed=9)
+    result = walk_plan(device, trace, plan, WalkSettings(iterations=3, seed=9))
     assert (result.bytes_checked, result.corrupt_bytes) == (3 * 48, 0)
     after = device.stats()
     assert after["reservations.current"] == after["pinned_bytes.current"] == 0
@@ -202,14 +207,27 @@ def test_walk_plan_checks_every_use_exactly(device, make_plan):
 
 def test_walk_plan_catches_a_corrupted_host_copy(device):
     trace = six_op_trace()
-    result = walk_plan(device, trace, six_op_swap_plan(trace), iterations=2,
-                       faults=("swap-corrupt",))
+    result = walk_plan(device, trace, six_op_swap_plan(trace),
+                       WalkSettings(iterations=2, faults=("swap-corrupt",)))
     assert result.corrupt_bytes == 4  # iteration 0's copy of A; iteration 1 is clean
+
+
+def test_walk_plan_refuses_a_persistent_buffer_that_moves(device):
+    """W is persistent and not swapped: the walker fills it once, so it must end the
+    iteration where it started; a plan moving it is refused before anything is reserved."""
+    trace = six_op_trace()
+    moving = swap_plan(trace, [Residency(0, 0, 3, 0), Residency(0, 3, 6, 32),
+                               Residency(1, 0, 5, 8), Residency(2, 1, 3, 24)])
+    with pytest.raises(WalkError, match="persistent buffer 0 ends the iteration at offset 32"):
+        walk_plan(device, trace, moving)
+    assert device.stats()["reservations.current"] == 0
+    with pytest.raises(WalkError, match="needs a swapping plan"):
+        plan_walk(trace, swap_plan(trace, []))
 
 
 def test_training_trace_is_seeded_and_swaps_at_half_budget():
     assert training_trace(4) == training_trace(4) != training_trace(5)
-    case = stress._swap_case(training_trace(4), 1)
+    case = swap_case(training_trace(4), 1)
     assert case is not None
     assert validate_swap_plan(case.plan_trace, case.plan).valid
     assert case.plan.arena_bytes <= training_trace(4).lower_bound_bytes() // 2
