@@ -4,6 +4,8 @@ LLaMA-style decoder."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -67,21 +69,50 @@ class Attention(nn.Module):
         return self.proj(out.transpose(1, 2).reshape(batch, seq, dim))
 
 
-class Block(nn.Module):
-    """A transformer block: pre-norm (GPT-2, ViT, LLaMA) or post-norm (BERT); GELU MLP or
-    SwiGLU FFN (``swiglu``); LayerNorm or RMSNorm (``rms``)."""
+@dataclass(frozen=True)
+class BlockConfig:
+    """The shape and the variant of one transformer :class:`Block`.
 
-    def __init__(self, dim: int, heads: int, ffn: int, *, pre_norm: bool = True,
-                 causal: bool = False, kv_heads: int | None = None, rms: bool = False,
-                 swiglu: bool = False, rotary_positions: int = 0, gelu: str = "none") -> None:
+    dim: model width (the residual stream's features).
+    heads: query heads (``dim`` must be a multiple of it).
+    ffn: hidden width of the feed-forward network (of each of SwiGLU's two halves).
+    pre_norm: normalise each sublayer's input (ViT, LLaMA); ``False`` normalises after the
+      residual sum instead (post-norm, the original transformer's layout).
+    causal: attend only to earlier positions (decoders).
+    kv_heads: key/value heads for grouped-query attention; ``None``: as many as ``heads``.
+    rms: RMSNorm and no biases (LLaMA) instead of LayerNorm and biased projections.
+    swiglu: SwiGLU feed-forward (``down(silu(gate) * up)``) instead of a GELU MLP.
+    rotary_positions: positions the rotary embedding covers; 0: no rotary embedding.
+    gelu: ``approximate`` argument of the GELU MLP's ``F.gelu`` (``"none"`` or ``"tanh"``).
+    """
+
+    dim: int
+    heads: int
+    ffn: int
+    pre_norm: bool = True
+    causal: bool = False
+    kv_heads: int | None = None
+    rms: bool = False
+    swiglu: bool = False
+    rotary_positions: int = 0
+    gelu: str = "none"
+
+
+class Block(nn.Module):
+    """A transformer block (see :class:`BlockConfig`): attention and a feed-forward network,
+    each around a residual sum with its normalisation before (pre-norm) or after it."""
+
+    def __init__(self, config: BlockConfig) -> None:
         super().__init__()
+        dim, ffn, rms, swiglu = config.dim, config.ffn, config.rms, config.swiglu
         bias = not rms
         norm = (lambda: RMSNorm(dim)) if rms else (lambda: nn.LayerNorm(dim))
         self.norm1, self.norm2 = norm(), norm()
-        self.pre_norm = pre_norm
-        self.attn = Attention(dim, heads, kv_heads, bias, causal, rotary_positions)
+        self.pre_norm = config.pre_norm
+        self.attn = Attention(dim, config.heads, config.kv_heads, bias, config.causal,
+                              config.rotary_positions)
         self.swiglu = swiglu
-        self.gelu = gelu
+        self.gelu = config.gelu
         self.up = nn.Linear(dim, 2 * ffn if swiglu else ffn, bias=bias)
         self.down = nn.Linear(ffn, dim, bias=bias)
 
@@ -99,7 +130,6 @@ class Block(nn.Module):
         return self.norm2(x + self._ffn(x))
 
 
-
 class ViT(nn.Module):
     """Vision Transformer: patch embedding (a strided convolution), class token, learned
     positions, pre-LayerNorm blocks, linear head on the class token."""
@@ -110,7 +140,8 @@ class ViT(nn.Module):
         self.patch_embed = nn.Conv2d(3, dim, patch, patch)
         self.cls = nn.Parameter(torch.zeros(1, 1, dim))
         self.positions = nn.Parameter(torch.zeros(1, (image // patch) ** 2 + 1, dim))
-        self.blocks = nn.ModuleList(Block(dim, heads, 4 * dim) for _ in range(layers))
+        self.blocks = nn.ModuleList(Block(BlockConfig(dim, heads, 4 * dim))
+                                    for _ in range(layers))
         self.norm = nn.LayerNorm(dim)
         self.head = nn.Linear(dim, num_classes)
 
@@ -130,9 +161,9 @@ class Llama(nn.Module):
                  kv_heads=4, ffn=2048) -> None:
         super().__init__()
         self.tokens = nn.Embedding(vocab, dim)
-        self.blocks = nn.ModuleList(
-            Block(dim, heads, ffn, causal=True, kv_heads=kv_heads, rms=True, swiglu=True,
-                  rotary_positions=positions) for _ in range(layers))
+        config = BlockConfig(dim, heads, ffn, causal=True, kv_heads=kv_heads, rms=True,
+                             swiglu=True, rotary_positions=positions)
+        self.blocks = nn.ModuleList(Block(config) for _ in range(layers))
         self.norm = RMSNorm(dim)
         self.output = nn.Linear(dim, vocab, bias=False)
 
