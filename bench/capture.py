@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 from cupool.capture import MODEL_NAMES, CaptureOptions, capture_model
-from cupool.capture.cost import RooflineModel
+from cupool.capture.roofline import RooflineModel
 from cupool.core.vocabulary import PERSISTENT
 from cupool.io import load_trace, save_trace
 

@@ -1,6 +1,6 @@
 """Capture real workloads from PyTorch as cupool traces (optional extra: ``torch==2.13.0``).
 
-- :mod:`.cost`: the roofline cost model and GPU presets (plain Python, no torch);
+- :mod:`.roofline`: the roofline model of op durations and GPU presets (plain Python, no torch);
 - :mod:`.options`: :class:`CaptureOptions`, what a capture records and how (no torch);
 - :mod:`.tracer`: the recorder (``FakeTensorMode`` + a dispatch mode + storage weak
   references) and :func:`~cupool.capture.tracer.capture_model`;
@@ -13,8 +13,8 @@ Importing this package does not import torch; :func:`capture_model` does, and ra
 
 from __future__ import annotations
 
-from cupool.capture.cost import DEVICE_PRESETS, DevicePreset, RooflineModel, device_preset
 from cupool.capture.options import MODES, OPTIMIZER_NAMES, CaptureOptions
+from cupool.capture.roofline import DEVICE_PRESETS, DevicePreset, RooflineModel, device_preset
 from cupool.errors import CupoolError
 
 TORCH_REQUIREMENT = "torch==2.13.0"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cupool.capture.cost import RooflineModel
+from cupool.capture.roofline import RooflineModel
 from cupool.errors import InputError
 
 MODES = ("train", "infer")
@@ -39,7 +39,7 @@ class CaptureOptions:
       (small configurations only: it allocates).
     seed: ``torch.manual_seed`` before the model is built.
     cost_model: the roofline model that turns each op's FLOPs and bytes into a duration;
-      ``None``: :class:`~cupool.capture.cost.RooflineModel` ``()`` (H100-SXM).
+      ``None``: :class:`~cupool.capture.roofline.RooflineModel` ``()`` (H100-SXM).
     lifted_from_start: take tensors made from Python data inside the step as live from op 0,
       as the capture that made the bundled traces did (see
       :func:`cupool.capture.tracer.record`).

@@ -14,7 +14,7 @@ it. For every aten op the recorder sees:
   the number of ops recorded by then (freed right after the last recorded op, half-open);
 - ``flops`` come from :data:`torch.utils.flop_counter.flop_registry` (the formulas
   ``FlopCounterMode`` uses; CPU attention kernels count as their CUDA counterparts), the
-  duration from :class:`~cupool.capture.cost.RooflineModel`.
+  duration from :class:`~cupool.capture.roofline.RooflineModel`.
 
 Storages named in ``persistent`` (parameters, buffers, optimizer state and the step's
 inputs, which exist before the step) become ``"persistent"`` buffers spanning
@@ -39,8 +39,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import flop_registry
 
-from cupool.capture.cost import RooflineModel
 from cupool.capture.options import CaptureOptions
+from cupool.capture.roofline import RooflineModel
 from cupool.core.vocabulary import PERSISTENT, TEMPORARY, Buffer, Op, Trace
 from cupool.errors import InputError
 

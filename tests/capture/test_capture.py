@@ -18,8 +18,8 @@ torch = pytest.importorskip("torch")
 from torch.distributed._tools.mem_tracker import MemTracker  # noqa: E402
 
 from cupool.capture import CaptureOptions, capture_model, tracer  # noqa: E402
-from cupool.capture.cost import DEVICE_PRESETS, RooflineModel, device_preset  # noqa: E402
 from cupool.capture.models import MODELS, model_spec  # noqa: E402
+from cupool.capture.roofline import DEVICE_PRESETS, RooflineModel, device_preset  # noqa: E402
 from cupool.core.vocabulary import PERSISTENT  # noqa: E402
 from cupool.errors import InputError  # noqa: E402
 from cupool.io import load_trace, save_trace  # noqa: E402

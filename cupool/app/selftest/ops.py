@@ -134,7 +134,7 @@ def roofline_calibration(pairs) -> dict | None:
     ``measured = launch_overhead_us + estimated / efficiency`` (estimates made with
     efficiency 1 and no launch overhead, as the capture's default). ``efficiency`` is
     clamped to ``(0, 1]`` and ``launch_overhead_us`` to ``>= 0`` (the ranges
-    :class:`~cupool.capture.cost.RooflineModel` accepts); ``None`` with fewer than two
+    :class:`~cupool.capture.roofline.RooflineModel` accepts); ``None`` with fewer than two
     distinct estimates."""
     from cupool.app.selftest.link import least_squares
 
