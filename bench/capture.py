@@ -20,6 +20,7 @@ convention in which the bundled traces' recorder differs: see
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import platform
 import re
@@ -27,8 +28,8 @@ import sys
 import time
 from pathlib import Path
 
-from cupool.capture import MODEL_NAMES, capture_model
-from cupool.capture.cost import RooflineModel
+from cupool.capture import MODEL_NAMES, CaptureOptions, capture_model
+from cupool.capture.roofline import RooflineModel
 from cupool.core.vocabulary import PERSISTENT
 from cupool.io import load_trace, save_trace
 
@@ -42,8 +43,9 @@ def capture_all(out_dir: Path, batch: int, models, modes, small: bool, amp: bool
     for model in models:
         for mode in modes:
             began = time.perf_counter()
-            trace = capture_model(model, mode, batch, small=small, amp=amp,
-                                  cost_model=cost_model)
+            options = CaptureOptions(mode=mode, batch=batch, small=small, amp=amp,
+                                     cost_model=cost_model)
+            trace = capture_model(model, options)
             seconds = time.perf_counter() - began
             suffix = "_bf16" if amp else ""
             path = out_dir / f"{trace.name}{suffix}.trace.json.gz"
@@ -135,8 +137,8 @@ def compare_bundled(names: list[str] | None = None) -> list[dict]:
         bundled = load_trace(path)
         config = bundled_config(bundled)
         began = time.perf_counter()
-        trace = capture_model(config["model"], config["mode"], config["batch"],
-                              amp=config["amp"])
+        options = CaptureOptions(mode=config["mode"], batch=config["batch"], amp=config["amp"])
+        trace = capture_model(config["model"], options)
         row = {"trace": path.name.split(".")[0], **config,
                "bundled_lower_bound_bytes": bundled.lower_bound_bytes(),
                "bundled_buffers": len(bundled.buffers),
@@ -144,8 +146,8 @@ def compare_bundled(names: list[str] | None = None) -> list[dict]:
                "bundled_op_time_ms": sum(o.duration_us or 0.0 for o in bundled.ops) / 1000,
                **compare(bundled, trace), "lifted_from_start": None}
         if not row["buffers_identical"]:
-            legacy = capture_model(config["model"], config["mode"], config["batch"],
-                                   amp=config["amp"], lifted_from_start=True)
+            legacy = capture_model(config["model"],
+                                   dataclasses.replace(options, lifted_from_start=True))
             row["lifted_from_start"] = compare(bundled, legacy)
         row["seconds"] = time.perf_counter() - began
         rows.append(row)

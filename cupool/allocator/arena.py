@@ -78,7 +78,7 @@ class BestFitArena:
     """Best-fit over any number of segments (see the module docstring).
 
     ``segment`` objects are opaque to the arena except for ``ptr`` and ``size``
-    (the pool passes :class:`~cupool.devices.protocol.Memory`).
+    (the pool passes :class:`~cupool.devices.memory.Memory`).
     """
 
     def __init__(self, name: str) -> None:

@@ -1,6 +1,7 @@
 """Capture real workloads from PyTorch as cupool traces (optional extra: ``torch==2.13.0``).
 
-- :mod:`.cost`: the roofline cost model and GPU presets (plain Python, no torch);
+- :mod:`.roofline`: the roofline model of op durations and GPU presets (plain Python, no torch);
+- :mod:`.options`: :class:`CaptureOptions`, what a capture records and how (no torch);
 - :mod:`.tracer`: the recorder (``FakeTensorMode`` + a dispatch mode + storage weak
   references) and :func:`~cupool.capture.tracer.capture_model`;
 - :mod:`.models`: ResNet-50, MobileNetV2, GPT-2 small, BERT-base, ViT-B/16 and a LLaMA-style
@@ -12,7 +13,8 @@ Importing this package does not import torch; :func:`capture_model` does, and ra
 
 from __future__ import annotations
 
-from cupool.capture.cost import DEVICE_PRESETS, DevicePreset, RooflineModel, device_preset
+from cupool.capture.options import MODES, OPTIMIZER_NAMES, CaptureOptions
+from cupool.capture.roofline import DEVICE_PRESETS, DevicePreset, RooflineModel, device_preset
 from cupool.errors import CupoolError
 
 TORCH_REQUIREMENT = "torch==2.13.0"
@@ -22,18 +24,18 @@ MODEL_NAMES = ("resnet50", "mobilenetv2", "gpt2", "bert-base", "vit-b16", "llama
 """Names :func:`capture_model` accepts (the keys of :data:`cupool.capture.models.MODELS`)."""
 
 
-def capture_model(model: str, mode: str = "train", batch: int = 1, **options):
+def capture_model(model: str, options: CaptureOptions | None = None):
     """Capture one training step or inference pass of ``model`` as a
-    :class:`~cupool.core.vocabulary.Trace`; see :func:`cupool.capture.tracer.capture_model`
-    for the options (``small``, ``amp``, ``cost_model``, ``fake``, ``seed``, ``optimizer``,
-    ``module_tracker``, ``lifted_from_start``)."""
+    :class:`~cupool.core.vocabulary.Trace`, as ``options`` (a :class:`CaptureOptions`: mode,
+    batch, size, ``amp``, optimizer, cost model...) say; see
+    :func:`cupool.capture.tracer.capture_model`."""
     try:
         from cupool.capture import tracer
     except ImportError as exc:
         raise CupoolError(f"capturing needs PyTorch ({exc}); install it with "
                           f"pip install '{TORCH_REQUIREMENT}'") from None
-    return tracer.capture_model(model, mode, batch, **options)
+    return tracer.capture_model(model, options)
 
 
-__all__ = ["DEVICE_PRESETS", "MODEL_NAMES", "TORCH_REQUIREMENT", "DevicePreset",
-           "RooflineModel", "capture_model", "device_preset"]
+__all__ = ["DEVICE_PRESETS", "MODEL_NAMES", "MODES", "OPTIMIZER_NAMES", "TORCH_REQUIREMENT",
+           "CaptureOptions", "DevicePreset", "RooflineModel", "capture_model", "device_preset"]

@@ -14,7 +14,7 @@ it. For every aten op the recorder sees:
   the number of ops recorded by then (freed right after the last recorded op, half-open);
 - ``flops`` come from :data:`torch.utils.flop_counter.flop_registry` (the formulas
   ``FlopCounterMode`` uses; CPU attention kernels count as their CUDA counterparts), the
-  duration from :class:`~cupool.capture.cost.RooflineModel`.
+  duration from :class:`~cupool.capture.roofline.RooflineModel`.
 
 Storages named in ``persistent`` (parameters, buffers, optimizer state and the step's
 inputs, which exist before the step) become ``"persistent"`` buffers spanning
@@ -39,7 +39,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import flop_registry
 
-from cupool.capture.cost import RooflineModel
+from cupool.capture.options import CaptureOptions
+from cupool.capture.roofline import RooflineModel
 from cupool.core.vocabulary import PERSISTENT, TEMPORARY, Buffer, Op, Trace
 from cupool.errors import InputError
 
@@ -279,20 +280,17 @@ def fake_mode():
         yield mode
 
 
-MODES = ("train", "infer")
-"""What :func:`capture_model` records: one training step or one inference pass."""
-
-
 class Workload:
     """One model ready to step: the module, its inputs, its optimizer (training only).
 
-    Building it runs the unrecorded warm-up training step (so the optimizer's state
-    exists). :meth:`run` is the recorded step: forward (and the loss) under bfloat16
-    autocast when ``amp``, ``loss.backward()``, ``optimizer.step()``,
-    ``optimizer.zero_grad()`` (``mode="train"``), or one forward pass under
-    ``torch.no_grad()`` in ``eval()`` mode (``mode="infer"``). The inputs are staged before
-    the step and persist across it, like a batch already on the device; the loss is held
-    until the step ends.
+    ``options`` give the mode, batch, size, ``amp``, optimizer and ``module_tracker``
+    (its other fields are the recorder's). Building it runs the unrecorded warm-up training
+    step (so the optimizer's state exists). :meth:`run` is the recorded step: forward (and
+    the loss) under bfloat16 autocast when ``amp``, ``loss.backward()``,
+    ``optimizer.step()``, ``optimizer.zero_grad()`` (``mode="train"``), or one forward pass
+    under ``torch.no_grad()`` in ``eval()`` mode (``mode="infer"``). The inputs are staged
+    before the step and persist across it, like a batch already on the device; the loss is
+    held until the step ends.
 
     ``module_tracker`` runs the step under ``torch.utils.module_tracker.ModuleTracker`` (the
     module-boundary tracking of ``FlopCounterMode``; ``MemTracker``'s ``ModTracker`` works
@@ -301,23 +299,15 @@ class Workload:
     were captured with it, and it is on by default so that a re-capture reproduces them.
     """
 
-    def __init__(self, model: str, mode: str, batch: int, *, small: bool = False,
-                 amp: bool = False, optimizer: str | None = None,
-                 module_tracker: bool = True) -> None:
+    def __init__(self, model: str, options: CaptureOptions) -> None:
         from cupool.capture.models import OPTIMIZERS, model_spec
 
         self.spec = model_spec(model)
-        if mode not in MODES:
-            raise InputError(f"mode (={mode!r}) must be one of {', '.join(MODES)}")
-        if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
-            raise InputError(f"batch (={batch!r}) must be an integer >= 1")
-        optimizer = optimizer or self.spec.optimizer
-        if optimizer not in OPTIMIZERS:
-            raise InputError(f"optimizer (={optimizer!r}) must be one of "
-                             f"{', '.join(OPTIMIZERS)}")
-        self.mode, self.batch, self.small, self.amp = mode, batch, small, amp
+        mode, batch, small = options.mode, options.batch, options.small
+        optimizer = options.optimizer or self.spec.optimizer
+        self.mode, self.batch, self.small, self.amp = mode, batch, small, options.amp
         self.optimizer_name = optimizer
-        self.module_tracker = module_tracker
+        self.module_tracker = options.module_tracker
         self.net = self.spec.build(small)
         self.inputs = self.spec.inputs(batch, small, mode == "train")
         self.optimizer = None
@@ -382,31 +372,27 @@ class Workload:
         del loss
 
 
-def capture_model(model: str, mode: str = "train", batch: int = 1, *, small: bool = False,
-                  amp: bool = False, cost_model: RooflineModel | None = None,
-                  fake: bool = True, seed: int = 0, optimizer: str | None = None,
-                  module_tracker: bool = True, lifted_from_start: bool = False) -> Trace:
-    """Capture one iteration of a model from :data:`cupool.capture.models.MODELS`.
+def capture_model(model: str, options: CaptureOptions | None = None) -> Trace:
+    """Capture one iteration of a model from :data:`cupool.capture.models.MODELS`, as
+    ``options`` (default :class:`CaptureOptions` ``()``: one full-size training step at
+    batch 1 under ``FakeTensorMode``) say.
 
     ``mode="train"``: one warm-up step (unrecorded, so the optimizer's state exists), then
     the recorded step: forward and loss (phase ``"fw"``), backward (``"bw"``), the
     optimizer's step and ``zero_grad()`` (``"opt"``). ``mode="infer"``: one forward pass
-    under ``torch.no_grad()`` in ``eval()`` mode. ``amp`` runs the forward and the loss
-    under CPU autocast to bfloat16. ``optimizer`` overrides the model's own (``"sgd"`` for
-    the convolutional networks, ``"adamw"`` for the transformers; see
-    :data:`~cupool.capture.models.OPTIMIZERS`). ``fake=False`` runs on real CPU tensors
-    (small configurations only: it allocates). Persistent buffers: parameters, module
-    buffers, the inputs and the optimizer state. ``module_tracker``: see :class:`Workload`;
-    ``lifted_from_start``: see :func:`record`.
+    (``"fw"``). Persistent buffers: parameters, module buffers, the inputs and the optimizer
+    state. An unknown model raises :class:`~cupool.errors.InputError` listing the known ones.
     """
-    cost_model = cost_model or RooflineModel()
-    torch.manual_seed(seed)
-    context = fake_mode() if fake else contextlib.nullcontext()
+    if options is None:
+        options = CaptureOptions()
+    mode, batch, small, amp = options.mode, options.batch, options.small, options.amp
+    cost_model = options.cost_model or RooflineModel()
+    torch.manual_seed(options.seed)
+    context = fake_mode() if options.fake else contextlib.nullcontext()
     with context:
-        workload = Workload(model, mode, batch, small=small, amp=amp, optimizer=optimizer,
-                            module_tracker=module_tracker)
+        workload = Workload(model, options)
         size = "small" if small else "full"
-        how = "FakeTensorMode capture" if fake else "real-tensor run"
+        how = "FakeTensorMode capture" if options.fake else "real-tensor run"
         what = ("one full training step" if mode == "train"
                 else "one inference forward pass under torch.no_grad(), model.eval()")
         extra = f", optimizer={workload.optimizer_name}" if mode == "train" else ""
@@ -414,7 +400,8 @@ def capture_model(model: str, mode: str = "train", batch: int = 1, *, small: boo
                   f"[{size}], batch={batch}, amp={amp}{extra}); "
                   f"durations are {cost_model.describe()}")
         return record(workload.run, workload.persistent(), name=f"{model}_{mode}_b{batch}",
-                      source=source, cost_model=cost_model, lifted_from_start=lifted_from_start)
+                      source=source, cost_model=cost_model,
+                      lifted_from_start=options.lifted_from_start)
 
 
 def _autocast(amp: bool):

@@ -60,13 +60,13 @@ def cmd_convert(args, stdout) -> int:
 
 
 def cmd_capture(args, stdout) -> int:
-    from cupool.capture import RooflineModel, capture_model
+    from cupool.capture import CaptureOptions, RooflineModel, capture_model
 
     if not Path(args.out).parent.resolve().is_dir():
         raise InputError("the directory to write into does not exist", path=args.out)
     cost = RooflineModel.for_device(args.device_preset)
-    trace = capture_model(args.model, args.mode, args.batch, amp=args.amp, small=args.small,
-                          cost_model=cost)
+    trace = capture_model(args.model, CaptureOptions(args.mode, args.batch, small=args.small,
+                                                     amp=args.amp, cost_model=cost))
     save_trace(trace, args.out)
     trace = load_trace(args.out)  # the strict reader checks what was written
     document = {"trace": trace.name, "out": args.out, "ops": trace.num_ops,

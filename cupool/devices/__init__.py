@@ -23,7 +23,8 @@ import inspect
 import logging
 
 from cupool.devices.errors import DeviceOptionError, DeviceUnavailableError
-from cupool.devices.protocol import Device, Event, Memory, Stream
+from cupool.devices.memory import Memory
+from cupool.devices.protocol import Device, Event, Stream
 
 __all__ = ["KINDS", "Device", "Event", "Memory", "Stream", "describe", "open_device",
            "probe_cuda"]

@@ -37,15 +37,13 @@ from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
 from cupool.devices.errors import DeviceError, DeviceOutOfMemoryError, DeviceUnavailableError
+from cupool.devices.memory import DEVICE_MEMORY, PINNED_MEMORY, Memory
 from cupool.devices.protocol import (
     D2D,
     D2H,
-    DEVICE_MEMORY,
     H2D,
-    PINNED_MEMORY,
     Device,
     Event,
-    Memory,
     Stream,
     StreamFailures,
     callable_name,

@@ -8,7 +8,7 @@ it is faithful where that matters and strict where a real GPU would be silent:
   ``cupy.cuda.MemoryPointer(cupy.cuda.UnownedMemory(m.ptr, m.size, m), 0)`` points
   into it and ``cupy.ndarray`` objects can be built over it (no kernel can run on it,
   but the allocator protocol, views and pointer arithmetic are real). The bytes stay
-  addressable while the :class:`~cupool.devices.protocol.Memory` object lives, even
+  addressable while the :class:`~cupool.devices.memory.Memory` object lives, even
   after ``release`` (which only returns the capacity), so no use of this device can
   crash the process.
 - **Capacity.** ``mem_info()`` reports ``capacity`` minus the bytes reserved. The
@@ -62,16 +62,14 @@ from cupool.devices.errors import (
     InvalidSizeError,
     StreamTaskError,
 )
+from cupool.devices.memory import DEVICE_MEMORY, PINNED_MEMORY, Memory
 from cupool.devices.protocol import (
     COPY_KINDS,
     D2D,
     D2H,
-    DEVICE_MEMORY,
     H2D,
-    PINNED_MEMORY,
     Device,
     Event,
-    Memory,
     Stream,
     StreamFailures,
     callable_name,

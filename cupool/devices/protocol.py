@@ -36,7 +36,10 @@ of the backend's type (a ``cupy.ndarray`` on ``cuda``; a NumPy view on ``emulate
 
 Ownership: the caller owns what it reserved and returns it with :meth:`Device.release`
 / :meth:`Device.free_pinned`; :meth:`Device.close` returns whatever is still out.
-A :class:`Memory` never frees anything by being garbage-collected.
+A :class:`~cupool.devices.memory.Memory` never frees anything by being garbage-collected.
+The blocks themselves (:class:`~cupool.devices.memory.Memory`, the registry of live ones,
+:func:`~cupool.devices.memory.host_view`) live in :mod:`cupool.devices.memory`, the argument
+checks every operation runs in :mod:`cupool.devices.checks`.
 
 Statistics (:meth:`Device.stats`) are one flat ``dict[str, int]``; keys are
 ``<quantity>.<qualifier>``:
@@ -57,152 +60,28 @@ After ``synchronize()`` the copy counters are exact on both backends.
 
 from __future__ import annotations
 
-import bisect
-import ctypes
 import functools
-import operator
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 import numpy as np
 
+from cupool.devices.checks import check_layout, check_pointer, check_size
 from cupool.devices.errors import (
     DeviceClosedError,
     DeviceError,
     InvalidPointerError,
-    InvalidSizeError,
     StreamTaskError,
 )
+from cupool.devices.memory import DEVICE_MEMORY, PINNED_MEMORY, LiveBlocks, Memory, host_view
 
 H2D = "h2d"
 D2H = "d2h"
 D2D = "d2d"
 COPY_KINDS = (H2D, D2H, D2D)
 """Copy directions: host→device, device→host, device→device."""
-
-DEVICE_MEMORY = "device"
-PINNED_MEMORY = "pinned"
-
-
-@dataclass(frozen=True, eq=False)
-class Memory:
-    """A block the device gave out: bytes ``[ptr, ptr + size)``.
-
-    ``kind`` is ``"device"`` or ``"pinned"``. ``keepalive`` is the backend's own
-    handle on the bytes (the emulated device's NumPy buffer); holding the ``Memory``
-    keeps those bytes addressable, which makes it a suitable ``owner`` for
-    ``cupy.cuda.UnownedMemory(ptr, size, owner)``. Identity is equality: two
-    reservations are never the same block.
-    """
-
-    ptr: int
-    size: int
-    kind: str
-    keepalive: object = field(default=None, repr=False)
-
-    @property
-    def end(self) -> int:
-        """One past the last byte (``ptr + size``)."""
-        return self.ptr + self.size
-
-    def __repr__(self) -> str:
-        return f"Memory({self.kind}, ptr={self.ptr:#x}, size={self.size})"
-
-
-def check_size(operation: str, name: str, value: object, *, allow_zero: bool = False) -> int:
-    """``value`` as an ``int`` that is ``> 0`` (``>= 0`` with ``allow_zero``), else
-    :class:`InvalidSizeError` quoting it. NumPy integers are accepted; bools and
-    floats are not."""
-    if isinstance(value, bool):
-        raise InvalidSizeError(operation, name, value, "must be an int, not a bool")
-    try:
-        number = operator.index(value)
-    except TypeError:
-        raise InvalidSizeError(operation, name, value, "must be an int") from None
-    if number < 0 or (number == 0 and not allow_zero):
-        raise InvalidSizeError(operation, name, number, "must be >= 0" if allow_zero
-                               else "must be > 0")
-    return number
-
-
-def check_layout(operation: str, nbytes: int, dtype: object,
-                 shape: object) -> tuple[np.dtype, tuple[int, ...]]:
-    """``(np.dtype, shape)`` for an array over ``nbytes`` bytes, else
-    :class:`InvalidSizeError` quoting the bad dtype or shape (see :meth:`Device.array_at`)."""
-    try:
-        dtype = np.dtype(dtype)
-    except TypeError:
-        raise InvalidSizeError(operation, "dtype", dtype, "must be a NumPy dtype") from None
-    if dtype.itemsize == 0 or dtype.hasobject:
-        raise InvalidSizeError(operation, "dtype", str(dtype),
-                               "must be a fixed-size, non-object dtype")
-    if shape is None:
-        if nbytes % dtype.itemsize:
-            raise InvalidSizeError(operation, "nbytes", nbytes,
-                                   f"must be a multiple of the {dtype} item size "
-                                   f"({dtype.itemsize}) for a flat array")
-        return dtype, (nbytes // dtype.itemsize,)
-    try:
-        shape = tuple(operator.index(n) for n in shape)
-    except TypeError:
-        raise InvalidSizeError(operation, "shape", shape, "must be a tuple of ints") from None
-    if any(n < 0 for n in shape):
-        raise InvalidSizeError(operation, "shape", shape, "must not be negative")
-    needed = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-    if needed > nbytes:
-        raise InvalidSizeError(operation, "shape", shape,
-                               f"needs {needed} bytes of {dtype}, only {nbytes} are given")
-    return dtype, shape
-
-
-def check_pointer(operation: str, name: str, value: object) -> int:
-    """``value`` as a non-negative ``int`` address, else :class:`InvalidSizeError`."""
-    if isinstance(value, bool):
-        raise InvalidSizeError(operation, name, value, "must be an int address, not a bool")
-    try:
-        number = operator.index(value)
-    except TypeError:
-        raise InvalidSizeError(operation, name, value, "must be an int address") from None
-    if number < 0:
-        raise InvalidSizeError(operation, name, number, "must be >= 0")
-    return number
-
-
-class _Blocks:
-    """Live blocks of one kind, findable by any address inside them (bisect on starts).
-
-    Not thread-safe by itself: the device's ``_lock`` guards it.
-    """
-
-    def __init__(self) -> None:
-        self._starts: list[int] = []
-        self._by_ptr: dict[int, Memory] = {}
-
-    def add(self, memory: Memory) -> None:
-        bisect.insort(self._starts, memory.ptr)
-        self._by_ptr[memory.ptr] = memory
-
-    def remove(self, memory: Memory) -> bool:
-        """Forget ``memory``; ``False`` if it is not this very live block."""
-        if self._by_ptr.get(memory.ptr) is not memory:
-            return False
-        del self._by_ptr[memory.ptr]
-        del self._starts[bisect.bisect_left(self._starts, memory.ptr)]
-        return True
-
-    def containing(self, ptr: int) -> Memory | None:
-        """The live block with ``block.ptr <= ptr < block.end``, or ``None``."""
-        i = bisect.bisect_right(self._starts, ptr) - 1
-        if i < 0:
-            return None
-        block = self._by_ptr[self._starts[i]]
-        return block if ptr < block.end else None
-
-    def all(self) -> list[Memory]:
-        return list(self._by_ptr.values())
 
 
 def callable_name(fn: Callable[[], object]) -> str:
@@ -338,7 +217,7 @@ class Device(ABC):
         # _lock guards _closed, _blocks and _stats (workers update copy stats under it).
         self._lock = threading.Lock()
         self._closed = False
-        self._blocks = {DEVICE_MEMORY: _Blocks(), PINNED_MEMORY: _Blocks()}
+        self._blocks = {DEVICE_MEMORY: LiveBlocks(), PINNED_MEMORY: LiveBlocks()}
         self._stats: dict[str, int] = {key: 0 for key in _STAT_KEYS}
 
     # -- memory ---------------------------------------------------------------------
@@ -490,7 +369,7 @@ class Device(ABC):
                 return
             self._closed = True
             leftovers = {kind: blocks.all() for kind, blocks in self._blocks.items()}
-            self._blocks = {DEVICE_MEMORY: _Blocks(), PINNED_MEMORY: _Blocks()}
+            self._blocks = {DEVICE_MEMORY: LiveBlocks(), PINNED_MEMORY: LiveBlocks()}
             for prefix in ("reserved_bytes", "pinned_bytes"):
                 self._stats[f"{prefix}.current"] = 0
             self._stats["reservations.current"] = 0
@@ -607,14 +486,3 @@ _STAT_KEYS = (
     "reserved_bytes.current", "reserved_bytes.peak", "reservations.current",
     "pinned_bytes.current", "pinned_bytes.peak",
 )
-
-
-def host_view(ptr: int, nbytes: int) -> np.ndarray:
-    """A writable ``uint8`` NumPy array over host bytes ``[ptr, ptr + nbytes)``.
-
-    Unchecked: the caller guarantees the range is live host memory for as long as
-    the view is used (:meth:`Device.pinned_array` is the checked form).
-    """
-    if nbytes == 0:
-        return np.zeros(0, dtype=np.uint8)
-    return np.frombuffer((ctypes.c_uint8 * nbytes).from_address(ptr), dtype=np.uint8)

@@ -41,7 +41,8 @@ from typing import NamedTuple
 import numpy as np
 
 from cupool.devices.errors import DeviceError
-from cupool.devices.protocol import Device, Stream, host_view
+from cupool.devices.memory import host_view
+from cupool.devices.protocol import Device, Stream
 from cupool.kernels import reference
 from cupool.kernels.errors import (
     KernelArchitectureError,

@@ -21,7 +21,7 @@ the GPU tests hold the kernels against them. Semantics, in the kernels' words:
 - **spin**: waits ``ns`` nanoseconds of wall time.
 
 Views are 1-D C-contiguous ``uint8`` NumPy arrays (what
-:func:`cupool.devices.protocol.host_view` returns).
+:func:`cupool.devices.memory.host_view` returns).
 """
 
 from __future__ import annotations

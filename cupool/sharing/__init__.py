@@ -10,18 +10,15 @@ not). Jobs connect with :class:`SharingClient` and only ever see their own regio
     measure.py   a job's needs from its trace (persistent buffers; static plan of the rest)
     memory.py    the shared arena: POSIX shared memory (emulated) or CUDA IPC
     protocol.py  versioned plain-dict messages over an authenticated AF_UNIX socket
-    broker.py    the broker (thread or process), scheduling, eviction, statistics
+    config.py    how a broker runs (BrokerConfig) and where: socket, lock and key files
+    broker.py    the broker: connections, scheduling, eviction, statistics
+    process.py   a broker in its own process (spawn_broker)
     client.py    the job's side: grants and bounds-checked regions
 """
 
-from cupool.sharing.broker import (
-    Broker,
-    BrokerConfig,
-    BrokerProcess,
-    broker_paths,
-    spawn_broker,
-)
+from cupool.sharing.broker import Broker
 from cupool.sharing.client import Grant, Region, SharingClient, broker_request
+from cupool.sharing.config import BrokerConfig, broker_paths
 from cupool.sharing.errors import (
     AdmissionError,
     ArenaError,
@@ -38,6 +35,7 @@ from cupool.sharing.errors import (
 )
 from cupool.sharing.layout import NAIVE, POLICIES, RESIDENT, Geometry, JobNeeds, Slot, place_slot
 from cupool.sharing.measure import needs_from_trace
+from cupool.sharing.process import BrokerProcess, spawn_broker
 
 __all__ = [
     "NAIVE", "POLICIES", "RESIDENT", "AdmissionError", "ArenaError", "Broker", "BrokerConfig",

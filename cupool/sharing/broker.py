@@ -44,33 +44,22 @@ import fcntl
 import os
 import random
 import socket
-import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, answer_challenge, deliver_challenge
 
 from cupool.sharing import protocol
+from cupool.sharing.config import BrokerConfig, parse_device, write_key
 from cupool.sharing.errors import (
     AdmissionError,
     BrokerRunningError,
-    BrokerUnreachableError,
     ProtocolError,
     SharingArgumentError,
     SharingError,
     StaleGrantError,
 )
-from cupool.sharing.layout import (
-    NAIVE,
-    POLICIES,
-    RESIDENT,
-    Geometry,
-    JobNeeds,
-    Slot,
-    place_slot,
-    slots_overlap,
-)
-from cupool.sharing.memory import BACKENDS, create_arena, unlink_segment
+from cupool.sharing.layout import NAIVE, RESIDENT, JobNeeds, Slot, place_slot, slots_overlap
+from cupool.sharing.memory import create_arena, unlink_segment
 
 HANDSHAKE_TIMEOUT_S = 5.0
 """Seconds a new connection has to authenticate before the broker drops it."""
@@ -81,75 +70,6 @@ STAT_KEYS = (
     "bytes.persistent_out", "bytes.persistent_in", "bytes.temporary_zeroed",
     "bytes.temporary_out", "bytes.temporary_in", "switch_seconds.total", "switch_seconds.max",
 )
-
-
-def default_runtime_dir() -> str:
-    """``$CUPOOL_RUNTIME_DIR``, else the system temporary directory."""
-    return os.environ.get("CUPOOL_RUNTIME_DIR") or tempfile.gettempdir()
-
-
-def parse_device(device: str) -> tuple[str, int]:
-    """``"emulated:0"`` → ``("emulated", 0)``; :class:`SharingArgumentError` otherwise."""
-    backend, _, index = str(device).partition(":")
-    if backend not in BACKENDS or not index.isdigit():
-        raise SharingArgumentError("parse_device", "device", device,
-                                   f"must be '<backend>:<index>' with backend in {BACKENDS}")
-    return backend, int(index)
-
-
-def broker_paths(device: str, runtime_dir: str | None = None) -> dict:
-    """The socket ``address``, ``lock`` file and ``key`` file of ``device``'s broker."""
-    backend, index = parse_device(device)
-    name = f"cupool-{os.getuid()}-{backend}{index}"
-    base = os.path.join(runtime_dir or default_runtime_dir(), name)
-    return {"address": base + ".sock", "lock": base + ".lock", "key": base + ".key"}
-
-
-@dataclass(frozen=True)
-class BrokerConfig:
-    """How a broker runs.
-
-    capacity_bytes: size of the device arena the broker reserves.
-    temporary_bytes: size of the shared temporary region (the largest temporary need it
-      admits); :meth:`Geometry.for_jobs` derives both from a set of jobs.
-    device: ``"emulated:<i>"`` (shared memory) or ``"cuda:<i>"`` (CUDA IPC).
-    gap_bytes, alignment: between and of persistent slots (alignment a power of two).
-    slice_iterations: iterations per time slice (>= 1).
-    policy: ``"resident"`` (slots stay on the device) or ``"naive"`` (the baseline: every
-      switch swaps the whole footprint of both jobs).
-    runtime_dir: where the socket, lock and key files live (default
-      :func:`default_runtime_dir`).
-    authkey: shared secret of the socket; ``None``: a random key written to the key file
-      (mode 0600), which clients of the same user read.
-    """
-
-    capacity_bytes: int
-    temporary_bytes: int
-    device: str = "emulated:0"
-    gap_bytes: int = 0
-    alignment: int = 512
-    slice_iterations: int = 1
-    policy: str = RESIDENT
-    runtime_dir: str | None = None
-    authkey: bytes | None = field(default=None, repr=False)
-
-    def __post_init__(self) -> None:
-        parse_device(self.device)
-        self.geometry  # noqa: B018 (validates the sizes)
-        if not isinstance(self.slice_iterations, int) or self.slice_iterations < 1:
-            raise SharingArgumentError("BrokerConfig", "slice_iterations", self.slice_iterations,
-                                       "must be an int >= 1")
-        if self.policy not in POLICIES:
-            raise SharingArgumentError("BrokerConfig", "policy", self.policy,
-                                       f"must be one of {POLICIES}")
-
-    @property
-    def geometry(self) -> Geometry:
-        return Geometry(self.capacity_bytes, self.temporary_bytes, self.gap_bytes, self.alignment)
-
-    @property
-    def paths(self) -> dict:
-        return broker_paths(self.device, self.runtime_dir)
 
 
 class _Job:
@@ -210,7 +130,7 @@ class Broker:
                                        self.device_index)
             os.ftruncate(self._lock_fd, 0)
             os.pwrite(self._lock_fd, f"pid={os.getpid()} segment={self.segment}\n".encode(), 0)
-            self._authkey = self.config.authkey or _write_key(paths["key"])
+            self._authkey = self.config.authkey or write_key(paths["key"])
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(paths["address"])  # stale: we hold the device lock
             self._server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -599,101 +519,3 @@ def _shutdown(conn) -> None:
         sock = socket.socket(fileno=os.dup(conn.fileno()))
         sock.shutdown(socket.SHUT_RDWR)
         sock.close()
-
-
-def _write_key(path: str) -> bytes:
-    key = os.urandom(32)
-    temporary = f"{path}.{os.getpid()}.tmp"
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as file:
-        file.write(key)
-    os.replace(temporary, path)
-    return key
-
-
-def read_key(path: str, address: str) -> bytes:
-    try:
-        with open(path, "rb") as file:
-            return file.read()
-    except OSError as error:
-        raise BrokerUnreachableError(address, f"cannot read key file {path!r}: "
-                                     f"{error.strerror}") from None
-
-
-# -------------------------------------------------------------------- broker processes
-def _broker_main(config: BrokerConfig, ready) -> None:
-    import signal
-
-    try:
-        broker = Broker(config).start()
-    except SharingError as error:
-        ready.send({"ok": False, "error": error.to_wire()})
-        return
-    signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=broker.stop).start())
-    ready.send({"ok": True, "epoch": broker.epoch, "address": broker.address})
-    ready.close()
-    broker.serve_forever()
-
-
-class BrokerProcess:
-    """A broker running in its own process (:func:`spawn_broker`)."""
-
-    def __init__(self, process, config: BrokerConfig, epoch: int, address: str) -> None:
-        self.process = process
-        self.config = config
-        self.epoch = epoch
-        self.address = address
-
-    @property
-    def pid(self) -> int:
-        return self.process.pid
-
-    def stop(self, timeout_s: float = 10.0) -> None:
-        """Ask the broker to shut down; terminate it if it does not within ``timeout_s``."""
-        if self.process.is_alive():
-            self.process.terminate()  # SIGTERM: a clean stop (see _broker_main)
-            self.process.join(timeout_s)
-        if self.process.is_alive():
-            self.process.kill()
-            self.process.join(timeout_s)
-
-    def kill(self) -> None:
-        """SIGKILL, as a crash would: no cleanup (the next broker removes the leftovers)."""
-        self.process.kill()
-        self.process.join(10.0)
-
-    def __enter__(self) -> BrokerProcess:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
-
-
-def spawn_broker(config: BrokerConfig, timeout_s: float = 30.0) -> BrokerProcess:
-    """Start a broker in a new process and return once it accepts clients; errors the
-    broker raised on start (a broker already running, a bad size) are raised here."""
-    import multiprocessing
-
-    from cupool.sharing.errors import error_from_wire
-
-    context = multiprocessing.get_context("spawn")
-    receiver, sender = context.Pipe(duplex=False)
-    process = context.Process(target=_broker_main, args=(config, sender), daemon=True,
-                              name=f"cupool-broker-{config.device}")
-    process.start()
-    sender.close()
-    if not receiver.poll(timeout_s):
-        process.kill()
-        raise BrokerUnreachableError(config.paths["address"],
-                                     f"broker did not start within {timeout_s} s")
-    try:
-        status = receiver.recv()
-    except EOFError:
-        process.join(timeout_s)
-        raise BrokerUnreachableError(config.paths["address"],
-                                     f"broker process exited with code {process.exitcode}"
-                                     ) from None
-    if not status["ok"]:
-        process.join(timeout_s)
-        raise error_from_wire(status["error"])
-    return BrokerProcess(process, config, status["epoch"], status["address"])

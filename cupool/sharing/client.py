@@ -27,7 +27,7 @@ from multiprocessing.connection import Client
 import numpy as np
 
 from cupool.sharing import protocol
-from cupool.sharing.broker import broker_paths, read_key
+from cupool.sharing.config import broker_paths, read_key
 from cupool.sharing.errors import (
     BrokerGoneError,
     BrokerUnreachableError,

@@ -7,8 +7,9 @@ import signal
 import threading
 
 from cupool.core.units import format_bytes
-from cupool.sharing.broker import Broker, BrokerConfig
+from cupool.sharing.broker import Broker
 from cupool.sharing.client import broker_request
+from cupool.sharing.config import BrokerConfig
 from cupool.sharing.errors import AdmissionError, SharingArgumentError
 from cupool.sharing.layout import Geometry, place_slot, slots_overlap
 from cupool.sharing.measure import needs_from_trace

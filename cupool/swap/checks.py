@@ -48,7 +48,7 @@ from typing import NamedTuple
 import numpy as np
 
 from cupool.devices.errors import DeviceError
-from cupool.devices.protocol import host_view
+from cupool.devices.memory import host_view
 from cupool.kernels import reference
 
 _BLOCK = 256  # threads per block (a multiple of 32, as the verify reduction needs)

@@ -116,7 +116,7 @@ class TensorHandle:
 
     def __init__(self, buffer: Buffer, recompute: Callable[..., object] | None = None, *,
                  dtype: object = "uint8", shape: tuple[int, ...] | None = None) -> None:
-        from cupool.devices.protocol import check_layout
+        from cupool.devices.checks import check_layout
 
         if recompute is not None and not callable(recompute):
             raise HandleError(f"buffer {buffer.id}: recompute (={recompute!r}) must be "

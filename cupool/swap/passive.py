@@ -31,7 +31,7 @@ import time
 from dataclasses import dataclass, replace
 
 from cupool.core.vocabulary import Trace
-from cupool.devices.protocol import host_view
+from cupool.devices.memory import host_view
 from cupool.swap.copy_engine import CopyEngine
 from cupool.swap.errors import PassiveOutOfMemoryError
 from cupool.swap.handles import DEVICE, RETIRED, WRITE, TensorHandle

@@ -21,7 +21,7 @@ from __future__ import annotations
 import time
 from functools import partial
 
-from cupool.devices.protocol import host_view
+from cupool.devices.memory import host_view
 
 
 def pattern_iteration(engine, b: int) -> int:

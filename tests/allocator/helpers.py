@@ -9,7 +9,7 @@ import itertools
 import cupy
 import numpy as np
 
-from cupool.devices.protocol import host_view
+from cupool.devices.memory import host_view
 
 
 def empty(nbytes: int):

@@ -28,7 +28,7 @@ from hypothesis.stateful import (  # noqa: E402
 
 from cupool.allocator import PlannedPool  # noqa: E402
 from cupool.devices import open_device  # noqa: E402
-from cupool.devices.protocol import host_view  # noqa: E402
+from cupool.devices.memory import host_view  # noqa: E402
 
 SIZES = (1, 512, 513, 4096, 10000, 70000)
 SCRIPT = (4096, 10000, 3000, 100, 70000, 512)  # a repeating iteration body

@@ -9,7 +9,7 @@ import pytest
 from cupool.core.vocabulary import Buffer
 from cupool.devices import open_device
 from cupool.devices.errors import StreamTaskError
-from cupool.devices.protocol import host_view
+from cupool.devices.memory import host_view
 from cupool.swap.copy_engine import CopyEngine
 from cupool.swap.errors import CopyFailedError
 from cupool.swap.handles import DEVICE, FAILED, HOST, WRITE, TensorHandle

@@ -81,13 +81,14 @@ def time_step(model: str, mode: str, batch: int, *, device: str, small: bool = F
     ``"cpu"``), then one timed step; its ops in order."""
     import torch
 
+    from cupool.capture import CaptureOptions
     from cupool.capture.tracer import Workload
 
     if device not in ("cuda", "cpu"):
         raise InputError(f"device (={device!r}) must be 'cuda' or 'cpu'")
     torch.manual_seed(seed)
     with torch.device(device):
-        workload = Workload(model, mode, batch, small=small)
+        workload = Workload(model, CaptureOptions(mode=mode, batch=batch, small=small))
         for _ in range(warmup):
             workload.run()
         if device == "cuda":
@@ -133,7 +134,7 @@ def roofline_calibration(pairs) -> dict | None:
     ``measured = launch_overhead_us + estimated / efficiency`` (estimates made with
     efficiency 1 and no launch overhead, as the capture's default). ``efficiency`` is
     clamped to ``(0, 1]`` and ``launch_overhead_us`` to ``>= 0`` (the ranges
-    :class:`~cupool.capture.cost.RooflineModel` accepts); ``None`` with fewer than two
+    :class:`~cupool.capture.roofline.RooflineModel` accepts); ``None`` with fewer than two
     distinct estimates."""
     from cupool.app.selftest.link import least_squares
 
@@ -148,9 +149,9 @@ def roofline_calibration(pairs) -> dict | None:
 def measure_model(model: str, mode: str, batch: int, *, device: str,
                   small: bool = False) -> dict:
     """Capture ``model`` (estimated durations) and time the same step on ``device``."""
-    from cupool.capture import capture_model
+    from cupool.capture import CaptureOptions, capture_model
 
-    trace = capture_model(model, mode, batch, small=small)
+    trace = capture_model(model, CaptureOptions(mode=mode, batch=batch, small=small))
     measured = time_step(model, mode, batch, device=device, small=small)
     return {"model": model, "mode": mode, "batch": batch, "small": small, "device": device,
             "estimates": trace.source.split("durations are ")[-1],

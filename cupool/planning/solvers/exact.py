@@ -199,13 +199,14 @@ def decide(component: Sweep, capacity: int, deadline: float, native: bool) -> De
     if component.n == 0:
         return Decision(FOUND, [], 0, 0)
     budget = max(deadline - time.monotonic(), 0.0)
-    args = (component.sizes, component.widths, component.section_lo, component.section_hi,
-            component.section_ptr, component.section_members, component.overlap_ptr,
-            component.overlaps, int(capacity), HEURISTICS, budget)
     if native:
+        args = (component.sizes, component.widths, component.section_lo, component.section_hi,
+                component.section_ptr, component.section_members, component.overlap_ptr,
+                component.overlaps, int(capacity), HEURISTICS, budget)
         outcome, offsets, nodes, backtracks = _native_module.search(*args)
     else:
-        outcome, offsets, nodes, backtracks = _PySearch(*args).run()
+        search = _PySearch(component, int(capacity), HEURISTICS, budget)
+        outcome, offsets, nodes, backtracks = search.run()
     return Decision(outcome, offsets, nodes, backtracks)
 
 
@@ -395,6 +396,32 @@ def _height(component: Sweep, offsets) -> int:
     return max((o + s for o, s in zip(offsets, component.sizes, strict=True)), default=0)
 
 
+@dataclass(frozen=True, slots=True)
+class _Part:
+    """One subproblem of the search: the ``buffers`` (component indices) living in sections
+    ``[lo, hi)``, placed in the static ``preorder`` of ``heuristic``. The whole component
+    is the first part; dynamic decomposition makes smaller ones."""
+
+    buffers: list
+    lo: int
+    hi: int
+    heuristic: str
+    preorder: list
+
+
+@dataclass(frozen=True, slots=True)
+class _Placed:
+    """The placement a search node just made: buffer ``i`` (position ``p`` of the part's
+    preorder) at ``offset``. ``ordering`` is that node's ``(min_offset, p)`` list, which the
+    child node filters; the child's placement must not precede ``(offset, p)`` in it, so
+    that each plan is reached once (canonical placements)."""
+
+    i: int
+    p: int
+    offset: int
+    ordering: list
+
+
 class _PySearch:
     """The pure-Python twin of ``_exact.c``: same state, same order, same counts.
 
@@ -402,11 +429,17 @@ class _PySearch:
     lowest offset buffer ``i`` may take given its placed neighbours; ``floor[s]`` and
     ``total[s]`` per section (top of the placed part, unplaced bytes); ``cuts[s]``
     buffers spanning the boundary between sections ``s`` and ``s + 1``.
+
+    ``component`` is the sweep to place within ``capacity`` bytes, trying ``heuristics``
+    round-robin for at most ``time_limit_s`` seconds (the arguments of ``_exact.search``).
     """
 
-    def __init__(self, sizes, widths, section_lo, section_hi, section_ptr, section_members,
-                 overlap_ptr, overlaps, capacity, heuristics, time_limit_s):
-        self.sizes, self.widths = sizes, widths
+    def __init__(self, component: Sweep, capacity: int, heuristics, time_limit_s: float):
+        sizes, section_ptr, section_members = (component.sizes, component.section_ptr,
+                                               component.section_members)
+        overlap_ptr, overlaps = component.overlap_ptr, component.overlaps
+        section_lo, section_hi = component.section_lo, component.section_hi
+        self.sizes, self.widths = sizes, component.widths
         self.section_lo, self.section_hi = section_lo, section_hi
         n, num_sections = len(sizes), len(section_ptr) - 1
         self.members = [section_members[section_ptr[s]:section_ptr[s + 1]]
@@ -457,20 +490,20 @@ class _PySearch:
     def sub_solve(self, buffers, lo, hi, heuristic):
         preorder = sorted(buffers, key=lambda i: self.preorder_key(heuristic, i))
         ordering = [(0, p) for p in range(len(preorder))]
-        return self.search(buffers, lo, hi, heuristic, preorder, ordering, 0, 0)
+        return self.search(_Part(buffers, lo, hi, heuristic, preorder), ordering, 0, 0)
 
-    def search(self, buffers, lo, hi, heuristic, preorder, parent_ordering, min_offset, min_p):
+    def search(self, part: _Part, parent_ordering, min_offset, min_p):
         if self.nodes_remaining <= 0:
             return ABORTED
         self.nodes_remaining -= 1
         self.nodes += 1
         if self.nodes % _CLOCK_EVERY == 0 and time.monotonic() > self.deadline:
             return TIMEOUT
-        assigned, sizes = self.assigned, self.sizes
+        assigned, sizes, preorder = self.assigned, self.sizes, part.preorder
         ordering = sorted((self.min_offset[preorder[p]], p)
                           for _, p in parent_ordering if assigned[preorder[p]] < 0)
         if not ordering:
-            for i in buffers:
+            for i in part.buffers:
                 self.solution[i] = assigned[i]
             return FOUND
         min_height = min(offset + sizes[preorder[p]] for offset, p in ordering)
@@ -483,9 +516,8 @@ class _PySearch:
             assigned[i] = offset
             hatless, offset_log, section_log = self.place(i, offset)
             outcome = NOT_FOUND
-            if self.check(lo, hi, offset):
-                outcome = self.decompose(buffers, lo, hi, heuristic, preorder, ordering,
-                                         offset, p, i)
+            if self.check(part.lo, part.hi, offset):
+                outcome = self.decompose(part, _Placed(i, p, offset, ordering))
             self.unplace(i, offset_log, section_log)
             if outcome != NOT_FOUND:
                 return outcome
@@ -535,25 +567,26 @@ class _PySearch:
         capacity, floor, total = self.capacity, self.floor, self.total
         return all(max(offset, floor[s]) + total[s] <= capacity for s in range(lo, hi))
 
-    def decompose(self, buffers, lo, hi, heuristic, preorder, ordering, offset, p, i):
-        """Continue after placing ``i``; if that left no buffer across some section
+    def decompose(self, part: _Part, placed: _Placed):
+        """Continue after the ``placed`` buffer; if that left no buffer across some section
         boundaries, solve the parts between them one after the other."""
+        i = placed.i
         self.solution[i] = self.assigned[i]
-        cutpoints = [lo]
+        cutpoints = [part.lo]
         for s in range(self.section_lo[i], self.section_hi[i] - 1):
             self.cuts[s] -= 1
             if self.cuts[s] == 0:
                 cutpoints.append(s + 1)
         if len(cutpoints) == 1:
-            outcome = self.search(buffers, lo, hi, heuristic, preorder, ordering, offset, p)
+            outcome = self.search(part, placed.ordering, placed.offset, placed.p)
         else:
-            cutpoints.append(hi)
+            cutpoints.append(part.hi)
             outcome = FOUND
             for part_lo, part_hi in itertools.pairwise(cutpoints):
-                part = [j for j in buffers if self.assigned[j] < 0
-                        and self.section_hi[j] > part_lo and part_hi > self.section_lo[j]]
-                if part:
-                    outcome = self.sub_solve(part, part_lo, part_hi, heuristic)
+                inside = [j for j in part.buffers if self.assigned[j] < 0
+                          and self.section_hi[j] > part_lo and part_hi > self.section_lo[j]]
+                if inside:
+                    outcome = self.sub_solve(inside, part_lo, part_hi, part.heuristic)
                     if outcome != FOUND:
                         break
         for s in range(self.section_lo[i], self.section_hi[i] - 1):

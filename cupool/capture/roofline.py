@@ -1,4 +1,5 @@
-"""The roofline cost model that gives captured ops a duration on a chosen GPU.
+"""The roofline model that gives captured ops a duration on a chosen GPU (the planner's
+model of copies and links is a different thing: :mod:`cupool.sim.cost`).
 
 An op that does ``flops`` floating-point operations and moves ``bytes_moved`` bytes
 between HBM and the chip takes::
