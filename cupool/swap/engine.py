@@ -112,8 +112,10 @@ class SwapEngine:
     ``settings`` (:class:`EngineSettings`) scales sizes and times; ``op_us`` are the op
     durations to spend (trace µs; default: the trace's, 10 µs where it has none);
     ``recompute`` maps buffer ids to ``recompute(out, *inputs)`` callables replacing the
-    default regeneration (module docstring). Call :meth:`close` (or use as a context
-    manager) to return the pool's arena and the staging reservation.
+    default regeneration (module docstring); ``layouts`` maps buffer ids to ``(dtype,
+    shape)``, the arrays :meth:`array` and the handles give for them (default: flat
+    ``uint8``; a program's op bodies get typed arrays). Call :meth:`close` (or use as a
+    context manager) to return the pool's arena and the staging reservation.
 
     Public state: ``handles`` (buffer id → :class:`~cupool.swap.handles.TensorHandle`),
     ``sizes`` (scaled bytes per buffer), ``schedule`` (the plan indexed by op),
@@ -125,7 +127,8 @@ class SwapEngine:
     """
 
     def __init__(self, trace: Trace, plan: Plan, device, settings: EngineSettings | None = None,
-                 *, op_us=None, recompute: dict | None = None) -> None:
+                 *, op_us=None, recompute: dict | None = None,
+                 layouts: dict | None = None) -> None:
         settings = settings or EngineSettings()
         try:
             from cupool.allocator.pool import PlannedPool
@@ -165,8 +168,10 @@ class SwapEngine:
         self.handles = {}
         for b in trace.buffers:
             given = (recompute or {}).get(b.id)
+            dtype, shape = (layouts or {}).get(b.id, ("uint8", None))
             self.handles[b.id] = TensorHandle(
-                b, given or (regenerate(self, b.id) if b.recompute is not None else None))
+                b, given or (regenerate(self, b.id) if b.recompute is not None else None),
+                dtype=dtype, shape=shape)
         self.off_plan = 0
         self.boundary_slots = {}
         self._arrays = {}  # (buffer, ptr) -> the handle's array there (made once)
