@@ -262,6 +262,6 @@ def test_verdict_says_how_many_steps_ran():
     assert report.verdict == "PASS"
     report.steps[5] = StepRecord(STEP_NAMES[5], "not_run", 0.0, message="why")
     assert report.verdict == f"PASS ({len(STEP_NAMES) - 1} of {len(STEP_NAMES)} steps run)"
-    report.steps = report.steps[:2] + [StepRecord("replay", "fail", 1.0)]
+    report.steps = [*report.steps[:2], StepRecord("replay", "fail", 1.0)]
     assert report.verdict == f"FAIL (3 of {len(STEP_NAMES)} steps run)"
     assert report.document()["verdict"] == report.verdict
