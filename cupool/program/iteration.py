@@ -12,8 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import numpy as np
-
 from cupool.program.errors import ProgramError, SpecError, TensorScopeError
 from cupool.program.program import FETCH, INPUT, OP, DeclaredOp, Program
 from cupool.program.tensors import Fetch, Spec, Tensor, make_spec, to_host
@@ -61,7 +59,7 @@ class Iteration:
         """Declare host data (a NumPy array, or a CuPy array on a GPU) as a tensor of this
         iteration: an op of its own uploads a copy of it (taken now)."""
         label = name or f"input{len(self._ops)}"
-        host = np.ascontiguousarray(to_host(data))
+        host = to_host(data)
         spec = Spec(tuple(host.shape), host.dtype, label)
 
         def upload_input(out) -> None:

@@ -88,7 +88,7 @@ class PlannedRunner:
             if slot is None:
                 self._first[b] = parked[key]
             else:
-                raw = np.ascontiguousarray(parked[key]).view(np.uint8).ravel()
+                raw = np.require(parked[key], requirements="C").reshape(-1).view(np.uint8)
                 slot.array[:raw.size] = raw
         self.current = program
         self.failed: ProgramError | None = None

@@ -190,7 +190,7 @@ class Session:
         if any(t.name == name for t in self._persistent.values()):
             raise ProgramError(f"register({name!r}): a persistent tensor of that name is "
                                f"already registered")
-        host = np.ascontiguousarray(to_host(value))
+        host = to_host(value)
         key = ("p", self._next_key)
         self._next_key += 1
         tensor = Tensor(self, key, Spec(tuple(host.shape), host.dtype, name), name, None)

@@ -140,11 +140,11 @@ def array_module(*arrays):
 
 
 def to_host(array) -> np.ndarray:
-    """A NumPy copy of ``array`` (NumPy or CuPy)."""
+    """A C-contiguous NumPy copy of ``array`` (NumPy or CuPy; a 0-d array stays 0-d)."""
     get = getattr(array, "get", None)
     if get is not None and not isinstance(array, np.ndarray):
-        return get()
-    return np.array(array, copy=True)
+        array = get()
+    return np.array(array, copy=True, order="C")
 
 
 __all__ = ["Fetch", "Spec", "Tensor", "array_module", "make_spec", "spec", "to_host"]

@@ -20,7 +20,7 @@ def upload(view, host: np.ndarray) -> None:
     if isinstance(view, np.ndarray):
         np.copyto(view, host)
     else:
-        view.set(np.ascontiguousarray(host))
+        view.set(np.require(host, requirements="C"))
 
 
 def download(host: np.ndarray, view) -> None:
