@@ -60,14 +60,16 @@ class DeclaredOp:
     outputs: tuple[Spec, ...]
     recompute: bool = True
 
-    @property
-    def output_keys(self) -> tuple:
-        return tuple(("t", self.index, k) for k in range(len(self.outputs)))
+    output_keys: tuple = field(init=False, compare=False, repr=False)
+    touched: tuple = field(init=False, compare=False, repr=False)
+    """``output_keys``: the keys of its outputs; ``touched``: every tensor key the op reads
+    or writes, each once, in declaration order (both derived once, at construction)."""
 
-    @property
-    def touched(self) -> tuple:
-        """Every tensor key the op reads or writes, each once, in declaration order."""
-        return tuple(dict.fromkeys((*self.inputs, *self.updates, *self.output_keys)))
+    def __post_init__(self) -> None:
+        outputs = tuple(("t", self.index, k) for k in range(len(self.outputs)))
+        object.__setattr__(self, "output_keys", outputs)
+        object.__setattr__(self, "touched",
+                           tuple(dict.fromkeys((*self.inputs, *self.updates, *outputs))))
 
     def shape_of(self) -> tuple:
         """What must match between iterations of the same program."""

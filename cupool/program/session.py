@@ -263,10 +263,10 @@ class Session:
                 raise ProgramChangedError(iteration.number, change.op_index, change.op,
                                           change.tensor, change.detail)
         budget, peak = self.budget_bytes, self.peak_bytes
-        if self._recorded is None or change is not None:
+        if self._recorded is None or change is not None:  # else: the checked program again
             peak = program.peak_bytes()
             budget = parse_budget(self._budget, peak)
-        program.check_budget(budget)
+            program.check_budget(budget)
         self.budget_bytes, self.peak_bytes = budget, peak
         if change is not None:
             self._retire()

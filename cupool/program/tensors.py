@@ -12,6 +12,7 @@ identify a tensor within a program, the same in every iteration of the same prog
 
 from __future__ import annotations
 
+import math
 import operator
 import sys
 from dataclasses import dataclass
@@ -33,7 +34,7 @@ class Spec:
     @property
     def nbytes(self) -> int:
         """Bytes the array needs (``prod(shape) * itemsize``)."""
-        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+        return math.prod(self.shape) * self.dtype.itemsize
 
 
 def make_spec(op: str, value: object) -> Spec:
