@@ -122,11 +122,16 @@ def train_step(it, p: dict, x, labels):
     return it.fetch(loss)
 
 
+def register(session, seed: int = 0) -> dict:
+    """The parameters, registered on ``session`` (SGD keeps no other state)."""
+    return {name: session.register(name, value)
+            for name, value in initial_parameters(seed).items()}
+
+
 def train(session, steps: int, seed: int = 0) -> tuple[list, dict]:
     """Train for ``steps`` on ``session`` (a ``cupool.Session`` or ``cupool.EagerSession``);
     returns the losses and the final parameters (host arrays)."""
-    params = {name: session.register(name, value)
-              for name, value in initial_parameters(seed).items()}
+    params = register(session, seed)
     losses = []
     for x, labels in batches(steps):
         with session.iteration() as it:

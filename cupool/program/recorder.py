@@ -76,6 +76,9 @@ class _Passive:
     def __init__(self, program: Program, device, budget_bytes: int, parked: dict) -> None:
         self.program, self.device, self.parked = program, device, parked
         self.arena = device.reserve(budget_bytes)
+        # touched once before any op runs: first-touch page faults of fresh (emulated,
+        # host-backed) memory are not the ops' time
+        device.array_at(self.arena.ptr, budget_bytes).fill(0)
         self.ranges = _FirstFit(budget_bytes)
         self.offset: dict = {}       # key -> arena offset of a resident tensor
         self.views: dict = {}        # key -> its device array there

@@ -30,6 +30,7 @@ stay (as a run without cupool would keep them).
 from __future__ import annotations
 
 import time
+from collections import deque
 from dataclasses import dataclass
 from functools import partial
 
@@ -45,6 +46,9 @@ from cupool.program.transfer import host_copy, upload
 from cupool.sim.simulator import simulate
 from cupool.swap.engine import LATE_THRESHOLD_WALL_US, EngineSettings, SwapEngine
 from cupool.swap.iteration import IterationResult
+
+OBSERVED_ITERATIONS = 64
+"""How many iterations' observed op durations a runner keeps (the latest ones)."""
 
 
 @dataclass(frozen=True)
@@ -93,6 +97,7 @@ class PlannedRunner:
         self.current = program
         self.failed: ProgramError | None = None
         self.iteration = 0
+        self.op_us = deque(maxlen=OBSERVED_ITERATIONS)  # observed op durations, per iteration
 
     @property
     def plan(self):
@@ -122,6 +127,7 @@ class PlannedRunner:
         self._first.clear()  # every home residency starts at op 0: all were written
         if self.failed is not None:
             raise self.failed
+        self.op_us.append(result.op_us)
         moved = self._feedback(result) if self.feedback else 0
         return PlannedRun(result, self._fetched, stats["reserved_bytes.peak"],
                           stats["allocated_bytes.peak"], moved)

@@ -63,6 +63,7 @@ keeping it.
 
 from __future__ import annotations
 
+import statistics
 import time
 from dataclasses import dataclass
 
@@ -320,6 +321,21 @@ class Session:
                             run.moved_triggers, run.reserved_peak_bytes, budget,
                             off_plan=result.off_plan)
         return report, run.fetched
+
+    def measured_trace(self, skip: int = 1):
+        """The recorded trace with each op's duration the median of what the planned
+        iterations observed (after the first ``skip`` of them; recomputes before an op
+        included), or ``None`` before there are any: what the simulator should be given
+        when the one passive measurement was noisy."""
+        runs = list(self._runner.op_us)[skip:] if self._runner is not None else []
+        if not runs:
+            return None
+        from dataclasses import replace as replaced
+
+        medians = [statistics.median(run[i] for run in runs) for i in range(len(runs[0]))]
+        ops = tuple(replaced(op, duration_us=d) for op, d in zip(self.planned.trace.ops,
+                                                                medians, strict=True))
+        return replaced(self.planned.trace, ops=ops)
 
     @property
     def plan(self):
