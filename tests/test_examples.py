@@ -74,3 +74,17 @@ def test_a_program_example_trains_within_half_its_peak_bitwise_as_without_cupool
     assert int(budget) == int(peak) // 2
     assert lines[7:] == ["loss decreased: yes",
                          "parameters bitwise identical to the run without cupool: yes"]
+
+
+def test_the_readmes_first_python_runs_as_written():
+    """The program in the README's first Python block trains within 50% of its peak."""
+    import numpy as np
+
+    code = re.search(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S).group(1)
+    assert "cupool.Session(" in code
+    batches = [np.random.default_rng(i).random((64, 256), dtype=np.float32) for i in range(3)]
+    printed = []
+    namespace = {"batches": batches, "print": lambda *args: printed.append(args)}
+    exec(compile(code, "README.md", "exec"), namespace)  # the README's own code
+    assert [mode for _mean, mode in printed] == ["passive", "planned", "planned"]
+    assert namespace["trained"].shape == (256, 256)

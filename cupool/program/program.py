@@ -62,19 +62,19 @@ class DeclaredOp:
 
     output_keys: tuple = field(init=False, compare=False, repr=False)
     touched: tuple = field(init=False, compare=False, repr=False)
-    """``output_keys``: the keys of its outputs; ``touched``: every tensor key the op reads
-    or writes, each once, in declaration order (both derived once, at construction)."""
+    signature: tuple = field(init=False, compare=False, repr=False)
+    """Derived once, at construction: ``output_keys``, the keys of its outputs;
+    ``touched``, every tensor key the op reads or writes, each once, in declaration order;
+    ``signature``, what must match between iterations of the same program."""
 
     def __post_init__(self) -> None:
         outputs = tuple(("t", self.index, k) for k in range(len(self.outputs)))
         object.__setattr__(self, "output_keys", outputs)
         object.__setattr__(self, "touched",
                            tuple(dict.fromkeys((*self.inputs, *self.updates, *outputs))))
-
-    def shape_of(self) -> tuple:
-        """What must match between iterations of the same program."""
-        return (self.name, self.kind, self.inputs, self.updates,
-                tuple((s.shape, s.dtype.str) for s in self.outputs), self.recompute)
+        object.__setattr__(self, "signature", (
+            self.name, self.kind, self.inputs, self.updates,
+            tuple((s.shape, s.dtype) for s in self.outputs), self.recompute))
 
 
 @dataclass(frozen=True)
@@ -196,7 +196,7 @@ class Program:
         """Where ``other`` (a later iteration) first differs from this program, or
         ``None`` when it is the same program (same ops, tensors, shapes and dtypes)."""
         for mine, theirs in zip(self.ops, other.ops, strict=False):
-            if mine.shape_of() == theirs.shape_of():
+            if mine.signature == theirs.signature:
                 continue
             return _op_change(self, mine, other, theirs)
         if len(self.ops) != len(other.ops):

@@ -205,6 +205,9 @@ class SwapEngine:
                                   f"bytes, the pool's arena has {self.arena_bytes}")
             self.pool.install_plan(layout.pool_plan, layout.pool_trace)
         self.schedule = build_schedule(plan, self.trace, layout)
+        self._home_at = {}  # op -> persistent buffers whose home residency starts there
+        for b, start in self.schedule.home.items():
+            self._home_at.setdefault(start, []).append(b)
 
     def _setup_persistent(self) -> None:
         """Persistent buffers the plan starts the iteration with on the host get a host
@@ -304,8 +307,8 @@ class SwapEngine:
         for action in schedule.due[op]:
             self.work.timed_wait(state.landed_at[(action.buffer_id, action.trigger_op)],
                                  partial(state.measured_wait, action.buffer_id))
-        first_fills = [b for b, start in schedule.home.items()
-                       if start == op and b not in self._persistent_ready]
+        first_fills = [b for b in self._home_at.get(op, ())
+                       if b not in self._persistent_ready] if self._home_at else []
         produced = [*schedule.produced[op], *first_fills]
         recomputed = schedule.recomputes[op]
         written = [*produced, *recomputed]

@@ -16,24 +16,14 @@ there is no ``examples/`` directory beside ``cupool/``.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import statistics
-from pathlib import Path
 
-EXAMPLES_DIR = Path(__file__).resolve().parents[3] / "examples"
+from cupool.app.examples import EXAMPLES_DIR, load_example
+
 PROGRAM_EXAMPLES = ("mlp_sgd", "gpt_decoder")
 STEADY_FROM = 2
 """Steps before this one are the recording and the first planned step (setup)."""
-
-
-def load_example(name: str, directory: Path = EXAMPLES_DIR):
-    """The module ``<directory>/<name>.py``, loaded (not run as a script)."""
-    spec = importlib.util.spec_from_file_location(f"cupool_example_{name}",
-                                                  directory / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def program_step(name: str, budget: str, device_kind: str, steps: int = 6) -> dict:
