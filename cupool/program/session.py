@@ -256,6 +256,7 @@ class Session:
         self._open_iteration = None
         if program is None:
             return
+        self._check_open(f"iteration {iteration.number}")
         began = time.perf_counter()
         change = None
         if self._recorded is not None:
@@ -299,7 +300,11 @@ class Session:
 
     def _plan(self, program: Program) -> None:
         self.planned = None
-        planned = plan_program(self.trace, self.budget_bytes, self.cost)
+        try:
+            planned = plan_program(self.trace, self.budget_bytes, self.cost)
+        except CupoolError as exc:  # the planner failed: keep running passively, say why
+            self.plan_reason = f"planning failed: {exc}"
+            return
         if not planned.fits or not planned.check.valid:
             self.plan_reason = planned.reason or f"invalid plan: {planned.check.message}"
             return

@@ -103,6 +103,13 @@ def test_a_released_tensor_and_a_closed_session_are_refused_by_name():
     with pytest.raises(errors.SessionClosedError, match=r"^read\('v'\): the session is"):
         session.read(v)
     session.close()  # idempotent
+    other = cupool.Session(1 << 20, device="emulated")
+    w = other.register("w", np.arange(4, dtype=np.float32))
+    with pytest.raises(errors.SessionClosedError, match=r"^iteration 0: the session is"), \
+            other.iteration() as it:
+        x = it.input(np.ones(4, np.float32), name="x")
+        it.op(_copy, w, out=x, name="copy_w")
+        other.close()  # closed while the step was being declared: nothing runs
 
 
 def _sometimes_wrong(mistake: str):
