@@ -2,7 +2,8 @@
 
 :class:`PlannedRunner` holds one :class:`~cupool.swap.engine.SwapEngine` for the recorded
 program and its plan, and runs each later iteration of the same program through it, op by
-op::
+op, with :meth:`~cupool.swap.engine.SwapEngine.run_iteration` (the loop ``cupool replay``
+drives with its pattern body)::
 
     engine.before_op(i)      residencies served by the pool at their planned offsets,
                              swap-ins triggered at i on the H2D stream, waits for those due,
@@ -113,16 +114,7 @@ class PlannedRunner:
         self.caller.iteration = iteration
         self._fetched = {}
         engine.pool.reset_peak_stats()
-        engine.begin_iteration(iteration)
-        try:
-            for i in range(program.num_ops):
-                frame = engine.before_op(i)
-                self._body(engine, frame)
-                engine.after_op(i)
-        except BaseException as exc:
-            engine.abort_iteration(exc)
-            raise
-        result = engine.end_iteration()
+        result = engine.run_iteration(iteration, self._body)  # the replay's loop too
         stats = engine.pool.memory_stats()
         self._first.clear()  # every home residency starts at op 0: all were written
         if self.failed is not None:
