@@ -31,13 +31,26 @@ from cupool.program.transfer import OpClock, download, host_copy, upload
 
 
 @dataclass(frozen=True)
+class Access:
+    """One logged access: op ``op`` touched ``tensor`` (its name) with ``intent``
+    (``"read"``, ``"update"`` or ``"write"``, an output) after ``swap_us`` µs of swapping
+    (and evicting) to bring its tensors in (logged on the op's first access)."""
+
+    op: int
+    tensor: str
+    intent: str
+    swap_us: float
+
+
+@dataclass(frozen=True)
 class Recording:
-    """What a passive iteration measured: ``durations_us`` (per op), ``peak_bytes`` (the
-    most arena bytes in use at once), ``swap_outs``/``swap_ins`` (LRU swaps), ``wall_us``
-    (the whole iteration, swaps included) and ``fetched`` (key → host value of every
-    fetched tensor)."""
+    """What a passive iteration measured: ``durations_us`` (per op), ``accesses`` (every
+    access, in order), ``peak_bytes`` (the most arena bytes in use at once),
+    ``swap_outs``/``swap_ins`` (LRU swaps), ``wall_us`` (the whole iteration, swaps
+    included) and ``fetched`` (key → host value of every fetched tensor)."""
 
     durations_us: tuple[float, ...]
+    accesses: tuple[Access, ...]
     peak_bytes: int
     swap_outs: int
     swap_ins: int
@@ -155,15 +168,21 @@ def record(program: Program, device, budget_bytes: int, parked: dict,
     for k, i in last_use.items():
         if k[0] == "t":
             ending.setdefault(i, []).append(k)
-    marks, fetched = [], {}
+    marks, fetched, accesses = [], {}, []
     began = time.perf_counter()
     try:
         with _current(device):
             for op in program.ops:
                 keys = op.touched
+                swapping = time.perf_counter()
                 run.make_room(op.index, keys, set(op.output_keys))
+                swap_us = (time.perf_counter() - swapping) * 1e6
                 for k in keys:
                     run.last_access[k] = op.index
+                    intent = "write" if k in op.output_keys else (
+                        "update" if k in op.updates else "read")
+                    accesses.append(Access(op.index, program.names[k], intent, swap_us))
+                    swap_us = 0.0
                 clock.start()
                 if op.kind == FETCH:
                     fetched = {k: host_copy(run.views[k]) for k in op.inputs}
@@ -180,7 +199,7 @@ def record(program: Program, device, budget_bytes: int, parked: dict,
         raise
     finally:
         run.close()
-    return Recording(durations, run.peak, run.swap_outs, run.swap_ins,
+    return Recording(durations, tuple(accesses), run.peak, run.swap_outs, run.swap_ins,
                      (time.perf_counter() - began) * 1e6, fetched)
 
 
@@ -197,5 +216,5 @@ def _current(device):
     return stack
 
 
-__all__ = ["Recording", "record"]
+__all__ = ["Access", "Recording", "record"]
 

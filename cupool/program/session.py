@@ -138,8 +138,9 @@ class Session:
     resolved), ``peak_bytes`` (the recorded program's peak), ``trace`` (the recorded trace,
     with measured op durations), ``planned`` (its :class:`~cupool.planning.PlannedTrace`,
     ``None`` without a plan), ``plan`` (the plan the next iteration runs, after feedback),
-    ``plan_reason`` (why there is no plan), ``cost`` (the link's cost model), ``xp`` (the
-    array module of the device's arrays).
+    ``plan_reason`` (why there is no plan), ``recording`` (the last passive iteration's
+    :class:`~cupool.program.recorder.Recording`: durations, every access, swaps), ``cost``
+    (the link's cost model), ``xp`` (the array module of the device's arrays).
     """
 
     def __init__(self, budget, *, device="auto", link="gen5", on_change: str = "record",
@@ -158,7 +159,7 @@ class Session:
         self.reports: list[StepReport] = []
         self.budget_bytes: int | None = None
         self.peak_bytes: int | None = None
-        self.trace = self.planned = None
+        self.trace = self.planned = self.recording = None
         self.plan_reason: str | None = None
         self._persistent: dict = {}  # key -> Tensor (registered, not released)
         self._parked: dict = {}      # key -> host value of a persistent tensor outside the engine
@@ -289,6 +290,7 @@ class Session:
         self._caller.iteration = number
         recording = record(program, self.device, budget, self._parked, self._caller)
         wall = (time.perf_counter() - began) * 1e6
+        self.recording = recording
         self._recorded = program
         self.trace = program.to_trace(recording.durations_us, name=f"program@{number}")
         planning = time.perf_counter()

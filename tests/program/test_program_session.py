@@ -29,13 +29,18 @@ def test_parameters_are_bitwise_those_of_the_run_without_cupool(budget, referenc
         losses, params = mlp.train(session, STEPS)
         reports = session.reports
         assert session.budget_bytes == int(session.peak_bytes * int(budget[:-1]) / 100)
-        plan = session.plan
+        plan, recording, trace = session.plan, session.recording, session.trace
     assert losses == reference[0]
     assert params.keys() == reference[1].keys()
     for name, value in reference[1].items():
         assert np.array_equal(params[name], value), name
     assert [r.mode for r in reports] == ["passive"] + ["planned"] * (STEPS - 1)
     assert any(isinstance(a, SwapIn) for a in plan.actions)  # below the peak: it swaps
+    assert [a.tensor for a in recording.accesses[:4]] == ["x", "labels", "x", "w0"]
+    assert {a.intent for a in recording.accesses} == {"read", "write", "update"}
+    assert len(recording.durations_us) == len(trace.ops)
+    assert recording.peak_bytes <= reports[0].budget_bytes
+    assert recording.swap_outs > 0 or budget == "90%"
     for report in reports:
         assert 0 < report.device_peak_bytes <= report.budget_bytes
         assert report.off_plan == 0
