@@ -1,7 +1,9 @@
 """cupool: planned GPU memory for repeating CuPy workloads.
 
 ``import cupool`` stays free of CuPy: the pool (which subclasses ``cupy.cuda.MemoryPool``)
-is imported on first use of ``cupool.PlannedPool`` or ``cupool.managed``.
+is imported on first use of ``cupool.PlannedPool`` or ``cupool.managed``; the program
+session (``cupool.Session``, ``cupool.array_module``: :mod:`cupool.program`) on first use
+of its names.
 """
 
 from cupool.check import validate_plan
@@ -10,6 +12,7 @@ from cupool.io import load_plan, load_trace, save_plan, save_trace
 from cupool.planning import SolverParams, plan
 
 _ALLOCATOR = ("PlannedPool", "managed")
+_PROGRAM = ("EagerSession", "Session", "Spec", "Tensor", "array_module", "spec")
 
 
 def __getattr__(name):
@@ -17,8 +20,13 @@ def __getattr__(name):
         from cupool import allocator
 
         return getattr(allocator, name)
+    if name in _PROGRAM:
+        from cupool import program
+
+        return getattr(program, name)
     raise AttributeError(f"module 'cupool' has no attribute {name!r}")
 
 
-__all__ = ["PlannedPool", "SolverParams", "load_plan", "load_trace", "managed", "plan",
-           "save_plan", "save_trace", "validate_plan"]
+__all__ = ["EagerSession", "PlannedPool", "Session", "SolverParams", "Spec", "Tensor",
+           "array_module", "load_plan", "load_trace", "managed", "plan", "save_plan",
+           "save_trace", "spec", "validate_plan"]

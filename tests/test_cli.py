@@ -198,6 +198,12 @@ def test_demo_plans_every_bundled_trace_and_writes_valid_plans(tmp_path):
         assert cli("validate", trace_path, row["plan"])[0] == 0
     assert document["replay"]["corrupt_bytes"] == 0
     assert len(document["replay"]["late_prefetches"]) == 3
+    program = document["program"]
+    assert program["example"] == "gpt_decoder" and program["params_identical"]
+    assert program["losses"][-1] < program["losses"][0]
+    assert program["modes"] == ["passive"] + ["planned"] * 5
+    assert max(program["device_peak_bytes"]) <= program["budget_bytes"]
+    assert program["budget_bytes"] == program["peak_bytes"] // 2
     budgets = {row["budget_percent"]: row for row in document["budgets"]}
     assert set(budgets) == {70, 50}
     for row in budgets.values():

@@ -1,4 +1,5 @@
-"""``cupool demo``: the main job on the bundled real traces, in three parts.
+"""``cupool demo``: the main job on the bundled real traces, and a user's program, in four
+parts.
 
 1. Every static solver on every bundled trace: arena bytes against the lower bound and
    seconds, each plan checked by the validator; the best plan per trace is written out.
@@ -6,6 +7,9 @@
    simulated on PCIe Gen5, beside the sound lower bound on overhead.
 3. The swap engine running the 70% plan for a few iterations (on the GPU when there is one,
    else on the emulated device), every byte checked, beside the simulator's prediction.
+4. A user's own program: the GPT-style decoder of ``examples/gpt_decoder.py`` trained with
+   AdamW through ``cupool.Session`` within 50% of its peak (same device choice), its loss
+   per step, and its parameters compared bitwise with the same program run without cupool.
 
 :func:`run_demo` returns the whole result as one flat dict (the ``--json`` object) and says
 each line of the text report to ``say`` as it is measured (``None``: silent).
@@ -28,6 +32,8 @@ BUDGET_PERCENTS = (70, 50)
 """Budgets of the second part, in percent of the trace's lower bound."""
 REPLAY_ITERATIONS = 3
 """Iterations the swap engine runs in the third part."""
+PROGRAM_EXAMPLE, PROGRAM_BUDGET, PROGRAM_STEPS = "gpt_decoder", "50%", 6
+"""The example program of the fourth part, its budget (of its peak) and its steps."""
 
 Say = Callable[[str], None]
 
@@ -42,8 +48,8 @@ class DemoOptions:
 
 
 def run_demo(options: DemoOptions, say: Say | None = None) -> dict:
-    """Run the three parts; the result has ``traces``, ``budgets``, ``replay``, ``out`` and
-    ``seconds``. :class:`~cupool.errors.InputError` when ``out_dir`` exists and is not a
+    """Run the four parts; the result has ``traces``, ``budgets``, ``replay``, ``program``,
+    ``out`` and ``seconds``. :class:`~cupool.errors.InputError` when ``out_dir`` exists and is not a
     directory."""
     say = say or (lambda _line: None)
     out_dir = options.out_dir
@@ -54,11 +60,12 @@ def run_demo(options: DemoOptions, say: Say | None = None) -> dict:
     rows = solve_every_trace(out_dir, options.time_limit_s, say)
     budgets = budget_policies(say)
     replayed = replay_budget_plan(say)
+    program = train_example_program(say)
     elapsed = time.perf_counter() - started
     say(f"\nbest plan per trace written to {out_dir}/ ({len(rows)} files, plan format v1; "
         f"check one with `cupool validate TRACE PLAN`); {elapsed:.1f} s in all")
-    return {"traces": rows, "budgets": budgets, "replay": replayed, "out": str(out_dir),
-            "seconds": round(elapsed, 2)}
+    return {"traces": rows, "budgets": budgets, "replay": replayed, "program": program,
+            "out": str(out_dir), "seconds": round(elapsed, 2)}
 
 
 def _budget_trace():
@@ -164,5 +171,50 @@ def replay_budget_plan(say: Say) -> dict:
     return result
 
 
-__all__ = ["BUDGET_PERCENTS", "BUDGET_TRACE", "REPLAY_ITERATIONS", "DemoOptions",
-           "budget_policies", "replay_budget_plan", "run_demo", "solve_every_trace"]
+def train_example_program(say: Say) -> dict:
+    """The decoder example trained within 50% of its peak through ``cupool.Session`` (on
+    the GPU when one is usable, else on the emulated device), then without cupool: losses,
+    modes, device peaks, and whether the parameters are bitwise the same.
+    ``{"skipped": why}`` outside a checkout (the examples are not installed)."""
+    import numpy as np
+
+    from cupool.app.examples import ExampleMissingError, load_example
+    from cupool.devices import probe_cuda
+    from cupool.program import EagerSession, Session
+
+    try:
+        module = load_example(PROGRAM_EXAMPLE)
+    except ExampleMissingError as exc:
+        say(f"\nexample program skipped: {exc}")
+        return {"skipped": str(exc)}
+    usable, _why = probe_cuda()
+    device = "cuda" if usable else "emulated"
+    say(f"\nyour own program within a budget: examples/{PROGRAM_EXAMPLE}.py (embedding, "
+        f"causal attention, layer norm, GELU, AdamW) at {PROGRAM_BUDGET} of its peak on "
+        f"{'the GPU' if usable else 'the emulated device'}")
+    with Session(PROGRAM_BUDGET, device=device) as session:
+        losses, params = module.train(session, PROGRAM_STEPS)
+        reports = session.reports
+        xp, peak, budget = session.xp, session.peak_bytes, session.budget_bytes
+        actions = len(session.plan.actions) if session.plan else 0
+    for step, (loss, report) in enumerate(zip(losses, reports, strict=True)):
+        say(f"  step {step}: loss {loss:.4f}  {report.mode:<7}  device peak "
+            f"{report.device_peak_bytes} of {report.budget_bytes} B, late prefetches "
+            f"{report.late_prefetches}")
+    with EagerSession(xp) as eager:
+        reference_losses, reference = module.train(eager, PROGRAM_STEPS)
+    same = all(np.array_equal(params[k], v) for k, v in reference.items()) and \
+        losses == reference_losses
+    say(f"  peak {peak} B, budget {budget} B, plan: {actions} swap/recompute actions; "
+        f"parameters bitwise identical to the run without cupool: {'yes' if same else 'NO'}")
+    return {"example": PROGRAM_EXAMPLE, "device": device, "budget": PROGRAM_BUDGET,
+            "peak_bytes": peak, "budget_bytes": budget, "losses": losses,
+            "modes": [r.mode for r in reports],
+            "device_peak_bytes": [r.device_peak_bytes for r in reports],
+            "late_prefetches": [r.late_prefetches for r in reports],
+            "plan_actions": actions, "params_identical": same}
+
+
+__all__ = ["BUDGET_PERCENTS", "BUDGET_TRACE", "PROGRAM_BUDGET", "PROGRAM_EXAMPLE",
+           "PROGRAM_STEPS", "REPLAY_ITERATIONS", "DemoOptions", "budget_policies",
+           "replay_budget_plan", "run_demo", "solve_every_trace", "train_example_program"]

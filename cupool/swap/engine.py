@@ -112,8 +112,10 @@ class SwapEngine:
     ``settings`` (:class:`EngineSettings`) scales sizes and times; ``op_us`` are the op
     durations to spend (trace µs; default: the trace's, 10 µs where it has none);
     ``recompute`` maps buffer ids to ``recompute(out, *inputs)`` callables replacing the
-    default regeneration (module docstring). Call :meth:`close` (or use as a context
-    manager) to return the pool's arena and the staging reservation.
+    default regeneration (module docstring); ``layouts`` maps buffer ids to ``(dtype,
+    shape)``, the arrays :meth:`array` and the handles give for them (default: flat
+    ``uint8``; a program's op bodies get typed arrays). Call :meth:`close` (or use as a
+    context manager) to return the pool's arena and the staging reservation.
 
     Public state: ``handles`` (buffer id → :class:`~cupool.swap.handles.TensorHandle`),
     ``sizes`` (scaled bytes per buffer), ``schedule`` (the plan indexed by op),
@@ -125,7 +127,8 @@ class SwapEngine:
     """
 
     def __init__(self, trace: Trace, plan: Plan, device, settings: EngineSettings | None = None,
-                 *, op_us=None, recompute: dict | None = None) -> None:
+                 *, op_us=None, recompute: dict | None = None,
+                 layouts: dict | None = None) -> None:
         settings = settings or EngineSettings()
         try:
             from cupool.allocator.pool import PlannedPool
@@ -165,8 +168,10 @@ class SwapEngine:
         self.handles = {}
         for b in trace.buffers:
             given = (recompute or {}).get(b.id)
+            dtype, shape = (layouts or {}).get(b.id, ("uint8", None))
             self.handles[b.id] = TensorHandle(
-                b, given or (regenerate(self, b.id) if b.recompute is not None else None))
+                b, given or (regenerate(self, b.id) if b.recompute is not None else None),
+                dtype=dtype, shape=shape)
         self.off_plan = 0
         self.boundary_slots = {}
         self._arrays = {}  # (buffer, ptr) -> the handle's array there (made once)
@@ -200,6 +205,9 @@ class SwapEngine:
                                   f"bytes, the pool's arena has {self.arena_bytes}")
             self.pool.install_plan(layout.pool_plan, layout.pool_trace)
         self.schedule = build_schedule(plan, self.trace, layout)
+        self._home_at = {}  # op -> persistent buffers whose home residency starts there
+        for b, start in self.schedule.home.items():
+            self._home_at.setdefault(start, []).append(b)
 
     def _setup_persistent(self) -> None:
         """Persistent buffers the plan starts the iteration with on the host get a host
@@ -299,8 +307,8 @@ class SwapEngine:
         for action in schedule.due[op]:
             self.work.timed_wait(state.landed_at[(action.buffer_id, action.trigger_op)],
                                  partial(state.measured_wait, action.buffer_id))
-        first_fills = [b for b, start in schedule.home.items()
-                       if start == op and b not in self._persistent_ready]
+        first_fills = [b for b in self._home_at.get(op, ())
+                       if b not in self._persistent_ready] if self._home_at else []
         produced = [*schedule.produced[op], *first_fills]
         recomputed = schedule.recomputes[op]
         written = [*produced, *recomputed]

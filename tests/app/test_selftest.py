@@ -207,14 +207,13 @@ def test_selftest_on_cuda_without_a_gpu_exits_2_with_one_line(tmp_path):
 def test_selftest_on_the_emulated_device_writes_both_files(tmp_path):
     out, err = io.StringIO(), io.StringIO()
     code = main(["selftest", "--device", "emulated", "--out", str(tmp_path), "--steps",
-                 "environment,link,programs,gpu_tests", "--json"], out, err)
+                 "environment,link,gpu_tests", "--json"], out, err)
     assert code == 0, err.getvalue()
     document = json.loads(out.getvalue())
     assert document["passed"] and document["device"] == "emulated"
     steps = document["steps"]
-    assert [steps[name]["status"] for name in ("environment", "link", "programs",
-                                               "gpu_tests")] == ["pass", "pass", "not_run",
-                                                                 "not_run"]
+    assert [steps[name]["status"] for name in ("environment", "link", "gpu_tests")] == [
+        "pass", "pass", "not_run"]
     assert steps["environment"]["result"]["device_kind"] == "emulated"
     assert json.loads((tmp_path / "selftest_emulated.json").read_text()) == document
     markdown = (tmp_path / "selftest_emulated.md").read_text()
@@ -228,9 +227,9 @@ def test_a_step_that_breaks_is_recorded_and_the_next_step_runs(tmp_path, monkeyp
 
     monkeypatch.setitem(runners.RUNNERS, "link", broken)
     report = run_selftest(SelftestOptions(device="emulated", out_dir=tmp_path,
-                                          steps=("link", "programs")))
+                                          steps=("link", "gpu_tests")))
     assert [(s.name, s.status) for s in report.steps] == [("link", "error"),
-                                                          ("programs", "not_run")]
+                                                          ("gpu_tests", "not_run")]
     assert report.steps[0].message == "RuntimeError: the step broke"
     assert not report.passed
     saved = json.loads((tmp_path / "selftest_emulated.json").read_text())
@@ -265,3 +264,18 @@ def test_verdict_says_how_many_steps_ran():
     report.steps = [*report.steps[:2], StepRecord("replay", "fail", 1.0)]
     assert report.verdict == f"FAIL (3 of {len(STEP_NAMES)} steps run)"
     assert report.document()["verdict"] == report.verdict
+
+
+def test_the_programs_step_trains_the_examples_bitwise_as_without_cupool(tmp_path):
+    report = run_selftest(SelftestOptions(device="emulated", out_dir=tmp_path,
+                                          steps=("programs",), replay_budgets=("50%",),
+                                          program_steps=3))
+    [step] = report.steps
+    assert step.status == "pass", step.message
+    assert [(r["example"], r["budget"]) for r in step.result] == [("mlp_sgd", "50%"),
+                                                                  ("gpt_decoder", "50%")]
+    for row in step.result:
+        assert row["params_identical"] and row["losses_identical"] and row["within_budget"]
+        assert row["modes"] == ["passive", "planned", "planned"]
+    markdown = (tmp_path / "selftest_emulated.md").read_text()
+    assert "## programs: pass" in markdown and "| mlp_sgd | 50% | p p p |" in markdown

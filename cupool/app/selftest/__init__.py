@@ -14,8 +14,10 @@ steps before it on disk):
                  (:mod:`.ops`)
 ``replay``       bundled traces at several budgets through the swap runtime: measured
                  iteration time against the simulator, late prefetches, corrupt bytes
-``programs``     user programs under a budget: reported as not run while cupool has no
-                 program examples
+``programs``     the example programs (``examples/mlp_sgd.py``, ``gpt_decoder.py``) trained
+                 through ``cupool.Session`` at the replay budgets: parameters bitwise those
+                 of the run without cupool, device peak within the budget
+                 (:mod:`.programs`)
 ``stress``       ``cupool stress`` for some minutes: corrupt bytes, leaks, errors
 ``gpu_tests``    the GPU test suite (``pytest -m gpu``): pass, fail and skip counts
 =============  ==========================================================================
@@ -62,7 +64,9 @@ class SelftestOptions:
     trace names (substrings of the file names; ``pool_traces=None``: every bundled trace);
     ``op_model`` is ``(model, mode, batch)`` for the ``ops`` step (``None``: ResNet-50
     training at batch 32 on a GPU, its small configuration at batch 2 on the CPU);
-    ``tests_dir`` the test suite for ``gpu_tests`` (``None``: the checkout's ``tests/``)."""
+    ``tests_dir`` the test suite for ``gpu_tests`` (``None``: the checkout's ``tests/``);
+    ``program_steps`` the training steps of each example in the ``programs`` step (it runs
+    them at ``replay_budgets``)."""
 
     device: str = "cuda"
     out_dir: Path = Path("bench/results/gpu")
@@ -71,6 +75,7 @@ class SelftestOptions:
     replay_traces: tuple[str, ...] = DEFAULT_REPLAY_TRACES
     replay_budgets: tuple[str, ...] = DEFAULT_BUDGETS
     replay_iterations: int = 5
+    program_steps: int = 6
     pool_traces: tuple[str, ...] | None = None
     pool_rounds: int = 9
     op_model: tuple[str, str, int] | None = None
@@ -90,6 +95,9 @@ class SelftestOptions:
         if isinstance(self.pool_rounds, bool) or not isinstance(self.pool_rounds, int) \
                 or self.pool_rounds < 1:
             raise InputError(f"pool_rounds (={self.pool_rounds!r}) must be an int >= 1")
+        if isinstance(self.program_steps, bool) or not isinstance(self.program_steps, int) \
+                or self.program_steps < 2:
+            raise InputError(f"program_steps (={self.program_steps!r}) must be an int >= 2")
 
 
 @dataclass

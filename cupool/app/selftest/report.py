@@ -47,6 +47,12 @@ def targets(report) -> list[dict]:
                             f"simulator's floor from iteration 3",
                             f"{r['late_prefetches']} (floor {r['sim_late_floor']})",
                             r["late_at_floor"]))
+    for r in _result(report, "programs") or []:
+        rows.append(_target(f"program {r['example']} at {r['budget']}: parameters bitwise "
+                            f"those of the run without cupool, device peak within the budget",
+                            f"identical: {r['params_identical']}, peak "
+                            f"{max(r['device_peak_bytes'])} of {r['budget_bytes']} B",
+                            r["passed"]))
     for r in _result(report, "pool") or []:
         if r["cupy_us"] is None:
             continue
@@ -130,6 +136,15 @@ def _section(step) -> list[str]:
                           " ".join(f"{t:.0f}" for t in r["iteration_us"]),
                           r["sim_iteration_us"], r["steady_over_sim"], r["late_prefetches"],
                           r["sim_late_floor"], r["corrupt_bytes"]] for r in result])
+    elif step.name == "programs":
+        lines += _table(["example", "budget", "modes", "loss first → last", "params identical",
+                         "device peak / budget", "late per step", "steady µs", "simulator µs"],
+                        [[r["example"], r["budget"], " ".join(m[0] for m in r["modes"]),
+                          f"{r['losses'][0]:.4f} → {r['losses'][-1]:.4f}",
+                          r["params_identical"],
+                          f"{max(r['device_peak_bytes'])} / {r['budget_bytes']}",
+                          r["late_prefetches"], r["steady_us"], r["sim_iteration_us"]]
+                         for r in result])
     elif step.name == "stress":
         lines += _table(["seconds", "scenarios", "bytes checked", "corrupt bytes",
                          "leaked blocks", "late prefetches", "errors"],

@@ -141,8 +141,20 @@ def run_replay(context: Context):
 
 
 def run_programs(context: Context):
-    return (NOT_RUN, None, "cupool has no program examples yet: user programs under a "
-                           "budget are not implemented in this version")
+    from cupool.app.selftest.programs import EXAMPLES_DIR, PROGRAM_EXAMPLES, program_step
+
+    missing = [name for name in PROGRAM_EXAMPLES if not (EXAMPLES_DIR / f"{name}.py").exists()]
+    if missing:
+        return NOT_RUN, None, (f"the example programs {missing} are not in {EXAMPLES_DIR} "
+                               f"(run the self-test from a checkout)")
+    rows = [program_step(name, budget, context.options.device,
+                         steps=context.options.program_steps)
+            for name in PROGRAM_EXAMPLES for budget in context.options.replay_budgets]
+    failed = [f"{row['example']} at {row['budget']}" for row in rows if not row["passed"]]
+    if failed:
+        return FAIL, rows, (f"{', '.join(failed)}: parameters differ from the run without "
+                            f"cupool or the device peak exceeded the budget")
+    return PASS, rows, ""
 
 
 def run_stress(context: Context):

@@ -1,0 +1,220 @@
+"""Programs benchmark: the examples' training steps run by ``cupool.Session`` within 90%, 70%
+and 50% of their measured peak, against the same programs without cupool and against the
+simulator.
+
+For each example (``examples/mlp_sgd.py``, ``examples/gpt_decoder.py``) and budget it runs
+``STEPS`` steps with :class:`cupool.Session` on the emulated device (copies paced like the
+session's link, PCIe Gen5) and the same steps with :class:`cupool.EagerSession` (every op at
+once on plain NumPy arrays: the program without cupool), and records, from the third step on
+(the first is the recording, the second the first planned one):
+
+- ``eager_step_us``: median wall time of a step without cupool (run right before the
+  session's, so both see the machine in the same state);
+- ``session_step_us``: median wall time of a step with cupool (declaring the ops included);
+- ``engine_iteration_us``: median of the iteration as the swap engine timed it (from its
+  start on the streams to their end);
+- ``sim_iteration_us``: the simulator's prediction for the recorded trace (op durations as
+  the passive step measured them) and the plan the last step ran (after feedback);
+  ``sim_error`` is ``engine_iteration_us / sim_iteration_us - 1``;
+- ``sim_observed_us``: the same prediction with each op's duration the median the planned
+  steps observed (one passive measurement is noisy: a first BLAS call, a busy machine);
+  ``sim_observed_error`` likewise;
+- ``late_prefetches``: per step; ``sim_late_floor``: swap-ins the simulator predicts late
+  (by more than the engine's timer-noise threshold) for that plan;
+- ``device_peak_bytes``: the most device bytes the session held in any step (the pool's
+  reservation in planned steps, the arena bytes in use in the recording), beside
+  ``budget_bytes``;
+- ``params_identical``: every parameter bitwise equal to the run without cupool.
+
+It also measures the session's own cost per op on a resident op (a program of ``OPS``
+no-op ops over one resident tensor, budget 100%): ``declare_us`` (``it.op``) and
+``run_us`` (the engine's boundaries, the callback and the stream hand-offs), medians over
+iterations, beside ``eager_us`` (the same op run at once).
+
+BLAS runs one thread (``OPENBLAS_NUM_THREADS=1``, set before NumPy loads unless already
+set): the examples' matrices are small, and on a shared machine BLAS threads only slow
+both runs down. Prints a table and writes ``bench/results/programs.json``.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import argparse
+import importlib.util
+import json
+import platform
+import statistics
+import time
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+
+import cupool
+from cupool.planning.budget.feedback import predicted_waits
+from cupool.sim.simulator import simulate
+from cupool.swap.engine import LATE_THRESHOLD_WALL_US
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ("mlp_sgd", "gpt_decoder")
+BUDGETS = ("90%", "70%", "50%")
+STEPS = 12
+SKIP = 2  # the recording and the first planned step
+OPS = 200
+OUT = ROOT / "bench" / "results" / "programs.json"
+
+
+def example(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "examples" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def timed_run(session, module, steps: int) -> tuple[list, list, dict]:
+    """Train ``steps`` steps on ``session``: step wall times (µs), losses, parameters."""
+    state = module.register(session)
+    times, losses = [], []
+    for batch in module.batches(steps):
+        began = time.perf_counter()
+        with session.iteration() as it:
+            loss = module.train_step(it, state, *batch)
+        times.append((time.perf_counter() - began) * 1e6)
+        losses.append(float(loss.value))
+    return times, losses, {name: session.read(t) for name, t in state.items()}
+
+
+def measure(name: str, budget: str, steps: int, reference: dict) -> dict:
+    module = example(name)
+    with cupool.Session(budget, device="emulated") as session:
+        times, losses, params = timed_run(session, module, steps)
+        reports = session.reports
+        plan, planned, cost = session.plan, session.planned, session.cost
+        observed = session.measured_trace(skip=SKIP - 1)
+        result = {"example": name, "budget": budget, "budget_bytes": session.budget_bytes,
+                  "peak_bytes": session.peak_bytes, "steps": steps,
+                  "modes": [r.mode for r in reports],
+                  "plan_reason": session.plan_reason}
+    later = reports[SKIP:]
+    result |= {
+        "eager_step_us": statistics.median(reference["times"][SKIP:]),
+        "session_step_us": statistics.median(times[SKIP:]),
+        "step_us": times,
+        "engine_iteration_us": statistics.median(r.iteration_us for r in later),
+        "iteration_us": [r.iteration_us for r in reports],
+        "late_prefetches": [r.late_prefetches for r in reports],
+        "stall_us": [r.stall_us for r in reports],
+        "moved_triggers": [r.moved_triggers for r in reports],
+        "device_peak_bytes": max(r.device_peak_bytes for r in reports),
+        "device_peak_per_step": [r.device_peak_bytes for r in reports],
+        "off_plan": sum(r.off_plan for r in reports),
+        "plan_seconds": reports[0].plan_seconds,
+        "losses": losses,
+        "losses_identical": losses == reference["losses"],
+        "params_identical": all(np.array_equal(params[k], v)
+                                for k, v in reference["params"].items()),
+    }
+    if plan is not None:
+        simulated = simulate(planned.trace, plan, cost, validate=False)
+        floor = predicted_waits(simulated, plan)
+        actions = Counter(type(a).__name__ for a in plan.actions)
+        result |= {
+            "sim_iteration_us": simulated.iteration_us,
+            "sim_error": result["engine_iteration_us"] / simulated.iteration_us - 1,
+            "sim_late_floor": sum(1 for w in floor.values() if w > LATE_THRESHOLD_WALL_US),
+            "sim_observed_us": simulate(observed, plan, cost, validate=False).iteration_us,
+            "plan_member": planned.budget.member if planned.budget else None,
+            "swap_outs": actions.get("SwapOut", 0), "swap_ins": actions.get("SwapIn", 0),
+            "recomputes": actions.get("RecomputeAction", 0),
+        }
+        result["sim_observed_error"] = (result["engine_iteration_us"]
+                                        / result["sim_observed_us"] - 1)
+    return result
+
+
+def _touch(x, out):
+    """A resident op that does nothing (its output is never read)."""
+
+
+def op_overhead(ops: int = OPS, iterations: int = 12) -> dict:
+    """Per-op cost of the session on a resident op (module docstring), medians in µs."""
+    x0 = np.ones(16, np.float32)
+    declare, run = [], []
+    with cupool.Session("100%", device="emulated") as session:
+        for _ in range(iterations):
+            with session.iteration() as it:
+                x = it.input(x0, name="x")
+                began = time.perf_counter()
+                for k in range(ops):
+                    it.op(_touch, x, out=((1,), "float32"), name=f"touch{k}", recompute=False)
+                declared = time.perf_counter()
+            ended = time.perf_counter()
+            declare.append((declared - began) / ops * 1e6)
+            run.append((ended - declared) / ops * 1e6)
+        modes = [r.mode for r in session.reports]
+    eager = []
+    with cupool.EagerSession() as session:
+        for _ in range(iterations):
+            with session.iteration() as it:
+                x = it.input(x0)
+                began = time.perf_counter()
+                for _k in range(ops):
+                    it.op(_touch, x, out=((1,), "float32"))
+                eager.append((time.perf_counter() - began) / ops * 1e6)
+    later = slice(SKIP, None)
+    return {"ops": ops, "iterations": iterations, "modes": modes,
+            "declare_us": statistics.median(declare[later]),
+            "run_us": statistics.median(run[later]),
+            "session_us": statistics.median(d + r for d, r in zip(declare[later], run[later],
+                                                                  strict=True)),
+            "eager_us": statistics.median(eager[later])}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=STEPS)
+    parser.add_argument("--out", type=Path, default=OUT)
+    args = parser.parse_args(argv)
+    rows = []
+    for name in EXAMPLES:
+        module = example(name)
+        for budget in BUDGETS:  # the run without cupool right before each: same machine state
+            with cupool.EagerSession() as eager:
+                times, losses, params = timed_run(eager, module, args.steps)
+            reference = {"times": times, "losses": losses, "params": params}
+            rows.append(measure(name, budget, args.steps, reference))
+    overhead = op_overhead()
+    print(f"{'example':12} {'budget':>6} {'eager ms':>9} {'cupool ms':>9} {'engine ms':>9} "
+          f"{'sim ms':>8} {'sim err':>8} {'obs err':>8} {'late/step':>14} {'floor':>5} "
+          f"{'peak/budget':>12} {'params':>7}")
+    for r in rows:
+        sim = r.get("sim_iteration_us")
+        print(f"{r['example']:12} {r['budget']:>6} {r['eager_step_us'] / 1e3:9.2f} "
+              f"{r['session_step_us'] / 1e3:9.2f} {r['engine_iteration_us'] / 1e3:9.2f} "
+              f"{(sim or float('nan')) / 1e3:8.2f} {r.get('sim_error', float('nan')):+8.1%} "
+              f"{r.get('sim_observed_error', float('nan')):+8.1%} "
+              f"{','.join(map(str, r['late_prefetches'][1:])):>14} "
+              f"{r.get('sim_late_floor', '-'):>5} "
+              f"{r['device_peak_bytes'] / r['budget_bytes']:12.3f} "
+              f"{'same' if r['params_identical'] else 'DIFFER':>7}")
+    print(f"per op on a resident op: declare {overhead['declare_us']:.1f} us + run "
+          f"{overhead['run_us']:.1f} us = {overhead['session_us']:.1f} us (eager call "
+          f"{overhead['eager_us']:.1f} us)")
+    document = {"machine": {"python": platform.python_version(), "numpy": np.__version__,
+                            "cpus": os.cpu_count(),
+                            "openblas_threads": os.environ.get("OPENBLAS_NUM_THREADS"),
+                            "load_average": list(os.getloadavg())},
+                "device": "emulated", "link": "gen5", "steps": args.steps,
+                "rows": rows, "op_overhead": overhead}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(document, indent=1) + "\n")
+    print(f"wrote {args.out}")
+    return 0 if all(r["params_identical"] and r["device_peak_bytes"] <= r["budget_bytes"]
+                    for r in rows) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

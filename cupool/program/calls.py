@@ -1,0 +1,121 @@
+"""Calling one declared op: its callable over the arrays of its tensors, checked.
+
+``fn(*inputs, *updates, *outputs)`` is called with arrays over the tensors' bytes where the
+plan put them; whatever it raises becomes an :class:`~cupool.program.errors.OpFailedError`
+naming the op. Two mistakes that would otherwise give wrong results silently are caught:
+
+- **an undeclared write** — the op writes into a tensor it declared as an input only (a
+  plan may hold a copy of those bytes on the host, or recompute them, and the write would
+  be lost or repeated). On the emulated device inputs are handed over as read-only NumPy
+  views, so such a write raises at once; the op is then run again on scratch copies, one
+  input read-only at a time, to name the tensor, and
+  :class:`~cupool.program.errors.UndeclaredWriteError` is raised. CuPy arrays have no
+  read-only flag: on a GPU the check is a checksum of every input before and after the
+  op, made only when ``check_writes`` is on (it costs two reductions per input);
+- **a returned result** — the op returns an array that is not one of its outputs or
+  updates (so what it computed is lost): :class:`~cupool.program.errors.OpResultError`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from cupool.program.errors import OpFailedError, OpResultError, ProgramError, UndeclaredWriteError
+from cupool.program.program import DeclaredOp
+from cupool.program.tensors import array_module
+
+_READ_ONLY = ("read-only", "not writeable")
+
+
+def _read_only(array):
+    if isinstance(array, np.ndarray):
+        view = array.view()
+        view.flags.writeable = False
+        return view
+    return array
+
+
+def _checksum(array) -> int:
+    """A checksum of the array's bytes (device side; one scalar copied back)."""
+    raw = array.view("uint8").ravel()
+    if raw.size == 0:
+        return 0
+    xp = array_module(raw)
+    weights = xp.arange(1, raw.size + 1, dtype=xp.uint64)
+    return int((raw.astype(xp.uint64) * weights).sum())
+
+
+class OpCaller:
+    """Calls declared ops (module docstring). ``gpu``: the arrays are CuPy arrays;
+    ``check_writes``: check for undeclared writes (free on the emulated device; checksums
+    on a GPU). ``iteration`` is the number errors report; the caller sets it."""
+
+    def __init__(self, gpu: bool, check_writes: bool) -> None:
+        self.gpu = gpu
+        self.check_writes = check_writes
+        self.iteration = 0
+
+    def call(self, op: DeclaredOp, arrays: dict, names: dict) -> None:
+        """Run ``op`` over ``arrays`` (tensor key → array; each key's array once). Raises
+        the typed errors of the module docstring."""
+        writable = {*op.updates, *op.output_keys}
+        protect = self.check_writes and not self.gpu
+        args = [(_read_only(arrays[k]) if protect and k not in writable else arrays[k])
+                for k in op.inputs]
+        args += [arrays[k] for k in (*op.updates, *op.output_keys)]
+        sums = None
+        if self.check_writes and self.gpu:
+            sums = {k: _checksum(arrays[k]) for k in dict.fromkeys(op.inputs)
+                    if k not in writable}
+        try:
+            result = op.fn(*args)
+        except ProgramError:
+            raise
+        except ValueError as exc:
+            if protect and any(word in str(exc) for word in _READ_ONLY):
+                raise self._undeclared(op, arrays, names, writable) from exc
+            raise OpFailedError(op.name, op.index, self.iteration, repr(exc)) from exc
+        except Exception as exc:
+            raise OpFailedError(op.name, op.index, self.iteration, repr(exc)) from exc
+        if sums:
+            for k, before in sums.items():
+                if _checksum(arrays[k]) != before:
+                    raise UndeclaredWriteError(op.name, op.index, names[k])
+        _check_result(op, result, args[len(op.inputs):])
+
+    def _undeclared(self, op: DeclaredOp, arrays: dict, names: dict,
+                    writable: set) -> ProgramError:
+        """Find which input the op wrote into by running it again on scratch copies, one
+        input read-only at a time (nothing of the session's is touched)."""
+        candidates = [k for k in dict.fromkeys(op.inputs) if k not in writable]
+        for suspect in candidates:
+            scratch = {k: np.array(a, copy=True) for k, a in arrays.items()}
+            args = [(_read_only(scratch[k]) if k == suspect else scratch[k])
+                    for k in op.inputs]
+            args += [scratch[k] for k in (*op.updates, *op.output_keys)]
+            try:
+                op.fn(*args)
+            except ValueError as exc:
+                if any(word in str(exc) for word in _READ_ONLY):
+                    return UndeclaredWriteError(op.name, op.index, names[suspect])
+            except Exception:  # any other failure says nothing about this suspect
+                continue
+        label = names[candidates[0]] if len(candidates) == 1 else \
+            " or ".join(names[k] for k in candidates)
+        return UndeclaredWriteError(op.name, op.index, label)
+
+
+def _check_result(op: DeclaredOp, result, writable_args) -> None:
+    if result is None:
+        return
+    parts = result if isinstance(result, tuple) else (result,)
+    for part in parts:
+        if part is None or any(part is a for a in writable_args):
+            continue
+        if isinstance(part, np.ndarray) and any(
+                isinstance(a, np.ndarray) and part.base is a for a in writable_args):
+            continue
+        raise OpResultError(op.name, op.index, type(part).__name__)
+
+
+__all__ = ["OpCaller"]

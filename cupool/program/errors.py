@@ -1,0 +1,166 @@
+"""Typed, picklable errors of a program run under a budget, each naming the op and the tensor.
+
+    CupoolError
+      ProgramError                 misuse of the session API (the message says which)
+        SessionClosedError         the session was closed; ``operation`` names the call
+        TensorReleasedError        a persistent tensor used after ``release``
+        TensorScopeError           a tensor of another session or of an iteration that ended
+        SpecError                  a bad output shape or dtype, or a bad op declaration
+        BudgetTooSmallError        one op's own working set does not fit the budget
+        ProgramChangedError        the op sequence or a shape differs from the recorded one
+                                   (raised when the session was opened with
+                                   ``on_change="raise"``; by default it re-records)
+        OpFailedError              an op's callable raised; the iteration was aborted
+        UndeclaredWriteError       an op wrote into a tensor it did not declare as an
+                                   output or an update
+        OpResultError              an op returned an array instead of writing its outputs
+        NotReadyError              a fetched value read before its iteration finished
+
+Every error keeps its fields and pickles with them (``__reduce__``), so it survives worker
+processes. ``op`` is the op's name as the program declared it (``None`` where the error is
+not about one op) and ``op_index`` its position in the iteration.
+"""
+
+from __future__ import annotations
+
+from cupool.errors import CupoolError
+
+
+class ProgramError(CupoolError):
+    """Base class of the program session's errors; also raised as is for misuse of the API
+    (an op declared outside an iteration, an iteration inside another...)."""
+
+
+class SessionClosedError(ProgramError):
+    """``operation`` (``"op 'fc1'"``, ``"read('W1')"``...) was called on a closed session."""
+
+    def __init__(self, operation: str) -> None:
+        self.operation = operation
+        super().__init__(f"{operation}: the session is closed")
+
+    def __reduce__(self):
+        return (self.__class__, (self.operation,))
+
+
+class TensorReleasedError(ProgramError):
+    """Persistent tensor ``tensor`` was used by ``operation`` after ``release``."""
+
+    def __init__(self, tensor: str, operation: str) -> None:
+        self.tensor, self.operation = tensor, operation
+        super().__init__(f"{operation}: tensor {tensor!r} was released")
+
+    def __reduce__(self):
+        return (self.__class__, (self.tensor, self.operation))
+
+
+class TensorScopeError(ProgramError):
+    """Tensor ``tensor`` was used by ``operation`` outside the scope it lives in (``why``:
+    another session, or an iteration that already ended)."""
+
+    def __init__(self, tensor: str, operation: str, why: str) -> None:
+        self.tensor, self.operation, self.why = tensor, operation, why
+        super().__init__(f"{operation}: tensor {tensor!r} {why}")
+
+    def __reduce__(self):
+        return (self.__class__, (self.tensor, self.operation, self.why))
+
+
+class SpecError(ProgramError):
+    """A bad declaration: ``what`` (a shape, a dtype, an argument) of op ``op``."""
+
+    def __init__(self, op: str, what: str) -> None:
+        self.op, self.what = op, what
+        super().__init__(f"op {op!r}: {what}")
+
+    def __reduce__(self):
+        return (self.__class__, (self.op, self.what))
+
+
+class BudgetTooSmallError(ProgramError):
+    """Op ``op`` (index ``op_index``) needs ``needed_bytes`` resident at once (its inputs,
+    updates and outputs, each rounded up to the pool's unit); the budget is
+    ``budget_bytes``. No plan and no eviction can run it."""
+
+    def __init__(self, op: str, op_index: int, needed_bytes: int, budget_bytes: int) -> None:
+        self.op, self.op_index = op, op_index
+        self.needed_bytes, self.budget_bytes = needed_bytes, budget_bytes
+        super().__init__(f"op {op_index} {op!r} needs {needed_bytes} bytes resident (its "
+                         f"inputs, updates and outputs), the budget is {budget_bytes} bytes")
+
+    def __reduce__(self):
+        return (self.__class__, (self.op, self.op_index, self.needed_bytes,
+                                 self.budget_bytes))
+
+
+class ProgramChangedError(ProgramError):
+    """Iteration ``iteration`` differs from the recorded program at op ``op_index``
+    (``op``): ``detail`` says how, naming ``tensor`` where one differs."""
+
+    def __init__(self, iteration: int, op_index: int, op: str, tensor: str | None,
+                 detail: str) -> None:
+        self.iteration, self.op_index, self.op = iteration, op_index, op
+        self.tensor, self.detail = tensor, detail
+        about = f", tensor {tensor!r}" if tensor is not None else ""
+        super().__init__(f"iteration {iteration}: op {op_index} {op!r}{about}: {detail} "
+                         f"(the plan was made for the recorded program)")
+
+    def __reduce__(self):
+        return (self.__class__, (self.iteration, self.op_index, self.op, self.tensor,
+                                 self.detail))
+
+
+class OpFailedError(ProgramError):
+    """Op ``op`` (index ``op_index``) of iteration ``iteration`` raised ``cause`` (its
+    ``repr``); the ops after it were skipped and the iteration was closed cleanly."""
+
+    def __init__(self, op: str, op_index: int, iteration: int, cause: str) -> None:
+        self.op, self.op_index, self.iteration, self.cause = op, op_index, iteration, cause
+        super().__init__(f"iteration {iteration}: op {op_index} {op!r} raised {cause}; the "
+                         f"ops after it were skipped")
+
+    def __reduce__(self):
+        return (self.__class__, (self.op, self.op_index, self.iteration, self.cause))
+
+
+class UndeclaredWriteError(ProgramError):
+    """Op ``op`` (index ``op_index``) wrote into ``tensor``, which it declared as an input
+    only (declare it in ``updates`` to modify it in place)."""
+
+    def __init__(self, op: str, op_index: int, tensor: str) -> None:
+        self.op, self.op_index, self.tensor = op, op_index, tensor
+        super().__init__(f"op {op_index} {op!r} wrote into tensor {tensor!r}, which it "
+                         f"declared as an input only (declare it in updates= to modify it "
+                         f"in place)")
+
+    def __reduce__(self):
+        return (self.__class__, (self.op, self.op_index, self.tensor))
+
+
+class OpResultError(ProgramError):
+    """Op ``op`` (index ``op_index``) returned ``returned`` (a type name) instead of writing
+    into its declared outputs (whose contents would otherwise be lost)."""
+
+    def __init__(self, op: str, op_index: int, returned: str) -> None:
+        self.op, self.op_index, self.returned = op, op_index, returned
+        super().__init__(f"op {op_index} {op!r} returned a {returned} that is not one of its "
+                         f"outputs: write results into the output arrays it is given")
+
+    def __reduce__(self):
+        return (self.__class__, (self.op, self.op_index, self.returned))
+
+
+class NotReadyError(ProgramError):
+    """The value of fetched tensor ``tensor`` was read before its iteration finished."""
+
+    def __init__(self, tensor: str) -> None:
+        self.tensor = tensor
+        super().__init__(f"tensor {tensor!r}: its value is ready once the iteration's "
+                         f"'with' block has ended")
+
+    def __reduce__(self):
+        return (self.__class__, (self.tensor,))
+
+
+__all__ = ["BudgetTooSmallError", "NotReadyError", "OpFailedError", "OpResultError",
+           "ProgramChangedError", "ProgramError", "SessionClosedError", "SpecError",
+           "TensorReleasedError", "TensorScopeError", "UndeclaredWriteError"]

@@ -1,0 +1,151 @@
+"""Declaring one iteration: ``with session.iteration() as it:`` and its ``it.op``,
+``it.input`` and ``it.fetch``.
+
+Nothing runs while the block declares: each call checks its arguments (the tensors must
+be this session's, alive, of this iteration or persistent) and appends a
+:class:`~cupool.program.program.DeclaredOp`; the block's end hands the collected
+:class:`~cupool.program.program.Program` to the session, which runs it. A block that raises
+runs nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from cupool.program.errors import ProgramError, SpecError, TensorScopeError
+from cupool.program.program import FETCH, INPUT, OP, DeclaredOp, Program
+from cupool.program.tensors import Fetch, Spec, Tensor, make_spec, to_host
+from cupool.program.transfer import upload
+
+
+class Iteration:
+    """One iteration being declared (module docstring); ``number`` counts the session's
+    iterations from 0."""
+
+    def __init__(self, session, number: int) -> None:
+        self.session = session
+        self.number = number
+        self._ops: list[DeclaredOp] = []
+        self._specs: dict = {}
+        self._names: dict = {}
+        self._fetches: dict = {}  # key -> Fetch
+        self._state = "new"  # new -> open -> closed
+
+    # -- declaring --------------------------------------------------------------------
+    def op(self, fn: Callable, *inputs: Tensor, out=None, outputs=None, updates=(),
+           name: str | None = None, recompute: bool = True):
+        """Declare ``fn(*inputs, *updates, *outputs)``. ``out`` is one output spec (a
+        :class:`~cupool.program.tensors.Spec`, a ``(shape, dtype[, name])`` tuple or a
+        tensor to copy the layout of) and the call returns its tensor; ``outputs`` a list
+        of them (returns a tuple of tensors); neither: the op only updates (returns
+        ``None``). ``updates`` are tensors the op modifies in place; ``recompute=False``
+        marks an op that must never be re-run (not deterministic)."""
+        label = name or getattr(fn, "__name__", type(fn).__name__)
+        if not callable(fn):
+            raise SpecError(label, f"fn (={fn!r}) must be callable")
+        if out is not None and outputs is not None:
+            raise SpecError(label, "give out= (one output) or outputs= (a list), not both")
+        specs = [] if out is None and outputs is None else (
+            [out] if out is not None else list(outputs))
+        if isinstance(outputs, (Spec, Tensor)):
+            raise SpecError(label, "outputs= takes a list of specs; use out= for one")
+        declared = self._declare(label, OP, fn, inputs, tuple(updates),
+                                 [make_spec(label, s) for s in specs], recompute)
+        if out is not None:
+            return declared[0]
+        return tuple(declared) if outputs is not None else None
+
+    def input(self, data, name: str | None = None) -> Tensor:
+        """Declare host data (a NumPy array, or a CuPy array on a GPU) as a tensor of this
+        iteration: an op of its own uploads a copy of it (taken now)."""
+        label = name or f"input{len(self._ops)}"
+        host = to_host(data)
+        spec = Spec(tuple(host.shape), host.dtype, label)
+
+        def upload_input(out) -> None:
+            upload(out, host)
+
+        upload_input.__name__ = label
+        return self._declare(label, INPUT, upload_input, (), (), [spec], True)[0]
+
+    def fetch(self, tensor: Tensor) -> Fetch:
+        """Ask for ``tensor``'s value at the end of the iteration; the returned
+        :class:`~cupool.program.tensors.Fetch` holds it once the block has ended."""
+        self._check_open("fetch")
+        self._check(tensor, f"fetch({getattr(tensor, 'name', tensor)!r})")
+        fetch = self._fetches.get(tensor.key)
+        if fetch is None:
+            fetch = self._fetches[tensor.key] = Fetch(tensor)
+            self._note(tensor)
+        return fetch
+
+    def _declare(self, label, kind, fn, inputs, updates, specs, recompute) -> list[Tensor]:
+        self._check_open(f"op {label!r}")
+        operation = f"op {len(self._ops)} {label!r}"
+        for tensor in (*inputs, *updates):
+            self._check(tensor, operation)
+            self._note(tensor)
+        index = len(self._ops)
+        op = DeclaredOp(index, label, kind, fn, tuple(t.key for t in inputs),
+                        tuple(t.key for t in updates), tuple(specs), bool(recompute))
+        tensors = []
+        for k, spec in enumerate(specs):
+            key = ("t", index, k)
+            tensor_name = spec.name or (label if len(specs) == 1 else f"{label}.{k}")
+            self._specs[key], self._names[key] = spec, tensor_name
+            tensors.append(Tensor(self.session, key, spec, tensor_name, self.number))
+        self._ops.append(op)
+        return tensors
+
+    def _note(self, tensor: Tensor) -> None:
+        if tensor.persistent:
+            self._specs[tensor.key], self._names[tensor.key] = tensor.spec, tensor.name
+
+    def _check(self, tensor, operation: str) -> None:
+        self.session.check_tensor(tensor, operation)
+        if not tensor.persistent and (tensor.iteration != self.number
+                                      or self._state != "open"):
+            raise TensorScopeError(tensor.name, operation,
+                                   f"is an output of iteration {tensor.iteration}, which "
+                                   f"has ended")
+
+    def _check_open(self, operation: str) -> None:
+        self.session._check_open(operation)
+        if self._state != "open":
+            raise ProgramError(f"{operation}: declared outside its iteration's 'with' block")
+
+    # -- the block --------------------------------------------------------------------
+    def program(self) -> Program:
+        """The declared ops, the fetch op last when anything is fetched."""
+        ops = list(self._ops)
+        if self._fetches:
+            ops.append(DeclaredOp(len(ops), "fetch", FETCH, _no_op, tuple(self._fetches), (),
+                                  (), False))
+        return Program(tuple(ops), dict(self._specs), dict(self._names))
+
+    def deliver(self, fetched: dict) -> None:
+        """Hand the fetched values (key → host array) to their :class:`Fetch` objects."""
+        for key, fetch in self._fetches.items():
+            fetch._set(fetched[key])
+
+    def __enter__(self) -> Iteration:
+        if self._state != "new":
+            raise ProgramError(f"iteration {self.number}: entered twice")
+        self._state = "open"
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self._state = "closed"
+        if exc_type is not None or not self._ops:
+            self.session._close_iteration(self, None)
+            if exc_type is None:
+                raise ProgramError(f"iteration {self.number} declared no ops")
+            return
+        self.session._close_iteration(self, self.program())
+
+
+def _no_op(*arrays) -> None:
+    """The fetch op's callable (the runners copy the fetched tensors themselves)."""
+
+
+__all__ = ["Iteration"]

@@ -1,0 +1,224 @@
+"""Planned iterations of a program: the swap engine runs the plan, the ops are the user's.
+
+:class:`PlannedRunner` holds one :class:`~cupool.swap.engine.SwapEngine` for the recorded
+program and its plan, and runs each later iteration of the same program through it, op by
+op, with :meth:`~cupool.swap.engine.SwapEngine.run_iteration` (the loop ``cupool replay``
+drives with its pattern body)::
+
+    engine.before_op(i)      residencies served by the pool at their planned offsets,
+                             swap-ins triggered at i on the H2D stream, waits for those due,
+                             recomputes before i (re-running the producing op's callable)
+    body                     op i's callable over typed arrays of its tensors, in stream
+                             order on the compute stream (the fetch op copies values out)
+    engine.after_op(i)       swap-outs after i on the D2H stream
+
+and, between iterations, hands the late prefetches the engine measured to the feedback
+(:func:`~cupool.planning.budget.feedback.adjust_triggers`), whose adjusted plan runs next.
+
+**Persistent tensors** enter the engine once: those the plan keeps on the device are
+written into their home residency by op 0 of the first planned iteration (timed as setup,
+as uploading weights is); those it keeps on the host across iterations have their host
+copy (the engine's ``boundary_slots``) filled when the runner is made. :meth:`read` finds a
+persistent tensor's current value wherever the plan keeps it, :meth:`park` all of them.
+
+**An op that raises** does not abort the engine's iteration: the ops after it (and the
+recomputes) are skipped, but every swap of the plan still runs, so each persistent tensor
+is back where the plan keeps it between iterations; the error is raised once the streams
+finished, and the next iteration runs normally. The updates made before the failing op
+stay (as a run without cupool would keep them).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass
+from functools import partial
+
+import numpy as np
+
+from cupool.check import validate_swap_plan
+from cupool.core.vocabulary import Trace
+from cupool.planning.budget.feedback import adjust_triggers
+from cupool.program.calls import OpCaller
+from cupool.program.errors import OpFailedError, ProgramError
+from cupool.program.program import FETCH, Program
+from cupool.program.transfer import host_copy, upload
+from cupool.sim.simulator import simulate
+from cupool.swap.engine import LATE_THRESHOLD_WALL_US, EngineSettings, SwapEngine
+from cupool.swap.iteration import IterationResult
+
+OBSERVED_ITERATIONS = 64
+"""How many iterations' observed op durations a runner keeps (the latest ones)."""
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    """One planned iteration: the engine's ``result``, the ``fetched`` values (key → host
+    array), the pool's high-water marks during it (``reserved_peak_bytes``: device bytes
+    the pool held; ``allocated_peak_bytes``: of those, in use) and ``moved_triggers`` (swap-in
+    triggers the feedback moved for the next iteration)."""
+
+    result: IterationResult
+    fetched: dict
+    reserved_peak_bytes: int
+    allocated_peak_bytes: int
+    moved_triggers: int
+
+
+class PlannedRunner:
+    """Runs iterations of ``program`` under ``plan`` (for ``trace``, the program's trace with
+    measured durations) on ``device`` (module docstring). ``parked`` holds the persistent
+    tensors' current values (key → host array); ``cost`` is the link's cost model (the
+    feedback's simulator); ``feedback`` moves late swap-ins' triggers between
+    iterations."""
+
+    def __init__(self, program: Program, planned, device, caller: OpCaller, parked: dict,
+                 cost, feedback: bool = True) -> None:
+        self.program, self.device, self.caller, self.cost = program, device, caller, cost
+        self.trace: Trace = planned.trace
+        self.feedback = feedback
+        ids = program.buffer_ids
+        layouts = {b: (program.specs[k].dtype, program.specs[k].shape) for k, b in ids.items()}
+        recompute = {b.id: self._recompute(program.key_of(b.id), b.recompute.op)
+                     for b in self.trace.buffers if b.recompute is not None}
+        self.engine = SwapEngine(self.trace, planned.plan, device, EngineSettings(),
+                                 op_us=[0.0] * self.trace.num_ops, recompute=recompute,
+                                 layouts=layouts)
+        self.engine.pool.set_limit(size=max(self.engine.arena_bytes, 1))
+        self._first = {}  # buffer id -> value written by its first residency
+        for key in program.persistent_keys:
+            b = ids[key]
+            slot = self.engine.boundary_slots.get(b)
+            if slot is None:
+                self._first[b] = parked[key]
+            else:
+                raw = np.require(parked[key], requirements="C").reshape(-1).view(np.uint8)
+                slot.array[:raw.size] = raw
+        self.current = program
+        self.failed: ProgramError | None = None
+        self.iteration = 0
+        self.op_us = deque(maxlen=OBSERVED_ITERATIONS)  # observed op durations, per iteration
+
+    @property
+    def plan(self):
+        """The plan the next iteration runs (the feedback may have moved triggers)."""
+        return self.engine.plan
+
+    # -- one iteration -------------------------------------------------------------------
+    def run(self, program: Program, iteration: int) -> PlannedRun:
+        """Run ``program`` (the same program as recorded: checked by the caller) as
+        iteration ``iteration``. Raises the first op error, after the iteration closed."""
+        engine = self.engine
+        self.current, self.failed, self.iteration = program, None, iteration
+        self.caller.iteration = iteration
+        self._fetched = {}
+        engine.pool.reset_peak_stats()
+        result = engine.run_iteration(iteration, self._body)  # the replay's loop too
+        stats = engine.pool.memory_stats()
+        self._first.clear()  # every home residency starts at op 0: all were written
+        if self.failed is not None:
+            raise self.failed
+        self.op_us.append(result.op_us)
+        moved = self._feedback(result) if self.feedback else 0
+        return PlannedRun(result, self._fetched, stats["reserved_bytes.peak"],
+                          stats["allocated_bytes.peak"], moved)
+
+    def _body(self, engine, frame) -> None:
+        op = self.current.ops[frame.op]
+        ids = self.program.buffer_ids
+        for b in frame.first_fills:
+            value = self._first.get(b)
+            if value is not None:
+                self._first_fill(engine, engine.array(b, frame.ptrs[b]), value)
+        arrays = {k: engine.array(ids[k], frame.ptrs[ids[k]]) for k in op.touched}
+        if op.kind == FETCH:
+            engine.work.run(partial(self._fetch, op, arrays))
+        else:
+            engine.work.run(partial(self._call, op, arrays))
+
+    def _first_fill(self, engine, view, value) -> None:
+        if engine.gpu:
+            engine.work.run(partial(upload, view, value))
+            return
+        state = engine.state
+
+        def first_fill() -> None:  # timed as setup, not as the iteration's work
+            began = time.perf_counter()
+            upload(view, value)
+            spent = time.perf_counter() - began
+            state.setup_s += spent
+            state.clock += spent
+
+        engine.work.callback(first_fill)
+
+    def _call(self, op, arrays) -> None:
+        if self.failed is not None:
+            return
+        try:
+            self.caller.call(op, arrays, self.current.names)
+        except ProgramError as exc:
+            self.failed = exc
+
+    def _fetch(self, op, arrays) -> None:
+        if self.failed is None:
+            self._fetched = {k: host_copy(arrays[k]) for k in op.inputs}
+
+    def _recompute(self, key, producer: int):
+        """The engine's ``recompute(out, *inputs)`` for ``key``: the producing op of the
+        running iteration, re-run over the recipe's input arrays (in the op's order)."""
+        def recompute(out, *inputs) -> None:
+            if self.failed is not None:
+                return
+            op = self.current.ops[producer]
+            arrays = dict(zip(dict.fromkeys(op.inputs), inputs, strict=True))
+            arrays[key] = out
+            try:
+                self.caller.call(op, arrays, self.current.names)
+            except OpFailedError as exc:
+                self.failed = OpFailedError(exc.op, exc.op_index, exc.iteration,
+                                            f"{exc.cause} (re-run to recompute it)")
+            except ProgramError as exc:
+                self.failed = exc
+
+        recompute.__name__ = f"recompute_{'_'.join(map(str, key))}"
+        return recompute
+
+    def _feedback(self, result: IterationResult) -> int:
+        if not result.late_us:
+            return 0
+        cost = self.cost
+
+        def predict(candidate):
+            return simulate(self.trace, candidate, cost, validate=False)
+
+        adjusted = adjust_triggers(self.trace, self.engine.plan, result.late_us, result.op_us,
+                                   validate_swap_plan, predict,
+                                   guard_us=LATE_THRESHOLD_WALL_US)
+        if adjusted.moves:
+            self.engine.set_plan(adjusted.plan)
+        return len(adjusted.moves)
+
+    # -- persistent state ------------------------------------------------------------------
+    def read(self, key) -> np.ndarray:
+        """Persistent tensor ``key``'s current value (a host copy), between iterations."""
+        b = self.program.buffer_ids[key]
+        spec = self.program.specs[key]
+        if b in self._first:
+            return np.array(self._first[b], copy=True)
+        slot = self.engine.boundary_slots.get(b)
+        if slot is not None:
+            raw = np.array(slot.array[:spec.nbytes], copy=True)
+            return raw.view(spec.dtype).reshape(spec.shape)
+        self.device.synchronize()
+        return host_copy(self.engine.handles[b].view)
+
+    def park(self) -> dict:
+        """Every persistent tensor's current value (key → host array)."""
+        return {key: self.read(key) for key in self.program.persistent_keys}
+
+    def close(self) -> None:
+        self.engine.close()
+
+
+__all__ = ["PlannedRun", "PlannedRunner"]

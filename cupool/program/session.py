@@ -1,0 +1,390 @@
+"""A user's own program, run repeatedly within a device-memory budget.
+
+::
+
+    import numpy as np, cupool
+
+    def linear(x, w, out):                      # an op: writes into the output it is given
+        xp = cupool.array_module(x)             # numpy on the emulated device, cupy on a GPU
+        xp.matmul(x, w, out=out)
+
+    with cupool.Session(budget="50%", device="auto") as session:
+        w = session.register("w", np.ones((512, 512), np.float32))   # persistent state
+        for step in range(100):
+            with session.iteration() as it:                           # one iteration
+                x = it.input(batch(step))                             # host data, uploaded
+                y = it.op(linear, x, w, out=((64, 512), "float32"))   # declared op
+                loss = it.fetch(y)                                    # copied back at the end
+            print(loss.value.sum())
+        final_w = session.read(w)
+
+**What happens.** The ``with session.iteration()`` block *declares* the iteration: each
+``it.op`` records the callable, its input tensors, the tensors it updates in place
+(``updates=``) and its output specs, and returns handles (:class:`~cupool.program.tensors.
+Tensor`) for the outputs, which cupool allocates. When the block ends the session runs the
+whole iteration (an op's callable runs then, not when it is declared, so its values are
+read with ``it.fetch`` and, for persistent state, ``session.read``):
+
+1. the first iteration runs *passively*: with no plan, in an arena of the budget, evicting
+   least-recently-used tensors to the host when one does not fit, each op's duration
+   measured (wall time on the emulated device, CUDA events on a GPU);
+2. the recorded program becomes a trace (one buffer per tensor) and the budget planner's
+   ``auto`` policy plans it: swaps to pinned host memory, recomputation (re-running an
+   op's own callable), offsets in one arena within the budget;
+3. every later iteration runs from the plan on the swap engine (copies on their own
+   streams, triggered at the plan's ops; a pool serving every tensor at its planned
+   offset), and swap-ins that landed late have their triggers moved for the next one.
+
+An iteration that differs from the recorded one (another op sequence, another shape) is
+recorded again and re-planned (``on_change="record"``, the default) or refused with
+:class:`~cupool.program.errors.ProgramChangedError` (``on_change="raise"``); it never runs
+against a stale plan. When no plan fits (``session.plan_reason`` says why) the session
+keeps running iterations passively.
+
+**Budget.** Bytes (``6 << 30``), a size (``"6GiB"``) or a percentage of the program's peak
+(``"70%"``: of the most bytes its tensors hold at once, each rounded up to the pool's 512-byte
+unit; resolved when the program is recorded). The pool's reservation never exceeds it
+(its limit is set to the plan's arena). Scratch arrays an op's body makes for itself
+(``x @ w`` without ``out=``) are the array library's, outside the budget: on a GPU they come
+from CuPy's default pool, so write into outputs where it matters.
+
+**Devices and link.** ``device`` is ``"auto"`` (a GPU when CuPy sees one, else emulated),
+``"emulated"`` (host memory; its copies paced like ``link``) or ``"cuda"``; ``link`` is a
+cost-model preset (``"gen4"``, ``"gen5"``) or GB/s, what the planner and the simulator
+assume.
+
+**Contract of an op.** ``fn(*inputs, *updates, *outputs)``: it must write every element of
+each output, may modify its ``updates`` in place, must not write into its inputs (caught:
+:class:`~cupool.program.errors.UndeclaredWriteError`) and must not keep the arrays it is
+given (they are views of memory the plan reuses). An op declared ``recompute=True`` (the
+default) must be deterministic: the plan may run it again to produce its output instead of
+keeping it.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from cupool.core.units import parse_budget
+from cupool.errors import CupoolError
+from cupool.program.calls import OpCaller
+from cupool.program.errors import (
+    ProgramChangedError,
+    ProgramError,
+    SessionClosedError,
+    TensorScopeError,
+)
+from cupool.program.iteration import Iteration
+from cupool.program.planner import plan_program
+from cupool.program.program import Program
+from cupool.program.recorder import record
+from cupool.program.runner import PlannedRunner
+from cupool.program.tensors import Spec, Tensor, to_host
+from cupool.sim.cost import cost_model
+
+ON_CHANGE = ("record", "raise")
+
+
+@dataclass(frozen=True)
+class StepReport:
+    """One iteration as the session ran it.
+
+    ``mode``: ``"passive"`` (no plan: the recording run, or every run when no plan fits)
+    or ``"planned"``; ``recorded``: this iteration recorded the program; ``change``: why it
+    was recorded again (``None``: it was not); ``wall_us``: from the end of the ``with``
+    block to the results being ready, planning excluded (``plan_seconds``);
+    ``iteration_us``: the iteration as the engine timed it (planned: from its start on the
+    streams to their end; passive: the passive run's wall time); ``late_us``: buffer → µs
+    its due op waited for a swap-in (the *late prefetches*); ``stall_us``: every wait of the
+    compute stream; ``moved_triggers``: triggers the feedback moved for the next iteration;
+    ``device_peak_bytes``: the most device bytes the session held for tensors during the
+    iteration (the pool's reservation; passive: the arena bytes in use);
+    ``budget_bytes``; ``off_plan``: tensors served away from their planned offset."""
+
+    iteration: int
+    mode: str
+    recorded: bool
+    change: str | None
+    wall_us: float
+    iteration_us: float
+    late_us: dict
+    stall_us: float
+    moved_triggers: int
+    device_peak_bytes: int
+    budget_bytes: int
+    off_plan: int = 0
+    plan_seconds: float = 0.0
+
+    @property
+    def late_prefetches(self) -> int:
+        return len(self.late_us)
+
+
+class Session:
+    """Runs a repeating program within ``budget`` on ``device`` (module docstring).
+
+    ``link``: the cost model's link (preset or GB/s); ``on_change``: ``"record"`` or
+    ``"raise"``; ``check_writes``: catch writes into undeclared tensors (default: on for
+    the emulated device, where it is free; on a GPU it costs two reductions per input);
+    ``feedback``: move late swap-ins' triggers between iterations. A device object may be
+    given instead of a kind (the caller keeps owning it). Use as a context manager or
+    call :meth:`close`.
+
+    State: ``reports`` (a :class:`StepReport` per iteration run), ``budget_bytes`` (once
+    resolved), ``peak_bytes`` (the recorded program's peak), ``trace`` (the recorded trace,
+    with measured op durations), ``planned`` (its :class:`~cupool.planning.PlannedTrace`,
+    ``None`` without a plan), ``plan`` (the plan the next iteration runs, after feedback),
+    ``plan_reason`` (why there is no plan), ``recording`` (the last passive iteration's
+    :class:`~cupool.program.recorder.Recording`: durations, every access, swaps), ``cost``
+    (the link's cost model), ``xp`` (the array module of the device's arrays).
+    """
+
+    def __init__(self, budget, *, device="auto", link="gen5", on_change: str = "record",
+                 check_writes: bool | None = None, feedback: bool = True) -> None:
+        if on_change not in ON_CHANGE:
+            raise ProgramError(f"on_change (={on_change!r}) must be one of {ON_CHANGE}")
+        self.cost = cost_model(link)
+        self._budget = budget
+        if not (isinstance(budget, str) and budget.strip().endswith("%")):
+            parse_budget(budget, 1)  # a bad size raises now, not at the first iteration
+        self.on_change, self.feedback = on_change, feedback
+        self.device, self._owns_device = self._open(device)
+        gpu = self.device.kind == "cuda"
+        self._caller = OpCaller(gpu, (not gpu) if check_writes is None else check_writes)
+        self.xp = self.device.cupy if gpu else np
+        self.reports: list[StepReport] = []
+        self.budget_bytes: int | None = None
+        self.peak_bytes: int | None = None
+        self.trace = self.planned = self.recording = None
+        self.plan_reason: str | None = None
+        self._persistent: dict = {}  # key -> Tensor (registered, not released)
+        self._parked: dict = {}      # key -> host value of a persistent tensor outside the engine
+        self._next_key = 0
+        self._recorded: Program | None = None
+        self._runner: PlannedRunner | None = None
+        self._open_iteration: Iteration | None = None
+        self._count = 0
+        self._closed = False
+
+    def _open(self, device):
+        if not isinstance(device, str):
+            return device, False
+        from cupool.devices import open_device
+
+        if device not in ("auto", "emulated", "cuda"):
+            raise ProgramError(f"device (={device!r}) must be 'auto', 'emulated' or 'cuda'")
+        if device == "cuda":
+            return open_device("cuda"), True
+        cost = self.cost
+        return open_device(device, h2d_gbps=cost.h2d_gbps, d2h_gbps=cost.d2h_gbps,
+                           latency_us=cost.latency_us), True
+
+    # -- persistent state ----------------------------------------------------------------
+    def register(self, name: str, value) -> Tensor:
+        """Register persistent state (weights, optimizer state) under ``name`` with initial
+        ``value`` (a NumPy or CuPy array, copied); returns its handle. Ops read it as an
+        input and modify it in place through ``updates=``."""
+        self._check_open(f"register({name!r})")
+        if any(t.name == name for t in self._persistent.values()):
+            raise ProgramError(f"register({name!r}): a persistent tensor of that name is "
+                               f"already registered")
+        host = to_host(value)
+        key = ("p", self._next_key)
+        self._next_key += 1
+        tensor = Tensor(self, key, Spec(tuple(host.shape), host.dtype, name), name, None)
+        self._persistent[key] = tensor
+        self._parked[key] = host
+        return tensor
+
+    def read(self, tensor: Tensor) -> np.ndarray:
+        """The current value of persistent ``tensor`` (a NumPy copy), between iterations."""
+        self._check_open(f"read({getattr(tensor, 'name', tensor)!r})")
+        self.check_tensor(tensor, f"read({tensor.name!r})")
+        if not tensor.persistent:
+            raise TensorScopeError(tensor.name, f"read({tensor.name!r})",
+                                   "is an op's output: fetch it inside its iteration "
+                                   "(it.fetch)")
+        if self._open_iteration is not None:
+            raise ProgramError(f"read({tensor.name!r}) inside an iteration: persistent "
+                               f"values are read between iterations")
+        if tensor.key in self._parked:
+            return np.array(self._parked[tensor.key], copy=True)
+        return self._runner.read(tensor.key)
+
+    def release(self, tensor: Tensor) -> None:
+        """Forget persistent ``tensor``: later uses raise
+        :class:`~cupool.program.errors.TensorReleasedError`; a program that used it is
+        recorded again (it changed)."""
+        self._check_open(f"release({getattr(tensor, 'name', tensor)!r})")
+        self.check_tensor(tensor, f"release({tensor.name!r})")
+        if not tensor.persistent:
+            raise TensorScopeError(tensor.name, f"release({tensor.name!r})",
+                                   "is an op's output; only persistent tensors are released")
+        tensor.released = True
+        self._persistent.pop(tensor.key, None)
+        self._parked.pop(tensor.key, None)
+
+    def check_tensor(self, tensor, operation: str) -> None:
+        """Raise the typed error for a ``tensor`` this session cannot use in ``operation``."""
+        from cupool.program.errors import TensorReleasedError
+
+        if not isinstance(tensor, Tensor):
+            raise ProgramError(f"{operation}: {tensor!r} is not a cupool tensor (declare "
+                               f"host data with it.input)")
+        if tensor.owner is not self:
+            raise TensorScopeError(tensor.name, operation, "belongs to another session")
+        if tensor.released:
+            raise TensorReleasedError(tensor.name, operation)
+
+    # -- iterations -------------------------------------------------------------------
+    def iteration(self) -> Iteration:
+        """A context manager declaring one iteration (module docstring)."""
+        self._check_open("iteration()")
+        if self._open_iteration is not None:
+            raise ProgramError(f"iteration(): iteration {self._open_iteration.number} is "
+                               f"still being declared (iterations do not nest)")
+        self._open_iteration = Iteration(self, self._count)
+        self._count += 1  # numbers are never reused: an output names its iteration
+        return self._open_iteration
+
+    def _close_iteration(self, iteration: Iteration, program: Program | None) -> None:
+        """Called by the iteration's ``__exit__``: run ``program`` (``None``: the block
+        raised, nothing runs)."""
+        self._open_iteration = None
+        if program is None:
+            return
+        self._check_open(f"iteration {iteration.number}")
+        began = time.perf_counter()
+        change = None
+        if self._recorded is not None:
+            change = self._recorded.first_change(program)
+            if change is not None and self.on_change == "raise":
+                raise ProgramChangedError(iteration.number, change.op_index, change.op,
+                                          change.tensor, change.detail)
+        budget, peak = self.budget_bytes, self.peak_bytes
+        if self._recorded is None or change is not None:  # else: the checked program again
+            peak = program.peak_bytes()
+            budget = parse_budget(self._budget, peak)
+            program.check_budget(budget)
+        self.budget_bytes, self.peak_bytes = budget, peak
+        if change is not None:
+            self._retire()
+        if self._runner is None:
+            report, fetched = self._record(iteration.number, program, budget, began)
+            if change is not None:
+                from dataclasses import replace
+
+                tensor = f" (tensor {change.tensor!r})" if change.tensor else ""
+                report = replace(report, change=f"op {change.op_index} {change.op!r}"
+                                                f"{tensor}: {change.detail}")
+        else:
+            report, fetched = self._run_planned(iteration.number, program, budget, began)
+        self.reports.append(report)
+        iteration.deliver(fetched)
+
+    def _record(self, number: int, program: Program, budget: int, began: float):
+        self._caller.iteration = number
+        recording = record(program, self.device, budget, self._parked, self._caller)
+        wall = (time.perf_counter() - began) * 1e6
+        self.recording = recording
+        self._recorded = program
+        self.trace = program.to_trace(recording.durations_us, name=f"program@{number}")
+        planning = time.perf_counter()
+        self._plan(program)
+        report = StepReport(number, "passive", True, None, wall, recording.wall_us, {}, 0.0, 0,
+                            recording.peak_bytes, budget,
+                            plan_seconds=time.perf_counter() - planning)
+        return report, recording.fetched
+
+    def _plan(self, program: Program) -> None:
+        self.planned = None
+        try:
+            planned = plan_program(self.trace, self.budget_bytes, self.cost)
+        except CupoolError as exc:  # the planner failed: keep running passively, say why
+            self.plan_reason = f"planning failed: {exc}"
+            return
+        if not planned.fits or not planned.check.valid:
+            self.plan_reason = planned.reason or f"invalid plan: {planned.check.message}"
+            return
+        try:
+            self._runner = PlannedRunner(program, planned, self.device, self._caller,
+                                         self._parked, self.cost, self.feedback)
+        except CupoolError as exc:
+            self.plan_reason = f"the swap engine cannot run the plan: {exc}"
+            return
+        for key in program.persistent_keys:  # the runner holds their values now
+            self._parked.pop(key, None)
+        self.planned, self.plan_reason = planned, None
+
+    def _run_planned(self, number: int, program: Program, budget: int, began: float):
+        run = self._runner.run(program, number)
+        result = run.result
+        report = StepReport(number, "planned", False, None, (time.perf_counter() - began) * 1e6,
+                            result.iteration_us, dict(result.late_us), result.stall_us,
+                            run.moved_triggers, run.reserved_peak_bytes, budget,
+                            off_plan=result.off_plan)
+        return report, run.fetched
+
+    def measured_trace(self, skip: int = 1):
+        """The recorded trace with each op's duration the median of what the planned
+        iterations observed (after the first ``skip`` of them; recomputes before an op
+        included), or ``None`` before there are any: what the simulator should be given
+        when the one passive measurement was noisy."""
+        runs = list(self._runner.op_us)[skip:] if self._runner is not None else []
+        if not runs:
+            return None
+        from dataclasses import replace as replaced
+
+        medians = [statistics.median(run[i] for run in runs) for i in range(len(runs[0]))]
+        ops = tuple(replaced(op, duration_us=d) for op, d in zip(self.planned.trace.ops,
+                                                                medians, strict=True))
+        return replaced(self.planned.trace, ops=ops)
+
+    @property
+    def plan(self):
+        """The plan the next iteration runs (``None`` without one)."""
+        return self._runner.plan if self._runner is not None else None
+
+    def _retire(self) -> None:
+        """Take the persistent values out of the engine and drop it and the recording."""
+        if self._runner is not None:
+            self._parked.update(self._runner.park())
+            self._runner.close()
+            self._runner = None
+        self._recorded = self.planned = None
+
+    # -- lifetime -------------------------------------------------------------------------
+    def _check_open(self, operation: str) -> None:
+        if self._closed:
+            raise SessionClosedError(operation)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def close(self) -> None:
+        """Return every device resource (idempotent). Persistent values are gone after it:
+        read them first."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self._runner is not None:
+                self._runner.close()
+                self._runner = None
+        finally:
+            if self._owns_device:
+                self.device.close()
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+
+__all__ = ["ON_CHANGE", "Session", "StepReport"]

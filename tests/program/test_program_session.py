@@ -1,0 +1,125 @@
+"""A program under a budget: parameters bitwise identical to the run without cupool, the
+pool's device high-water mark within the budget in every iteration, recompute by re-running
+the op, re-recording a changed program, persistent state read and released."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import cupool
+from cupool.core.vocabulary import RecomputeAction, SwapIn
+from cupool.program import ProgramChangedError
+from tests.program_cases import example
+
+STEPS = 5
+
+
+@pytest.fixture(scope="module")
+def reference():
+    """The MLP trained without cupool: losses and parameters."""
+    with cupool.EagerSession() as eager:
+        return example("mlp_sgd").train(eager, STEPS)
+
+
+@pytest.mark.parametrize("budget", ["90%", "70%", "50%"])
+def test_parameters_are_bitwise_those_of_the_run_without_cupool(budget, reference):
+    mlp = example("mlp_sgd")
+    with cupool.Session(budget, device="emulated") as session:
+        losses, params = mlp.train(session, STEPS)
+        reports = session.reports
+        assert session.budget_bytes == int(session.peak_bytes * int(budget[:-1]) / 100)
+        plan, recording, trace = session.plan, session.recording, session.trace
+    assert losses == reference[0]
+    assert params.keys() == reference[1].keys()
+    for name, value in reference[1].items():
+        assert np.array_equal(params[name], value), name
+    assert [r.mode for r in reports] == ["passive"] + ["planned"] * (STEPS - 1)
+    assert any(isinstance(a, SwapIn) for a in plan.actions)  # below the peak: it swaps
+    assert [a.tensor for a in recording.accesses[:4]] == ["x", "labels", "x", "w0"]
+    assert {a.intent for a in recording.accesses} == {"read", "write", "update"}
+    assert len(recording.durations_us) == len(trace.ops)
+    assert recording.peak_bytes <= reports[0].budget_bytes
+    assert recording.swap_outs > 0 or budget == "90%"
+    for report in reports:
+        assert 0 < report.device_peak_bytes <= report.budget_bytes
+        assert report.off_plan == 0
+
+
+def test_recompute_re_runs_the_ops_and_keeps_the_bits(reference):
+    """On a slow link the plan recomputes activations by re-running their ops."""
+    mlp = example("mlp_sgd")
+    with cupool.Session("70%", device="emulated", link=0.01) as session:
+        losses, params = mlp.train(session, STEPS)
+        recomputed = [a for a in session.plan.actions if isinstance(a, RecomputeAction)]
+    assert recomputed
+    assert losses == reference[0]
+    assert all(np.array_equal(params[k], v) for k, v in reference[1].items())
+
+
+def _scale(x, out):
+    cupool.array_module(x).multiply(x, 2, out=out)
+
+
+def _accumulate(y, total):
+    total += y.sum()
+
+
+def _run(session, total, shape, steps=1):
+    for _ in range(steps):
+        with session.iteration() as it:
+            x = it.input(np.ones(shape, np.float32), name="x")
+            y = it.op(_scale, x, out=x, name="scale")
+            it.op(_accumulate, y, updates=[total], name="accumulate")
+
+
+def test_a_changed_program_is_recorded_again_and_keeps_its_state():
+    with cupool.Session(1 << 20, device="emulated") as session:
+        total = session.register("total", np.zeros(1, np.float64))
+        _run(session, total, (64,), steps=3)
+        _run(session, total, (128,), steps=2)  # another shape: recorded again
+        reports = session.reports
+        assert session.read(total)[0] == 3 * 128 + 2 * 256
+    assert [(r.mode, r.recorded) for r in reports] == [
+        ("passive", True), ("planned", False), ("planned", False),
+        ("passive", True), ("planned", False)]
+    assert reports[3].change == ("op 0 'x' (tensor 'x'): output 0 is (128,) float32, "
+                                 "recorded as (64,) float32")
+
+
+def test_on_change_raise_refuses_a_changed_program_and_runs_nothing():
+    with cupool.Session(1 << 20, device="emulated", on_change="raise") as session:
+        total = session.register("total", np.zeros(1, np.float64))
+        _run(session, total, (64,), steps=2)
+        with pytest.raises(ProgramChangedError) as caught:
+            _run(session, total, (32,))
+        assert (caught.value.op_index, caught.value.op, caught.value.tensor) == (0, "x", "x")
+        assert session.read(total)[0] == 2 * 128  # nothing of the refused iteration ran
+        _run(session, total, (64,))  # the recorded program still runs from its plan
+        assert session.read(total)[0] == 3 * 128
+        assert session.reports[-1].mode == "planned"
+
+
+def test_persistent_state_is_read_between_iterations_and_fetches_are_values():
+    with cupool.Session("100%", device="emulated") as session:
+        total = session.register("total", np.zeros(1, np.float64))
+        values = []
+        for step in range(3):
+            with session.iteration() as it:
+                x = it.input(np.full(8, step, np.float32))
+                y = it.op(_scale, x, out=x)
+                it.op(_accumulate, y, updates=[total])
+                fetched = it.fetch(y)
+            values.append(fetched.value.tolist())
+            assert session.read(total)[0] == sum(16 * s for s in range(step + 1))
+        assert values == [[0.0] * 8, [2.0] * 8, [4.0] * 8]
+        assert session.xp is np
+
+
+def test_array_module_is_numpy_for_numpy_and_cupy_for_cupy_arrays():
+    assert cupool.array_module(np.zeros(2)) is np
+    cupy = pytest.importorskip("cupy")
+    with cupool.devices.open_device("emulated", cupy_arrays=True) as device:
+        memory = device.reserve(512)
+        array = device.array_at(memory.ptr, 64, "float32")
+        assert cupool.array_module(np.zeros(2), array) is cupy
