@@ -32,8 +32,8 @@ The rules, which plans depend on byte for byte:
   whole range, and :meth:`~FreeRanges.block_size` is more than was asked.
 - **Merge**: a freed block merges with the free ranges touching it in its region.
 - **Miss**: :meth:`~FreeRanges.allocate` returns ``None`` when no free range holds the
-  block; the caller adds a region and retries, or grows one
-  (:meth:`~FreeRanges.allocate_at_end`: a heap that grows at its top).
+  block (the caller adds a region and retries), or, asked to ``grow`` a region, puts the
+  block at that region's end and grows it (a heap that grows at its top).
 - **Errors** (typed, with the numbers): :class:`DoubleFreeError` when the offset freed lies
   in a free range, :class:`UnknownOffsetError` when it is no block's start,
   :class:`FreeRangeArgumentError` for a bad size or option, :class:`FreeRangeError` for a
@@ -160,12 +160,11 @@ class FreeRanges:
         self._live: dict[int, int] = {}  # block offset -> its (rounded) size
         self._regions: dict[int, int] = {}  # region base -> its size
         self._bases: list[int] = []  # region bases, sorted
-        self._allocated = 0
 
     # -- regions ------------------------------------------------------------------------
     def add_region(self, base: int, size: int) -> None:
         """Make ``[base, base + size)`` available as one free range (``size`` may be 0:
-        an empty region, to grow with :meth:`allocate_at_end`)."""
+        an empty region, for :meth:`allocate` to ``grow``)."""
         if type(base) is not int or base < 0:
             raise FreeRangeArgumentError("add_region", "base", base, "must be an int >= 0")
         if type(size) is not int or size < 0:
@@ -229,9 +228,14 @@ class FreeRanges:
         alignment = self.alignment
         return -(-size // alignment) * alignment
 
-    def allocate(self, size: int) -> int | None:
-        """The offset of a new block of ``aligned(size)`` bytes (``size``: an int ``> 0``),
-        or ``None`` when no free range holds it."""
+    def allocate(self, size: int, grow: int | None = None) -> int | None:
+        """The offset of a new block of ``aligned(size)`` bytes (``size``: an int ``> 0``).
+
+        When no free range holds it: ``None``; or, with ``grow=base``, the block goes at
+        the end of region ``base``, which grows to hold it (a heap that grows at its top):
+        it starts at the free range touching the region's end when there is one, else at
+        the region's end, and the region then ends where the block does. Growing into the
+        next region raises :class:`FreeRangeError`."""
         if type(size) is not int or size <= 0:
             raise FreeRangeArgumentError("allocate", "size", size, "must be an int > 0")
         alignment = self.alignment
@@ -240,7 +244,21 @@ class FreeRanges:
         by_size = self._by_size
         i = bisect_left(by_size, (size, -1))
         if i == len(by_size):
-            return None
+            if grow is None:
+                return None
+            region_size = self._regions.get(grow)
+            if region_size is None:
+                region_size = self._region_size(grow, "allocate")  # raises
+            region_end = grow + region_size
+            # a free range ending at the end of an empty region belongs to the region below
+            start = self._start_of.get(region_end, region_end) if region_size else grow
+            if self._bases[-1] != grow:  # a region above: the grown one must stay below it
+                self._check_growth(grow, start, size)
+            if start != region_end:
+                self._remove(start)
+            self._regions[grow] = start + size - grow
+            self._live[start] = size
+            return start
         if self._first_fit:
             start = min(entry[1] for entry in by_size[i:])
             i = bisect_left(by_size, (self._end_of[start] - start, start))
@@ -252,39 +270,6 @@ class FreeRanges:
         else:
             size = range_size
         self._live[start] = size
-        self._allocated += size
-        return start
-
-    def allocate_at_end(self, base: int, size: int) -> int:
-        """A block of ``aligned(size)`` bytes at the end of region ``base``, growing the
-        region as needed (a heap that grows at its top): the block starts at the free range
-        touching the region's end when there is one, else at the region's end, and the
-        region then ends where the block does (unless that free range held the block
-        already: then it is split as :meth:`allocate` would). Raises
-        :class:`FreeRangeError` when the grown region would overlap the next one."""
-        if type(size) is not int or size <= 0:
-            raise FreeRangeArgumentError("allocate_at_end", "size", size, "must be an int > 0")
-        size = self.aligned(size)
-        region_end = base + self._region_size(base, "allocate_at_end")
-        # a free range ending at the end of an empty region belongs to the region below
-        start = self._start_of.get(region_end, region_end) if region_end > base else base
-        if region_end - start >= size:
-            self._remove(start)
-            if region_end - start - size >= self.min_split:
-                self._insert(start + size, region_end)
-            else:
-                size = region_end - start
-        else:
-            at = bisect_right(self._bases, base)
-            if at < len(self._bases) and self._bases[at] < start + size:
-                raise FreeRangeError(f"allocate_at_end(base={base}, size={size}): region "
-                                     f"[{base}, {start + size}) would overlap the region at "
-                                     f"{self._bases[at]}")
-            if start != region_end:
-                self._remove(start)
-            self._regions[base] = start + size - base
-        self._live[start] = size
-        self._allocated += size
         return start
 
     def free(self, offset: int) -> int:
@@ -294,7 +279,6 @@ class FreeRanges:
         size = self._live.pop(offset, None)
         if size is None:
             raise self._not_live(offset, freeing=True)
-        self._allocated -= size
         start, end = offset, offset + size
         regions, end_of, start_of, by_size = (self._regions, self._end_of, self._start_of,
                                               self._by_size)
@@ -335,7 +319,7 @@ class FreeRanges:
     @property
     def allocated_bytes(self) -> int:
         """Bytes in live blocks (rounded sizes)."""
-        return self._allocated
+        return sum(self._live.values())
 
     @property
     def region_bytes(self) -> int:
@@ -351,8 +335,8 @@ class FreeRanges:
         return [Piece(start, self._end_of[start], False) for start in sorted(self._end_of)]
 
     def stats(self) -> FreeRangeStats:
-        region_bytes = self.region_bytes
-        return FreeRangeStats(region_bytes, self._allocated, region_bytes - self._allocated,
+        region_bytes, allocated = self.region_bytes, self.allocated_bytes
+        return FreeRangeStats(region_bytes, allocated, region_bytes - allocated,
                               len(self._regions), len(self._live), len(self._by_size),
                               self._by_size[-1][0] if self._by_size else 0)
 
@@ -373,11 +357,18 @@ class FreeRanges:
                                      f"not at {base + self._regions[base]}")
         indexed = sorted((end - start, start) for start, end in self._end_of.items())
         if (pieces != len(self._live) + len(self._end_of) or indexed != self._by_size
-                or self._start_of != {end: start for start, end in self._end_of.items()}
-                or self._allocated != sum(self._live.values())):
+                or self._start_of != {end: start for start, end in self._end_of.items()}):
             raise FreeRangeError("the free-range indexes disagree (corrupt bookkeeping)")
 
     # -- internals ------------------------------------------------------------------------
+    def _check_growth(self, base: int, start: int, size: int) -> None:
+        """Raise :class:`FreeRangeError` if region ``base``, grown for ``size`` bytes at
+        ``start``, would overlap the next region."""
+        above = self._bases[bisect_right(self._bases, base)]
+        if above < start + size:
+            raise FreeRangeError(f"allocate(size={size}, grow={base}): region [{base}, "
+                                 f"{start + size}) would overlap the region at {above}")
+
     def _insert(self, start: int, end: int) -> None:
         self._end_of[start] = end
         self._start_of[end] = start

@@ -102,20 +102,23 @@ def test_min_split_hands_out_the_whole_range_when_the_rest_would_be_small():
     assert ranges.allocate(12) == 0 and free_list(ranges) == [(12, 20)]  # 8 are split off
 
 
-def test_allocate_at_end_grows_a_heap_from_the_free_range_at_its_top():
+def test_grow_makes_a_heap_that_grows_from_the_free_range_at_its_top():
     heap = FreeRanges()
     heap.add_region(0, 0)
     assert heap.allocate(4) is None
-    assert heap.allocate_at_end(0, 4) == 0 and heap.allocate_at_end(0, 6) == 4
+    assert heap.allocate(4, grow=0) == 0 and heap.allocate(6, grow=0) == 4
     assert heap.regions() == [Piece(0, 10, False)]
     heap.free(4)  # the top 6 bytes are free: the next growth starts there
-    assert heap.allocate_at_end(0, 8) == 4 and heap.regions() == [Piece(0, 12, False)]
-    heap.free(4)
-    assert heap.allocate_at_end(0, 5) == 4  # the free range at the top holds it: split
-    assert heap.regions() == [Piece(0, 12, False)] and free_list(heap) == [(9, 12)]
+    assert heap.allocate(8, grow=0) == 4 and heap.regions() == [Piece(0, 12, False)]
+    heap.free(0)
+    assert heap.allocate(3, grow=0) == 0  # a free range holds it: best fit, no growth
+    assert heap.regions() == [Piece(0, 12, False)] and free_list(heap) == [(3, 4)]
     heap.add_region(20, 4)
-    with pytest.raises(FreeRangeError, match=r"\[0, 29\) would overlap the region at 20"):
-        heap.allocate_at_end(0, 20)
+    with pytest.raises(FreeRangeError, match=r"allocate\(size=20, grow=0\): region \[0, 32\) "
+                                             r"would overlap the region at 20"):
+        heap.allocate(20, grow=0)
+    with pytest.raises(FreeRangeError, match=r"allocate\(base=7\): no region starts there"):
+        heap.allocate(40, grow=7)
     heap.check()
 
 
@@ -123,8 +126,8 @@ def test_an_empty_region_grows_from_its_own_base_not_from_the_region_below():
     ranges = FreeRanges()
     ranges.add_region(0, 8)  # free [0, 8) ends where the empty region starts
     ranges.add_region(8, 0)
-    assert ranges.allocate_at_end(8, 4) == 8
-    assert free_list(ranges) == [(0, 8)] and ranges.regions()[1] == Piece(8, 12, False)
+    assert ranges.allocate(12, grow=8) == 8
+    assert free_list(ranges) == [(0, 8)] and ranges.regions()[1] == Piece(8, 20, False)
 
 
 def test_regions_are_removed_only_when_free():
@@ -175,7 +178,7 @@ def test_double_free_and_unknown_offsets_are_typed_errors_with_the_numbers():
 @pytest.mark.parametrize("call,message", [
     (lambda r: r.allocate(0), "allocate(size=0): size must be an int > 0"),
     (lambda r: r.allocate(2.0), "allocate(size=2.0): size must be an int > 0"),
-    (lambda r: r.allocate_at_end(0, -1), "allocate_at_end(size=-1): size must be an int > 0"),
+    (lambda r: r.allocate(-1, grow=0), "allocate(size=-1): size must be an int > 0"),
     (lambda r: r.add_region(-4, 8), "add_region(base=-4): base must be an int >= 0"),
     (lambda r: r.add_region(0, True), "add_region(size=True): size must be an int >= 0"),
     (lambda r: FreeRanges(alignment=0), "FreeRanges(alignment=0): alignment must be an int >= 1"),
@@ -240,13 +243,15 @@ class ByteReference:
         start, end = min(fits, key=key)
         return self.take(start, end, size)
 
-    def allocate_at_end(self, base: int, size: int) -> int | None:
-        """``None`` where the growth would overlap the next region (an error expected)."""
+    def allocate_grow(self, base: int, size: int) -> int | None:
+        """``allocate(size, grow=base)``; ``None`` where the growth would overlap the next
+        region (an error expected)."""
         size = self.rounded(size)
+        fits = [run for run in self.runs() if run[1] - run[0] >= size]
+        if fits:
+            return self.allocate(size)
         end = base + self.regions[base]
         start = next((s for s, e in self.runs() if e == end and s >= base), end)
-        if end - start >= size:
-            return self.take(start, end, size)
         if any(base < other < start + size for other in self.regions):
             return None
         self.regions[base] = start + size - base
@@ -288,13 +293,13 @@ def test_free_ranges_agree_with_the_byte_reference(alignment, fit, min_split, da
         elif step == "grow" and reference.regions:
             base = data.draw(st.sampled_from(sorted(reference.regions)), label="region")
             size = data.draw(st.integers(1, 24), label="size")
-            expected = reference.allocate_at_end(base, size)
+            expected = reference.allocate_grow(base, size)
             grown = True
             if expected is None:
                 with pytest.raises(FreeRangeError, match="would overlap"):
-                    ranges.allocate_at_end(base, size)
+                    ranges.allocate(size, grow=base)
             else:
-                assert ranges.allocate_at_end(base, size) == expected
+                assert ranges.allocate(size, grow=base) == expected
                 top = max(top, base + reference.regions[base])
         elif step == "remove" and reference.regions:
             base = data.draw(st.sampled_from(sorted(reference.regions)), label="region")
