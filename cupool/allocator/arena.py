@@ -28,12 +28,12 @@ Best-fit words:
       free(C)  ...[..B..][free: 5]                       merged back with the 1-byte tail
 
 Sizes are whatever the caller passes (the pool passes multiples of 512); the arena
-adds no rounding. Not thread-safe: the pool's lock guards every call.
+adds no rounding. The free list is :class:`~cupool.core.free_ranges.FreeRanges`, the one
+every best-fit user in cupool shares. Not thread-safe: the pool's lock guards every call.
 """
 
 from __future__ import annotations
 
-import bisect
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -41,6 +41,7 @@ import numpy as np
 
 from cupool.allocator.recording import RecordedIteration
 from cupool.allocator.tickets import PLANNED_BLOCK, Ticket
+from cupool.core.free_ranges import FreeRanges
 from cupool.core.vocabulary import Plan, Trace
 
 __all__ = ["ALLOCATION_UNIT", "ArenaStats", "BestFitArena", "LiveBlock", "PlannedArena",
@@ -75,7 +76,9 @@ class ArenaStats:
 
 
 class BestFitArena:
-    """Best-fit over any number of segments (see the module docstring).
+    """Best-fit over any number of segments (see the module docstring): the shared
+    :class:`~cupool.core.free_ranges.FreeRanges` (best fit, no rounding), one region per
+    segment.
 
     ``segment`` objects are opaque to the arena except for ``ptr`` and ``size``
     (the pool passes :class:`~cupool.devices.memory.Memory`).
@@ -84,11 +87,7 @@ class BestFitArena:
     def __init__(self, name: str) -> None:
         self.name = name
         self._segments: dict[int, object] = {}  # base ptr -> segment
-        self._by_size: list[tuple[int, int]] = []  # sorted (size, start) of free ranges
-        self._free_start: dict[int, tuple[int, int]] = {}  # start -> (end, segment base)
-        self._free_end: dict[int, int] = {}  # end -> start
-        self._live: dict[int, tuple[int, int]] = {}  # ptr -> (size, segment base)
-        self._allocated = 0
+        self._ranges = FreeRanges()
 
     # -- segments -------------------------------------------------------------------
     def add_segment(self, segment) -> None:
@@ -96,16 +95,16 @@ class BestFitArena:
         base, size = segment.ptr, segment.size
         if base in self._segments:
             raise ValueError(f"arena {self.name!r}: segment at {base:#x} added twice")
+        self._ranges.add_region(base, size)
         self._segments[base] = segment
-        self._insert_free(base, base + size, base)
 
     def take_empty_segments(self) -> list:
         """Remove and return every segment with no live block (for the pool to release)."""
         taken = []
+        ranges = self._ranges
         for base, segment in list(self._segments.items()):
-            entry = self._free_start.get(base)
-            if entry is not None and entry[0] == base + segment.size:
-                self._remove_free(base)
+            if ranges.region_is_free(base):
+                ranges.remove_region(base)
                 del self._segments[base]
                 taken.append(segment)
         return taken
@@ -114,92 +113,51 @@ class BestFitArena:
     def alloc(self, size: int) -> int | None:
         """The address of a new block of ``size`` bytes (``> 0``), or ``None`` when no
         free range fits (the caller then adds a segment and retries)."""
-        i = bisect.bisect_left(self._by_size, (size, -1))
-        if i == len(self._by_size):
-            return None
-        free_size, start = self._by_size.pop(i)
-        end, base = self._free_start.pop(start)
-        del self._free_end[end]
-        if free_size > size:
-            self._insert_free(start + size, end, base)
-        self._live[start] = (size, base)
-        self._allocated += size
-        return start
+        return self._ranges.allocate(size)
 
     def free(self, ptr: int) -> int:
-        """Return block ``ptr`` and merge it with its free neighbours; its size.
-        ``KeyError`` if ``ptr`` is not a live block of this arena (a bug in the caller)."""
-        size, base = self._live.pop(ptr)
-        self._allocated -= size
-        start, end = ptr, ptr + size
-        right = self._free_start.get(end)
-        if right is not None and right[1] == base:
-            end = right[0]
-            self._remove_free(ptr + size)
-        left = self._free_end.get(start)
-        if left is not None and self._free_start[left][1] == base:
-            self._remove_free(left)
-            start = left
-        self._insert_free(start, end, base)
-        return size
+        """Return block ``ptr`` and merge it with its free neighbours; its size. A ``ptr``
+        that is not a live block of this arena (a bug in the caller) raises
+        :class:`~cupool.core.free_ranges.DoubleFreeError` or
+        :class:`~cupool.core.free_ranges.UnknownOffsetError`."""
+        return self._ranges.free(ptr)
 
     @property
     def live_count(self) -> int:
         """The number of live blocks."""
-        return len(self._live)
+        return self._ranges.live_count
 
     def owns(self, ptr: int) -> bool:
         """True when ``ptr`` is a live block of this arena."""
-        return ptr in self._live
+        return self._ranges.is_live(ptr)
 
     def live_blocks(self) -> list[LiveBlock]:
         """Every live block (``kind``: the arena's name; ``slot`` -1), by address."""
-        return [LiveBlock(self.name, ptr, size, -1)
-                for ptr, (size, _base) in sorted(self._live.items())]
+        return [LiveBlock(self.name, block.start, block.size, -1)
+                for block in self._ranges.live_blocks()]
 
     def segments(self) -> list:
         return list(self._segments.values())
 
     def stats(self) -> ArenaStats:
-        segment_bytes = sum(s.size for s in self._segments.values())
-        return ArenaStats(segment_bytes, self._allocated, segment_bytes - self._allocated,
-                          len(self._segments), len(self._live), len(self._by_size),
-                          self._by_size[-1][0] if self._by_size else 0)
+        ranges = self._ranges.stats()
+        return ArenaStats(ranges.region_bytes, ranges.allocated_bytes, ranges.free_bytes,
+                          ranges.regions, ranges.live_blocks, ranges.free_ranges,
+                          ranges.largest_free_range)
 
     @property
     def allocated_bytes(self) -> int:
-        return self._allocated
+        return self._ranges.allocated_bytes
 
     @property
     def segment_bytes(self) -> int:
-        return sum(s.size for s in self._segments.values())
-
-    # -- free ranges --------------------------------------------------------------------
-    def _insert_free(self, start: int, end: int, base: int) -> None:
-        bisect.insort(self._by_size, (end - start, start))
-        self._free_start[start] = (end, base)
-        self._free_end[end] = start
-
-    def _remove_free(self, start: int) -> None:
-        end, _base = self._free_start.pop(start)
-        del self._free_end[end]
-        del self._by_size[bisect.bisect_left(self._by_size, (end - start, start))]
+        return self._ranges.region_bytes
 
     def check(self) -> None:
-        """Assert the arena's invariants (tests): free ranges and live blocks tile every
-        segment exactly, with no two free ranges adjacent in one segment."""
-        for base, segment in self._segments.items():
-            pieces = sorted([(s, e, "free") for s, (e, b) in self._free_start.items() if b == base]
-                            + [(p, p + sz, "live") for p, (sz, b) in self._live.items()
-                               if b == base])
-            cursor = base
-            previous = None
-            for start, end, kind in pieces:
-                assert start == cursor, f"{self.name}: gap or overlap at {start:#x}"
-                assert not (kind == previous == "free"), f"{self.name}: unmerged at {start:#x}"
-                cursor, previous = end, kind
-            assert cursor == base + segment.size, f"{self.name}: segment {base:#x} not tiled"
-        assert len(self._by_size) == len(self._free_start) == len(self._free_end)
+        """Check the arena's invariants (tests): free ranges and live blocks tile every
+        segment exactly, with no two free ranges adjacent in one segment
+        (:meth:`FreeRanges.check <cupool.core.free_ranges.FreeRanges.check>` raises)."""
+        self._ranges.check()
 
 
 class PlannedSlot:

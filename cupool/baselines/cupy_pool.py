@@ -27,7 +27,8 @@ sizes in use), ``reserved_bytes`` is ``total_bytes()`` (sum of cudaMalloc'd bloc
 
 from __future__ import annotations
 
-from cupool.baselines._segments import Block, FreeBlocks, SegmentAllocator, split
+from cupool.baselines._segments import SegmentAllocator
+from cupool.core.free_ranges import FreeRanges
 
 #: ``ALLOCATION_UNIT_SIZE`` of memory.pyx.
 ALLOCATION_UNIT_SIZE = 512
@@ -51,13 +52,8 @@ class CupyMemoryPool(SegmentAllocator):
 
     def __init__(self) -> None:
         super().__init__()
-        self._arena = FreeBlocks()
+        self._arena = FreeRanges()  # best fit, split anything (min_split 1)
 
-    def _take(self, size: int) -> Block:
+    def _take(self, size: int) -> int:
         size = round_size(size)
-        chunk = self._arena.pop_best_fit(size)
-        if chunk is None:
-            return self._device_malloc(size, self._arena)
-        if chunk.size > size:
-            self._arena.push(split(chunk, size))
-        return chunk
+        return self._take_from(self._arena, size, size)

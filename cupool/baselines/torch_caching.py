@@ -30,7 +30,8 @@ block sizes (rounded, including unsplit remainders), ``reserved_bytes.all`` segm
 
 from __future__ import annotations
 
-from cupool.baselines._segments import Block, FreeBlocks, SegmentAllocator, split
+from cupool.baselines._segments import SegmentAllocator
+from cupool.core.free_ranges import FreeRanges
 
 MIB = 1 << 20
 #: all sizes are rounded to at least 512 bytes
@@ -62,8 +63,16 @@ def allocation_size(size: int) -> int:
 
 
 def should_split(remaining: int, is_small: bool) -> bool:
-    """``should_split`` (``max_split_size`` unlimited): split off ``remaining`` bytes?"""
+    """``should_split`` (``max_split_size`` unlimited): split off ``remaining`` bytes?
+    (The pools' free sets apply it as their ``min_split``: :data:`SMALL_MIN_SPLIT`,
+    :data:`LARGE_MIN_SPLIT`.)"""
     return remaining >= K_MIN_BLOCK_SIZE if is_small else remaining > K_SMALL_SIZE
+
+
+#: ``should_split(remaining, is_small=True)`` is ``remaining >= SMALL_MIN_SPLIT``.
+SMALL_MIN_SPLIT = K_MIN_BLOCK_SIZE
+#: ``should_split(remaining, is_small=False)`` is ``remaining >= LARGE_MIN_SPLIT``.
+LARGE_MIN_SPLIT = K_SMALL_SIZE + 1
 
 
 class TorchCachingAllocator(SegmentAllocator):
@@ -79,16 +88,10 @@ class TorchCachingAllocator(SegmentAllocator):
 
     def __init__(self) -> None:
         super().__init__()
-        self._small_blocks = FreeBlocks()
-        self._large_blocks = FreeBlocks()
+        self._small_blocks = FreeRanges(min_split=SMALL_MIN_SPLIT)
+        self._large_blocks = FreeRanges(min_split=LARGE_MIN_SPLIT)
 
-    def _take(self, size: int) -> Block:
+    def _take(self, size: int) -> int:
         size = round_size(size)
-        is_small = size <= K_SMALL_SIZE
-        pool = self._small_blocks if is_small else self._large_blocks
-        block = pool.pop_best_fit(size)
-        if block is None:
-            block = self._device_malloc(allocation_size(size), pool)
-        if should_split(block.size - size, is_small):
-            pool.push(split(block, size))
-        return block
+        pool = self._small_blocks if size <= K_SMALL_SIZE else self._large_blocks
+        return self._take_from(pool, size, allocation_size(size))

@@ -20,7 +20,8 @@ nothing to overlap them with, and the measurement would not be cleaner for it. B
 checked as in replay: each buffer is filled with the pattern of ``(buffer id, 0)`` when
 produced and every use compares every byte (``corrupt_bytes`` counts mismatches).
 
-Placement is first fit over the arena (256-byte aligned); sizes may be divided by
+Placement is first fit over the arena (256-byte aligned: the shared
+:class:`~cupool.core.free_ranges.FreeRanges` with ``fit="first"``); sizes may be divided by
 ``size_scale`` as in a replay (the budget too). A working set of one op that does
 not fit even after evicting everything else raises :class:`PassiveOutOfMemoryError`.
 """
@@ -30,6 +31,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, replace
 
+from cupool.core.free_ranges import FIRST_FIT, FreeRanges
 from cupool.core.vocabulary import Trace
 from cupool.devices.memory import host_view
 from cupool.swap.copy_engine import CopyEngine
@@ -70,32 +72,6 @@ class PassiveRun:
     corrupt_bytes: int
 
 
-class _FirstFit:
-    """First-fit ranges of ``[0, capacity)``; ``allocate`` returns an offset or None."""
-
-    def __init__(self, capacity: int) -> None:
-        self.capacity = capacity
-        self.used: dict[int, int] = {}  # offset -> size
-
-    def allocate(self, nbytes: int) -> int | None:
-        nbytes = -(-max(1, nbytes) // ALIGNMENT) * ALIGNMENT
-        cursor = 0
-        for offset in sorted(self.used):
-            if offset - cursor >= nbytes:
-                break
-            cursor = offset + self.used[offset]
-        if cursor + nbytes > self.capacity:
-            return None
-        self.used[cursor] = nbytes
-        return cursor
-
-    def free(self, offset: int) -> None:
-        del self.used[offset]
-
-    def in_use(self) -> int:
-        return sum(self.used.values())
-
-
 def passive_iteration(trace: Trace, budget_bytes: int, device, *, size_scale: int = 1,
                       time_scale: float = 1.0, seed: int = 0) -> PassiveRun:
     """Run ``trace`` once under ``budget_bytes`` (trace bytes) on ``device`` (the emulated
@@ -109,7 +85,8 @@ def passive_iteration(trace: Trace, budget_bytes: int, device, *, size_scale: in
     staging = PinnedStaging(device, sum(-(-max(1, n) // ALIGNMENT) * ALIGNMENT
                                         for n in sizes.values()))
     engine = CopyEngine(device, staging)
-    ranges = _FirstFit(capacity)
+    ranges = FreeRanges(alignment=ALIGNMENT, fit=FIRST_FIT)  # offsets in the arena
+    ranges.add_region(0, capacity)
     handles = {b.id: TensorHandle(b) for b in trace.buffers}
     offset, slot, last_access = {}, {}, {}  # buffer -> arena offset / host slot / op
     produced, needed, ending = {}, {}, {}
@@ -122,13 +99,13 @@ def passive_iteration(trace: Trace, budget_bytes: int, device, *, size_scale: in
     counts = {"out": 0, "in": 0, "swap": 0.0, "checked": 0, "corrupt": 0, "peak": 0}
 
     def place(i, b, keep):
-        while (at := ranges.allocate(sizes[b])) is None:
+        while (at := ranges.allocate(max(1, sizes[b]))) is None:
             victims = [v for v in offset if v not in keep]
             if not victims:
                 raise PassiveOutOfMemoryError(i, b, sizes[b], capacity)
             evict(min(victims, key=lambda v: (last_access[v], v)))
         offset[b] = at
-        counts["peak"] = max(counts["peak"], ranges.in_use())
+        counts["peak"] = max(counts["peak"], ranges.allocated_bytes)
         return arena.ptr + at
 
     def evict(v):

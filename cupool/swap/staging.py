@@ -5,7 +5,8 @@ is slow (``cudaHostAlloc`` maps and locks pages) — so the runtime never alloca
 tensor. :class:`PinnedStaging` takes *one* pinned block of ``capacity_bytes`` from the
 device when it is made and suballocates slots from it, best fit (the smallest free
 range that holds the request; ties go to the lowest address), splitting ranges and
-merging freed neighbours. The same reservation serves every iteration.
+merging freed neighbours (the shared :class:`~cupool.core.free_ranges.FreeRanges`). The
+same reservation serves every iteration.
 
 When no free range is large enough, the slot comes from *pageable* host memory instead
 (a plain NumPy array): the swap still happens, more slowly (a pageable copy is not
@@ -24,18 +25,18 @@ Statistics (one flat dict, ``<quantity>.<qualifier>``):
 ``staging.live_slots.current``     slots acquired and not released (both kinds)
 =================================  ====================================================
 
-Thread-safe: ``_lock`` guards the free list, the live set and the counters (slots are
+Thread-safe: ``_lock`` guards the free ranges, the live set and the counters (slots are
 released from stream callbacks).
 """
 
 from __future__ import annotations
 
-import bisect
 import threading
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from cupool.core.free_ranges import FreeRanges
 from cupool.core.vocabulary import PAGEABLE, PINNED
 from cupool.swap.errors import StagingError
 
@@ -70,8 +71,9 @@ class PinnedStaging:
         self._memory = device.alloc_pinned(capacity_bytes) if capacity_bytes else None
         self._array = device.pinned_array(self._memory) if self._memory else None
         self._lock = threading.Lock()
-        self._free_starts: list[int] = [0] if capacity_bytes else []  # sorted offsets
-        self._free: dict[int, int] = {0: capacity_bytes} if capacity_bytes else {}
+        self._ranges = FreeRanges(alignment=ALIGNMENT)  # offsets in the reservation
+        if capacity_bytes:
+            self._ranges.add_region(0, capacity_bytes)
         self._live: set[int] = set()  # id() of live slots
         self._stats = {"staging.capacity_bytes": capacity_bytes,
                        "staging.in_use_bytes.current": 0, "staging.in_use_bytes.peak": 0,
@@ -88,18 +90,10 @@ class PinnedStaging:
         if level not in (PINNED, PAGEABLE):
             raise StagingError(f"acquire(level={level!r}): level must be {PINNED!r} or "
                                f"{PAGEABLE!r}")
-        rounded = -(-nbytes // ALIGNMENT) * ALIGNMENT
         with self._lock:
-            best = None
-            for start in self._free_starts if level == PINNED else ():
-                size = self._free[start]
-                if size >= rounded and (best is None or size < self._free[best]):
-                    best = start
+            best = self._ranges.allocate(nbytes) if level == PINNED else None
             if best is not None:
-                size = self._free.pop(best)
-                del self._free_starts[bisect.bisect_left(self._free_starts, best)]
-                if size > rounded:
-                    self._insert_free(best + rounded, size - rounded)
+                rounded = self._ranges.block_size(best)
                 slot = Slot(self._memory.ptr + best, nbytes, True, best,
                             self._array[best:best + nbytes])
                 stats = self._stats
@@ -129,27 +123,12 @@ class PinnedStaging:
             self._live.discard(id(slot))
             self._stats["staging.live_slots.current"] -= 1
             if slot.pinned:
-                rounded = -(-slot.nbytes // ALIGNMENT) * ALIGNMENT
-                self._stats["staging.in_use_bytes.current"] -= rounded
-                self._insert_free(slot.offset, rounded)
-
-    def _insert_free(self, start: int, size: int) -> None:
-        """Add a free range and merge it with free neighbours; caller holds _lock."""
-        i = bisect.bisect_left(self._free_starts, start)
-        if i < len(self._free_starts) and start + size == self._free_starts[i]:
-            size += self._free.pop(self._free_starts.pop(i))
-        if i > 0:
-            before = self._free_starts[i - 1]
-            if before + self._free[before] == start:
-                self._free[before] += size
-                return
-        self._free_starts.insert(i, start)
-        self._free[start] = size
+                self._stats["staging.in_use_bytes.current"] -= self._ranges.free(slot.offset)
 
     def is_clean(self) -> bool:
         """True when no slot is live and the reservation is one free range again."""
         with self._lock:
-            whole = (not self.capacity_bytes) or (self._free == {0: self.capacity_bytes})
+            whole = (not self.capacity_bytes) or self._ranges.region_is_free(0)
             return not self._live and whole
 
     def stats(self) -> dict[str, int]:

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cupool.baselines import POLICIES, CupyMemoryPool, TorchCachingAllocator, allocate_trace
+from cupool.baselines.torch_caching import LARGE_MIN_SPLIT, SMALL_MIN_SPLIT, should_split
 from cupool.errors import InputError
 from cupool.io import load_trace
 from tests.conftest import TRACES
@@ -136,6 +137,13 @@ def test_torch_large_remainder_above_1mib_is_split():
     assert allocator.block_size(block) == 11 * MIB - 512
     assert allocator.malloc(MIB + 512) == block + 11 * MIB - 512
     assert allocator.reserved_bytes == 12 * MIB
+
+
+@pytest.mark.parametrize("is_small", [True, False])
+def test_torch_free_sets_split_exactly_when_should_split_says(is_small):
+    min_split = SMALL_MIN_SPLIT if is_small else LARGE_MIN_SPLIT
+    for remaining in range(512, 4 * MIB, 512):
+        assert should_split(remaining, is_small) == (remaining >= min_split), remaining
 
 
 def test_torch_cached_20mib_block_serves_19_5mib_whole():

@@ -15,6 +15,8 @@ the top if there is one, else from the top itself::
     C 3B         [===)             op 1: C best fit [0, 4) → at 0, free [3, 4)
     D 2B             [===)         op 2: C freed → free [0, 4); D at 0
 
+The free ranges are the shared :class:`~cupool.core.free_ranges.FreeRanges` (best fit, one
+region from 0 that :meth:`~cupool.core.free_ranges.FreeRanges.allocate` grows at its top).
 It is the baseline that shows what planning buys over an allocator run in program order,
 and it is linear-logarithmic: ``O(n log n)`` plus ``O(f)`` list shifts per event for ``f``
 free ranges.
@@ -23,10 +25,10 @@ free ranges.
 from __future__ import annotations
 
 import time
-from bisect import bisect_left, bisect_right, insort
 
 import numpy as np
 
+from cupool.core.free_ranges import FreeRanges
 from cupool.planning.problem import StaticProblem
 from cupool.planning.solvers.base import SolveResult, SolverParams, heuristic_result
 
@@ -39,66 +41,18 @@ def solve_best_fit(problem: StaticProblem, params: SolverParams) -> SolveResult:
                               problem.starts)).tolist()
     frees = np.argsort(problem.ends, kind="stable").tolist()
     starts, ends, sizes = (a.tolist() for a in (problem.starts, problem.ends, problem.sizes))
-    heap = _FreeList()
+    heap = FreeRanges()
+    heap.add_region(0, 0)  # the heap: [0, top), grown at the top when nothing fits
     offsets = [0] * problem.n
     freed = 0
     for j in allocations:
         while freed < len(frees) and ends[frees[freed]] <= starts[j]:
-            k = frees[freed]
-            heap.free(offsets[k], sizes[k])
+            heap.free(offsets[frees[freed]])
             freed += 1
-        offsets[j] = heap.allocate(sizes[j])
+        offsets[j] = heap.allocate(sizes[j], grow=0)
     stats = {"allocation_order": "start, larger, longer, index"}
     return heuristic_result(problem, np.array(offsets, dtype=np.int64),
                             time.perf_counter() - started, stats)
-
-
-class _FreeList:
-    """Coalesced free byte ranges below ``top``, by offset and by (size, offset)."""
-
-    def __init__(self) -> None:
-        self.top = 0
-        self.starts: list[int] = []
-        self.end_of: dict[int, int] = {}
-        self.by_size: list[tuple[int, int]] = []
-
-    def _add(self, start: int, end: int) -> None:
-        insort(self.starts, start)
-        self.end_of[start] = end
-        insort(self.by_size, (end - start, start))
-
-    def _remove(self, start: int) -> int:
-        end = self.end_of.pop(start)
-        del self.starts[bisect_left(self.starts, start)]
-        del self.by_size[bisect_left(self.by_size, (end - start, start))]
-        return end
-
-    def allocate(self, size: int) -> int:
-        """The offset of ``size`` new bytes: best-fitting free range, else grow the top."""
-        fit = bisect_left(self.by_size, (size, -1))
-        if fit < len(self.by_size):
-            start = self.by_size[fit][1]
-            end = self._remove(start)
-            if end > start + size:
-                self._add(start + size, end)
-            return start
-        start = self.top
-        if self.starts and self.end_of[self.starts[-1]] == self.top:
-            start = self.starts[-1]
-            self._remove(start)
-        self.top = start + size
-        return start
-
-    def free(self, start: int, size: int) -> None:
-        """Return ``[start, start + size)``, merged with free neighbours on either side."""
-        end = start + size
-        at = bisect_right(self.starts, start)
-        if at < len(self.starts) and self.starts[at] == end:
-            end = self._remove(end)
-        if at > 0 and self.end_of[self.starts[at - 1]] == start:
-            start = self.starts[at - 1]
-            self._remove(start)
-        self._add(start, end)
 
 
 __all__ = ["solve_best_fit"]
