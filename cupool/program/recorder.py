@@ -25,6 +25,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from cupool.core.free_ranges import FIRST_FIT, FreeRanges
 from cupool.program.calls import OpCaller
 from cupool.program.program import FETCH, Program
 from cupool.program.transfer import OpClock, download, host_copy, upload
@@ -58,31 +59,6 @@ class Recording:
     fetched: dict
 
 
-class _FirstFit:
-    """First-fit ranges of ``[0, capacity)`` for sizes that are multiples of the pool unit:
-    ``allocate`` returns an offset or ``None``."""
-
-    def __init__(self, capacity: int) -> None:
-        self.capacity = capacity
-        self.used: dict[int, int] = {}  # offset -> size
-        self.in_use = 0
-
-    def allocate(self, nbytes: int) -> int | None:
-        cursor = 0
-        for offset in sorted(self.used):
-            if offset - cursor >= nbytes:
-                break
-            cursor = offset + self.used[offset]
-        if cursor + nbytes > self.capacity:
-            return None
-        self.used[cursor] = nbytes
-        self.in_use += nbytes
-        return cursor
-
-    def free(self, offset: int) -> None:
-        self.in_use -= self.used.pop(offset)
-
-
 class _Passive:
     """One passive iteration's state (see the module docstring)."""
 
@@ -92,7 +68,9 @@ class _Passive:
         # touched once before any op runs: first-touch page faults of fresh (emulated,
         # host-backed) memory are not the ops' time
         device.array_at(self.arena.ptr, budget_bytes).fill(0)
-        self.ranges = _FirstFit(budget_bytes)
+        self.ranges = FreeRanges(fit=FIRST_FIT)  # offsets in the arena, lowest first
+        self.ranges.add_region(0, budget_bytes)
+        self.in_use = 0
         self.offset: dict = {}       # key -> arena offset of a resident tensor
         self.views: dict = {}        # key -> its device array there
         self.host: dict = {}         # temporary key -> host copy while swapped out
@@ -123,7 +101,8 @@ class _Passive:
             self._evict(min(victims, key=lambda v: (self.last_access.get(v, -1), v)))
         self.offset[key] = at
         self.views[key] = view = self.view(key, at)
-        self.peak = max(self.peak, self.ranges.in_use)
+        self.in_use += size
+        self.peak = max(self.peak, self.in_use)
         if key not in born:
             source = self.parked[key] if key[0] == "p" else self.host.pop(key)
             upload(view, source)
@@ -136,13 +115,13 @@ class _Passive:
             download(self.parked[key], view)
         else:
             self.host[key] = host_copy(view)
-        self.ranges.free(self.offset.pop(key))
+        self.in_use -= self.ranges.free(self.offset.pop(key))
         self.swap_outs += 1
 
     def free(self, key) -> None:
         self.views.pop(key, None)
         if key in self.offset:
-            self.ranges.free(self.offset.pop(key))
+            self.in_use -= self.ranges.free(self.offset.pop(key))
         self.host.pop(key, None)
 
     def park_all(self) -> None:
