@@ -1,13 +1,20 @@
 """Replay: run N iterations of a trace under a budget with the real swap runtime, checked.
 
-:func:`replay` is a client of the swap engine: it plans the trace for the budget
-(:func:`~cupool.planning.budget.plan_with_budget`), validates the plan, opens the device,
-runs the iterations with a :class:`~cupool.swap.engine.SwapEngine` — a
-:class:`~cupool.allocator.pool.PlannedPool` serving every residency at its planned offset,
-handles, copy streams, pinned staging, patterns verified at every use — and between
-iterations hands the late prefetches the engine measured to the feedback
-(:func:`~cupool.planning.budget.feedback.adjust_triggers`), whose adjusted plan the engine
-runs next. It reports one flat dict (the ``cupool replay --json`` object).
+:func:`replay` runs a trace the way the session runs a user's program: it plans the trace
+for the budget (:func:`~cupool.planning.make_plan`), validates the plan, turns the trace
+into a synthetic program (:func:`~cupool.program.synthetic.synthetic_program`: one
+declared op per trace op, whose callable fills the buffers it produces with byte patterns
+and verifies every other buffer it uses, then spends the op's duration) and runs the
+iterations with the session's own :class:`~cupool.program.runner.PlannedRunner`: its
+:class:`~cupool.swap.engine.SwapEngine` (a :class:`~cupool.allocator.pool.PlannedPool`
+serving every residency at its planned offset, handles, copy streams, pinned staging), its
+op calls (an op callable that raises is the session's
+:class:`~cupool.program.errors.OpFailedError`) and its feedback between iterations (the
+late prefetches the engine measured, to
+:func:`~cupool.planning.budget.feedback.adjust_triggers`, whose adjusted plan runs next).
+What differs from a user's program: no passive step (the trace and its plan are given,
+with the trace's own buffer ids, sizes and recompute recipes) and the scales below. It
+reports one flat dict (the ``cupool replay --json`` object).
 
 **Devices.** ``"emulated"`` opens an emulated device paced like the link (below).
 ``"cuda"`` opens the GPU (:class:`~cupool.devices.errors.DeviceUnavailableError` without
@@ -53,12 +60,15 @@ from cupool.check import validate_swap_plan
 from cupool.core.units import parse_budget
 from cupool.core.vocabulary import Plan, Trace
 from cupool.errors import InputError
-from cupool.planning.budget.feedback import adjust_triggers, predicted_waits
+from cupool.planning.budget.feedback import predicted_waits
 from cupool.planning.planned import make_plan
+from cupool.program.calls import OpCaller
+from cupool.program.runner import PlannedRunner, RunnerOptions
+from cupool.program.synthetic import synthetic_program
 from cupool.progress import iterate
 from cupool.sim.cost import cost_model, link_gbps
 from cupool.sim.simulator import simulate
-from cupool.swap.engine import LATE_THRESHOLD_WALL_US, EngineSettings, SwapEngine
+from cupool.swap.engine import LATE_THRESHOLD_WALL_US, EngineSettings
 from cupool.swap.errors import ReplayError
 
 DEFAULT_SIZE_SCALE = 1024
@@ -121,9 +131,11 @@ def replay(trace: Trace, budget, settings: ReplaySettings | None = None, *,
     planning. ``plan_out`` (a path) receives the plan as adjusted by the late-prefetch
     feedback (plan JSON, via ``save_plan``). ``recompute`` maps buffer ids to
     ``recompute(out, *inputs)`` callables replacing the default regeneration of
-    recomputed buffers (:mod:`cupool.swap.engine`). Raises :class:`ReplayError` when no
+    recomputed buffers (their pattern written again). Raises :class:`ReplayError` when no
     valid swapping plan exists, :class:`~cupool.devices.errors.DeviceUnavailableError` for
-    ``"cuda"`` without a GPU, :class:`~cupool.errors.InputError` for bad arguments.
+    ``"cuda"`` without a GPU, :class:`~cupool.errors.InputError` for bad arguments,
+    :class:`~cupool.program.errors.OpFailedError` when an op's callable or a recompute
+    callable raised (after the iteration closed, as the session does).
     """
     settings = settings or ReplaySettings()
     budget_bytes = parse_budget(budget, trace.lower_bound_bytes())
@@ -132,51 +144,54 @@ def replay(trace: Trace, budget, settings: ReplaySettings | None = None, *,
                            plan, plan_trace)
     plan, plan_trace = given.plan, given.trace
     predicted = simulate(plan_trace, plan, cost, validate=False)
+    synthetic = synthetic_program(plan_trace, plan, cost.op_times(plan_trace),
+                                  settings.size_scale, settings.seed, recompute)
+    options = RunnerOptions(cost, settings.feedback,
+                            EngineSettings(settings.size_scale, settings.time_scale,
+                                           settings.seed),
+                            op_us=synthetic.op_us, recompute=synthetic.recompute)
     own_device = isinstance(device, str)
     if own_device:
         device = _open_device(device, settings)
-    runs, moves = [], []
-    noise_us = LATE_THRESHOLD_WALL_US / settings.time_scale
-
-    def predict(candidate):
-        return simulate(plan_trace, candidate, cost, validate=False)
-
-    engine_settings = EngineSettings(settings.size_scale, settings.time_scale, settings.seed)
+    runs, checked = [], []
     try:
-        with SwapEngine(plan_trace, plan, device, engine_settings,
-                        op_us=cost.op_times(plan_trace), recompute=recompute) as engine:
+        gpu = getattr(device, "kind", "") == "cuda"
+        runner = PlannedRunner(synthetic.program, given, device,
+                               OpCaller(gpu, check_writes=not gpu), synthetic.parked, options)
+        try:
+            synthetic.checks.bind(runner.engine)
             for iteration in iterate(range(settings.iterations), "replay", "iter"):
-                run = engine.run_iteration(iteration)
-                runs.append(run)
-                moved = {}
-                if settings.feedback and run.late_us:
-                    adjusted = adjust_triggers(plan_trace, plan, run.late_us, run.op_us,
-                                               validate_swap_plan, predict, guard_us=noise_us)
-                    plan, moved = adjusted.plan, adjusted.moves
-                    if moved:
-                        engine.set_plan(plan)
-                moves.append(len(moved))
+                runs.append(runner.run(synthetic.program, iteration))
+                checked.append(synthetic.checks.take())
+            engine, plan = runner.engine, runner.plan
             reserved = engine.arena_bytes
             staging, copies = engine.staging.stats(), engine.copy_engine.stats()
             pool = engine.pool.memory_stats()
+        finally:
+            runner.close()
     finally:
         if own_device:
             device.close()
-    times = [r.iteration_us for r in runs]
-    floor = predicted_waits(predict(plan), plan)
+    noise_us = LATE_THRESHOLD_WALL_US / settings.time_scale
+    results = [run.result for run in runs]
+    times = [r.iteration_us for r in results]
+    floor = predicted_waits(simulate(plan_trace, plan, cost, validate=False), plan)
     return {
         "trace": trace.name, "policy": settings.policy, "budget_bytes": budget_bytes,
         "link_gbps": link_gbps(settings.link), "size_scale": settings.size_scale,
         "time_scale": settings.time_scale, "iterations": settings.iterations,
         "mean_iteration_us": sum(times) / len(times),
         "iteration_us": times, "sim_iteration_us": predicted.iteration_us,
-        "late_prefetches": [r.late_prefetches for r in runs],
-        "stall_us": [r.stall_us for r in runs], "feedback_moves": moves,
+        "late_prefetches": [r.late_prefetches for r in results],
+        "stall_us": [r.stall_us for r in results],
+        "feedback_moves": [run.moved_triggers for run in runs],
         "sim_late_floor": sum(1 for wait in floor.values() if wait > noise_us),
         "peak_device_bytes": plan.arena_bytes, "arena_reserved_bytes": reserved,
-        "off_plan": [r.off_plan for r in runs], "pool": pool,
-        "bytes_checked": sum(r.bytes_checked for r in runs),
-        "corrupt_bytes": sum(r.corrupt_bytes for r in runs),
+        "off_plan": [r.off_plan for r in results], "pool": pool,
+        "bytes_checked": sum(r.bytes_checked for r in results)
+        + sum(c.bytes_checked for c in checked),
+        "corrupt_bytes": sum(r.corrupt_bytes for r in results)
+        + sum(c.corrupt_bytes for c in checked),
         "staging": staging, "copies": copies,
     } | _saved(plan, plan_trace, plan_out)
 

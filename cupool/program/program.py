@@ -91,7 +91,10 @@ class Change:
 @dataclass(frozen=True)
 class Program:
     """The ops of one iteration (the fetch op last, when anything is fetched), the specs of
-    every tensor they touch (``specs``: key → :class:`Spec`) and their names."""
+    every tensor they touch (``specs``: key → :class:`Spec`) and their names.
+    ``buffer_ids`` (key → trace buffer id) is derived (persistent tensors first, each group
+    in key order) unless given: a program made from a recorded trace
+    (:mod:`cupool.program.synthetic`) keeps that trace's own ids."""
 
     ops: tuple[DeclaredOp, ...]
     specs: dict
@@ -99,6 +102,8 @@ class Program:
     buffer_ids: dict = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
+        if self.buffer_ids:
+            return
         persistent = sorted(k for k in self.specs if k[0] == "p")
         temporary = sorted(k for k in self.specs if k[0] == "t")
         self.buffer_ids.update({k: i for i, k in enumerate([*persistent, *temporary])})

@@ -15,6 +15,17 @@ drives with its pattern body)::
 and, between iterations, hands the late prefetches the engine measured to the feedback
 (:func:`~cupool.planning.budget.feedback.adjust_triggers`), whose adjusted plan runs next.
 
+**Two kinds of program run here**, on the same path. A user's program (the session's):
+its recorded trace and ``auto`` plan, the engine unscaled, ops that take the time their
+callables take, recompute by re-running the producing op. A recorded trace turned into a
+program (:mod:`cupool.program.synthetic`, what ``cupool replay`` runs): the trace's own
+buffer ids and plan, sizes and times scaled (:class:`RunnerOptions` ``settings``), ops
+whose callables fill and verify byte patterns and that then spend the trace's duration
+(``op_us``: on the engine's op clock, emulated, or a spin kernel, GPU), recompute by the
+program's own callables (``recompute``). Both are called through the same
+:class:`~cupool.program.calls.OpCaller`, so an op or a recompute that raises is an
+:class:`~cupool.program.errors.OpFailedError` either way.
+
 **Persistent tensors** enter the engine once: those the plan keeps on the device are
 written into their home residency by op 0 of the first planned iteration (timed as setup,
 as uploading weights is); those it keeps on the host across iterations have their host
@@ -32,7 +43,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 
 import numpy as np
@@ -53,6 +64,22 @@ OBSERVED_ITERATIONS = 64
 
 
 @dataclass(frozen=True)
+class RunnerOptions:
+    """How a :class:`PlannedRunner` runs: ``cost`` (the link's cost model: the feedback's
+    simulator); ``feedback`` (move late swap-ins' triggers between iterations);
+    ``settings`` (the engine's scales and pattern seed); ``op_us`` (trace µs each op
+    spends after its callable, per op; ``None``: none, the callable's own time is the
+    op's); ``recompute`` (buffer id → ``recompute(out, *inputs)`` run instead of re-running
+    the producing op; ``None``: re-run it)."""
+
+    cost: object
+    feedback: bool = True
+    settings: EngineSettings = field(default_factory=EngineSettings)
+    op_us: tuple | None = None
+    recompute: dict | None = None
+
+
+@dataclass(frozen=True)
 class PlannedRun:
     """One planned iteration: the engine's ``result``, the ``fetched`` values (key → host
     array), the pool's high-water marks during it (``reserved_peak_bytes``: device bytes
@@ -67,24 +94,33 @@ class PlannedRun:
 
 
 class PlannedRunner:
-    """Runs iterations of ``program`` under ``plan`` (for ``trace``, the program's trace with
-    measured durations) on ``device`` (module docstring). ``parked`` holds the persistent
-    tensors' current values (key → host array); ``cost`` is the link's cost model (the
-    feedback's simulator); ``feedback`` moves late swap-ins' triggers between
-    iterations."""
+    """Runs iterations of ``program`` under ``planned.plan`` (for ``planned.trace``: the
+    program's trace with measured durations, or the recorded trace the program was made
+    from) on ``device`` (module docstring). ``parked`` holds the persistent tensors'
+    current values (key → host array); ``options`` (:class:`RunnerOptions`) the link's
+    cost model, the feedback switch, the engine's scales, the ops' durations and the
+    recompute callables."""
 
     def __init__(self, program: Program, planned, device, caller: OpCaller, parked: dict,
-                 cost, feedback: bool = True) -> None:
-        self.program, self.device, self.caller, self.cost = program, device, caller, cost
+                 options: RunnerOptions) -> None:
+        self.program, self.device, self.caller = program, device, caller
+        self.cost, self.feedback = options.cost, options.feedback
         self.trace: Trace = planned.trace
-        self.feedback = feedback
         ids = program.buffer_ids
         layouts = {b: (program.specs[k].dtype, program.specs[k].shape) for k, b in ids.items()}
-        recompute = {b.id: self._recompute(program.key_of(b.id), b.recompute.op)
-                     for b in self.trace.buffers if b.recompute is not None}
-        self.engine = SwapEngine(self.trace, planned.plan, device, EngineSettings(),
-                                 op_us=[0.0] * self.trace.num_ops, recompute=recompute,
-                                 layouts=layouts)
+        recipes = [b for b in self.trace.buffers if b.recompute is not None]
+        if options.recompute is None:
+            recompute = {b.id: self._recompute(program.key_of(b.id), b.recompute.op)
+                         for b in recipes}
+        else:
+            recompute = {b.id: self._recompute_with(options.recompute[b.id], b.recompute.op)
+                         for b in recipes if b.id in options.recompute}
+        n = self.trace.num_ops
+        self._spends = options.op_us is not None
+        self.engine = SwapEngine(self.trace, planned.plan, device, options.settings,
+                                 op_us=list(options.op_us) if self._spends else [0.0] * n,
+                                 recompute=recompute, layouts=layouts)
+        self._guard_us = LATE_THRESHOLD_WALL_US / self.engine.time_scale
         self.engine.pool.set_limit(size=max(self.engine.arena_bytes, 1))
         self._first = {}  # buffer id -> value written by its first residency
         for key in program.persistent_keys:
@@ -136,6 +172,8 @@ class PlannedRunner:
             engine.work.run(partial(self._fetch, op, arrays))
         else:
             engine.work.run(partial(self._call, op, arrays))
+        if self._spends:
+            engine.spend(engine.op_us[frame.op])
 
     def _first_fill(self, engine, view, value) -> None:
         if engine.gpu:
@@ -184,6 +222,22 @@ class PlannedRunner:
         recompute.__name__ = f"recompute_{'_'.join(map(str, key))}"
         return recompute
 
+    def _recompute_with(self, given, producer: int):
+        """The engine's ``recompute(out, *inputs)``: ``given`` (the program's own callable
+        for the buffer), its failure an :class:`OpFailedError` of the producing op."""
+        def recompute(out, *inputs) -> None:
+            if self.failed is not None:
+                return
+            try:
+                given(out, *inputs)
+            except Exception as exc:
+                self.failed = OpFailedError(self.trace.ops[producer].name, producer,
+                                            self.iteration,
+                                            f"{exc!r} (re-run to recompute it)")
+
+        recompute.__name__ = getattr(given, "__name__", "recompute")
+        return recompute
+
     def _feedback(self, result: IterationResult) -> int:
         if not result.late_us:
             return 0
@@ -193,8 +247,7 @@ class PlannedRunner:
             return simulate(self.trace, candidate, cost, validate=False)
 
         adjusted = adjust_triggers(self.trace, self.engine.plan, result.late_us, result.op_us,
-                                   validate_swap_plan, predict,
-                                   guard_us=LATE_THRESHOLD_WALL_US)
+                                   validate_swap_plan, predict, guard_us=self._guard_us)
         if adjusted.moves:
             self.engine.set_plan(adjusted.plan)
         return len(adjusted.moves)
@@ -221,4 +274,4 @@ class PlannedRunner:
         self.engine.close()
 
 
-__all__ = ["PlannedRun", "PlannedRunner"]
+__all__ = ["PlannedRun", "PlannedRunner", "RunnerOptions"]

@@ -82,7 +82,7 @@ from cupool.program.iteration import Iteration
 from cupool.program.planner import plan_program
 from cupool.program.program import Program
 from cupool.program.recorder import record
-from cupool.program.runner import PlannedRunner
+from cupool.program.runner import PlannedRunner, RunnerOptions
 from cupool.program.tensors import Spec, Tensor, to_host
 from cupool.sim.cost import cost_model
 
@@ -312,7 +312,7 @@ class Session:
             return
         try:
             self._runner = PlannedRunner(program, planned, self.device, self._caller,
-                                         self._parked, self.cost, self.feedback)
+                                         self._parked, RunnerOptions(self.cost, self.feedback))
         except CupoolError as exc:
             self.plan_reason = f"the swap engine cannot run the plan: {exc}"
             return
