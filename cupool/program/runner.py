@@ -1,9 +1,9 @@
-"""Planned iterations of a program: the swap engine runs the plan, the ops are the user's.
+"""Planned iterations of a program: the swap engine runs the plan, the ops are the program's.
 
 :class:`PlannedRunner` holds one :class:`~cupool.swap.engine.SwapEngine` for the recorded
 program and its plan, and runs each later iteration of the same program through it, op by
-op, with :meth:`~cupool.swap.engine.SwapEngine.run_iteration` (the loop ``cupool replay``
-drives with its pattern body)::
+op, with :meth:`~cupool.swap.engine.SwapEngine.run_iteration` (the one loop that runs a
+user's planned iterations and ``cupool replay``'s)::
 
     engine.before_op(i)      residencies served by the pool at their planned offsets,
                              swap-ins triggered at i on the H2D stream, waits for those due,
@@ -150,7 +150,7 @@ class PlannedRunner:
         self.caller.iteration = iteration
         self._fetched = {}
         engine.pool.reset_peak_stats()
-        result = engine.run_iteration(iteration, self._body)  # the replay's loop too
+        result = engine.run_iteration(iteration, self._body)
         stats = engine.pool.memory_stats()
         self._first.clear()  # every home residency starts at op 0: all were written
         if self.failed is not None:

@@ -1,5 +1,6 @@
-"""The replay's op body: patterns written where buffers are produced and checked at every
-use, and each op's duration spent — the instrument that proves the engine loses no byte.
+"""The engine's pattern op body: patterns written where buffers are produced and checked at
+every use, and each op's duration spent — the instrument that proves the engine loses no
+byte.
 
 A temporary buffer is produced at its first residency with the pattern of ``(buffer id,
 iteration)``; a persistent buffer (weights) holds the pattern of ``(buffer id, 0)``,
@@ -10,10 +11,13 @@ mismatches are counted (``corrupt_bytes``), never raised. A recomputed buffer ge
 pattern again from :func:`regenerate` (the default ``recompute`` callable), unless the
 caller gave its own, whose bytes are then checked like any other.
 
-Any other op body has the same shape as :func:`pattern_body`: ``body(engine, frame)``,
-called between ``engine.before_op(i)`` and ``engine.after_op(i)``, enqueues the op's work
-on ``engine.work`` (a :class:`~cupool.swap.checks.StreamWork`) and its time with
-``engine.spend``.
+``cupool replay`` writes and checks the same patterns through the program runner instead
+(:mod:`cupool.program.synthetic`: each trace op a declared op, the session's path; there a
+persistent buffer is also checked at the use that first fills it). :func:`pattern_body`
+stays the engine's default body, for a plan run on the engine alone. Any other op body
+has its shape: ``body(engine, frame)``, called between ``engine.before_op(i)`` and
+``engine.after_op(i)``, enqueues the op's work on ``engine.work`` (a
+:class:`~cupool.swap.checks.StreamWork`) and its time with ``engine.spend``.
 """
 
 from __future__ import annotations

@@ -140,3 +140,14 @@ def test_after_a_failed_iteration_the_next_one_runs_byte_exact(monkeypatch):
     # op 0 verifies W (8 B), ops 2 and 4 verify B and A (16 B each), op 5 verifies W again
     assert (counts.bytes_checked, counts.corrupt_bytes) == (8 + 16 + 16 + 8, 0)
     assert staging["staging.live_slots.current"] == 0
+
+
+@pytest.mark.parametrize("make_plan", [six_op_swap_plan, six_op_recompute_plan])
+def test_replay_checks_every_use_as_the_independent_walker_does(make_plan):
+    """Every use of every buffer is verified, the persistent W's first use (right after
+    its upload) included: 48 bytes an iteration, the count the stress walker gets for the
+    same plans."""
+    trace = six_op_trace()
+    settings = ReplaySettings(iterations=3, size_scale=1, time_scale=1.0)
+    result = replay(trace, 40, settings, plan=make_plan(trace), plan_trace=trace)
+    assert (result["bytes_checked"], result["corrupt_bytes"]) == (3 * 48, 0)
