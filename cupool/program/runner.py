@@ -22,9 +22,9 @@ program (:mod:`cupool.program.synthetic`, what ``cupool replay`` runs): the trac
 buffer ids and plan, sizes and times scaled (:class:`RunnerOptions` ``settings``), ops
 whose callables fill and verify byte patterns and that then spend the trace's duration
 (``op_us``: on the engine's op clock, emulated, or a spin kernel, GPU), recompute by the
-program's own callables (``recompute``). Both are called through the same
-:class:`~cupool.program.calls.OpCaller`, so an op or a recompute that raises is an
-:class:`~cupool.program.errors.OpFailedError` either way.
+program's own callables (``recompute``). The ops of both are called through the same
+:class:`~cupool.program.calls.OpCaller`, and an op or a recompute that raises is an
+:class:`~cupool.program.errors.OpFailedError` naming the op either way.
 
 **Persistent tensors** enter the engine once: those the plan keeps on the device are
 written into their home residency by op 0 of the first planned iteration (timed as setup,
