@@ -6,6 +6,7 @@ OpFailedError, and the iteration after it runs byte exact."""
 from __future__ import annotations
 
 import pickle
+from types import SimpleNamespace
 
 import pytest
 
@@ -118,12 +119,7 @@ def test_after_a_failed_iteration_the_next_one_runs_byte_exact(monkeypatch):
     made = synthetic_program(trace, plan, [10.0] * 6)
     options = RunnerOptions(cost_model("gen5"), False, EngineSettings(), op_us=made.op_us,
                             recompute=made.recompute)
-
-    class Planned:
-        pass
-
-    planned = Planned()
-    planned.plan, planned.trace = plan, trace
+    planned = SimpleNamespace(plan=plan, trace=trace)
     with open_paced_device("gen5", 1, 1.0) as device:
         runner = PlannedRunner(made.program, planned, device, OpCaller(False, False),
                                made.parked, options)
