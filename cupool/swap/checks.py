@@ -26,12 +26,19 @@ two backends differ in what may run where, and :class:`StreamWork` hides that:
 timestamps); on a GPU such a callback must not call CUDA (a ``cudaLaunchHostFunc`` rule),
 and none of the engine's does.
 
-**Batches.** A host callback costs a queue hand-off on the emulated device, and the
-engine enqueues thousands per iteration, so between :meth:`begin_batch` and
-:meth:`end_batch` the emulated backend collects the work (callbacks, ``run``, fills,
-verifies, timed waits) and enqueues it as *one* host callback that runs it in order
-(the first exception is re-raised after the rest ran, so bookkeeping that undoes a
-use still happens). On a GPU batching changes nothing.
+**Batches.** A host callback costs a queue hand-off on the emulated device and the
+interpreter lock from a driver thread on a GPU (the stream stalls until the enqueuing
+thread lets go of it), and the engine enqueues several per op, so between
+:meth:`begin_batch` and :meth:`end_batch` the work is collected and enqueued as *one* host
+callback that runs it in order (the first exception is re-raised after the rest ran, so
+bookkeeping that undoes a use still happens). The emulated backend collects everything
+(callbacks, ``run``, fills, verifies, timed waits: all host work there); a GPU collects
+the host callbacks only, and enqueues them (:meth:`flush`) before anything else it puts
+on the stream (a kernel, ``run``, a wait), so the stream's order is the order of the
+calls on both. A caller that enqueues on the stream itself (an event record) calls
+:meth:`flush` first. A batch may span many ops: :meth:`commit` marks what was collected
+so far as complete, and ``end_batch(complete=False)`` (an interrupted op) enqueues only
+that and drops the rest.
 
 Counts: :meth:`results` returns the iteration's :class:`CheckCounts` once the
 stream has been synchronised; :meth:`begin_iteration` resets them. Mismatches are counted,
@@ -84,7 +91,8 @@ class StreamWork:
         self._checked = 0
         self._corrupt = 0
         self._counter = None  # cuda: uint64[2] device array [mismatches, first mismatch]
-        self._batch: list | None = None  # emulated: work collected for one host callback
+        self._batch: list | None = None  # work collected for one host callback
+        self._committed = 0  # how much of _batch belongs to complete ops (commit())
 
     def begin_iteration(self) -> None:
         """Reset the counts (call with nothing of the previous iteration still queued)."""
@@ -97,16 +105,35 @@ class StreamWork:
                 self._counter = cupy.array([0, reference.MASK64], dtype=cupy.uint64)
 
     def begin_batch(self) -> None:
-        """Collect the following work into one host callback (emulated; module docstring)."""
-        if not self.gpu:
+        """Collect the following work into host callbacks enqueued together (module
+        docstring)."""
+        self._batch = []
+        self._committed = 0
+
+    def commit(self) -> None:
+        """Mark the work collected so far as complete (``end_batch(complete=False)`` keeps
+        it)."""
+        if self._batch is not None:
+            self._committed = len(self._batch)
+
+    def flush(self) -> None:
+        """Enqueue the collected work now, as one host callback; keep collecting."""
+        batch = self._batch
+        if batch:
             self._batch = []
+            self._committed = 0
+            self._enqueue(batch)
 
-    def end_batch(self) -> None:
-        """Enqueue the collected work as one host callback."""
+    def end_batch(self, complete: bool = True) -> None:
+        """Enqueue the collected work as one host callback and stop collecting;
+        ``complete=False`` enqueues only what was committed and drops the rest."""
         batch, self._batch = self._batch, None
-        if not batch:
-            return
+        if batch and not complete:
+            batch = batch[:self._committed]
+        if batch:
+            self._enqueue(batch)
 
+    def _enqueue(self, batch: list) -> None:
         def batch_of_work() -> None:
             first = None
             for fn in batch:
@@ -132,6 +159,7 @@ class StreamWork:
         if not self.gpu:
             self.callback(fn)
             return
+        self.flush()
         with self._on_gpu():
             fn()
 
@@ -141,6 +169,7 @@ class StreamWork:
         if self.gpu:
             began = []
             self.callback(lambda: began.append(time.perf_counter()))
+            self.flush()
             self.stream.wait_event(event)
             self.callback(lambda: report(began.pop(), time.perf_counter()))
             return
@@ -162,6 +191,7 @@ class StreamWork:
         if self.gpu:
             from cupool.kernels import fill_pattern
 
+            self.flush()
             fill_pattern(self.device, ptr, nbytes, seed=seed, buffer_id=buffer_id,
                          iteration=iteration, stream=self.stream)
             return
@@ -201,6 +231,7 @@ class StreamWork:
         the engine keeps its own clock on the emulated device)."""
         from cupool.kernels import spin
 
+        self.flush()
         spin(self.device, max(0, int(seconds * 1e9)), stream=self.stream)
 
     def results(self) -> CheckCounts:
@@ -231,6 +262,7 @@ class StreamWork:
 
         kernel = get_function(self.device, function)
         cupy = self.device.cupy
+        self.flush()
         try:
             with self._on_gpu():
                 kernel((grid,), (_BLOCK,), args)

@@ -32,7 +32,12 @@ closes an iteration something raised in). For op ``i`` the engine enqueues, in t
             [end: exit the uses; residencies ending at i+1 drop or retire] ─ record(done[i])
     D2H     swap-outs after i: wait(done[i]) ─ [to_host] ─ copy ─ record(out_b) ─ [host]
 
-``[...]`` are host callbacks (pure Python, so allowed on both backends). The engine only
+``[...]`` are host callbacks (pure Python, so allowed on both backends); they go through
+:class:`~cupool.swap.checks.StreamWork`'s batch, which spans op boundaries: consecutive
+callbacks (on the emulated device, all the compute stream's work) are enqueued as one, up
+to the next thing the stream must see in order (a kernel or a wait on a GPU, a record of
+``done[i]``, the end of the iteration). ``done[i]`` is recorded only after an op that
+something waits for (a swap-out after it, a swap-in triggered at ``i + 1``). The engine only
 measures: a due op's wait over :data:`LATE_THRESHOLD_WALL_US` is a late prefetch, reported
 per buffer; moving triggers for the next iteration is the feedback's job
 (:func:`~cupool.planning.budget.feedback.adjust_triggers`, then :meth:`SwapEngine.set_plan`).
@@ -177,6 +182,7 @@ class SwapEngine:
         self._arrays = {}  # (buffer, ptr) -> the handle's array there (made once)
         self._persistent_ready = set()  # persistent buffers whose first contents are written
         self._state: IterationState | None = None
+        self._done_events = {}  # op -> the event recorded after it (reused every iteration)
         self.schedule = None
         self.set_plan(plan, layout)
         self._setup_persistent()
@@ -208,6 +214,10 @@ class SwapEngine:
         self._home_at = {}  # op -> persistent buffers whose home residency starts there
         for b, start in self.schedule.home.items():
             self._home_at.setdefault(start, []).append(b)
+        schedule = self.schedule
+        self._waited_ops = frozenset([*(i for i, outs in schedule.swap_outs.items() if outs),
+                                      *(i - 1 for i, ins in schedule.swap_ins.items()
+                                        if ins and i > 0)])
 
     def _setup_persistent(self) -> None:
         """Persistent buffers the plan starts the iteration with on the host get a host
@@ -267,12 +277,13 @@ class SwapEngine:
                 handle.reset()
         self.work.begin_iteration()
         device, n = self.device, self.trace.num_ops
-        done = [device.create_event() for _ in range(n)]
+        done = [None] * n  # recorded where something waits for it (after_op)
         gate = None if self.gpu else threading.Event()  # emulated: enqueue first (docstring)
         if gate is not None:
             for stream in (self.compute, self.copy_engine.d2h_stream,
                            self.copy_engine.h2d_stream):
                 device.host_callback(stream, gate.wait)
+        self.work.begin_batch()
         state = IterationState(iteration, done, gate, self.off_plan, self.time_scale,
                                op_wall_s=[0.0] * n)
         state.started = state.clock = time.perf_counter()
@@ -303,7 +314,6 @@ class SwapEngine:
             if ptrs[key] != state.arena_ptr + schedule.offsets[key]:
                 self.off_plan += 1
         self._issue_swap_ins(state, op)
-        self.work.begin_batch()
         for action in schedule.due[op]:
             self.work.timed_wait(state.landed_at[(action.buffer_id, action.trigger_op)],
                                  partial(state.measured_wait, action.buffer_id))
@@ -333,9 +343,16 @@ class SwapEngine:
         if running is None or running.op != op:
             raise EngineStateError(self._order_problem("after_op", op))
         self._persistent_ready.update(running.first_fills)
-        self.work.callback(partial(self._end_op, state, running, self.schedule.ends[op + 1]))
-        self.work.end_batch()
-        state.done[op].record(self.compute)
+        work = self.work
+        work.callback(partial(self._end_op, state, running, self.schedule.ends[op + 1]))
+        work.commit()
+        if op in self._waited_ops:  # a swap-out after op, or a swap-in triggered at op + 1
+            work.flush()
+            event = self._done_events.get(op)
+            if event is None:
+                event = self._done_events[op] = self.device.create_event()
+            event.record(self.compute)
+            state.done[op] = event
         self._issue_swap_outs(state, op)
         state.running = None
         state.next_op = op + 1
@@ -351,6 +368,7 @@ class SwapEngine:
         self._state = None
         try:
             try:
+                self.work.end_batch()
                 for key in self.schedule.free_at[n]:
                     state.blocks.pop(key, None)
             finally:
@@ -389,6 +407,7 @@ class SwapEngine:
             return
         error = error or EngineStateError(f"iteration {state.iteration} aborted")
         try:
+            self.work.end_batch(complete=False)  # the interrupted op's work is dropped
             state.blocks.clear()
             self._open_gate(state)
             state.pool_iteration.__exit__(type(error), error, error.__traceback__)

@@ -82,8 +82,8 @@ class IterationState:
 
     ``started`` is when the iteration's timing began (the gate's release on the emulated
     device, the start of enqueuing on a GPU); ``gate`` holds the emulated streams until
-    everything is enqueued (``None`` on a GPU); ``done[i]`` is recorded on the compute
-    stream after op ``i``; ``time_scale`` turns wall time into trace time.
+    everything is enqueued (``None`` on a GPU); ``done[i]`` is the event recorded on the
+    compute stream after op ``i`` when a swap waits for it (``None`` for the other ops); ``time_scale`` turns wall time into trace time.
 
     The methods are what callbacks on the compute stream do to it: account a measured
     wait, advance the op clock, keep the first error."""
