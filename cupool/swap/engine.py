@@ -76,7 +76,7 @@ from cupool.errors import CupoolError
 from cupool.swap.checks import StreamWork
 from cupool.swap.copy_engine import CopyEngine
 from cupool.swap.errors import CopyFailedError, EngineStateError, ReplayError
-from cupool.swap.handles import DEVICE, HOST, READ, WRITE, TensorHandle
+from cupool.swap.handles import DEVICE, HOST, TensorHandle
 from cupool.swap.iteration import (
     LATE_THRESHOLD_WALL_US,
     Arrival,
@@ -90,6 +90,7 @@ from cupool.swap.layout import Layout, pool_layout, round_up
 from cupool.swap.patterns import fill_host_copy, pattern_body, regenerate
 from cupool.swap.schedule import build_schedule
 from cupool.swap.staging import ALIGNMENT, PinnedStaging
+from cupool.swap.steps import intents_of, op_steps
 
 
 @dataclass(frozen=True)
@@ -215,6 +216,7 @@ class SwapEngine:
         for b, start in self.schedule.home.items():
             self._home_at.setdefault(start, []).append(b)
         schedule = self.schedule
+        self._steps = op_steps(schedule, self.trace)
         self._waited_ops = frozenset([*(i for i, outs in schedule.swap_outs.items() if outs),
                                       *(i - 1 for i, ins in schedule.swap_ins.items()
                                         if ins and i > 0)])
@@ -305,34 +307,47 @@ class SwapEngine:
         state = self._state
         if state is None or state.running is not None or op != state.next_op:
             raise EngineStateError(self._order_problem("before_op", op))
-        schedule, ptrs = self.schedule, state.ptrs
-        for key in schedule.free_at[op]:
-            state.blocks.pop(key, None)  # the block dies: the pool frees it
-        for key in schedule.alloc_at[op]:  # nothing else holds a block: a free is a pop
-            state.blocks[key] = self.pool.malloc(schedule.block_sizes[key[0]])
-            ptrs[key] = state.blocks[key].ptr
-            if ptrs[key] != state.arena_ptr + schedule.offsets[key]:
-                self.off_plan += 1
-        self._issue_swap_ins(state, op)
-        for action in schedule.due[op]:
+        step, ptrs, blocks = self._steps[op], state.ptrs, state.blocks
+        for key in step.frees:
+            blocks.pop(key, None)  # the block dies: the pool frees it
+        if step.allocs:
+            self._serve(state, step.allocs)
+        if step.swap_ins:
+            self._issue_swap_ins(state, op)
+        for action in step.due:
             self.work.timed_wait(state.landed_at[(action.buffer_id, action.trigger_op)],
                                  partial(state.measured_wait, action.buffer_id))
-        first_fills = [b for b in self._home_at.get(op, ())
-                       if b not in self._persistent_ready] if self._home_at else []
-        produced = [*schedule.produced[op], *first_fills]
-        recomputed = schedule.recomputes[op]
-        written = [*produced, *recomputed]
-        self._wait_for_readers(state, op, written)
+        first_fills = [b for b in self._home_at[op] if b not in self._persistent_ready] \
+            if op in self._home_at else ()
+        produced, written, intents, frame = step.produced, step.written, step.intents, step.frame
+        if first_fills:  # the first iteration that serves these persistent buffers
+            produced = (*produced, *first_fills)
+            written = (*produced, *step.recomputed)
+            intents = intents_of(self.trace, step.uses, written, step.recomputed)
+            frame = (*((b, op) for b in first_fills), *frame)
+        if state.pending and written:
+            self._wait_for_readers(state, op, written)
         running = RunningOp(op, frozenset(first_fills))
-        self._begin_op(state, running, written, recomputed)
-        self._recompute(state, running, recomputed)
-        frame_ptrs = {b: ptrs[(b, op)] for b in written}
-        for b in schedule.uses[op]:
-            if b not in frame_ptrs:
-                frame_ptrs[b] = self._resident_ptr(state, b, op)
+        self._begin_op(state, running, written, intents)
+        if step.recomputed:
+            self._recompute(state, running, step.recomputed)
+        try:
+            frame_ptrs = {b: ptrs[key] for b, key in frame}
+        except KeyError:  # a use the plan holds in no residency served this iteration
+            frame_ptrs = {b: self._resident_ptr(state, b, op) for b, _ in frame}
         state.running = running
-        return OpFrame(op, tuple(produced), running.first_fills, tuple(recomputed),
-                       tuple(schedule.uses[op]), frame_ptrs)
+        return OpFrame(op, produced, running.first_fills, step.recomputed, step.uses,
+                       frame_ptrs)
+
+    def _serve(self, state: IterationState, allocs) -> None:
+        """Pool blocks for the residencies starting at an op (``allocs``, in the pool's
+        order; nothing else holds a block, so a free is a pop)."""
+        schedule, ptrs = self.schedule, state.ptrs
+        for key in allocs:
+            block = state.blocks[key] = self.pool.malloc(schedule.block_sizes[key[0]])
+            ptrs[key] = block.ptr
+            if block.ptr != state.arena_ptr + schedule.offsets[key]:
+                self.off_plan += 1
 
     def after_op(self, op: int) -> None:
         """Everything after op ``op``'s work: its uses released (and residencies ending
@@ -342,9 +357,10 @@ class SwapEngine:
         running = state.running if state is not None else None
         if running is None or running.op != op:
             raise EngineStateError(self._order_problem("after_op", op))
-        self._persistent_ready.update(running.first_fills)
-        work = self.work
-        work.callback(partial(self._end_op, state, running, self.schedule.ends[op + 1]))
+        if running.first_fills:
+            self._persistent_ready.update(running.first_fills)
+        work, step = self.work, self._steps[op]
+        work.callback(partial(self._end_op, state, running, step.ends))
         work.commit()
         if op in self._waited_ops:  # a swap-out after op, or a swap-in triggered at op + 1
             work.flush()
@@ -353,7 +369,8 @@ class SwapEngine:
                 event = self._done_events[op] = self.device.create_event()
             event.record(self.compute)
             state.done[op] = event
-        self._issue_swap_outs(state, op)
+        if step.swap_outs:
+            self._issue_swap_outs(state, op)
         state.running = None
         state.next_op = op + 1
 
@@ -452,20 +469,11 @@ class SwapEngine:
                     self.work.timed_wait(copy.copied, partial(state.measured_wait, None))
 
     def _begin_op(self, state: IterationState, running: RunningOp, written,
-                  recomputed) -> None:
-        """Enqueue the callback that moves the op's new residencies onto the device and
-        enters its uses: read for its inputs (and the inputs of its recomputes), write for
-        what it produces or recomputes."""
+                  intents) -> None:
+        """Enqueue the callback that moves the op's new residencies (``written``) onto the
+        device and enters its uses (``intents``: ``(buffer, write)`` pairs)."""
         op, ptrs = running.op, state.ptrs
         arrivals = [Arrival(b, ptrs[(b, op)], self.array(b, ptrs[(b, op)])) for b in written]
-        intents = {}
-        for b in recomputed:
-            for source in self.trace.buffer(b).recompute.inputs:
-                intents.setdefault(source, READ)
-        for b in self.schedule.uses[op]:
-            intents.setdefault(b, READ)
-        for b in written:
-            intents[b] = WRITE
         self.work.callback(partial(self._enter_uses, state, running, arrivals, intents))
 
     def _recompute(self, state: IterationState, running: RunningOp, recomputed) -> None:
@@ -502,18 +510,19 @@ class SwapEngine:
         try:
             for arrival in arrivals:
                 self.handles[arrival.buffer_id].move(DEVICE, arrival.view, arrival.ptr)
-            for b, intent in intents.items():
-                use = self.handles[b].use(intent)
-                use.__enter__()
-                running.uses.append(use)
+            handles, uses = self.handles, running.uses
+            for b, write in intents:
+                handle = handles[b]
+                handle.enter_use(write)
+                uses.append((handle, write))
             running.entered = True
         except Exception as exc:
             state.keep_first_error(exc)
 
     def _end_op(self, state: IterationState, running: RunningOp, ends) -> None:
         try:
-            for use in running.uses:
-                use.__exit__(None, None, None)
+            for handle, write in running.uses:
+                handle.exit_use(write)
             for b, where in ends:
                 self.handles[b].move(where)
         except Exception as exc:

@@ -163,7 +163,10 @@ class TensorHandle:
                               f"must be 'read' or 'write'")
         return _Use(self, intent == WRITE)
 
-    def _enter(self, write: bool):
+    def enter_use(self, write: bool):
+        """Begin a use without a context object (``write``: its intent is write); returns
+        the view. What ``with use():`` does on entry, for callers that pair it with
+        :meth:`exit_use` themselves (the engine's op boundaries)."""
         lock = self._lock
         lock.acquire()
         try:
@@ -190,7 +193,8 @@ class TensorHandle:
         finally:
             lock.release()
 
-    def _exit(self, write: bool) -> None:
+    def exit_use(self, write: bool) -> None:
+        """End a use :meth:`enter_use` began (same ``write``)."""
         with self._lock:
             if write:
                 self._writers = 0
@@ -228,10 +232,12 @@ class TensorHandle:
             if ptr is not None:
                 self.ptr = ptr
             self.state = state
+            landed = self._landed
             if state is DEVICE or state is TO_HOST:
-                self._landed.set()
-            else:
-                self._landed.clear()
+                if not landed.is_set():
+                    landed.set()
+            elif landed.is_set():
+                landed.clear()
             if state in (HOST, DROPPED, RETIRED):
                 self.view = None
 
@@ -265,7 +271,7 @@ class _Use:
         if self.entered:
             raise HandleError(f"buffer {self.handle.buffer.id}: a use() context was entered "
                               f"twice")
-        view = self.handle._enter(self.write)
+        view = self.handle.enter_use(self.write)
         self.entered = True
         return view
 
@@ -274,4 +280,4 @@ class _Use:
             raise HandleError(f"buffer {self.handle.buffer.id}: a use() context was exited "
                               f"without being entered")
         self.entered = False
-        self.handle._exit(self.write)
+        self.handle.exit_use(self.write)

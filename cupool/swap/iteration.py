@@ -46,8 +46,8 @@ class Arrival(NamedTuple):
 class RunningOp:
     """Op ``op`` between ``before_op`` and ``after_op``.
 
-    ``uses`` are the handle uses its begin callback entered (written for the buffers it
-    produces or recomputes, read for the rest), which its end callback exits; ``entered``
+    ``uses`` are the ``(handle, write)`` uses its begin callback entered (write for the
+    buffers it produces or recomputes, read for the rest), which its end callback exits; ``entered``
     says the begin callback took them all (a recompute runs only then); ``began`` is when
     the op began on the compute stream (``perf_counter`` s). ``first_fills`` are the
     persistent buffers the op gives their first contents (marked as holding them once the
@@ -83,7 +83,8 @@ class IterationState:
     ``started`` is when the iteration's timing began (the gate's release on the emulated
     device, the start of enqueuing on a GPU); ``gate`` holds the emulated streams until
     everything is enqueued (``None`` on a GPU); ``done[i]`` is the event recorded on the
-    compute stream after op ``i`` when a swap waits for it (``None`` for the other ops); ``time_scale`` turns wall time into trace time.
+    compute stream after op ``i`` when a swap waits for it (``None`` for the other ops);
+    ``time_scale`` turns wall time into trace time.
 
     The methods are what callbacks on the compute stream do to it: account a measured
     wait, advance the op clock, keep the first error."""
