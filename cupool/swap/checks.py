@@ -28,17 +28,20 @@ and none of the engine's does.
 
 **Batches.** A host callback costs a queue hand-off on the emulated device and the
 interpreter lock from a driver thread on a GPU (the stream stalls until the enqueuing
-thread lets go of it), and the engine enqueues several per op, so between
+thread lets go of it), and the engine's op boundaries make several per op, so between
 :meth:`begin_batch` and :meth:`end_batch` the work is collected and enqueued as *one* host
 callback that runs it in order (the first exception is re-raised after the rest ran, so
-bookkeeping that undoes a use still happens). The emulated backend collects everything
-(callbacks, ``run``, fills, verifies, timed waits: all host work there); a GPU collects
-the host callbacks only, and enqueues them (:meth:`flush`) before anything else it puts
-on the stream (a kernel, ``run``, a wait), so the stream's order is the order of the
-calls on both. A caller that enqueues on the stream itself (an event record) calls
-:meth:`flush` first. A batch may span many ops: :meth:`commit` marks what was collected
-so far as complete, and ``end_batch(complete=False)`` (an interrupted op) enqueues only
-that and drops the rest.
+bookkeeping that undoes a use still happens), when the stream must see it: at
+:meth:`flush`, which the caller calls before it records an event another stream waits
+for, and at :meth:`end_batch`. The emulated backend collects everything (callbacks,
+``run``, fills, verifies, timed waits: all host work there), so the stream runs it in the
+order of the calls. A GPU collects the host callbacks only: its kernels go on the stream
+at once, and the callbacks (bookkeeping of handle states and uses, which no kernel reads)
+run at the next flush or timed wait, after the kernels enqueued meanwhile, but before
+anything another stream does after an event recorded after them; the two timestamps of a
+timed wait are flushed at once. A batch may span many ops: :meth:`commit` marks what was
+collected so far as complete, and ``end_batch(complete=False)`` (an interrupted op)
+enqueues only that and drops the rest.
 
 Counts: :meth:`results` returns the iteration's :class:`CheckCounts` once the
 stream has been synchronised; :meth:`begin_iteration` resets them. Mismatches are counted,
@@ -159,7 +162,6 @@ class StreamWork:
         if not self.gpu:
             self.callback(fn)
             return
-        self.flush()
         with self._on_gpu():
             fn()
 
@@ -172,6 +174,7 @@ class StreamWork:
             self.flush()
             self.stream.wait_event(event)
             self.callback(lambda: report(began.pop(), time.perf_counter()))
+            self.flush()  # the wait's end is read when the stream passes it
             return
 
         def wait() -> None:
@@ -191,7 +194,6 @@ class StreamWork:
         if self.gpu:
             from cupool.kernels import fill_pattern
 
-            self.flush()
             fill_pattern(self.device, ptr, nbytes, seed=seed, buffer_id=buffer_id,
                          iteration=iteration, stream=self.stream)
             return
@@ -231,7 +233,6 @@ class StreamWork:
         the engine keeps its own clock on the emulated device)."""
         from cupool.kernels import spin
 
-        self.flush()
         spin(self.device, max(0, int(seconds * 1e9)), stream=self.stream)
 
     def results(self) -> CheckCounts:
@@ -262,7 +263,6 @@ class StreamWork:
 
         kernel = get_function(self.device, function)
         cupy = self.device.cupy
-        self.flush()
         try:
             with self._on_gpu():
                 kernel((grid,), (_BLOCK,), args)

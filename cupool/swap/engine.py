@@ -33,13 +33,15 @@ closes an iteration something raised in). For op ``i`` the engine enqueues, in t
     D2H     swap-outs after i: wait(done[i]) ─ [to_host] ─ copy ─ record(out_b) ─ [host]
 
 ``[...]`` are host callbacks (pure Python, so allowed on both backends); they go through
-:class:`~cupool.swap.checks.StreamWork`'s batch, which spans op boundaries: consecutive
-callbacks (on the emulated device, all the compute stream's work) are enqueued as one, up
-to the next thing the stream must see in order (a kernel or a wait on a GPU, a record of
-``done[i]``, the end of the iteration). ``done[i]`` is recorded only after an op that
-something waits for (a swap-out after it, a swap-in triggered at ``i + 1``). The engine only
-measures: a due op's wait over :data:`LATE_THRESHOLD_WALL_US` is a late prefetch, reported
-per buffer; moving triggers for the next iteration is the feedback's job
+:class:`~cupool.swap.checks.StreamWork`'s batch, which spans op boundaries: they are
+enqueued as one host callback (on the emulated device, with all the compute stream's
+work) when another stream must see their effect, before a record of ``done[i]``, and at
+the end of the iteration (on a GPU also at a timed wait; its kernels go on the stream at
+once, the ops are timed by events at ``[begin]`` and ``[end]``, so a resident op costs
+the stream no host callback of its own). ``done[i]`` is recorded only after an op that
+something waits for (a swap-out after it, a swap-in triggered at ``i + 1``). The engine
+only measures: a due op's wait over :data:`LATE_THRESHOLD_WALL_US` is a late prefetch,
+reported per buffer; moving triggers for the next iteration is the feedback's job
 (:func:`~cupool.planning.budget.feedback.adjust_triggers`, then :meth:`SwapEngine.set_plan`).
 
 **Time.** On the emulated device an op spends ``duration_us × time_scale`` of wall time
@@ -85,6 +87,7 @@ from cupool.swap.iteration import (
     OpFrame,
     PendingCopy,
     RunningOp,
+    order_problem,
 )
 from cupool.swap.layout import Layout, pool_layout, round_up
 from cupool.swap.patterns import fill_host_copy, pattern_body, regenerate
@@ -184,6 +187,7 @@ class SwapEngine:
         self._persistent_ready = set()  # persistent buffers whose first contents are written
         self._state: IterationState | None = None
         self._done_events = {}  # op -> the event recorded after it (reused every iteration)
+        self._op_marks = []  # GPU: timing events recorded as op i begins (2i) and ends (2i+1)
         self.schedule = None
         self.set_plan(plan, layout)
         self._setup_persistent()
@@ -279,6 +283,8 @@ class SwapEngine:
                 handle.reset()
         self.work.begin_iteration()
         device, n = self.device, self.trace.num_ops
+        if self.gpu and not self._op_marks:  # made once, recorded in every iteration
+            self._op_marks = [device.create_event(timing=True) for _ in range(2 * n)]
         done = [None] * n  # recorded where something waits for it (after_op)
         gate = None if self.gpu else threading.Event()  # emulated: enqueue first (docstring)
         if gate is not None:
@@ -360,6 +366,8 @@ class SwapEngine:
         if running.first_fills:
             self._persistent_ready.update(running.first_fills)
         work, step = self.work, self._steps[op]
+        if self.gpu:
+            self._op_marks[2 * op + 1].record(self.compute)
         work.callback(partial(self._end_op, state, running, step.ends))
         work.commit()
         if op in self._waited_ops:  # a swap-out after op, or a swap-in triggered at op + 1
@@ -406,6 +414,9 @@ class SwapEngine:
         wall = time.perf_counter() - state.started - state.setup_s
         if state.error is not None:
             raise state.error
+        if self.gpu:  # the bookkeeping callbacks ran in batches: the marks time the ops
+            marks = self._op_marks
+            state.op_wall_s = [marks[2 * i + 1].seconds_since(marks[2 * i]) for i in range(n)]
         checked, corrupt = self.work.results()
         ts = self.time_scale
         return IterationResult(
@@ -473,6 +484,8 @@ class SwapEngine:
         """Enqueue the callback that moves the op's new residencies (``written``) onto the
         device and enters its uses (``intents``: ``(buffer, write)`` pairs)."""
         op, ptrs = running.op, state.ptrs
+        if self.gpu:  # the op's start on the stream, without a host callback there
+            self._op_marks[2 * op].record(self.compute)
         arrivals = [Arrival(b, ptrs[(b, op)], self.array(b, ptrs[(b, op)])) for b in written]
         self.work.callback(partial(self._enter_uses, state, running, arrivals, intents))
 
@@ -540,15 +553,7 @@ class SwapEngine:
 
     # -- housekeeping -------------------------------------------------------------------
     def _order_problem(self, method: str, op: int) -> str:
-        state = self._state
-        if state is None:
-            return f"{method}({op}): no iteration is running (call begin_iteration first)"
-        if state.running is not None:
-            return (f"{method}({op}): op {state.running.op} is still running (call "
-                    f"after_op({state.running.op}) first)")
-        return (f"{method}({op}): iteration {state.iteration} expects "
-                f"{'before_op' if state.next_op < self.trace.num_ops else 'end_iteration'}"
-                f"({state.next_op}) next")
+        return order_problem(self._state, method, op, self.trace.num_ops)
 
     @staticmethod
     def _open_gate(state: IterationState) -> None:

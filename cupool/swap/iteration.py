@@ -87,7 +87,9 @@ class IterationState:
     ``time_scale`` turns wall time into trace time.
 
     The methods are what callbacks on the compute stream do to it: account a measured
-    wait, advance the op clock, keep the first error."""
+    wait, advance the op clock, keep the first error. On a GPU ``op_wall_s`` is read from
+    timing events at each op's start and end after the final synchronize (the callbacks
+    there run in batches, not at the op boundaries)."""
 
     iteration: int
     done: list
@@ -135,6 +137,19 @@ class IterationState:
         """Keep the iteration's first error (raised once the streams finished)."""
         if self.error is None:
             self.error = exc
+
+
+def order_problem(state: IterationState | None, method: str, op: int, num_ops: int) -> str:
+    """Why ``method(op)`` is out of order for the running iteration ``state`` (``None``:
+    between iterations) of a trace of ``num_ops`` ops."""
+    if state is None:
+        return f"{method}({op}): no iteration is running (call begin_iteration first)"
+    if state.running is not None:
+        return (f"{method}({op}): op {state.running.op} is still running (call "
+                f"after_op({state.running.op}) first)")
+    return (f"{method}({op}): iteration {state.iteration} expects "
+            f"{'before_op' if state.next_op < num_ops else 'end_iteration'}"
+            f"({state.next_op}) next")
 
 
 @dataclass(frozen=True)
