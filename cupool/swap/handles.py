@@ -139,7 +139,7 @@ class TensorHandle:
         self._lock = threading.Lock()
         self._readers = 0
         self._writers = 0
-        self._landed = threading.Event()  # set while the bytes are on the device
+        self._landed = threading.Event()  # clear while a swap-in is landing (to_device)
 
     def __repr__(self) -> str:
         return (f"<TensorHandle buffer={self.buffer.id} size={self.buffer.size} "
@@ -232,12 +232,10 @@ class TensorHandle:
             if ptr is not None:
                 self.ptr = ptr
             self.state = state
-            landed = self._landed
-            if state is DEVICE or state is TO_HOST:
-                if not landed.is_set():
-                    landed.set()
-            elif landed.is_set():
-                landed.clear()
+            if state is TO_DEVICE:
+                self._landed.clear()
+            elif old is TO_DEVICE:
+                self._landed.set()  # the landing (or its end): wake the uses waiting for it
             if state in (HOST, DROPPED, RETIRED):
                 self.view = None
 
