@@ -15,6 +15,7 @@ multiplied by ``TIME_SCALE``, with the link paced to match (see ``cupool.app.rep
 
 from __future__ import annotations
 
+import argparse
 import json
 import time
 from pathlib import Path
@@ -101,11 +102,28 @@ def convergence(trace) -> dict:
             "corrupt_bytes": sum(r["corrupt_bytes"] for r in runs), "runs": runs}
 
 
-def main() -> dict:
+def main(argv=None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--iterations", type=int, default=ITERATIONS)
+    parser.add_argument("--time-scale", type=float, default=TIME_SCALE,
+                        help="op durations multiplied by this (>= 1); 1 shows host overhead")
+    parser.add_argument("--replay-only", action="store_true",
+                        help="only the replay against the simulator (no convergence, "
+                             "h.use() or pattern measurements); prints, writes nothing")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "replay.json")
+    args = parser.parse_args(argv)
     trace = load_trace(TRACE)
-    result = replay(trace, "70%", ReplaySettings(iterations=ITERATIONS, size_scale=SIZE_SCALE,
-                                                 time_scale=TIME_SCALE))
+    result = replay(trace, "70%", ReplaySettings(iterations=args.iterations,
+                                                 size_scale=SIZE_SCALE,
+                                                 time_scale=args.time_scale))
     ratio = result["mean_iteration_us"] / result["sim_iteration_us"]
+    if args.replay_only:
+        print(f"{trace.name} at 70%, time scale {args.time_scale:g}: replay "
+              f"{result['mean_iteration_us']:.0f} us/iter vs simulator "
+              f"{result['sim_iteration_us']:.0f} us (ratio {ratio:.3f}); per iteration "
+              f"{[round(t) for t in result['iteration_us']]} us, late prefetches "
+              f"{result['late_prefetches']}, corrupt bytes {result['corrupt_bytes']}")
+        return {"trace": trace.name, "budget": "70%", **result, "replay_over_sim": ratio}
     out = {"trace": trace.name, "budget": "70%", **result,
            "replay_over_sim": ratio, "use_median_us": use_median_us(),
            "use_median_us_cupy": use_median_us(cupy_arrays=True),
@@ -131,8 +149,7 @@ def main() -> dict:
     print(f"  pattern twin on 64 MiB: fill {pattern['fill_s'] * 1e3:.0f} ms "
           f"({pattern['fill_gbps']:.2f} GB/s), verify {pattern['verify_s'] * 1e3:.0f} ms "
           f"({pattern['verify_gbps']:.2f} GB/s) (target < {PATTERN_TARGET_S:g} s each)")
-    path = ROOT / "bench" / "results" / "replay.json"
-    path.write_text(json.dumps(out, indent=2) + "\n")
+    args.out.write_text(json.dumps(out, indent=2) + "\n")
     return out
 
 

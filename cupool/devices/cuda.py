@@ -13,8 +13,10 @@ Mapping:
 ``alloc_pinned/free``      ``runtime.hostAlloc(size, hostAllocPortable)`` / ``freeHost``
 ``create_stream``          ``cupy.cuda.Stream(non_blocking=True)``
 ``default_stream``         ``cupy.cuda.Stream.null`` (the legacy default stream)
-``create_event``           ``cupy.cuda.Event(block=..., disable_timing=True, interprocess=False)``
+``create_event``           ``cupy.cuda.Event(block=..., disable_timing=not timing,
+                           interprocess=False)``
 ``event.record(s)``        ``Event.record(s)``; ``query`` = ``Event.done``
+``seconds_since``          ``cupy.cuda.get_elapsed_time(start, end) / 1e3`` (ms → s)
 ``stream.wait_event(e)``   ``Stream.wait_event(e)``
 ``copy_*_async``           ``runtime.memcpyAsync(dst, src, n, memcpy<Kind>, stream.ptr)``
 ``host_callback``          ``Stream.launch_host_func(callback, arg)``
@@ -97,6 +99,7 @@ CUPY_CALLS: tuple[CupyCall, ...] = (
     CupyCall("cupy.cuda.Event.done", None),
     CupyCall("cupy.cuda.Event.record", 1),
     CupyCall("cupy.cuda.Event.synchronize", 0),
+    CupyCall("cupy.cuda.get_elapsed_time", 2),
     CupyCall("cupy.cuda.UnownedMemory", 4),
     CupyCall("cupy.cuda.MemoryPointer", 2),
     CupyCall("cupy.ndarray", 1, ("dtype", "memptr")),
@@ -153,6 +156,10 @@ class CudaEvent(Event):
     def _synchronize(self) -> None:
         with self.device._errors("event.synchronize()"):
             self._cupy_event.synchronize()
+
+    def _seconds_since(self, start: Event) -> float:
+        with self.device._errors("event.seconds_since()"):
+            return self.device._cuda.get_elapsed_time(start._cupy_event, self._cupy_event) / 1e3
 
 
 class CudaDevice(Device):
@@ -250,9 +257,9 @@ class CudaDevice(Device):
             self._streams.append(stream)
         return stream
 
-    def _create_event(self) -> CudaEvent:
+    def _create_event(self, timing: bool) -> CudaEvent:
         with self._errors("create_event()"):
-            cupy_event = self._cuda.Event(block=self.blocking_sync, disable_timing=True,
+            cupy_event = self._cuda.Event(block=self.blocking_sync, disable_timing=not timing,
                                           interprocess=False)
         return CudaEvent(self, cupy_event)
 

@@ -202,6 +202,16 @@ class EmulatedEvent(Event):
         if token is not None:
             _wait_token(token, self.device._shared)
 
+    def _seconds_since(self, start: Event) -> float:
+        marks = []
+        for event in (start, self):
+            token = event._token
+            if token is None or not token.is_set():
+                raise DeviceError(f"seconds_since: {event!r} was never recorded or its "
+                                  f"stream has not reached the mark")
+            marks.append(token.recorded_at)
+        return marks[1] - marks[0]
+
 
 class EmulatedDevice(Device):
     """The device protocol on the host (see the module docstring).
@@ -316,7 +326,7 @@ class EmulatedDevice(Device):
             raise DeviceClosedError(self.name, "create_stream()")
         return stream
 
-    def _create_event(self) -> EmulatedEvent:
+    def _create_event(self, timing: bool) -> EmulatedEvent:  # every record is stamped
         return EmulatedEvent(self)
 
     def _host_callback(self, stream: Stream, fn: Callable[[], object]) -> None:

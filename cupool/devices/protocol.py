@@ -191,6 +191,15 @@ class Event(ABC):
         self.device._check_open("event.synchronize()")
         self._synchronize()
 
+    def seconds_since(self, start: Event) -> float:
+        """Seconds from ``start``'s mark to this event's, as the stream(s) reached them
+        (both made with ``timing=True``, recorded and complete: synchronize first); what
+        a host callback at each mark would read from a clock, without one. Raises
+        :class:`DeviceError` for an event never recorded or not yet complete."""
+        self.device._check_open("event.seconds_since()")
+        self.device._check_own(start, Event, "seconds_since")
+        return self._seconds_since(start)
+
     @abstractmethod
     def _record(self, stream: Stream) -> None: ...
 
@@ -199,6 +208,9 @@ class Event(ABC):
 
     @abstractmethod
     def _synchronize(self) -> None: ...
+
+    @abstractmethod
+    def _seconds_since(self, start: Event) -> float: ...
 
 
 class Device(ABC):
@@ -311,10 +323,12 @@ class Device(ABC):
         self._check_open("create_stream()")
         return self._create_stream(name)
 
-    def create_event(self) -> Event:
-        """A new event, never recorded (so complete)."""
+    def create_event(self, timing: bool = False) -> Event:
+        """A new event, never recorded (so complete). ``timing=True``: it can be asked
+        :meth:`Event.seconds_since` another timing event (CUDA events are made without
+        timing otherwise: they are cheaper to wait for)."""
         self._check_open("create_event()")
-        return self._create_event()
+        return self._create_event(bool(timing))
 
     def copy_h2d_async(self, dst_ptr: int, src_ptr: int, nbytes: int, stream: Stream) -> None:
         """Enqueue a copy of ``nbytes`` from pinned host ``src_ptr`` to device ``dst_ptr``."""
@@ -462,7 +476,7 @@ class Device(ABC):
     def _create_stream(self, name: str | None) -> Stream: ...
 
     @abstractmethod
-    def _create_event(self) -> Event: ...
+    def _create_event(self, timing: bool) -> Event: ...
 
     @abstractmethod
     def _enqueue_copy(self, kind: str, dst_ptr: int, src_ptr: int, nbytes: int,

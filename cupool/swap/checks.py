@@ -26,12 +26,22 @@ two backends differ in what may run where, and :class:`StreamWork` hides that:
 timestamps); on a GPU such a callback must not call CUDA (a ``cudaLaunchHostFunc`` rule),
 and none of the engine's does.
 
-**Batches.** A host callback costs a queue hand-off on the emulated device, and the
-engine enqueues thousands per iteration, so between :meth:`begin_batch` and
-:meth:`end_batch` the emulated backend collects the work (callbacks, ``run``, fills,
-verifies, timed waits) and enqueues it as *one* host callback that runs it in order
-(the first exception is re-raised after the rest ran, so bookkeeping that undoes a
-use still happens). On a GPU batching changes nothing.
+**Batches.** A host callback costs a queue hand-off on the emulated device and the
+interpreter lock from a driver thread on a GPU (the stream stalls until the enqueuing
+thread lets go of it), and the engine's op boundaries make several per op, so between
+:meth:`begin_batch` and :meth:`end_batch` the work is collected and enqueued as *one* host
+callback that runs it in order (the first exception is re-raised after the rest ran, so
+bookkeeping that undoes a use still happens), when the stream must see it: at
+:meth:`flush`, which the caller calls before it records an event another stream waits
+for, and at :meth:`end_batch`. The emulated backend collects everything (callbacks,
+``run``, fills, verifies, timed waits: all host work there), so the stream runs it in the
+order of the calls. A GPU collects the host callbacks only: its kernels go on the stream
+at once, and the callbacks (bookkeeping of handle states and uses, which no kernel reads)
+run at the next flush or timed wait, after the kernels enqueued meanwhile, but before
+anything another stream does after an event recorded after them; the two timestamps of a
+timed wait are flushed at once. A batch may span many ops: :meth:`commit` marks what was
+collected so far as complete, and ``end_batch(complete=False)`` (an interrupted op)
+enqueues only that and drops the rest.
 
 Counts: :meth:`results` returns the iteration's :class:`CheckCounts` once the
 stream has been synchronised; :meth:`begin_iteration` resets them. Mismatches are counted,
@@ -84,7 +94,8 @@ class StreamWork:
         self._checked = 0
         self._corrupt = 0
         self._counter = None  # cuda: uint64[2] device array [mismatches, first mismatch]
-        self._batch: list | None = None  # emulated: work collected for one host callback
+        self._batch: list | None = None  # work collected for one host callback
+        self._committed = 0  # how much of _batch belongs to complete ops (commit())
 
     def begin_iteration(self) -> None:
         """Reset the counts (call with nothing of the previous iteration still queued)."""
@@ -97,16 +108,35 @@ class StreamWork:
                 self._counter = cupy.array([0, reference.MASK64], dtype=cupy.uint64)
 
     def begin_batch(self) -> None:
-        """Collect the following work into one host callback (emulated; module docstring)."""
-        if not self.gpu:
+        """Collect the following work into host callbacks enqueued together (module
+        docstring)."""
+        self._batch = []
+        self._committed = 0
+
+    def commit(self) -> None:
+        """Mark the work collected so far as complete (``end_batch(complete=False)`` keeps
+        it)."""
+        if self._batch is not None:
+            self._committed = len(self._batch)
+
+    def flush(self) -> None:
+        """Enqueue the collected work now, as one host callback; keep collecting."""
+        batch = self._batch
+        if batch:
             self._batch = []
+            self._committed = 0
+            self._enqueue(batch)
 
-    def end_batch(self) -> None:
-        """Enqueue the collected work as one host callback."""
+    def end_batch(self, complete: bool = True) -> None:
+        """Enqueue the collected work as one host callback and stop collecting;
+        ``complete=False`` enqueues only what was committed and drops the rest."""
         batch, self._batch = self._batch, None
-        if not batch:
-            return
+        if batch and not complete:
+            batch = batch[:self._committed]
+        if batch:
+            self._enqueue(batch)
 
+    def _enqueue(self, batch: list) -> None:
         def batch_of_work() -> None:
             first = None
             for fn in batch:
@@ -141,8 +171,10 @@ class StreamWork:
         if self.gpu:
             began = []
             self.callback(lambda: began.append(time.perf_counter()))
+            self.flush()
             self.stream.wait_event(event)
             self.callback(lambda: report(began.pop(), time.perf_counter()))
+            self.flush()  # the wait's end is read when the stream passes it
             return
 
         def wait() -> None:

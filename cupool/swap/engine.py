@@ -32,9 +32,16 @@ closes an iteration something raised in). For op ``i`` the engine enqueues, in t
             [end: exit the uses; residencies ending at i+1 drop or retire] ─ record(done[i])
     D2H     swap-outs after i: wait(done[i]) ─ [to_host] ─ copy ─ record(out_b) ─ [host]
 
-``[...]`` are host callbacks (pure Python, so allowed on both backends). The engine only
-measures: a due op's wait over :data:`LATE_THRESHOLD_WALL_US` is a late prefetch, reported
-per buffer; moving triggers for the next iteration is the feedback's job
+``[...]`` are host callbacks (pure Python, so allowed on both backends); they go through
+:class:`~cupool.swap.checks.StreamWork`'s batch, which spans op boundaries: they are
+enqueued as one host callback (on the emulated device, with all the compute stream's
+work) when another stream must see their effect, before a record of ``done[i]``, and at
+the end of the iteration (on a GPU also at a timed wait; its kernels go on the stream at
+once, the ops are timed by events at ``[begin]`` and ``[end]``, so a resident op costs
+the stream no host callback of its own). ``done[i]`` is recorded only after an op that
+something waits for (a swap-out after it, a swap-in triggered at ``i + 1``). The engine
+only measures: a due op's wait over :data:`LATE_THRESHOLD_WALL_US` is a late prefetch,
+reported per buffer; moving triggers for the next iteration is the feedback's job
 (:func:`~cupool.planning.budget.feedback.adjust_triggers`, then :meth:`SwapEngine.set_plan`).
 
 **Time.** On the emulated device an op spends ``duration_us × time_scale`` of wall time
@@ -71,7 +78,7 @@ from cupool.errors import CupoolError
 from cupool.swap.checks import StreamWork
 from cupool.swap.copy_engine import CopyEngine
 from cupool.swap.errors import CopyFailedError, EngineStateError, ReplayError
-from cupool.swap.handles import DEVICE, HOST, READ, WRITE, TensorHandle
+from cupool.swap.handles import DEVICE, HOST, TensorHandle
 from cupool.swap.iteration import (
     LATE_THRESHOLD_WALL_US,
     Arrival,
@@ -80,11 +87,13 @@ from cupool.swap.iteration import (
     OpFrame,
     PendingCopy,
     RunningOp,
+    order_problem,
 )
 from cupool.swap.layout import Layout, pool_layout, round_up
 from cupool.swap.patterns import fill_host_copy, pattern_body, regenerate
 from cupool.swap.schedule import build_schedule
 from cupool.swap.staging import ALIGNMENT, PinnedStaging
+from cupool.swap.steps import intents_of, op_steps
 
 
 @dataclass(frozen=True)
@@ -177,6 +186,8 @@ class SwapEngine:
         self._arrays = {}  # (buffer, ptr) -> the handle's array there (made once)
         self._persistent_ready = set()  # persistent buffers whose first contents are written
         self._state: IterationState | None = None
+        self._done_events = {}  # op -> the event recorded after it (reused every iteration)
+        self._op_marks = []  # GPU: timing events recorded as op i begins (2i) and ends (2i+1)
         self.schedule = None
         self.set_plan(plan, layout)
         self._setup_persistent()
@@ -208,6 +219,11 @@ class SwapEngine:
         self._home_at = {}  # op -> persistent buffers whose home residency starts there
         for b, start in self.schedule.home.items():
             self._home_at.setdefault(start, []).append(b)
+        schedule = self.schedule
+        self._steps = op_steps(schedule, self.trace)
+        self._waited_ops = frozenset([*(i for i, outs in schedule.swap_outs.items() if outs),
+                                      *(i - 1 for i, ins in schedule.swap_ins.items()
+                                        if ins and i > 0)])
 
     def _setup_persistent(self) -> None:
         """Persistent buffers the plan starts the iteration with on the host get a host
@@ -267,12 +283,15 @@ class SwapEngine:
                 handle.reset()
         self.work.begin_iteration()
         device, n = self.device, self.trace.num_ops
-        done = [device.create_event() for _ in range(n)]
+        if self.gpu and not self._op_marks:  # made once, recorded in every iteration
+            self._op_marks = [device.create_event(timing=True) for _ in range(2 * n)]
+        done = [None] * n  # recorded where something waits for it (after_op)
         gate = None if self.gpu else threading.Event()  # emulated: enqueue first (docstring)
         if gate is not None:
             for stream in (self.compute, self.copy_engine.d2h_stream,
                            self.copy_engine.h2d_stream):
                 device.host_callback(stream, gate.wait)
+        self.work.begin_batch()
         state = IterationState(iteration, done, gate, self.off_plan, self.time_scale,
                                op_wall_s=[0.0] * n)
         state.started = state.clock = time.perf_counter()
@@ -294,35 +313,47 @@ class SwapEngine:
         state = self._state
         if state is None or state.running is not None or op != state.next_op:
             raise EngineStateError(self._order_problem("before_op", op))
-        schedule, ptrs = self.schedule, state.ptrs
-        for key in schedule.free_at[op]:
-            state.blocks.pop(key, None)  # the block dies: the pool frees it
-        for key in schedule.alloc_at[op]:  # nothing else holds a block: a free is a pop
-            state.blocks[key] = self.pool.malloc(schedule.block_sizes[key[0]])
-            ptrs[key] = state.blocks[key].ptr
-            if ptrs[key] != state.arena_ptr + schedule.offsets[key]:
-                self.off_plan += 1
-        self._issue_swap_ins(state, op)
-        self.work.begin_batch()
-        for action in schedule.due[op]:
+        step, ptrs, blocks = self._steps[op], state.ptrs, state.blocks
+        for key in step.frees:
+            blocks.pop(key, None)  # the block dies: the pool frees it
+        if step.allocs:
+            self._serve(state, step.allocs)
+        if step.swap_ins:
+            self._issue_swap_ins(state, op)
+        for action in step.due:
             self.work.timed_wait(state.landed_at[(action.buffer_id, action.trigger_op)],
                                  partial(state.measured_wait, action.buffer_id))
-        first_fills = [b for b in self._home_at.get(op, ())
-                       if b not in self._persistent_ready] if self._home_at else []
-        produced = [*schedule.produced[op], *first_fills]
-        recomputed = schedule.recomputes[op]
-        written = [*produced, *recomputed]
-        self._wait_for_readers(state, op, written)
+        first_fills = [b for b in self._home_at[op] if b not in self._persistent_ready] \
+            if op in self._home_at else ()
+        produced, written, intents, frame = step.produced, step.written, step.intents, step.frame
+        if first_fills:  # the first iteration that serves these persistent buffers
+            produced = (*produced, *first_fills)
+            written = (*produced, *step.recomputed)
+            intents = intents_of(self.trace, step.uses, written, step.recomputed)
+            frame = (*((b, op) for b in first_fills), *frame)
+        if state.pending and written:
+            self._wait_for_readers(state, op, written)
         running = RunningOp(op, frozenset(first_fills))
-        self._begin_op(state, running, written, recomputed)
-        self._recompute(state, running, recomputed)
-        frame_ptrs = {b: ptrs[(b, op)] for b in written}
-        for b in schedule.uses[op]:
-            if b not in frame_ptrs:
-                frame_ptrs[b] = self._resident_ptr(state, b, op)
+        self._begin_op(state, running, written, intents)
+        if step.recomputed:
+            self._recompute(state, running, step.recomputed)
+        try:
+            frame_ptrs = {b: ptrs[key] for b, key in frame}
+        except KeyError:  # a use the plan holds in no residency served this iteration
+            frame_ptrs = {b: self._resident_ptr(state, b, op) for b, _ in frame}
         state.running = running
-        return OpFrame(op, tuple(produced), running.first_fills, tuple(recomputed),
-                       tuple(schedule.uses[op]), frame_ptrs)
+        return OpFrame(op, produced, running.first_fills, step.recomputed, step.uses,
+                       frame_ptrs)
+
+    def _serve(self, state: IterationState, allocs) -> None:
+        """Pool blocks for the residencies starting at an op (``allocs``, in the pool's
+        order; nothing else holds a block, so a free is a pop)."""
+        schedule, ptrs = self.schedule, state.ptrs
+        for key in allocs:
+            block = state.blocks[key] = self.pool.malloc(schedule.block_sizes[key[0]])
+            ptrs[key] = block.ptr
+            if block.ptr != state.arena_ptr + schedule.offsets[key]:
+                self.off_plan += 1
 
     def after_op(self, op: int) -> None:
         """Everything after op ``op``'s work: its uses released (and residencies ending
@@ -332,11 +363,22 @@ class SwapEngine:
         running = state.running if state is not None else None
         if running is None or running.op != op:
             raise EngineStateError(self._order_problem("after_op", op))
-        self._persistent_ready.update(running.first_fills)
-        self.work.callback(partial(self._end_op, state, running, self.schedule.ends[op + 1]))
-        self.work.end_batch()
-        state.done[op].record(self.compute)
-        self._issue_swap_outs(state, op)
+        if running.first_fills:
+            self._persistent_ready.update(running.first_fills)
+        work, step = self.work, self._steps[op]
+        if self.gpu:
+            self._op_marks[2 * op + 1].record(self.compute)
+        work.callback(partial(self._end_op, state, running, step.ends))
+        work.commit()
+        if op in self._waited_ops:  # a swap-out after op, or a swap-in triggered at op + 1
+            work.flush()
+            event = self._done_events.get(op)
+            if event is None:
+                event = self._done_events[op] = self.device.create_event()
+            event.record(self.compute)
+            state.done[op] = event
+        if step.swap_outs:
+            self._issue_swap_outs(state, op)
         state.running = None
         state.next_op = op + 1
 
@@ -351,6 +393,7 @@ class SwapEngine:
         self._state = None
         try:
             try:
+                self.work.end_batch()
                 for key in self.schedule.free_at[n]:
                     state.blocks.pop(key, None)
             finally:
@@ -371,6 +414,9 @@ class SwapEngine:
         wall = time.perf_counter() - state.started - state.setup_s
         if state.error is not None:
             raise state.error
+        if self.gpu:  # the bookkeeping callbacks ran in batches: the marks time the ops
+            marks = self._op_marks
+            state.op_wall_s = [marks[2 * i + 1].seconds_since(marks[2 * i]) for i in range(n)]
         checked, corrupt = self.work.results()
         ts = self.time_scale
         return IterationResult(
@@ -389,6 +435,7 @@ class SwapEngine:
             return
         error = error or EngineStateError(f"iteration {state.iteration} aborted")
         try:
+            self.work.end_batch(complete=False)  # the interrupted op's work is dropped
             state.blocks.clear()
             self._open_gate(state)
             state.pool_iteration.__exit__(type(error), error, error.__traceback__)
@@ -433,20 +480,13 @@ class SwapEngine:
                     self.work.timed_wait(copy.copied, partial(state.measured_wait, None))
 
     def _begin_op(self, state: IterationState, running: RunningOp, written,
-                  recomputed) -> None:
-        """Enqueue the callback that moves the op's new residencies onto the device and
-        enters its uses: read for its inputs (and the inputs of its recomputes), write for
-        what it produces or recomputes."""
+                  intents) -> None:
+        """Enqueue the callback that moves the op's new residencies (``written``) onto the
+        device and enters its uses (``intents``: ``(buffer, write)`` pairs)."""
         op, ptrs = running.op, state.ptrs
+        if self.gpu:  # the op's start on the stream, without a host callback there
+            self._op_marks[2 * op].record(self.compute)
         arrivals = [Arrival(b, ptrs[(b, op)], self.array(b, ptrs[(b, op)])) for b in written]
-        intents = {}
-        for b in recomputed:
-            for source in self.trace.buffer(b).recompute.inputs:
-                intents.setdefault(source, READ)
-        for b in self.schedule.uses[op]:
-            intents.setdefault(b, READ)
-        for b in written:
-            intents[b] = WRITE
         self.work.callback(partial(self._enter_uses, state, running, arrivals, intents))
 
     def _recompute(self, state: IterationState, running: RunningOp, recomputed) -> None:
@@ -483,18 +523,19 @@ class SwapEngine:
         try:
             for arrival in arrivals:
                 self.handles[arrival.buffer_id].move(DEVICE, arrival.view, arrival.ptr)
-            for b, intent in intents.items():
-                use = self.handles[b].use(intent)
-                use.__enter__()
-                running.uses.append(use)
+            handles, uses = self.handles, running.uses
+            for b, write in intents:
+                handle = handles[b]
+                handle.enter_use(write)
+                uses.append((handle, write))
             running.entered = True
         except Exception as exc:
             state.keep_first_error(exc)
 
     def _end_op(self, state: IterationState, running: RunningOp, ends) -> None:
         try:
-            for use in running.uses:
-                use.__exit__(None, None, None)
+            for handle, write in running.uses:
+                handle.exit_use(write)
             for b, where in ends:
                 self.handles[b].move(where)
         except Exception as exc:
@@ -512,15 +553,7 @@ class SwapEngine:
 
     # -- housekeeping -------------------------------------------------------------------
     def _order_problem(self, method: str, op: int) -> str:
-        state = self._state
-        if state is None:
-            return f"{method}({op}): no iteration is running (call begin_iteration first)"
-        if state.running is not None:
-            return (f"{method}({op}): op {state.running.op} is still running (call "
-                    f"after_op({state.running.op}) first)")
-        return (f"{method}({op}): iteration {state.iteration} expects "
-                f"{'before_op' if state.next_op < self.trace.num_ops else 'end_iteration'}"
-                f"({state.next_op}) next")
+        return order_problem(self._state, method, op, self.trace.num_ops)
 
     @staticmethod
     def _open_gate(state: IterationState) -> None:

@@ -139,7 +139,7 @@ class TensorHandle:
         self._lock = threading.Lock()
         self._readers = 0
         self._writers = 0
-        self._landed = threading.Event()  # set while the bytes are on the device
+        self._landed = threading.Event()  # clear while a swap-in is landing (to_device)
 
     def __repr__(self) -> str:
         return (f"<TensorHandle buffer={self.buffer.id} size={self.buffer.size} "
@@ -163,7 +163,10 @@ class TensorHandle:
                               f"must be 'read' or 'write'")
         return _Use(self, intent == WRITE)
 
-    def _enter(self, write: bool):
+    def enter_use(self, write: bool):
+        """Begin a use without a context object (``write``: its intent is write); returns
+        the view. What ``with use():`` does on entry, for callers that pair it with
+        :meth:`exit_use` themselves (the engine's op boundaries)."""
         lock = self._lock
         lock.acquire()
         try:
@@ -190,7 +193,8 @@ class TensorHandle:
         finally:
             lock.release()
 
-    def _exit(self, write: bool) -> None:
+    def exit_use(self, write: bool) -> None:
+        """End a use :meth:`enter_use` began (same ``write``)."""
         with self._lock:
             if write:
                 self._writers = 0
@@ -228,10 +232,10 @@ class TensorHandle:
             if ptr is not None:
                 self.ptr = ptr
             self.state = state
-            if state is DEVICE or state is TO_HOST:
-                self._landed.set()
-            else:
+            if state is TO_DEVICE:
                 self._landed.clear()
+            elif old is TO_DEVICE:
+                self._landed.set()  # the landing (or its end): wake the uses waiting for it
             if state in (HOST, DROPPED, RETIRED):
                 self.view = None
 
@@ -265,7 +269,7 @@ class _Use:
         if self.entered:
             raise HandleError(f"buffer {self.handle.buffer.id}: a use() context was entered "
                               f"twice")
-        view = self.handle._enter(self.write)
+        view = self.handle.enter_use(self.write)
         self.entered = True
         return view
 
@@ -274,4 +278,4 @@ class _Use:
             raise HandleError(f"buffer {self.handle.buffer.id}: a use() context was exited "
                               f"without being entered")
         self.entered = False
-        self.handle._exit(self.write)
+        self.handle.exit_use(self.write)

@@ -46,8 +46,8 @@ class Arrival(NamedTuple):
 class RunningOp:
     """Op ``op`` between ``before_op`` and ``after_op``.
 
-    ``uses`` are the handle uses its begin callback entered (written for the buffers it
-    produces or recomputes, read for the rest), which its end callback exits; ``entered``
+    ``uses`` are the ``(handle, write)`` uses its begin callback entered (write for the
+    buffers it produces or recomputes, read for the rest), which its end callback exits; ``entered``
     says the begin callback took them all (a recompute runs only then); ``began`` is when
     the op began on the compute stream (``perf_counter`` s). ``first_fills`` are the
     persistent buffers the op gives their first contents (marked as holding them once the
@@ -82,11 +82,14 @@ class IterationState:
 
     ``started`` is when the iteration's timing began (the gate's release on the emulated
     device, the start of enqueuing on a GPU); ``gate`` holds the emulated streams until
-    everything is enqueued (``None`` on a GPU); ``done[i]`` is recorded on the compute
-    stream after op ``i``; ``time_scale`` turns wall time into trace time.
+    everything is enqueued (``None`` on a GPU); ``done[i]`` is the event recorded on the
+    compute stream after op ``i`` when a swap waits for it (``None`` for the other ops);
+    ``time_scale`` turns wall time into trace time.
 
     The methods are what callbacks on the compute stream do to it: account a measured
-    wait, advance the op clock, keep the first error."""
+    wait, advance the op clock, keep the first error. On a GPU ``op_wall_s`` is read from
+    timing events at each op's start and end after the final synchronize (the callbacks
+    there run in batches, not at the op boundaries)."""
 
     iteration: int
     done: list
@@ -134,6 +137,19 @@ class IterationState:
         """Keep the iteration's first error (raised once the streams finished)."""
         if self.error is None:
             self.error = exc
+
+
+def order_problem(state: IterationState | None, method: str, op: int, num_ops: int) -> str:
+    """Why ``method(op)`` is out of order for the running iteration ``state`` (``None``:
+    between iterations) of a trace of ``num_ops`` ops."""
+    if state is None:
+        return f"{method}({op}): no iteration is running (call begin_iteration first)"
+    if state.running is not None:
+        return (f"{method}({op}): op {state.running.op} is still running (call "
+                f"after_op({state.running.op}) first)")
+    return (f"{method}({op}): iteration {state.iteration} expects "
+            f"{'before_op' if state.next_op < num_ops else 'end_iteration'}"
+            f"({state.next_op}) next")
 
 
 @dataclass(frozen=True)

@@ -443,3 +443,16 @@ def test_concurrent_reserve_and_release_keep_exact_accounts():
         assert dev.mem_info() == (64 * MiB, 64 * MiB)
         stats = dev.stats()
         assert stats["reserved_bytes.current"] == 0 and stats["reservations.current"] == 0
+
+
+def test_seconds_since_is_the_time_between_two_marks_as_the_stream_reached_them(device):
+    stream = device.create_stream("timed")
+    start, end = device.create_event(timing=True), device.create_event(timing=True)
+    with pytest.raises(DeviceError, match="never recorded"):
+        end.seconds_since(start)
+    start.record(stream)
+    device.host_callback(stream, lambda: time.sleep(0.02))
+    end.record(stream)
+    stream.synchronize()
+    assert 0.02 <= end.seconds_since(start) < 2.0
+    assert start.seconds_since(end) == -end.seconds_since(start)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from cupool.core.vocabulary import RecomputeAction
+from cupool.core.vocabulary import PERSISTENT, Buffer, RecomputeAction, Residency, SwapIn, SwapOut
 from cupool.devices import open_device
 from cupool.swap.engine import EngineSettings, SwapEngine
 from cupool.swap.errors import EngineStateError
@@ -17,6 +17,8 @@ from tests.swap_cases import (
     six_op_recompute_plan,
     six_op_swap_plan,
     six_op_trace,
+    swap_plan,
+    trace_of,
 )
 
 SIZE_SCALE = 4096
@@ -195,3 +197,27 @@ def test_op_boundaries_out_of_order_raise_and_an_abort_leaves_the_engine_usable(
         result = engine.run_iteration(2)  # the engine runs on after aborted iterations
         assert result.corrupt_bytes == 0 and result.bytes_checked > 0
         assert result.late_prefetches == len(result.late_us)
+
+
+def test_resident_ops_cost_the_streams_no_host_callback_of_their_own():
+    """40 ops, A swapped out after op 0 and in at op 37 (due 39), W used by every op: the
+    compute stream's bookkeeping goes out in one host callback per stretch of ops between
+    the events a copy waits for (done[0], done[36]) and the iteration's end, so an
+    iteration's host callbacks do not grow with its ops; every byte still checks."""
+    ops = 40
+    trace = trace_of([10.0] * ops, Buffer(0, 8, 0, ops, tuple(range(ops)), PERSISTENT),
+                     Buffer(1, 16, 0, ops, (0, ops - 1)))
+    plan = swap_plan(trace, [Residency(0, 0, ops, 0), Residency(1, 0, 1, 8),
+                             Residency(1, ops - 3, ops, 8)],
+                     [SwapOut(1, 0), SwapIn(1, ops - 3, ops - 1)])
+    with open_device("emulated", capacity="1MiB") as device, \
+            SwapEngine(trace, plan, device) as engine:
+        engine.run_iteration(0)
+        before = device.stats()["host_callbacks.count"]
+        result = engine.run_iteration(1)
+        callbacks = device.stats()["host_callbacks.count"] - before
+    assert (result.corrupt_bytes, result.late_prefetches) == (0, 0)
+    assert result.bytes_checked == 8 * ops + 16  # W at every op, A where it lands
+    # gates 3, compute batches 3 (up to done[0], up to done[36], the rest),
+    # swap-out 2 (to_host, host), swap-in 2 (to_device, device)
+    assert callbacks == 10

@@ -1,0 +1,87 @@
+"""What the engine does at each op boundary that is the same in every iteration.
+
+:func:`op_steps` reads a :class:`~cupool.swap.schedule.Schedule` once per plan (the engine
+calls it from ``set_plan``) and gives, per op, an :class:`OpStep`: the buffers it writes,
+the uses its begin callback takes and the residencies its frame points into, as tuples,
+so that ``before_op`` and ``after_op`` only read them on an op where nothing moves (a
+*resident* op: no pool work, no swap, no wait, no recompute, no first fill).
+
+Only a persistent buffer's first fill (once, in the first iteration that serves its home
+residency) changes an op from iteration to iteration; the engine then builds that op's
+intents with :func:`intents_of`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cupool.core.vocabulary import Trace
+from cupool.swap.schedule import Schedule
+
+
+@dataclass(frozen=True)
+class OpStep:
+    """Op ``op`` of a schedule (tuples of buffer ids unless said otherwise):
+
+    ``produced`` / ``recomputed`` / ``written`` (both, in that order): the buffers whose
+    residency starts at the op without a copy; ``uses``: the trace's uses of the op;
+    ``intents``: ``(buffer, write)`` pairs the op's begin callback takes, in order (read
+    for the uses and the recomputes' inputs, write for ``written``); ``frame``:
+    ``(buffer, residency start)`` for every buffer of its frame (``written`` first, then
+    the other uses; the start is ``None`` where the plan has no residency holding the use,
+    which the engine reports); ``allocs`` / ``frees``: the pool's residencies starting and
+    ending there; ``swap_ins`` / ``due`` / ``swap_outs``: the schedule's actions at the op;
+    ``ends``: ``(buffer, state)`` of the residencies ending right after it."""
+
+    op: int
+    produced: tuple
+    recomputed: tuple
+    written: tuple
+    uses: tuple
+    intents: tuple
+    frame: tuple
+    allocs: tuple
+    frees: tuple
+    swap_ins: tuple
+    due: tuple
+    swap_outs: tuple
+    ends: tuple
+
+
+def intents_of(trace: Trace, uses, written, recomputed) -> tuple:
+    """``(buffer, write)`` pairs of an op's uses: read for ``uses`` and the inputs of the
+    ``recomputed`` buffers' producers, write for ``written`` (a buffer once, at its first
+    mention)."""
+    intents = {}
+    for b in recomputed:
+        for source in trace.buffer(b).recompute.inputs:
+            intents.setdefault(source, False)
+    for b in uses:
+        intents.setdefault(b, False)
+    for b in written:
+        intents[b] = True
+    return tuple(intents.items())
+
+
+def op_steps(schedule: Schedule, trace: Trace) -> tuple[OpStep, ...]:
+    """Every op's :class:`OpStep` (module docstring)."""
+    steps = []
+    for op in range(trace.num_ops):
+        produced = tuple(schedule.produced.get(op, ()))
+        recomputed = tuple(schedule.recomputes.get(op, ()))
+        written = produced + recomputed
+        uses = tuple(schedule.uses.get(op, ()))
+        frame = [(b, op) for b in written]
+        frame += [(b, schedule.holding(b, op)) for b in uses if b not in written]
+        steps.append(OpStep(
+            op=op, produced=produced, recomputed=recomputed, written=written, uses=uses,
+            intents=intents_of(trace, uses, written, recomputed),
+            frame=tuple(dict(frame).items()), allocs=tuple(schedule.alloc_at.get(op, ())),
+            frees=tuple(schedule.free_at.get(op, ())),
+            swap_ins=tuple(schedule.swap_ins.get(op, ())), due=tuple(schedule.due.get(op, ())),
+            swap_outs=tuple(schedule.swap_outs.get(op, ())),
+            ends=tuple(schedule.ends.get(op + 1, ()))))
+    return tuple(steps)
+
+
+__all__ = ["OpStep", "intents_of", "op_steps"]
