@@ -30,6 +30,8 @@ class Iteration:
         self._names: dict = {}
         self._fetches: dict = {}  # key -> Fetch
         self._state = "new"  # new -> open -> closed
+        recorded = getattr(session, "recorded_program", None)
+        self._recorded = recorded.ops if recorded is not None else ()
 
     # -- declaring --------------------------------------------------------------------
     def op(self, fn: Callable, *inputs: Tensor, out=None, outputs=None, updates=(),
@@ -80,20 +82,32 @@ class Iteration:
         return fetch
 
     def _declare(self, label, kind, fn, inputs, updates, specs, recompute) -> list[Tensor]:
-        self._check_open(f"op {label!r}")
-        operation = f"op {len(self._ops)} {label!r}"
-        for tensor in (*inputs, *updates):
-            self._check(tensor, operation)
-            self._note(tensor)
+        session, number = self.session, self.number
+        if session.closed or self._state != "open":
+            self._check_open(f"op {label!r}")
         index = len(self._ops)
-        op = DeclaredOp(index, label, kind, fn, tuple(t.key for t in inputs),
-                        tuple(t.key for t in updates), tuple(specs), bool(recompute))
+        for tensor in (*inputs, *updates):
+            if tensor.__class__ is not Tensor or tensor.owner is not session \
+                    or tensor.released or (not tensor.persistent
+                                           and tensor.iteration != number):
+                self._check(tensor, f"op {index} {label!r}")  # raises, or a Tensor subclass
+            if tensor.persistent:
+                self._specs[tensor.key], self._names[tensor.key] = tensor.spec, tensor.name
+        specs, recompute = tuple(specs), bool(recompute)
+        input_keys = tuple([t.key for t in inputs])
+        update_keys = tuple([t.key for t in updates])
+        op = self._recorded[index] if index < len(self._recorded) else None
+        if op is None or op.fn is not fn or op.name != label or op.kind != kind \
+                or op.inputs != input_keys or op.updates != update_keys \
+                or op.outputs != specs or op.recompute is not recompute:
+            op = DeclaredOp(index, label, kind, fn, input_keys, update_keys, specs, recompute)
+        # else: the recorded program's op, equal in every field: shared, not rebuilt
         tensors = []
-        for k, spec in enumerate(specs):
-            key = ("t", index, k)
+        for k, key in enumerate(op.output_keys):
+            spec = specs[k]
             tensor_name = spec.name or (label if len(specs) == 1 else f"{label}.{k}")
             self._specs[key], self._names[key] = spec, tensor_name
-            tensors.append(Tensor(self.session, key, spec, tensor_name, self.number))
+            tensors.append(Tensor(session, key, spec, tensor_name, number))
         self._ops.append(op)
         return tensors
 

@@ -363,6 +363,12 @@ class Session:
             raise SessionClosedError(operation)
 
     @property
+    def recorded_program(self) -> Program | None:
+        """The program the plan was made for (``None`` before the recording): the next
+        iteration's ops that equal its ops are shared with it."""
+        return self._recorded
+
+    @property
     def closed(self) -> bool:
         return self._closed
 

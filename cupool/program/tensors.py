@@ -37,17 +37,58 @@ class Spec:
         return math.prod(self.shape) * self.dtype.itemsize
 
 
+_MADE: dict = {}
+"""Specs :func:`make_spec` made from tuples: ``(shape, dtype[, name])`` → :class:`Spec`
+(most programs declare the same few layouts in every iteration)."""
+_LAYOUTS: dict = {}
+"""Specs made from tensors: ``(shape, dtype)`` → ``Spec(shape, dtype)``."""
+_MADE_LIMIT = 4096
+
+
 def make_spec(op: str, value: object) -> Spec:
     """``value`` as a :class:`Spec`: a ``Spec``, a ``(shape, dtype)`` or ``(shape, dtype,
     name)`` tuple, or a :class:`Tensor` (its spec). :class:`SpecError` quotes a bad one."""
     if isinstance(value, Spec):
         return value
-    if isinstance(value, Tensor):
-        return Spec(value.shape, value.dtype)
+    if isinstance(value, Tensor):  # its layout as is (a registered array's, unchecked)
+        layout = value.spec.shape, value.spec.dtype
+        made = _LAYOUTS.get(layout)
+        if made is None:
+            if len(_LAYOUTS) >= _MADE_LIMIT:
+                _LAYOUTS.clear()
+            made = _LAYOUTS[layout] = Spec(*layout)
+        return made
     if not isinstance(value, tuple) or len(value) not in (2, 3):
         raise SpecError(op, f"output spec (={value!r}) must be a cupool.Spec, a tensor or a "
                             f"(shape, dtype[, name]) tuple")
-    return spec(value[0], value[1], value[2] if len(value) == 3 else "", op=op)
+    exact = _exact(value)
+    if exact:  # an equal tuple of the same exact types checks to the same Spec
+        made = _MADE.get(value)
+        if made is not None:
+            return made
+    made = spec(value[0], value[1], value[2] if len(value) == 3 else "", op=op)
+    if exact:
+        if len(_MADE) >= _MADE_LIMIT:
+            _MADE.clear()
+        _MADE[value] = made
+    return made
+
+
+def _exact(value: tuple) -> bool:
+    """Whether ``value`` may key the spec cache: a hashable tuple of a shape made of
+    ``int`` (not ``bool``, not a float equal to one) and a ``str`` name if any. Equal
+    such tuples make equal specs (an equal dtype is the same NumPy dtype)."""
+    shape = value[0]
+    if type(shape) is not tuple or (len(value) == 3 and type(value[2]) is not str):
+        return False
+    for n in shape:
+        if type(n) is not int:
+            return False
+    try:
+        hash(value[1])
+    except TypeError:
+        return False
+    return True
 
 
 def spec(shape, dtype="float32", name: str = "", *, op: str = "spec") -> Spec:
