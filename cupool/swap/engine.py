@@ -338,7 +338,7 @@ class SwapEngine:
         if step.recomputed:
             self._recompute(state, running, step.recomputed)
         try:
-            frame_ptrs = {b: ptrs[key] for b, key in frame}
+            frame_ptrs = {b: ptrs[(b, start)] for b, start in frame}
         except KeyError:  # a use the plan holds in no residency served this iteration
             frame_ptrs = {b: self._resident_ptr(state, b, op) for b, _ in frame}
         state.running = running
