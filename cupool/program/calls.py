@@ -58,11 +58,15 @@ class OpCaller:
     def call(self, op: DeclaredOp, arrays: dict, names: dict) -> None:
         """Run ``op`` over ``arrays`` (tensor key → array; each key's array once). Raises
         the typed errors of the module docstring."""
-        writable = {*op.updates, *op.output_keys}
+        writable = op.writable
         protect = self.check_writes and not self.gpu
-        args = [(_read_only(arrays[k]) if protect and k not in writable else arrays[k])
-                for k in op.inputs]
-        args += [arrays[k] for k in (*op.updates, *op.output_keys)]
+        if protect:
+            args = [(_read_only(arrays[k]) if read_only else arrays[k])
+                    for k, read_only in zip(op.inputs, op.read_only, strict=True)]
+        else:
+            args = [arrays[k] for k in op.inputs]
+        for k in op.written_keys:
+            args.append(arrays[k])
         sums = None
         if self.check_writes and self.gpu:
             sums = {k: _checksum(arrays[k]) for k in dict.fromkeys(op.inputs)
@@ -84,7 +88,7 @@ class OpCaller:
         _check_result(op, result, args[len(op.inputs):])
 
     def _undeclared(self, op: DeclaredOp, arrays: dict, names: dict,
-                    writable: set) -> ProgramError:
+                    writable: frozenset) -> ProgramError:
         """Find which input the op wrote into by running it again on scratch copies, one
         input read-only at a time (nothing of the session's is touched)."""
         candidates = [k for k in dict.fromkeys(op.inputs) if k not in writable]

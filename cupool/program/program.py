@@ -63,13 +63,24 @@ class DeclaredOp:
     output_keys: tuple = field(init=False, compare=False, repr=False)
     touched: tuple = field(init=False, compare=False, repr=False)
     signature: tuple = field(init=False, compare=False, repr=False)
+    writable: frozenset = field(init=False, compare=False, repr=False)
+    written_keys: tuple = field(init=False, compare=False, repr=False)
+    read_only: tuple = field(init=False, compare=False, repr=False)
     """Derived once, at construction: ``output_keys``, the keys of its outputs;
     ``touched``, every tensor key the op reads or writes, each once, in declaration order;
-    ``signature``, what must match between iterations of the same program."""
+    ``signature``, what must match between iterations of the same program;
+    ``writable``, the keys it may write (updates and outputs); ``written_keys``, those
+    in argument order (``updates`` then ``output_keys``); ``read_only``, per input,
+    whether the op must not write it (not also among ``writable``)."""
 
     def __post_init__(self) -> None:
         outputs = tuple(("t", self.index, k) for k in range(len(self.outputs)))
         object.__setattr__(self, "output_keys", outputs)
+        written = (*self.updates, *outputs)
+        writable = frozenset(written)
+        object.__setattr__(self, "writable", writable)
+        object.__setattr__(self, "written_keys", written)
+        object.__setattr__(self, "read_only", tuple(k not in writable for k in self.inputs))
         object.__setattr__(self, "touched",
                            tuple(dict.fromkeys((*self.inputs, *self.updates, *outputs))))
         object.__setattr__(self, "signature", (

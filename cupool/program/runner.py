@@ -131,6 +131,9 @@ class PlannedRunner:
             else:
                 raw = np.require(parked[key], requirements="C").reshape(-1).view(np.uint8)
                 slot.array[:raw.size] = raw
+        self._touched = tuple(tuple((k, ids[k]) for k in op.touched) for op in program.ops)
+        """Per op: ``(tensor key, buffer id)`` of every tensor it touches (the same in
+        every iteration of the program)."""
         self.current = program
         self.failed: ProgramError | None = None
         self.iteration = 0
@@ -162,12 +165,13 @@ class PlannedRunner:
 
     def _body(self, engine, frame) -> None:
         op = self.current.ops[frame.op]
-        ids = self.program.buffer_ids
+        ptrs = frame.ptrs
         for b in frame.first_fills:
             value = self._first.get(b)
             if value is not None:
-                self._first_fill(engine, engine.array(b, frame.ptrs[b]), value)
-        arrays = {k: engine.array(ids[k], frame.ptrs[ids[k]]) for k in op.touched}
+                self._first_fill(engine, engine.array(b, ptrs[b]), value)
+        array = engine.array
+        arrays = {k: array(b, ptrs[b]) for k, b in self._touched[frame.op]}
         if op.kind == FETCH:
             engine.work.run(partial(self._fetch, op, arrays))
         else:

@@ -110,6 +110,7 @@ class EngineSettings:
 
 
 OpBody = Callable[["SwapEngine", OpFrame], object]
+_NO_FILLS = frozenset()  # the first_fills of an op that fills no persistent buffer
 """``body(engine, frame)``: the work of op ``frame.op``, enqueued between ``before_op`` and
 ``after_op`` (see :func:`~cupool.swap.patterns.pattern_body`)."""
 
@@ -333,7 +334,7 @@ class SwapEngine:
             frame = (*((b, op) for b in first_fills), *frame)
         if state.pending and written:
             self._wait_for_readers(state, op, written)
-        running = RunningOp(op, frozenset(first_fills))
+        running = RunningOp(op, frozenset(first_fills) if first_fills else _NO_FILLS)
         self._begin_op(state, running, written, intents)
         if step.recomputed:
             self._recompute(state, running, step.recomputed)
@@ -486,7 +487,7 @@ class SwapEngine:
         op, ptrs = running.op, state.ptrs
         if self.gpu:  # the op's start on the stream, without a host callback there
             self._op_marks[2 * op].record(self.compute)
-        arrivals = [Arrival(b, ptrs[(b, op)], self.array(b, ptrs[(b, op)])) for b in written]
+        arrivals = [Arrival(b, p, self.array(b, p)) for b in written for p in (ptrs[(b, op)],)]
         self.work.callback(partial(self._enter_uses, state, running, arrivals, intents))
 
     def _recompute(self, state: IterationState, running: RunningOp, recomputed) -> None:
