@@ -252,7 +252,8 @@ class TensorHandle:
             self.state = UNBORN
             self.view = None
             self.failure = None
-            self._landed.clear()
+            if self._landed.is_set():  # set under this lock only: no landing can race it
+                self._landed.clear()
 
 
 class _Use:
