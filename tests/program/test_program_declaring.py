@@ -1,0 +1,65 @@
+"""Declaring ops after the recording: ops equal to the recorded program's are shared with
+it, any difference declares a new op, and output specs made from tuples are checked the
+same however often they repeat."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import cupool
+from cupool import program as errors
+from cupool.program.tensors import make_spec
+
+
+def _scale(x, out):
+    out[...] = 2 * x
+
+
+def _shift(x, out):
+    out[...] = x + 1
+
+
+def _total(x, out):
+    out[...] = x.sum()
+
+
+def _declare(session, fn=_scale, shape=(4,)):
+    with session.iteration() as it:
+        y = it.op(fn, it.input(np.arange(4, dtype=np.float32), name="x"),
+                  out=(shape, "float32"), name="y")
+        fetched = it.fetch(y)
+    return it, fetched
+
+
+def test_an_op_equal_to_the_recorded_one_is_shared_and_a_changed_one_is_not():
+    with cupool.Session("100%", device="emulated") as session:
+        _declare(session)
+        recorded = session.recorded_program
+        it, fetched = _declare(session)
+        shared = it.program().ops
+        assert shared[1] is recorded.ops[1]  # the input op's callable is new each time
+        assert shared[0] is not recorded.ops[0]
+        np.testing.assert_array_equal(fetched.value, 2 * np.arange(4, dtype=np.float32))
+
+        it, fetched = _declare(session, fn=_shift)  # another callable: a new op, same shape
+        assert it.program().ops[1] is not recorded.ops[1]
+        np.testing.assert_array_equal(fetched.value, np.arange(4, dtype=np.float32) + 1)
+        assert session.reports[-1].mode == "planned"
+
+        it, fetched = _declare(session, fn=_total, shape=(2, 2))  # a changed program
+        assert session.reports[-1].change is not None
+        assert it.program().ops[1].outputs[0].shape == (2, 2)
+        np.testing.assert_array_equal(fetched.value, np.full((2, 2), 6, np.float32))
+
+
+def test_a_repeated_output_spec_is_checked_as_the_first_time():
+    assert make_spec("op", ((3,), "float32")) is make_spec("op", ((3,), "float32"))
+    made = make_spec("op", ((3,), "float32", "named"))
+    assert (made.shape, made.dtype, made.name) == ((3,), np.dtype("float32"), "named")
+    with pytest.raises(errors.SpecError, match=r"shape \(=\(3\.0,\)\) must be a tuple of "
+                                               r"ints"):
+        make_spec("op", ((3.0,), "float32"))  # equal to (3,), but not an int
+    with pytest.raises(errors.SpecError, match="must not be negative"):
+        make_spec("op", ((-1,), "float32"))
+    assert make_spec("op", ((True,), "float32")).shape == (1,)
