@@ -85,7 +85,8 @@ class OpCaller:
             for k, before in sums.items():
                 if _checksum(arrays[k]) != before:
                     raise UndeclaredWriteError(op.name, op.index, names[k])
-        _check_result(op, result, args[len(op.inputs):])
+        if result is not None:
+            _check_result(op, result, args[len(op.inputs):])
 
     def _undeclared(self, op: DeclaredOp, arrays: dict, names: dict,
                     writable: frozenset) -> ProgramError:

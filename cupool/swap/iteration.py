@@ -152,8 +152,7 @@ def order_problem(state: IterationState | None, method: str, op: int, num_ops: i
             f"({state.next_op}) next")
 
 
-@dataclass(frozen=True)
-class OpFrame:
+class OpFrame(NamedTuple):  # a named tuple, not a frozen dataclass: made once per op
     """What op ``op`` touches, as ``before_op`` hands it to the op body.
 
     ``produced``: buffers whose new residency the op writes first — its outputs, and the
