@@ -6,7 +6,7 @@ Per cell: the seconds ``make_plan(trace, budget, policy="auto")`` took (wall clo
 machine), the plan's simulated overhead (a fraction of the iteration without swaps), and
 whether the independent swap validator accepts the plan.
 
-    python bench/auto_speed.py                       # every trace, writes bench/results/auto_speed.json
+    python bench/auto_speed.py                # every trace; writes bench/results/auto_speed.json
     python bench/auto_speed.py --traces lstm         # the LSTM trace only
     python bench/auto_speed.py --compare OLD.json    # also print OLD's seconds and overheads
 """
