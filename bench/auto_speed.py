@@ -86,15 +86,16 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--compare", type=Path, help="an earlier run's JSON to print beside")
     args = parser.parse_args(argv)
+    before = json.loads(args.compare.read_text())["rows"] if args.compare else None
+    args.out.parent.mkdir(parents=True, exist_ok=True)
     rows = []
     for name, trace in traces(args.traces):
         for fraction in args.fractions:
             rows.append(measure(name, trace, fraction))
             print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
-    before = json.loads(args.compare.read_text())["rows"] if args.compare else None
+            # written after every cell: a long run stopped early keeps what it measured
+            args.out.write_text(json.dumps({"link": "gen5", "rows": rows}, indent=1) + "\n")
     print_table(rows, before)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"link": "gen5", "rows": rows}, indent=1) + "\n")
     return 0
 
 
