@@ -30,9 +30,9 @@ FRACTIONS = (0.9, 0.7, 0.5)
 
 
 def traces(which: str):
-    """(name, trace) pairs: the LSTM language model (250 steps, 4 layers, seed 0) and,
-    unless ``which == "lstm"``, every shared training trace."""
-    out = [("lstm_lm_250x4", lstm_trace(250, 4, seed=0))]
+    """(name, trace) pairs: the LSTM language model (250 steps, 4 layers, seed 0) unless
+    ``which == "training"``, and every shared training trace unless ``which == "lstm"``."""
+    out = [] if which == "training" else [("lstm_lm_250x4", lstm_trace(250, 4, seed=0))]
     if which != "lstm":
         out += [(p.name.split(".")[0], load_trace(p))
                 for p in sorted(TRACES.glob("*train*.trace.json.gz"))]
@@ -81,7 +81,7 @@ def print_table(rows, before=None) -> None:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--traces", choices=("lstm", "all"), default="all")
+    parser.add_argument("--traces", choices=("lstm", "training", "all"), default="all")
     parser.add_argument("--fractions", type=float, nargs="+", default=list(FRACTIONS))
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--compare", type=Path, help="an earlier run's JSON to print beside")
