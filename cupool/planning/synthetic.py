@@ -11,6 +11,8 @@ generator              shape
                        the 100,000-buffer scale test of the greedy solvers
 :func:`lstm_problem`   one unrolled LSTM training step: long-lived forward activations freed by
                        their backward step, short workspaces, gradients, persistent weights
+:func:`lstm_trace`     the same network as a full trace: ops with roofline durations, every
+                       buffer's uses, persistent weights, gradients and Adam moments
 :func:`small_problem`  a handful of buffers on a short axis, every lifetime shape (full horizon,
                        one op, nested, touching): the property tests' family
 =====================  ===========================================================================
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from cupool.core.vocabulary import PERSISTENT, Buffer, Device, Op, Trace
 from cupool.planning.problem import StaticProblem
 
 
@@ -150,3 +153,151 @@ def small_problem(seed: int, n: int = 8, num_ops: int = 10, max_size: int = 16) 
     sizes = rng.integers(1, max_size + 1, size=n)
     return StaticProblem.from_arrays(starts, ends, sizes, num_ops=num_ops,
                                      name=f"small-{n}-seed{seed}")
+
+
+LSTM_PEAK_FLOPS = 66.9e12
+"""The generator's roofline: dense FP32 peak (FLOP/s), HBM bytes/s, per-op launch µs and
+efficiency of an H100-SXM-like device (the figures of the capture roofline's preset)."""
+LSTM_HBM_BYTES_PER_S = 3.35e12
+LSTM_LAUNCH_US = 4.0
+LSTM_EFFICIENCY = 0.7
+
+
+class _TraceBuilder:
+    """Ops appended in order; each op names the buffers it uses (reads or writes). A
+    temporary buffer lives from its first use to one past its last; a persistent one spans
+    the step. Durations follow the roofline (``LSTM_*``) from the op's FLOPs and the bytes
+    of the buffers it touches."""
+
+    def __init__(self) -> None:
+        self.ops: list[Op] = []
+        self.sizes: list[int] = []
+        self.kinds: list[str] = []
+        self.names: list[str] = []
+        self.uses: list[list[int]] = []
+
+    def buffer(self, size: int, name: str, kind: str = "temporary") -> int:
+        self.sizes.append(int(size))
+        self.kinds.append(kind)
+        self.names.append(name)
+        self.uses.append([])
+        return len(self.sizes) - 1
+
+    def op(self, name: str, phase: str, flops: int, used: list[int]) -> None:
+        index = len(self.ops)
+        moved = 0
+        for b in dict.fromkeys(used):
+            self.uses[b].append(index)
+            moved += self.sizes[b]
+        seconds = max(flops / LSTM_PEAK_FLOPS, moved / LSTM_HBM_BYTES_PER_S) / LSTM_EFFICIENCY
+        self.ops.append(Op(name, round(seconds * 1e6 + LSTM_LAUNCH_US, 3), int(flops), phase))
+
+    def trace(self, name: str) -> Trace:
+        num_ops = len(self.ops)
+        buffers = []
+        for i, (size, kind, label, uses) in enumerate(zip(self.sizes, self.kinds, self.names,
+                                                          self.uses, strict=True)):
+            start, end = (0, num_ops) if kind == PERSISTENT else (uses[0], uses[-1] + 1)
+            buffers.append(Buffer(i, size, start, end, tuple(uses), kind, label))
+        return Trace(name, tuple(self.ops), tuple(buffers), source="synthetic lstm_trace",
+                     device=Device("H100-SXM (roofline)", hbm_gbps=3350.0))
+
+
+def lstm_trace(steps: int = 250, layers: int = 4, seed: int = 0, *, batch: int = 32,
+               hidden: int = 1024, vocab: int = 8192, dtype_bytes: int = 4,
+               name: str = "") -> Trace:
+    """One training step of a ``layers``-deep LSTM language model over ``steps`` time steps.
+
+    The batch is packed as in :func:`lstm_problem` (``b_t`` rows at step ``t``, lengths drawn
+    from ``seed``). Ops, in order, with the buffers each uses:
+
+    - per step ``t``: *embed* (embedding table → x); per layer ``l``: *gates* (matmul of
+      ``[x, h_{t-1}]`` by the layer's weight into 4·b·H pre-activations), *activate* (i, f, g,
+      o saved for backward), *cell* (c_t, tanh c_t, h_t, all saved); then *project* (top h
+      by the output weight into b·V logits) and *loss* (logits → d logits, freed at once);
+    - backward, steps and layers reversed: *project backward* (d logits → dh of the top
+      layer; output-weight gradient), and per cell *cell backward* (the saved activations,
+      dh from above and from step t+1, dc from t+1 → d gates, dc_t), *input backward*
+      (d gates by the weight → dx for the layer below, dh for step t-1), *weight gradient*
+      (d gates with x and h_{t-1} into the layer's gradient);
+    - *adam*: one op per weight (weight, gradient, two moments).
+
+    Each buffer lives from its producing op (its first use) to one past its last use, so
+    activations climb through the forward pass and drain through the backward one. Op
+    durations are the roofline of the op's FLOPs (2 per multiply-add) and the bytes of the
+    buffers it uses. Buffer count is ``12·steps·layers + 4·steps + 4·(layers + 2)``
+    (13,024 at the defaults)::
+
+        op:  embed(0) gates(0,0) ... loss(T-1) | proj_bw(T-1) cell_bw(T-1,L-1) ... | adam
+        h(0,0)      [=======================================================)
+        logits(T-1)                       [=)
+        weights     [==================================================================)
+    """
+    rng = np.random.default_rng(seed)
+    lengths = np.sort(rng.integers(1, steps + 1, size=batch))[::-1]
+    lengths[0] = steps
+    rows = [int((lengths > t).sum()) for t in range(steps)]
+    H, V, d = hidden, vocab, dtype_bytes
+    g = _TraceBuilder()
+    embedding = [g.buffer(V * H * d, f"embedding.{k}", PERSISTENT)
+                 for k in ("weight", "grad", "m", "v")]
+    weights = [[g.buffer(4 * H * 2 * H * d, f"lstm{li}.{k}", PERSISTENT)
+                for k in ("weight", "grad", "m", "v")] for li in range(layers)]
+    output = [g.buffer(H * V * d, f"output.{k}", PERSISTENT) for k in ("weight", "grad", "m", "v")]
+    x: dict[tuple[int, int], int] = {}      # input of layer li at step t (h of layer li-1)
+    h: dict[tuple[int, int], int] = {}
+    c: dict[tuple[int, int], int] = {}
+    saved: dict[tuple[int, int], list[int]] = {}
+    for t in range(steps):
+        b = rows[t]
+        act = b * H * d
+        x[t, 0] = g.buffer(act, f"x[{t}]")
+        g.op(f"embed[{t}]", "fw", 0, [embedding[0], x[t, 0]])
+        for li in range(layers):
+            previous = [h[t - 1, li], c[t - 1, li]] if t > 0 else []
+            gates = g.buffer(4 * act, f"gates[{t},{li}]")
+            g.op(f"gates[{t},{li}]", "fw", 2 * b * 2 * H * 4 * H,
+                 [x[t, li], *previous[:1], weights[li][0], gates])
+            ifgo = [g.buffer(act, f"{k}[{t},{li}]") for k in "ifgo"]
+            g.op(f"activate[{t},{li}]", "fw", 0, [gates, *ifgo])
+            c[t, li], tanh_c, h[t, li] = (g.buffer(act, f"{k}[{t},{li}]")
+                                           for k in ("c", "tanh_c", "h"))
+            g.op(f"cell[{t},{li}]", "fw", 0, [*ifgo, *previous[1:], c[t, li], tanh_c, h[t, li]])
+            saved[t, li] = [*ifgo, tanh_c]
+            if li + 1 < layers:
+                x[t, li + 1] = h[t, li]
+        logits = g.buffer(b * V * d, f"logits[{t}]")
+        g.op(f"project[{t}]", "fw", 2 * b * H * V, [h[t, layers - 1], output[0], logits])
+        dlogits = g.buffer(b * V * d, f"dlogits[{t}]")
+        g.op(f"loss[{t}]", "fw", 0, [logits, dlogits])
+        saved[t, layers] = [dlogits]
+    dh: dict[tuple[int, int], int] = {}
+    dc: dict[tuple[int, int], int] = {}
+    for t in reversed(range(steps)):
+        b = rows[t]
+        act = b * H * d
+        top = g.buffer(act, f"dh_top[{t}]")
+        g.op(f"project_bw[{t}]", "bw", 2 * 2 * b * H * V,
+             [saved[t, layers][0], output[0], output[1], h[t, layers - 1], top])
+        from_above = top
+        for li in reversed(range(layers)):
+            dgates = g.buffer(4 * act, f"dgates[{t},{li}]")
+            dc_t = g.buffer(act, f"dc[{t},{li}]")
+            carried = [dh[t + 1, li], dc[t + 1, li]] if t + 1 < steps else []
+            previous_c = [c[t - 1, li]] if t > 0 else []
+            g.op(f"cell_bw[{t},{li}]", "bw", 0,
+                 [*saved[t, li], c[t, li], *previous_c, from_above, *carried, dgates, dc_t])
+            dx = g.buffer(act, f"dx[{t},{li}]")
+            dh[t, li] = g.buffer(act, f"dh[{t},{li}]")
+            dc[t, li] = dc_t
+            g.op(f"input_bw[{t},{li}]", "bw", 2 * b * 4 * H * 2 * H,
+                 [dgates, weights[li][0], dx, dh[t, li]])
+            previous_h = [h[t - 1, li]] if t > 0 else []
+            g.op(f"weight_grad[{t},{li}]", "bw", 2 * b * 4 * H * 2 * H,
+                 [dgates, x[t, li], *previous_h, weights[li][1]])
+            from_above = dx
+        g.op(f"embed_bw[{t}]", "bw", 0, [from_above, embedding[1]])
+    for label, group in [("embedding", embedding), *((f"lstm{li}", w) for li, w in
+                                                      enumerate(weights)), ("output", output)]:
+        g.op(f"adam[{label}]", "opt", 8 * (g.sizes[group[0]] // d), group)
+    return g.trace(name or f"lstm-lm-{steps}x{layers}-seed{seed}")

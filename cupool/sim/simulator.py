@@ -267,10 +267,11 @@ class _Replay:
             ends = np.array([q.end for q in self.residencies])
         for r, done in self.held_after:
             size = self.sizes[r.buffer_id]
-            later = (low < r.offset + size) & (r.offset < high) & (ends > r.end)
+            later = np.flatnonzero((low < r.offset + size) & (r.offset < high) & (ends > r.end))
+            later_starts, later_ends = starts[later], ends[later]
             i = r.end
             while i < n and self.op_times[i][1] < done.value:
-                if not np.any(later & (starts <= i) & (i < ends)):
+                if not np.any((later_starts <= i) & (i < later_ends)):
                     per_op[i] += size
                 i += 1
         overhead = (recompute + stall) / ideal if ideal > 0 else 0.0

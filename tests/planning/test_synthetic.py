@@ -55,3 +55,24 @@ def test_small_problem_mixes_full_horizon_and_short_lifetimes():
     ends = np.concatenate([p.ends for p in problems])
     assert ((starts >= 0) & (starts < ends) & (ends <= 8)).all()
     assert ((starts == 0) & (ends == 8)).any() and (ends - starts == 1).any()
+
+
+def test_lstm_trace_is_trace_v1_with_the_documented_count(tmp_path):
+    from cupool.io import load_trace, save_trace
+    from cupool.planning.synthetic import lstm_trace
+
+    trace = lstm_trace(250, 4, seed=0)
+    assert len(trace.buffers) == 12 * 250 * 4 + 4 * 250 + 4 * (4 + 2) == 13_024
+    path = tmp_path / "lstm.trace.json.gz"
+    save_trace(trace, path)
+    again = load_trace(path)                          # the strict trace-v1 reader
+    assert again.digest() == trace.digest() and again.buffers == trace.buffers
+    assert again.ops == trace.ops
+    persistent = [b for b in trace.buffers if b.kind == "persistent"]
+    assert len(persistent) == 4 * (4 + 2)
+    assert all(b.uses and b.start <= b.uses[0] and b.uses[-1] < b.end for b in trace.buffers)
+    assert all(b.uses[0] == b.start and b.uses[-1] == b.end - 1
+               for b in trace.buffers if b.kind != "persistent")
+    assert all(op.duration_us > 0 for op in trace.ops)
+    assert lstm_trace(6, 2, seed=3) == lstm_trace(6, 2, seed=3)
+    assert lstm_trace(6, 2, seed=3) != lstm_trace(6, 2, seed=4)

@@ -35,6 +35,7 @@ class CopyEngine:
         self.dues: list[float] = []
         self._finishes: list[float] | None = []
         self._tol: list[float] | None = []
+        self._after: list[float] = []   # the delay copies from j + 1 on absorb (inf at the end)
 
     def finishes(self) -> list[float]:
         """Finish time of every queued copy (FIFO in issue order), cached."""
@@ -57,16 +58,67 @@ class CopyEngine:
         """``tol[j]``: how much later copy ``j`` may finish without any copy from ``j`` on
         missing its due time (delays are absorbed by idle time between copies)."""
         if self._tol is None:
-            finishes = self.finishes()
-            tol = [0.0] * len(finishes)
-            after = float("inf")
-            for j in range(len(finishes) - 1, -1, -1):
-                tol[j] = min(self.dues[j] - finishes[j], after)
-                start = max(finishes[j - 1] if j else 0.0, self.issues[j])
-                idle = start - (finishes[j - 1] if j else 0.0)
-                after = idle + tol[j] if j else after
-            self._tol = tol
+            n = len(self.issues)
+            self._tol, self._after = [0.0] * n, [0.0] * n
+            self._tolerance_down(n - 1, float("inf"), None, 0)
         return self._tol
+
+    def _tolerance_down(self, j: int, after: float, old_after: list[float] | None,
+                        stop_below: int) -> None:
+        """Fill ``tol`` and ``after`` from copy ``j`` down to copy 0 (``after``: what the
+        copies behind ``j`` absorb). Below ``stop_below`` the copies are those of
+        ``old_after`` (same issue, length, due and finish), so the walk stops as soon as
+        what reaches them is what reached them before: the rest is already right."""
+        finishes, tol, afters = self.finishes(), self._tol, self._after
+        while j >= 0:
+            if j < stop_below and old_after is not None and old_after[j] == after:
+                return
+            afters[j] = after
+            tol[j] = min(self.dues[j] - finishes[j], after)
+            start = max(finishes[j - 1] if j else 0.0, self.issues[j])
+            idle = start - (finishes[j - 1] if j else 0.0)
+            after = idle + tol[j] if j else after
+            j -= 1
+
+    def _changed(self, k: int, inserted: bool) -> None:
+        """Bring the cached finishes and tolerances up to date after copy ``k`` was
+        inserted (or the copy at ``k`` removed), with the same arithmetic as computing
+        them afresh: finishes before ``k`` stay; from ``k`` on they are recomputed until
+        one equals the old finish of the same copy (the queue caught up with itself), after
+        which they all stay; tolerances are recomputed from there down."""
+        old_f, old_tol, old_after = self._finishes, self._tol, self._after
+        if old_f is None:
+            self._tol = None
+            return
+        shift = 1 if inserted else -1
+        n = len(self.issues)
+        f = old_f[:k]
+        free = f[-1] if k else 0.0
+        resync = n
+        for j in range(k, n):
+            free = max(free, self.issues[j]) + self.lengths[j]
+            old = j - shift
+            if (j > k or not inserted) and old_f[old] == free:
+                resync = j
+                f.extend(old_f[old:])
+                break
+            f.append(free)
+        self._finishes = f
+        if old_tol is None:
+            return
+        if resync < n:
+            tol = old_tol[:k] + [0.0] * (resync - k) + old_tol[resync - shift:]
+            after = old_after[:k] + [0.0] * (resync - k) + old_after[resync - shift:]
+        else:
+            tol, after = old_tol[:k] + [0.0] * (n - k), old_after[:k] + [0.0] * (n - k)
+        self._tol, self._after = tol, after
+        j = resync - 1
+        if resync < n:
+            idle = max(f[j], self.issues[resync]) - f[j]
+            incoming = idle + tol[resync]
+        else:
+            incoming = float("inf")
+        self._tolerance_down(j, incoming, old_after, k)
 
     def fits(self, issue: float, length: float, due: float) -> bool:
         """True when adding the copy keeps it and every later-issued copy on time."""
@@ -99,8 +151,7 @@ class CopyEngine:
         self.issues.insert(k, issue)
         self.lengths.insert(k, length)
         self.dues.insert(k, due)
-        self._finishes = None
-        self._tol = None
+        self._changed(k, inserted=True)
 
     def remove(self, copy: QueuedCopy) -> None:
         """Take back a copy added with these numbers."""
@@ -108,8 +159,7 @@ class CopyEngine:
         for k in range(bisect.bisect_left(self.issues, issue), len(self.issues)):
             if self.lengths[k] == length and self.dues[k] == due:
                 del self.issues[k], self.lengths[k], self.dues[k]
-                self._finishes = None
-                self._tol = None
+                self._changed(k, inserted=False)
                 return
         raise ValueError(f"no copy issued at {issue} us for {length} us due {due} us")
 

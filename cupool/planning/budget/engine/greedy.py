@@ -134,8 +134,9 @@ def option_score(state: PlanState, gap: IdleGap, option: GapOption) -> float:
     """µs per byte-op of excess removed: the option's cost over its size times the number
     of over-budget ops its holes cover (only grows as other choices fix ops, so a lazy
     heap stays exact)."""
-    over = state.live > state.budget
-    covered = sum(int(over[h.start:h.end].sum()) for h in option.holes if h.end > h.start)
+    live, budget = state.live, state.budget
+    covered = sum(int((live[h.start:h.end] > budget).sum()) for h in option.holes
+                  if h.end > h.start)
     return option.cost_us / (state.trace.buffer(gap.buffer_id).size * max(covered, 1))
 
 

@@ -120,6 +120,7 @@ class PlanState:
         self.transient: dict[int, set[int]] = {}
         self.pinned: dict[int, set[int]] = {}
         self.base = {b.id: base_interval(trace, b) for b in trace.buffers}
+        self.by_id = {b.id: b for b in trace.buffers}
         self.live = np.zeros(self.n + 1, dtype=np.int64)
         for b in trace.buffers:
             s, e = self.base[b.id]
@@ -146,10 +147,13 @@ class PlanState:
     # -- residency -----------------------------------------------------------------------
     def resident(self, buffer_id: int, op: int) -> bool:
         """Is the buffer resident (with data) during ``op`` under the current schedule?"""
-        if op in self.transient.get(buffer_id, ()):
+        transient = self.transient.get(buffer_id)
+        if transient and op in transient:
             return True
         s, e = self.base[buffer_id]
-        holes = self.holes.get(buffer_id, ())
+        holes = self.holes.get(buffer_id)
+        if not holes:
+            return s <= op < e
         wrap = [h for h in holes if h.kind == WRAP]
         if wrap:  # resident [wrap.end, wrap.start) inside the iteration
             if op >= wrap[0].start or op < wrap[0].end:
@@ -180,14 +184,15 @@ class PlanState:
                     links: list[ChainLink], advances: list[SwapAdvance]) -> float | None:
         """µs of :meth:`chain` for ``buffer_id`` at ``depth``; its links and advances are
         appended to the caller's lists (deeper links first)."""
-        recipe = self.trace.buffer(buffer_id).recompute
+        by_id = self.by_id
+        recipe = by_id[buffer_id].recompute
         if recipe is None or depth > self.max_chain:
             return None
         cost = float(self.durations[recipe.op])
         for x in recipe.inputs:
             if self.resident(x, op) or x in seen:
                 continue
-            buf = self.trace.buffer(x)
+            buf = by_id[x]
             if buf.kind != PERSISTENT and self.hole_kind(x, op) == SWAP:
                 # swapped out: bring it back by ``op`` instead (an earlier swap-in)
                 advance = self.advance_swap(x, op)

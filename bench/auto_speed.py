@@ -1,0 +1,103 @@
+"""How long ``auto`` plans take, and how good they are, on a 13k-buffer LSTM trace and the
+shared training traces, at 90/70/50% of each trace's lower bound (PCIe Gen5, the default
+link of :func:`cupool.planning.make_plan`).
+
+Per cell: the seconds ``make_plan(trace, budget, policy="auto")`` took (wall clock on this
+machine), the plan's simulated overhead (a fraction of the iteration without swaps), and
+whether the independent swap validator accepts the plan.
+
+    python bench/auto_speed.py                # every trace; writes bench/results/auto_speed.json
+    python bench/auto_speed.py --traces lstm         # the LSTM trace only
+    python bench/auto_speed.py --compare OLD.json    # also print OLD's seconds and overheads
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from cupool.check import validate_swap_plan
+from cupool.io import load_trace
+from cupool.planning import make_plan
+from cupool.planning.synthetic import lstm_trace
+
+TRACES = Path(__file__).resolve().parent.parent / "cupool" / "data" / "traces"
+OUT = Path(__file__).resolve().parent / "results" / "auto_speed.json"
+FRACTIONS = (0.9, 0.7, 0.5)
+
+
+def traces(which: str):
+    """(name, trace) pairs: the LSTM language model (250 steps, 4 layers, seed 0) unless
+    ``which == "training"``, and every shared training trace unless ``which == "lstm"``."""
+    out = [] if which == "training" else [("lstm_lm_250x4", lstm_trace(250, 4, seed=0))]
+    if which != "lstm":
+        out += [(p.name.split(".")[0], load_trace(p))
+                for p in sorted(TRACES.glob("*train*.trace.json.gz"))]
+    return out
+
+
+def measure(name: str, trace, fraction: float) -> dict:
+    budget = int(trace.lower_bound_bytes() * fraction)
+    started = time.perf_counter()
+    planned = make_plan(trace, budget, policy="auto")
+    seconds = time.perf_counter() - started
+    result = planned.budget
+    row = {"trace": name, "buffers": len(trace.buffers), "fraction": fraction,
+           "budget_bytes": budget, "seconds": round(seconds, 3),
+           "status": planned.plan.status.value, "member": result.member,
+           "overhead": None, "valid": False}
+    if result.simulation is not None:
+        row["overhead"] = result.simulation.overhead
+        row["iteration_us"] = result.simulation.iteration_us
+        check = validate_swap_plan(result.trace, planned.plan)
+        row["valid"] = check.valid
+        if not check.valid:
+            row["invalid"] = f"{check.rule}: {check.message}"
+    return row
+
+
+def _pct(x) -> str:
+    return "-" if x is None else f"{100 * x:.2f}%"
+
+
+def print_table(rows, before=None) -> None:
+    old = {(r["trace"], r["fraction"]): r for r in (before or [])}
+    head = "| trace | buffers | budget | seconds | overhead | valid |"
+    if old:
+        head += " seconds before | overhead before |"
+    print(head)
+    print("|" + "---|" * (head.count("|") - 1))
+    for r in rows:
+        line = (f"| {r['trace']} | {r['buffers']} | {int(100 * r['fraction'])}% | "
+                f"{r['seconds']:.1f} | {_pct(r['overhead'])} | {r['valid']} |")
+        if old:
+            o = old.get((r["trace"], r["fraction"]))
+            line += (f" {o['seconds']:.1f} | {_pct(o['overhead'])} |" if o else " - | - |")
+        print(line)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--traces", choices=("lstm", "training", "all"), default="all")
+    parser.add_argument("--fractions", type=float, nargs="+", default=list(FRACTIONS))
+    parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--compare", type=Path, help="an earlier run's JSON to print beside")
+    args = parser.parse_args(argv)
+    before = json.loads(args.compare.read_text())["rows"] if args.compare else None
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for name, trace in traces(args.traces):
+        for fraction in args.fractions:
+            rows.append(measure(name, trace, fraction))
+            print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+            # written after every cell: a long run stopped early keeps what it measured
+            args.out.write_text(json.dumps({"link": "gen5", "rows": rows}, indent=1) + "\n")
+    print_table(rows, before)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

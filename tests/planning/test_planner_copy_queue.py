@@ -1,0 +1,41 @@
+"""The copy engine's cached finish times and tolerances, kept up to date copy by copy, equal
+those computed afresh, bit for bit, through any mix of adds and removes."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from cupool.planning.budget.engine.copies import CopyEngine, QueuedCopy
+
+
+def fresh(engine: CopyEngine) -> CopyEngine:
+    again = CopyEngine()
+    again.issues, again.lengths, again.dues = (list(engine.issues), list(engine.lengths),
+                                               list(engine.dues))
+    again._finishes, again._tol = None, None
+    return again
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_incremental_caches_equal_fresh_ones(seed):
+    rng = random.Random(seed)
+    engine, queued = CopyEngine(), []
+    busy = seed % 2 == 0              # a saturated link (few idle gaps) or a sparse one
+    for step in range(400):
+        if queued and rng.random() < 0.35:
+            engine.remove(queued.pop(rng.randrange(len(queued))))
+        else:
+            issue = float(rng.randrange(0, 200 if busy else 5000))
+            length = rng.choice([0.5, 1.25, 3.0, 7.75, 20.0])
+            due = issue + length + rng.choice([0.0, 2.0, 15.0, 80.0, float("inf")])
+            engine.add(issue, length, due)
+            queued.append(QueuedCopy(issue, length, due))
+        if step % 3:                  # query sometimes, so caches are both kept and rebuilt
+            other = fresh(engine)
+            assert engine.finishes() == other.finishes()
+            assert engine._tolerance() == other._tolerance()
+            probe = (float(rng.randrange(0, 300)), 2.5, float(rng.randrange(0, 400)))
+            assert engine.fits(*probe) == other.fits(*probe)
+            assert engine.lateness(*probe) == other.lateness(*probe)
