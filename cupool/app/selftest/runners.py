@@ -141,11 +141,13 @@ def run_replay(context: Context):
 
 
 def run_programs(context: Context):
-    from cupool.app.selftest.programs import EXAMPLES_DIR, PROGRAM_EXAMPLES, program_step
+    from cupool.app.examples import example_dirs, find_example
+    from cupool.app.selftest.programs import PROGRAM_EXAMPLES, program_step
 
-    missing = [name for name in PROGRAM_EXAMPLES if not (EXAMPLES_DIR / f"{name}.py").exists()]
+    missing = [name for name in PROGRAM_EXAMPLES if find_example(name) is None]
     if missing:
-        return NOT_RUN, None, (f"the example programs {missing} are not in {EXAMPLES_DIR} "
+        places = " or ".join(str(d) for d in example_dirs())
+        return NOT_RUN, None, (f"the example programs {missing} are not in {places} "
                                f"(run the self-test from a checkout)")
     rows = [program_step(name, budget, context.options.device,
                          steps=context.options.program_steps)
