@@ -110,9 +110,9 @@ class EngineSettings:
 
 
 OpBody = Callable[["SwapEngine", OpFrame], object]
-_NO_FILLS = frozenset()  # the first_fills of an op that fills no persistent buffer
 """``body(engine, frame)``: the work of op ``frame.op``, enqueued between ``before_op`` and
 ``after_op`` (see :func:`~cupool.swap.patterns.pattern_body`)."""
+_NO_FILLS = frozenset()  # the first_fills of an op that fills no persistent buffer
 
 
 class SwapEngine:
