@@ -51,7 +51,13 @@ from CuPy's default pool, so write into outputs where it matters.
 **Devices and link.** ``device`` is ``"auto"`` (a GPU when CuPy sees one, else emulated),
 ``"emulated"`` (host memory; its copies paced like ``link``) or ``"cuda"``; ``link`` is a
 cost-model preset (``"gen4"``, ``"gen5"``) or GB/s, what the planner and the simulator
-assume.
+assume. Each copy also has a fixed cost beyond its bytes (the copy stream noticing its
+trigger, the compute stream noticing its end): a few microseconds on a GPU, tens on the
+emulated device, whose streams are threads. With ``measure_link=True`` (the default) the
+session measures it once when it opens (:func:`cupool.devices.calibrate.measure_copy_round_trip`,
+about a millisecond) and plans with the larger of it and the link's own latency, so
+prefetches lead by what the device really needs and the simulator predicts what it does;
+``session.cost`` is the cost model used, ``session.link_round_trip`` the measurement.
 
 **Contract of an op.** ``fn(*inputs, *updates, *outputs)``: it must write every element of
 each output, may modify its ``updates`` in place, must not write into its inputs (caught:
@@ -130,7 +136,9 @@ class Session:
     ``link``: the cost model's link (preset or GB/s); ``on_change``: ``"record"`` or
     ``"raise"``; ``check_writes``: catch writes into undeclared tensors (default: on for
     the emulated device, where it is free; on a GPU it costs two reductions per input);
-    ``feedback``: move late swap-ins' triggers between iterations. A device object may be
+    ``feedback``: move late swap-ins' triggers between iterations; ``measure_link``: plan
+    with the device's measured fixed cost per copy where it exceeds the link's latency
+    (module docstring). A device object may be
     given instead of a kind (the caller keeps owning it). Use as a context manager or
     call :meth:`close`.
 
@@ -144,7 +152,8 @@ class Session:
     """
 
     def __init__(self, budget, *, device="auto", link="gen5", on_change: str = "record",
-                 check_writes: bool | None = None, feedback: bool = True) -> None:
+                 check_writes: bool | None = None, feedback: bool = True,
+                 measure_link: bool = True) -> None:
         if on_change not in ON_CHANGE:
             raise ProgramError(f"on_change (={on_change!r}) must be one of {ON_CHANGE}")
         self.cost = cost_model(link)
@@ -153,6 +162,7 @@ class Session:
             parse_budget(budget, 1)  # a bad size raises now, not at the first iteration
         self.on_change, self.feedback = on_change, feedback
         self.device, self._owns_device = self._open(device)
+        self.link_round_trip = None
         gpu = self.device.kind == "cuda"
         self._caller = OpCaller(gpu, (not gpu) if check_writes is None else check_writes)
         self.xp = self.device.cupy if gpu else np
@@ -169,6 +179,8 @@ class Session:
         self._open_iteration: Iteration | None = None
         self._count = 0
         self._closed = False
+        if measure_link:
+            self._measure_link()
 
     def _open(self, device):
         if not isinstance(device, str):
@@ -182,6 +194,22 @@ class Session:
         cost = self.cost
         return open_device(device, h2d_gbps=cost.h2d_gbps, d2h_gbps=cost.d2h_gbps,
                            latency_us=cost.latency_us), True
+
+    def _measure_link(self) -> None:
+        """Measure the device's fixed cost per copy; plan with it where it is the larger."""
+        from dataclasses import replace as replaced
+
+        from cupool.devices.calibrate import measure_copy_round_trip
+
+        cost = self.cost
+        try:
+            measured = measure_copy_round_trip(self.device, cost.h2d_gbps)
+        except BaseException:
+            self.close()
+            raise
+        self.link_round_trip = measured
+        if measured.latency_us > cost.latency_us:
+            self.cost = replaced(cost, latency_us=measured.latency_us)
 
     # -- persistent state ----------------------------------------------------------------
     def register(self, name: str, value) -> Tensor:

@@ -123,3 +123,22 @@ def test_array_module_is_numpy_for_numpy_and_cupy_for_cupy_arrays():
         memory = device.reserve(512)
         array = device.array_at(memory.ptr, 64, "float32")
         assert cupool.array_module(np.zeros(2), array) is cupy
+
+
+def test_the_session_plans_with_the_devices_measured_copy_cost():
+    from cupool.devices import open_device
+    from cupool.sim.cost import cost_model
+
+    preset = cost_model("gen5")
+    with cupool.Session("70%", device="emulated", measure_link=False) as session:
+        assert session.cost == preset and session.link_round_trip is None
+    # a device whose every copy costs 1.5 ms: the plan must lead its prefetches by that much
+    with open_device("emulated", h2d_gbps=55, d2h_gbps=55, latency_us=1500.0) as slow, \
+            cupool.Session("70%", device=slow) as session:
+        measured = session.link_round_trip
+        assert len(measured.round_trips_us) > 0 and measured.latency_us >= 1500.0
+        assert session.cost.latency_us == measured.latency_us
+        assert session.cost.h2d_gbps == preset.h2d_gbps
+    with cupool.Session("70%", device="emulated") as session:  # never below the preset's
+        assert session.cost.latency_us == max(preset.latency_us,
+                                              session.link_round_trip.latency_us)
