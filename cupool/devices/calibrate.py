@@ -14,14 +14,14 @@ predicts what the device does::
     copy                     └─[wait trigger]──[copy n bytes]──[record landed]┘
     round trip = b - a;  latency = median round trip - n / bandwidth
 
-The copy is a host-to-device copy of ``nbytes`` (tiny: its bytes' time is a rounding
-error) from pinned memory, between two streams made for the measurement.
+The marks are timing events (device time on a GPU, the worker's clock on the emulated
+device). The copy is a host-to-device copy of ``nbytes`` (tiny: its bytes' time is a
+rounding error) from pinned memory, between two streams made for the measurement.
 """
 
 from __future__ import annotations
 
 import statistics
-import time
 from dataclasses import dataclass
 
 from cupool.devices.protocol import Device
@@ -58,32 +58,25 @@ def measure_copy_round_trip(device: Device, gbps: float, *, nbytes: int = ROUND_
     memory = device.reserve(nbytes)
     pinned = device.alloc_pinned(nbytes)
     trigger, landed = device.create_event(), device.create_event()
-    marks: list[float] = []
+    began, ended = device.create_event(timing=True), device.create_event(timing=True)
     rounds: list[float] = []
     try:
         for _ in range(repeats):
-            marks.clear()
-            device.host_callback(compute, _mark(marks))
+            began.record(compute)
             trigger.record(compute)
             copy.wait_event(trigger)
             device.copy_h2d_async(memory.ptr, pinned.ptr, nbytes, copy)
             landed.record(copy)
             compute.wait_event(landed)
-            device.host_callback(compute, _mark(marks))
+            ended.record(compute)
             compute.synchronize()
-            rounds.append((marks[1] - marks[0]) * 1e6)
+            rounds.append(ended.seconds_since(began) * 1e6)
     finally:
         device.synchronize()
         device.free_pinned(pinned)
         device.release(memory)
     latency = max(0.0, statistics.median(rounds) - nbytes / (gbps * 1e3))
     return CopyRoundTrip(latency, tuple(rounds), nbytes)
-
-
-def _mark(marks: list[float]):
-    def mark() -> None:
-        marks.append(time.perf_counter())
-    return mark
 
 
 __all__ = ["ROUND_TRIP_BYTES", "ROUND_TRIP_REPEATS", "CopyRoundTrip", "measure_copy_round_trip"]
