@@ -42,6 +42,10 @@ order they are checked (``rule`` of the :class:`ValidationReport` in brackets):
      ordering the range is reused only after the copy, because the copy is issued after
      op ``after_op < end`` and whatever lands in the range next starts at ``end`` or
      later, and waits for the copy (the simulator and the runtime enforce the wait);
+   - [drop] a ``SwapOut`` with ``drop`` copies nothing, so the buffer must be clean:
+     read-only (persistent with ``writes == []``), or its residency entered by a
+     ``SwapIn`` on the same host level with no op of the buffer's ``writes`` (every use,
+     when unknown) from the residency's start through ``after_op``;
    - [recompute] only a buffer with a trace ``recompute`` recipe can be recomputed, and
      every input of the recipe is resident with valid data just before ``before_op``
      (produced by an earlier op -- a persistent buffer kept on the device is valid from
@@ -248,6 +252,10 @@ def _check_data(trace, plan):
                     return failed("swap_out", f"buffer {b}: swap-out after op {out.after_op} "
                                               f"copies residency {_span(r)} before its data is "
                                               f"valid (after op {max(ready, 0)})", b)
+                if out.drop:
+                    report = _check_drop(buffer, r, action, out)
+                    if not report.valid:
+                        return report
             if isinstance(action, SwapIn):
                 for u in uses_in:
                     if u < action.due_op:
@@ -282,6 +290,28 @@ def _check_data(trace, plan):
                 return failed("recompute", f"buffer {b}: recompute before op {before_op} re-runs "
                                            f"op {recipe.op}, whose input buffer {input_id} "
                                            f"{problem}", b, input_id)
+    return VALID
+
+
+def _check_drop(buffer, r, entry, out):
+    """Rule [drop]: a swap-out that copies nothing leaves clean data, whose host copy is
+    still valid: a read-only persistent buffer's (always), or a residency's entered by a
+    swap-in (whose host copy it holds) that no op has written since it began."""
+    b = buffer.id
+    if buffer.read_only:
+        return VALID
+    if not isinstance(entry, SwapIn):
+        return failed("drop", f"buffer {b}: swap-out after op {out.after_op} drops residency "
+                              f"{_span(r)} without a copy, but that residency has no host "
+                              f"copy (it is not entered by a swap-in)", b)
+    written = [w for w in buffer.write_ops if r.start <= w <= out.after_op]
+    if written:
+        return failed("drop", f"buffer {b}: swap-out after op {out.after_op} drops dirty "
+                              f"data without a copy: op {written[0]} writes it after its host "
+                              f"copy was swapped in at op {r.start}", b)
+    if out.level != entry.level:
+        return failed("drop", f"buffer {b}: swap-out after op {out.after_op} drops to host "
+                              f"level {out.level}, but its host copy is on {entry.level}", b)
     return VALID
 
 
