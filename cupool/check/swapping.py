@@ -43,9 +43,10 @@ order they are checked (``rule`` of the :class:`ValidationReport` in brackets):
      op ``after_op < end`` and whatever lands in the range next starts at ``end`` or
      later, and waits for the copy (the simulator and the runtime enforce the wait);
    - [drop] a ``SwapOut`` with ``drop`` copies nothing, so the buffer must be clean:
-     read-only (persistent with ``writes == []``), or its residency entered by a
-     ``SwapIn`` on the same host level with no op of the buffer's ``writes`` (every use,
-     when unknown) from the residency's start through ``after_op``;
+     its residency entered by a ``SwapIn`` on the same host level (the host copy it holds
+     stays valid) with no op of the buffer's ``writes`` (every use, when unknown) from
+     the residency's start through ``after_op``; a persistent buffer kept on the device
+     across iterations has no host copy in its first residency, even when read-only;
    - [recompute] only a buffer with a trace ``recompute`` recipe can be recomputed, and
      every input of the recipe is resident with valid data just before ``before_op``
      (produced by an earlier op -- a persistent buffer kept on the device is valid from
@@ -295,11 +296,11 @@ def _check_data(trace, plan):
 
 def _check_drop(buffer, r, entry, out):
     """Rule [drop]: a swap-out that copies nothing leaves clean data, whose host copy is
-    still valid: a read-only persistent buffer's (always), or a residency's entered by a
-    swap-in (whose host copy it holds) that no op has written since it began."""
+    still valid: the residency was entered by a swap-in (whose host copy it holds; for a
+    persistent buffer offloaded across the boundary, the host copy it begins the iteration
+    with) and no op has written it since it began. A read-only persistent buffer
+    (``writes == []``) is never written, so any swapped-in residency of it is clean."""
     b = buffer.id
-    if buffer.read_only:
-        return VALID
     if not isinstance(entry, SwapIn):
         return failed("drop", f"buffer {b}: swap-out after op {out.after_op} drops residency "
                               f"{_span(r)} without a copy, but that residency has no host "

@@ -39,6 +39,7 @@ from cupool.core.vocabulary import (
     SwapOut,
     Trace,
 )
+from cupool.planning.budget.engine.drops import mark_drops
 from cupool.planning.budget.engine.schedule import RECOMPUTE, SWAP, Schedule, base_interval
 
 
@@ -122,9 +123,10 @@ def assemble(trace: Trace, schedule: Schedule, residencies: tuple[Residency, ...
     stats.setdefault("swap_gaps", schedule.count(SWAP))
     stats.setdefault("recompute_gaps", schedule.count(RECOMPUTE))
     stats.setdefault("chain_recomputes", len(schedule.chains))
+    actions = mark_drops(trace, residencies, actions_of(trace, schedule))
     return Plan(trace.name, trace.digest(), policy, SolveStatus.FEASIBLE, int(arena_bytes),
                 trace.lower_bound_bytes(), (), time.perf_counter() - started, budget_bytes,
-                stats, residencies, actions_of(trace, schedule))
+                stats, residencies, actions)
 
 
 def failed_plan(trace: Trace, budget_bytes: int, policy: str, started: float, status: SolveStatus,
