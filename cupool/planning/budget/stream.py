@@ -45,7 +45,6 @@ from cupool.planning.budget.engine.state import PlanState, SwapWindow
 from cupool.planning.budget.params import BudgetParams
 from cupool.planning.budget.result import BudgetResult
 
-
 PREFETCH_FILL = 0.9
 """Share of the budget prefetches may fill: the rest is slack for packing the
 residencies into offsets (a budget filled to the byte rarely packs)."""
