@@ -46,7 +46,9 @@ order they are checked (``rule`` of the :class:`ValidationReport` in brackets):
      its residency entered by a ``SwapIn`` on the same host level (the host copy it holds
      stays valid) with no op of the buffer's ``writes`` (every use, when unknown) from
      the residency's start through ``after_op``; a persistent buffer kept on the device
-     across iterations has no host copy in its first residency, even when read-only;
+     across iterations has no host copy in its first residency, unless it is read-only
+     (``writes == []``: its host copy is where it was loaded from, so it is clean
+     everywhere);
    - [recompute] only a buffer with a trace ``recompute`` recipe can be recomputed, and
      every input of the recipe is resident with valid data just before ``before_op``
      (produced by an earlier op -- a persistent buffer kept on the device is valid from
@@ -299,8 +301,11 @@ def _check_drop(buffer, r, entry, out):
     still valid: the residency was entered by a swap-in (whose host copy it holds; for a
     persistent buffer offloaded across the boundary, the host copy it begins the iteration
     with) and no op has written it since it began. A read-only persistent buffer
-    (``writes == []``) is never written, so any swapped-in residency of it is clean."""
+    (``writes == []``) is clean everywhere: its host copy, where it was loaded from, never
+    goes stale."""
     b = buffer.id
+    if buffer.read_only:
+        return VALID
     if not isinstance(entry, SwapIn):
         return failed("drop", f"buffer {b}: swap-out after op {out.after_op} drops residency "
                               f"{_span(r)} without a copy, but that residency has no host "

@@ -227,18 +227,18 @@ class SwapEngine:
                                         if ins and i > 0)])
 
     def _setup_persistent(self) -> None:
-        """Persistent buffers the plan starts the iteration with on the host get a host
-        copy holding their first contents, kept across iterations."""
+        """Persistent buffers the plan starts the iteration with on the host, or drops, get
+        a host copy holding their first contents, kept across iterations."""
         schedule = self.schedule
         for b, spans in schedule.residencies.items():
-            if b not in schedule.persistent:
-                continue
-            if isinstance(schedule.entered.get((b, spans[0].start)), SwapIn):
+            offloaded = isinstance(schedule.entered.get((b, spans[0].start)), SwapIn)
+            if b in schedule.persistent and (offloaded or b in schedule.dropped):
                 level = schedule.out_levels[max(k for k in schedule.out_levels if k[0] == b)]
                 slot = self.staging.acquire(max(1, self.sizes[b]), level)
                 fill_host_copy(self, slot, b)
                 self.boundary_slots[b] = slot
-                self.handles[b].move(HOST)
+                if offloaded:
+                    self.handles[b].move(HOST)
 
     def array(self, b: int, ptr: int):
         """Buffer ``b``'s handle array at device address ``ptr`` (made once per address:

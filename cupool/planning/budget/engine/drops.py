@@ -4,8 +4,9 @@ A buffer's host copy is valid from the end of a copy out until an op in its ``wr
 runs; a residency entered by a swap-in holds exactly that host copy until it is written.
 So a swap-out leaving such a residency with no write since its start is a *drop*: no link
 time, its bytes free at the residency's end. A read-only persistent buffer
-(``writes == []``) offloaded across the boundary is never copied out at all: it streams
-in ahead of each use and is dropped after it (weight streaming)::
+(``writes == []``) is clean everywhere (its host copy, where it was loaded from, never goes
+stale) and is never copied out at all: it streams in ahead of each use and is dropped after
+it (weight streaming)::
 
     op:          0   1   2   3   4   5   6   7
     uses of w:           r       r
@@ -50,6 +51,8 @@ def mark_drops(trace: Trace, residencies, actions) -> tuple:
 
 def _clean(trace: Trace, spans, entered, out: SwapOut) -> bool:
     buffer = trace.buffer(out.buffer_id)
+    if buffer.read_only:
+        return True
     holder = next((r for r in spans if r.start <= out.after_op < r.end), None)
     if holder is None:
         return False

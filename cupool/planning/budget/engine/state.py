@@ -424,7 +424,8 @@ class PlanState:
 
     def clean_at(self, buffer_id: int, prev_use: int) -> bool:
         """True when the buffer leaves the device after ``prev_use`` with a valid host copy
-        (so it is dropped, not copied out): its residency holding ``prev_use`` is entered
+        (so it is dropped, not copied out): it is read-only (its host copy never goes
+        stale), or its residency holding ``prev_use`` is entered
         by a swap-in (one already planned, or, leaving by the wrap gap of a persistent
         buffer without an earlier one, the wrap gap's own swap-in) and no op has written
         it since. A read-only weight used once per iteration is thus streamed: in before
@@ -433,6 +434,8 @@ class PlanState:
         buffer = self.by_id[buffer_id]
         if buffer.writes is None:
             return False
+        if buffer.read_only:
+            return True
         gaps = self.schedule.gaps.get(buffer_id, ())
         before = [g for g in gaps if not g.wraps and g.next_use <= prev_use]
         if before:
