@@ -422,6 +422,23 @@ class PlanState:
         self.h2d_copies[(buffer_id, prev_use)] = QueuedCopy(window.in_issue_us, window.in_us,
                                                             window.due_us)
 
+    def apply_tail_prefetch(self, buffer_id: int, last_use: int, first_use: int,
+                            trigger: int) -> None:
+        """Drop a read-only buffer after its last use and copy it back from op ``trigger``
+        (after the last use) for the next iteration: its wrap gap taken with the swap-in
+        in the iteration's tail, due at the last op. It stays resident across the
+        boundary (:mod:`.residency`), off the device only during ``[last_use + 1,
+        trigger)``; nothing is copied out."""
+        size = self.trace.buffer(buffer_id).size
+        due = self.n - 1
+        self.schedule.add(Gap(buffer_id, last_use, first_use, SWAP, last_use + 1, trigger))
+        self.holes.setdefault(buffer_id, []).append(Hole(last_use + 1, due, SWAP))
+        self._free(size, last_use + 1, trigger)
+        copy = QueuedCopy(float(self.start_us[trigger]), self.cost.copy_us(size, "h2d"),
+                          float(self.start_us[due]))
+        self.h2d.add(*copy)
+        self.h2d_copies[(buffer_id, last_use)] = copy
+
     def clean_at(self, buffer_id: int, prev_use: int) -> bool:
         """True when the buffer leaves the device after ``prev_use`` with a valid host copy
         (so it is dropped, not copied out): it is read-only (its host copy never goes
