@@ -65,7 +65,8 @@ def streamable(trace: Trace) -> list:
 KEEP_ORDERS = ("small", "fit")
 """How the weights that stay are chosen (step 1): ``"small"`` offers a place smallest
 first (a small weight's copy is mostly latency); ``"fit"`` streams, while some op is over,
-the smallest weight that covers its overflow, else the largest (few bytes in few copies)."""
+the smallest weight that covers its overflow, else the largest (few bytes in few copies),
+among those whose copy fits before their next use when there are any."""
 
 
 def _kept(state: PlanState, weights, limit: float, order: str) -> set[int]:
@@ -86,6 +87,12 @@ def _kept(state: PlanState, weights, limit: float, order: str) -> set[int]:
     return kept
 
 
+def _window_us(state: PlanState, b, op: int) -> float:
+    """Time from the end of ``op`` to ``b``'s next first use (µs, estimated op times)."""
+    ahead = float(state.start_us[b.uses[0]] - state.end_us[op])
+    return ahead if ahead >= 0 else ahead + float(state.end_us[-1])
+
+
 def _kept_by_fit(state: PlanState, weights, limit: float) -> set[int]:
     """Stream best-fitting weights until every op fits ``limit`` (``"fit"``)."""
     live = state.live.astype(np.float64)
@@ -98,7 +105,12 @@ def _kept_by_fit(state: PlanState, weights, limit: float) -> set[int]:
         free = [b for b in left if not b.uses[0] <= op <= b.uses[-1]]
         if not free:
             break
-        pick = next((b for b in free if b.size >= over), free[-1])
+        # a weight whose copy fits between this op and its next use (after the iteration's
+        # end for one used before it) streams without stalling
+        timely = [b for b in free if _window_us(state, b, op) >= state.cost.copy_us(b.size,
+                                                                                  "h2d")]
+        pool = timely or sorted(free, key=lambda b: (_window_us(state, b, op), b.size))
+        pick = next((b for b in pool if b.size >= over), pool[-1])
         live -= pick.size
         live[pick.uses[0]:pick.uses[-1] + 1] += pick.size
         left.remove(pick)
