@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cupool.check import validate_swap_plan
-from cupool.core.vocabulary import PERSISTENT, Buffer, Op, SwapOut, Trace
+from cupool.core.vocabulary import PERSISTENT, Buffer, Op, SwapIn, SwapOut, Trace
 from cupool.planning import make_plan
 from cupool.sim import simulate
 from cupool.sim.bounds import overhead_lower_bound
@@ -79,6 +79,30 @@ def test_a_streamed_plan_runs_byte_exact_without_a_copy_out():
         stats = engine.copy_engine.stats()
     assert all(r.corrupt_bytes == 0 and r.bytes_checked > 0 for r in results)
     assert stats["bytes.d2h"] == 0 and stats["bytes.h2d"] > 0
+
+
+def test_an_early_weight_is_prefetched_in_the_previous_iterations_tail():
+    pytest.importorskip("cupy")
+    from cupool.devices import open_device
+    from cupool.swap.engine import EngineSettings, SwapEngine
+
+    trace = layered_inference(writes=())
+    planned = _plan(trace, 6 * MB)  # little room: the first layers' weights stream too
+    n = trace.num_ops
+    tails = [a for a in planned.plan.actions if isinstance(a, SwapIn)
+             and a.trigger_op > trace.buffer(a.buffer_id).uses[-1]]
+    assert tails and all(a.due_op == n - 1 for a in tails)
+    for a in tails:  # resident across the boundary: from op 0 and again from the trigger
+        spans = sorted((r.start, r.end) for r in planned.plan.residencies
+                       if r.buffer_id == a.buffer_id)
+        assert spans[0][0] == 0 and spans[-1] == (a.trigger_op, n)
+    sim = simulate(planned.trace, planned.plan)
+    assert all(direction == "h2d" for _b, direction, *_ in sim.copies)
+    with open_device("emulated") as device, SwapEngine(
+            planned.trace, planned.plan, device, EngineSettings(size_scale=4096)) as engine:
+        results = [engine.run_iteration(i) for i in range(3)]
+        assert engine.copy_engine.stats()["bytes.d2h"] == 0
+    assert all(r.corrupt_bytes == 0 and r.bytes_checked > 0 for r in results)
 
 
 def test_a_buffer_written_after_its_swap_in_is_copied_not_dropped():
