@@ -50,7 +50,7 @@ class BudgetParams:
     recompute_chain: int = 30
     checkpoint_segments: tuple[int, ...] = (3, 4, 6)
     checkpoint_swap_weight: float = 0.2
-    stream_headrooms: tuple[float, ...] = (0.0, 0.1, 0.25, 0.5)
+    stream_headrooms: tuple[float, ...] = (0.0, 0.1, 0.25)
     offset_solver: str = "greedy-size"
     placement_rounds: int = 5
     population: int = 16

@@ -62,11 +62,12 @@ def streamable(trace: Trace) -> list:
             if b.read_only and b.uses and (n - 1 - b.uses[-1]) + b.uses[0] > 0]
 
 
-KEEP_ORDERS = ("small", "fit")
+KEEP_ORDERS = ("small", "fit", "timely")
 """How the weights that stay are chosen (step 1): ``"small"`` offers a place smallest
 first (a small weight's copy is mostly latency); ``"fit"`` streams, while some op is over,
-the smallest weight that covers its overflow, else the largest (few bytes in few copies),
-among those whose copy fits before their next use when there are any."""
+the smallest weight that covers its overflow, else the largest (few bytes in few copies);
+``"timely"`` does the same among the weights whose copy fits between that op and their
+next use, when there are any."""
 
 
 def _kept(state: PlanState, weights, limit: float, order: str) -> set[int]:
@@ -76,8 +77,8 @@ def _kept(state: PlanState, weights, limit: float, order: str) -> set[int]:
         live -= b.size
         live[b.uses[0]:b.uses[-1] + 1] += b.size
     kept = set()
-    if order == "fit":
-        return _kept_by_fit(state, weights, limit)
+    if order in ("fit", "timely"):
+        return _kept_by_fit(state, weights, limit, order == "timely")
     for b in sorted(weights, key=lambda b: (b.size, b.uses[0], b.id)):
         trial = live + b.size
         trial[b.uses[0]:b.uses[-1] + 1] -= b.size
@@ -93,8 +94,8 @@ def _window_us(state: PlanState, b, op: int) -> float:
     return ahead if ahead >= 0 else ahead + float(state.end_us[-1])
 
 
-def _kept_by_fit(state: PlanState, weights, limit: float) -> set[int]:
-    """Stream best-fitting weights until every op fits ``limit`` (``"fit"``)."""
+def _kept_by_fit(state: PlanState, weights, limit: float, timely: bool) -> set[int]:
+    """Stream best-fitting weights until every op fits ``limit`` (``"fit"``, ``"timely"``)."""
     live = state.live.astype(np.float64)
     left = sorted(weights, key=lambda b: (b.size, b.uses[0], b.id))
     while left:
@@ -107,9 +108,11 @@ def _kept_by_fit(state: PlanState, weights, limit: float) -> set[int]:
             break
         # a weight whose copy fits between this op and its next use (after the iteration's
         # end for one used before it) streams without stalling
-        timely = [b for b in free if _window_us(state, b, op) >= state.cost.copy_us(b.size,
-                                                                                  "h2d")]
-        pool = timely or sorted(free, key=lambda b: (_window_us(state, b, op), b.size))
+        pool = free
+        if timely:
+            pool = [b for b in free
+                    if _window_us(state, b, op) >= state.cost.copy_us(b.size, "h2d")] \
+                or sorted(free, key=lambda b: (_window_us(state, b, op), b.size))
         pick = next((b for b in pool if b.size >= over), pool[-1])
         live -= pick.size
         live[pick.uses[0]:pick.uses[-1] + 1] += pick.size
