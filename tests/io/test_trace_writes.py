@@ -86,3 +86,27 @@ def test_the_cli_answers_bad_writes_with_exit_2_and_one_line(tmp_path, capsys, l
         captured = capsys.readouterr()
         assert code == 2 and captured.out == ""
         assert len(captured.err.strip().splitlines()) == 1 and message in captured.err
+
+
+def test_a_drop_round_trips_in_plan_json_and_is_written_only_when_true(tmp_path):
+    from dataclasses import replace
+
+    from cupool.core.vocabulary import SwapOut
+    from cupool.errors import PlanFormatError
+    from cupool.io import load_plan, save_plan
+    from cupool.io.plan_json import parse_plan, plan_to_document
+    from tests.swap_cases import six_op_swap_plan, six_op_trace
+
+    plan = six_op_swap_plan(six_op_trace())
+    assert "drop" not in plan_to_document(plan)["actions"][0]  # files of copies unchanged
+    dropped = replace(plan, actions=tuple(replace(a, drop=True) if isinstance(a, SwapOut)
+                                          else a for a in plan.actions))
+    document = plan_to_document(dropped)
+    assert document["actions"][0] == {"kind": "swap_out", "id": 1, "after_op": 0,
+                                      "drop": True}
+    path = tmp_path / "plan.json"
+    save_plan(dropped, path)
+    assert load_plan(path) == dropped
+    document["actions"][0]["drop"] = "yes"
+    with pytest.raises(PlanFormatError, match=r"swap_out field 'drop' \(='yes'\)"):
+        parse_plan(document)
