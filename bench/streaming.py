@@ -93,8 +93,8 @@ def run(paths) -> list[dict]:
                 for name, trace in variants.items():
                     row[name] = entry = cell(trace, budget, link)
                     bound, auto = entry.get("bound"), entry.get("overhead")
-                    entry["meets_target"] = (bound is not None and auto is not None
-                                             and auto <= 2 * bound + 0.05)
+                    entry["meets_target"] = bool(bound is not None and auto is not None
+                                                 and auto <= 2 * bound + 0.05)
                 rows.append(row)
                 u, w = row["unknown"], row["writes"]
                 print(f"{loaded.name:28s} {int(fraction * 100):3d}% {link} | unknown: auto "
