@@ -442,10 +442,9 @@ class PlanState:
     def clean_at(self, buffer_id: int, prev_use: int) -> bool:
         """True when the buffer leaves the device after ``prev_use`` with a valid host copy
         (so it is dropped, not copied out): it is read-only (its host copy never goes
-        stale), or its residency holding ``prev_use`` is entered
-        by a swap-in (one already planned, or, leaving by the wrap gap of a persistent
-        buffer without an earlier one, the wrap gap's own swap-in) and no op has written
-        it since. A read-only weight used once per iteration is thus streamed: in before
+        stale), or its residency holding ``prev_use`` is entered by a swap-in (one
+        already planned, or, leaving by the wrap gap of a persistent buffer without an
+        earlier one, the wrap gap's own swap-in) and no op has written it since. A read-only weight used once per iteration is thus streamed: in before
         its use, dropped after it. Unknown ``writes`` are never clean here, so traces
         without them plan as before."""
         buffer = self.by_id[buffer_id]
