@@ -444,9 +444,10 @@ class PlanState:
         (so it is dropped, not copied out): it is read-only (its host copy never goes
         stale), or its residency holding ``prev_use`` is entered by a swap-in (one
         already planned, or, leaving by the wrap gap of a persistent buffer without an
-        earlier one, the wrap gap's own swap-in) and no op has written it since. A read-only weight used once per iteration is thus streamed: in before
-        its use, dropped after it. Unknown ``writes`` are never clean here, so traces
-        without them plan as before."""
+        earlier one, the wrap gap's own swap-in) and no op has written it since. A
+        read-only weight used once per iteration is thus streamed: in before its use,
+        dropped after it. Unknown ``writes`` are never clean here, so traces without them
+        plan as before."""
         buffer = self.by_id[buffer_id]
         if buffer.writes is None:
             return False
