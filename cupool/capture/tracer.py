@@ -6,7 +6,10 @@ it. For every aten op the recorder sees:
 
 - the op becomes one entry of the trace's ``ops`` (view and metadata ops, which neither
   allocate nor touch device data, are dropped: see ``_is_view_op``);
-- every untyped storage among the op's tensor inputs and outputs gets a *use* at that op;
+- every untyped storage among the op's tensor inputs and outputs gets a *use* at that op,
+  and a *write* when it is an output or an argument the op's schema marks as written
+  (in-place and ``out=`` ops: an optimizer's update writes the persistent state; weights
+  of an inference step are never written, so they are read-only);
   a storage seen for the first time as an output is *allocated* at that op (its ``start``;
   size = ``untyped_storage().nbytes()``);
 - a ``weakref.finalize`` on the storage fires when PyTorch really frees it (storage
@@ -73,7 +76,29 @@ class _StorageRecord:
     kind: str = TEMPORARY
     end: int | None = None
     uses: list[int] = field(default_factory=list)
+    writes: list[int] = field(default_factory=list)
     finalizer: weakref.finalize | None = None
+
+
+def _written(record: _StorageRecord, index: int) -> None:
+    if not record.writes or record.writes[-1] != index:
+        record.writes.append(index)
+
+
+def _mutated(func, args, kwargs) -> list[torch.Tensor]:
+    """The tensor arguments the op's schema marks as written (``Tensor(a!)``: in-place ops
+    such as an optimizer's ``add_``, ``out=`` variants)."""
+    schema = getattr(func, "_schema", None)
+    if schema is None:
+        return []
+    out = []
+    for position, argument in enumerate(schema.arguments):
+        info = argument.alias_info
+        if info is None or not info.is_write:
+            continue
+        value = args[position] if position < len(args) else kwargs.get(argument.name)
+        out.extend(_tensors(value))
+    return out
 
 
 def _tensors(tree) -> list[torch.Tensor]:
@@ -158,16 +183,20 @@ class StorageRecorder(TorchDispatchMode):
         name = str(func)
         inputs = _tensors((args, kwargs))
         outputs = _tensors(out)
+        mutated = {id(t) for t in _mutated(func, args, kwargs)}
         for tensor in inputs:
             # A storage first seen as an input existed before recording (and is not
             # persistent): it is live from op 0.
             record = self.track(tensor, f"external:{name}:in", TEMPORARY, 0)
             if not record.uses or record.uses[-1] != index:
                 record.uses.append(index)
+            if id(tensor) in mutated:
+                _written(record, index)
         for position, tensor in enumerate(outputs):
             record = self.track(tensor, f"{name}:out{position}", TEMPORARY, index)
             if not record.uses or record.uses[-1] != index:
                 record.uses.append(index)
+            _written(record, index)
         self.ops.append(self._op(func, name, args, kwargs, out, inputs, outputs))
         return out
 
@@ -264,8 +293,10 @@ def _trace(recorder: StorageRecorder, name: str, source: str,
             if not uses or uses[0] != start:
                 uses = [start, *uses]
             end = max(record.end if record.end is not None else num_ops, uses[-1] + 1)
-        buffers.append(Buffer(len(buffers), record.size, start, end, tuple(uses or (start,)),
-                              record.kind, record.name))
+        uses = tuple(uses or (start,))
+        writes = tuple(w for w in record.writes if w in set(uses))
+        buffers.append(Buffer(len(buffers), record.size, start, end, uses, record.kind,
+                              record.name, writes=writes))
     return Trace(name, tuple(recorder.ops), tuple(buffers), source,
                  cost_model.preset.device())
 

@@ -42,6 +42,13 @@ order they are checked (``rule`` of the :class:`ValidationReport` in brackets):
      ordering the range is reused only after the copy, because the copy is issued after
      op ``after_op < end`` and whatever lands in the range next starts at ``end`` or
      later, and waits for the copy (the simulator and the runtime enforce the wait);
+   - [drop] a ``SwapOut`` with ``drop`` copies nothing, so the buffer must be clean:
+     its residency entered by a ``SwapIn`` on the same host level (the host copy it holds
+     stays valid) with no op of the buffer's ``writes`` (every use, when unknown) from
+     the residency's start through ``after_op``; a persistent buffer kept on the device
+     across iterations has no host copy in its first residency, unless it is read-only
+     (``writes == []``: its host copy is where it was loaded from, so it is clean
+     everywhere);
    - [recompute] only a buffer with a trace ``recompute`` recipe can be recomputed, and
      every input of the recipe is resident with valid data just before ``before_op``
      (produced by an earlier op -- a persistent buffer kept on the device is valid from
@@ -248,6 +255,10 @@ def _check_data(trace, plan):
                     return failed("swap_out", f"buffer {b}: swap-out after op {out.after_op} "
                                               f"copies residency {_span(r)} before its data is "
                                               f"valid (after op {max(ready, 0)})", b)
+                if out.drop:
+                    report = _check_drop(buffer, r, action, out)
+                    if not report.valid:
+                        return report
             if isinstance(action, SwapIn):
                 for u in uses_in:
                     if u < action.due_op:
@@ -282,6 +293,31 @@ def _check_data(trace, plan):
                 return failed("recompute", f"buffer {b}: recompute before op {before_op} re-runs "
                                            f"op {recipe.op}, whose input buffer {input_id} "
                                            f"{problem}", b, input_id)
+    return VALID
+
+
+def _check_drop(buffer, r, entry, out):
+    """Rule [drop]: a swap-out that copies nothing leaves clean data, whose host copy is
+    still valid: the residency was entered by a swap-in (whose host copy it holds; for a
+    persistent buffer offloaded across the boundary, the host copy it begins the iteration
+    with) and no op has written it since it began. A read-only persistent buffer
+    (``writes == []``) is clean everywhere: its host copy, where it was loaded from, never
+    goes stale."""
+    b = buffer.id
+    if buffer.read_only:
+        return VALID
+    if not isinstance(entry, SwapIn):
+        return failed("drop", f"buffer {b}: swap-out after op {out.after_op} drops residency "
+                              f"{_span(r)} without a copy, but that residency has no host "
+                              f"copy (it is not entered by a swap-in)", b)
+    written = [w for w in buffer.write_ops if r.start <= w <= out.after_op]
+    if written:
+        return failed("drop", f"buffer {b}: swap-out after op {out.after_op} drops dirty "
+                              f"data without a copy: op {written[0]} writes it after its host "
+                              f"copy was swapped in at op {r.start}", b)
+    if out.level != entry.level:
+        return failed("drop", f"buffer {b}: swap-out after op {out.after_op} drops to host "
+                              f"level {out.level}, but its host copy is on {entry.level}", b)
     return VALID
 
 

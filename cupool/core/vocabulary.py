@@ -67,6 +67,14 @@ class Buffer:
 
     (A buffer with no uses at all, as in a MiniMalloc CSV, stays without: its uses are
     unknown, not empty.)
+
+    ``writes`` are the uses that write it (sorted, a subset of ``uses``); ``None`` means
+    unknown: every use may write (so :attr:`write_ops` is ``uses``). A temporary's producer
+    writes it, so its ``start`` is put in front of known writes as it is of uses. A
+    persistent buffer with ``writes == ()`` is *read-only* (weights during inference): its
+    host copy, where it was loaded from, stays valid for ever, so evicting it never copies
+    (:class:`SwapOut` with ``drop``). Any buffer not written since its last copy to the
+    host is *clean* and is dropped the same way.
     """
 
     id: int
@@ -77,11 +85,31 @@ class Buffer:
     kind: str = TEMPORARY
     name: str = ""
     recompute: Recompute | None = None
+    writes: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         uses = self.uses
         if self.kind != PERSISTENT and uses and uses[0] > self.start:
             object.__setattr__(self, "uses", (self.start, *uses))
+        writes = self.writes
+        if (writes is not None and self.kind != PERSISTENT and self.uses
+                and self.uses[0] == self.start and (not writes or writes[0] > self.start)):
+            object.__setattr__(self, "writes", (self.start, *writes))
+
+    @property
+    def write_ops(self) -> tuple[int, ...]:
+        """The ops that may write the buffer: ``writes`` when known, else every use."""
+        return self.uses if self.writes is None else self.writes
+
+    @property
+    def read_only(self) -> bool:
+        """A persistent buffer no op writes (``writes == ()``): its host copy is always
+        valid."""
+        return self.kind == PERSISTENT and self.writes == ()
+
+    def written_in(self, first_op: int, last_op: int) -> bool:
+        """True when an op in ``[first_op, last_op]`` (inclusive) may write the buffer."""
+        return any(first_op <= w <= last_op for w in self.write_ops)
 
     @property
     def lifetime(self) -> int:
@@ -233,11 +261,17 @@ class SwapOut:
     ``after_op`` finishes. ``after_op`` lies inside the residency it leaves
     (``start <= after_op < end``) and at or after that residency's last use (uses may
     write: a write after the copy started would be lost). The residency's device bytes
-    may be reused only once the copy completed."""
+    may be reused only once the copy completed.
+
+    With ``drop`` the buffer is *clean* (its host copy on ``level`` is still valid: a
+    read-only persistent buffer, or a residency entered by a :class:`SwapIn` that no op
+    has written since, see :attr:`Buffer.writes`): nothing is copied, no link time is
+    spent, and the device bytes are free at the residency's end."""
 
     buffer_id: int
     after_op: int
     level: str = PINNED
+    drop: bool = False
 
 
 @dataclass(frozen=True)

@@ -35,8 +35,11 @@ is optional (and empty in a valid swapping plan), and two lists are added::
       ]
     }
 
-A swap may say which host level holds the bytes: ``"level": "pinned"`` (the default, and
-what a swap without the field means) or ``"pageable"`` (multi-level placement).
+A swap-out of clean data says ``"drop": true``: the host copy the buffer already has is
+still valid, so nothing is copied (:class:`~cupool.core.vocabulary.SwapOut`); the writer
+omits the field otherwise. A swap may say which host level holds the bytes:
+``"level": "pinned"`` (the default, and what a swap without the field means) or
+``"pageable"`` (multi-level placement).
 The writer omits the field for pinned swaps, so files of plans without pageable swaps are
 what they were before levels existed, and older files read unchanged.
 
@@ -87,7 +90,7 @@ def action_to_entry(action) -> dict:
     """The JSON object of one action."""
     if isinstance(action, SwapOut):
         return {"kind": "swap_out", "id": action.buffer_id, "after_op": action.after_op,
-                **_level_entry(action)}
+                **_level_entry(action), **({"drop": True} if action.drop else {})}
     if isinstance(action, SwapIn):
         return {"kind": "swap_in", "id": action.buffer_id, "trigger_op": action.trigger_op,
                 "due_op": action.due_op, **_level_entry(action)}
@@ -241,8 +244,11 @@ def _parse_actions(raw, fail) -> tuple:
         if kind != "recompute" and level not in HOST_LEVELS:
             fail(f"{kind} field 'level' (={level!r}) must be one of {', '.join(HOST_LEVELS)}",
                  where)
+        drop = entry.get("drop", False)
         if kind == "swap_out":
-            actions.append(SwapOut(entry["id"], entry["after_op"], level))
+            if not isinstance(drop, bool):
+                fail(f"swap_out field 'drop' (={drop!r}) must be true or false", where)
+            actions.append(SwapOut(entry["id"], entry["after_op"], level, drop))
         elif kind == "swap_in":
             if entry["due_op"] < entry["trigger_op"]:
                 fail(f"swap_in of buffer {entry['id']}: due_op (={entry['due_op']}) must be "

@@ -172,7 +172,34 @@ def _parse_buffer(raw, index: int, num_ops: int, fail) -> Buffer:
         if not isinstance(inputs, list) or not all(_is_int(i) for i in inputs):
             fail(f"recompute inputs (={inputs!r}) must be a list of buffer ids", where)
         recompute = Recompute(op, tuple(inputs))
-    return Buffer(buffer_id, size, start, end, tuple(uses), kind, name, recompute)
+    writes = _parse_writes(raw, start, end, uses, kind, where, fail)
+    if writes == () and kind == PERSISTENT and recompute is not None:
+        fail(f"a read-only persistent buffer (writes []) cannot have a recompute recipe: "
+             f"re-running op {recompute.op} would write it", where)
+    return Buffer(buffer_id, size, start, end, tuple(uses), kind, name, recompute, writes)
+
+
+def _parse_writes(raw, start: int, end: int, uses, kind: str, where: str,
+                  fail) -> tuple[int, ...] | None:
+    """The optional ``writes`` list: sorted, unique op indices inside ``[start, end)`` and
+    inside ``uses`` (a temporary's ``start`` counts as a use: its producer writes it)."""
+    if "writes" not in raw or raw["writes"] is None:
+        return None
+    writes = raw["writes"]
+    if not isinstance(writes, list) or not all(_is_int(w) for w in writes):
+        fail(f"writes (={writes!r}) must be a list of op indices", where)
+    for previous, op in itertools.pairwise(writes):
+        if op <= previous:
+            fail(f"writes must be strictly increasing; {op} follows {previous}", where)
+    used = set(uses)
+    if kind != PERSISTENT and uses:
+        used.add(start)
+    for op in writes:
+        if not start <= op < end:
+            fail(f"write at op {op} is outside the lifetime [{start}, {end})", where)
+        if op not in used:
+            fail(f"write at op {op} is not one of its uses", where)
+    return tuple(writes)
 
 
 def trace_to_document(trace: Trace) -> dict:
@@ -193,6 +220,8 @@ def trace_to_document(trace: Trace) -> dict:
                  "uses": list(b.uses), "kind": b.kind, "name": b.name}
         if b.recompute is not None:
             entry["recompute"] = {"op": b.recompute.op, "inputs": list(b.recompute.inputs)}
+        if b.writes is not None:
+            entry["writes"] = list(b.writes)
         buffers.append(entry)
     document = {"format": FORMAT, "version": VERSION, "name": trace.name, "source": trace.source}
     if trace.device is not None:

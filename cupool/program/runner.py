@@ -126,9 +126,9 @@ class PlannedRunner:
         for key in program.persistent_keys:
             b = ids[key]
             slot = self.engine.boundary_slots.get(b)
-            if slot is None:
+            if slot is None or b in self.engine.schedule.home:  # written by its home residency
                 self._first[b] = parked[key]
-            else:
+            if slot is not None:  # and its host copy (offloaded, or read-only and dropped)
                 raw = np.require(parked[key], requirements="C").reshape(-1).view(np.uint8)
                 slot.array[:raw.size] = raw
         self._touched = tuple(tuple((k, ids[k]) for k in op.touched) for op in program.ops)

@@ -77,6 +77,15 @@ is the best of both (``details["method"]``: ``"lp"`` or ``"dual"``).
 A recompute's time ``r_j`` counts its producer plus a share of the inputs the program had
 already freed (:func:`recompute_us`: those must be rematerialized too).
 
+**Clean data.** Only a write makes a copy out necessary: a buffer's host copy stays valid
+until the next op in its ``writes`` (every use when unknown), and clean data leaves the
+device by a drop, without a copy. So the copies out above are charged for a temporary
+buffer (its producer writes it) and for a persistent one written before op ``i`` (its
+first write releases the copy); the tail copy for a persistent buffer offloaded across
+the boundary is released by its last write, and a read-only persistent buffer
+(``writes == []``) is charged no copy out at all. Without ``writes`` these are the uses,
+as above.
+
 What the bound ignores (so it may be loose): fragmentation (the arena must also pack),
 when each copy out can start (after its buffer is produced), chains through inputs that
 are alive but dropped by the plan, and interactions between different ops' evictions
@@ -128,6 +137,10 @@ class _Buffers:
         last_use = np.array([b.uses[-1] if b.uses else -1 for b in buffers])
         self.last_use = last_use
         self.first_use = np.array([min(b.uses) if b.uses else -1 for b in buffers])
+        # the ops that may write each buffer (every use when unknown): clean data leaves
+        # the device without a copy out
+        self.first_write = np.array([min(b.write_ops) if b.write_ops else -1 for b in buffers])
+        self.last_write = np.array([max(b.write_ops) if b.write_ops else -1 for b in buffers])
         self.pend_first = np.where(self.persistent, 0, self.start)
         self.pend_last = np.where(self.persistent, n - 1, np.maximum(self.start, last_use))
         per_byte_copy = 1.0 / (cost.gbps(H2D) * 1e3)
@@ -250,15 +263,16 @@ class _OpBound:
         # ``start`` (first use) ended
         persistent = arrays.persistent[candidates]
         first = arrays.first_use[candidates]
+        written = arrays.first_write[candidates]
         out = arrays.out_per_byte[candidates] / engines
-        used_before = ~persistent | ((first >= 0) & (first < i))
-        self.out = np.where(used_before, out, 0.0)
-        self.released = np.where(persistent, first + 1, arrays.start[candidates] + 1)
+        written_before = ~persistent | ((written >= 0) & (written < i))
+        self.out = np.where(written_before, out, 0.0)
+        self.released = np.where(persistent, written + 1, arrays.start[candidates] + 1)
         # a persistent buffer off the device since the iteration began (offloaded across
-        # the boundary) is copied out again after its last use: the iteration cannot end
-        # before that copy does
-        self.tail = np.where(persistent & (first > i), out, 0.0)
-        self.tail_released = arrays.last_use[candidates] + 1
+        # the boundary) is copied out again after its last write: the iteration cannot end
+        # before that copy does (one never written -- read-only -- is never copied out)
+        self.tail = np.where(persistent & (first > i) & (written > i), out, 0.0)
+        self.tail_released = arrays.last_write[candidates] + 1
         tails = self.tail > 0
         self.tail_thresholds = sorted({int(t) for t in np.quantile(
             self.tail_released[tails], TAIL_QUANTILES, method="lower")}) if tails.any() else []

@@ -16,7 +16,9 @@ The machine (one iteration, starting with every swap engine idle)::
   before ``i`` run on the compute stream in plan order, each for its producing op's
   duration; then op ``i`` runs for its duration.
 - every :class:`SwapOut` after op ``i`` is handed to the D2H engine when op ``i``
-  finishes; its bytes stay held until the copy completes.
+  finishes; its bytes stay held until the copy completes. A swap-out with ``drop``
+  (clean data, its host copy still valid) copies nothing: its bytes are free at its
+  residency's end, and a later swap-in of the buffer waits for nothing it issued.
 - a copy of ``n`` bytes takes ``latency_us + n / bandwidth`` on an engine, both those of
   the host level the swap names (pinned unless said; :mod:`cupool.sim.cost`); each
   direction serves requests in the order they were handed over.
@@ -160,7 +162,8 @@ class _Replay:
                 entered[(b, action.before_op)] = action
             elif isinstance(action, SwapOut):
                 r = next(r for r in spans[b] if r.start <= action.after_op < r.end)
-                self.swap_outs[action.after_op].append((b, r, action.level))
+                if not action.drop:  # clean data is dropped: nothing to copy
+                    self.swap_outs[action.after_op].append((b, r, action.level))
         self.filled = defaultdict(list)  # op -> residencies compute fills starting there
         for r in self.residencies:
             if not isinstance(entered.get((r.buffer_id, r.start)), SwapIn):

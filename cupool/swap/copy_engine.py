@@ -73,12 +73,14 @@ class CopyEngine:
                        "failed.count": 0}
 
     def swap_out(self, handle, ptr: int, nbytes: int, after, slot: Slot | None = None,
-                 level: str = "pinned") -> IssuedSwapOut:
+                 level: str = "pinned", drop: bool = False) -> IssuedSwapOut:
         """Copy ``nbytes`` of ``handle``'s device bytes at ``ptr`` to a host slot once
         ``after`` (an event) completed. Returns the :class:`IssuedSwapOut` (the slot now
         owned by the handle's host copy, the event recorded after the copy). ``slot``
-        reuses a caller's slot (a persistent buffer's boundary copy); otherwise one is
-        taken from staging on the plan's host ``level``."""
+        reuses a caller's slot (a persistent buffer's boundary copy, or the host copy a
+        clean buffer was swapped in from); otherwise one is taken from staging on the
+        plan's host ``level``. With ``drop`` the data is clean, ``slot`` already holds it:
+        nothing is copied (the handle still moves to ``host`` in stream order)."""
         stream = self.d2h_stream
         slot = slot or self.staging.acquire(max(1, nbytes), level)
         out = self.device.create_event()
@@ -86,7 +88,7 @@ class CopyEngine:
             stream.wait_event(after)
         self.device.host_callback(stream, lambda: handle.move(TO_HOST))
         try:
-            self._copy(D2H, stream, handle, slot, nbytes, ptr)
+            self._copy(D2H, stream, handle, slot, 0 if drop else nbytes, ptr)
         except DeviceError as exc:
             self._failed(handle, D2H, nbytes, exc)
             return IssuedSwapOut(slot, out)
@@ -100,7 +102,8 @@ class CopyEngine:
             handle.move(HOST)
 
         self.device.host_callback(stream, copied_out)
-        self._count(D2H, nbytes)
+        if not drop:
+            self._count(D2H, nbytes)
         return IssuedSwapOut(slot, out)
 
     def swap_in(self, handle, slot: Slot, nbytes: int, ptr: int, view, waits,

@@ -227,18 +227,18 @@ class SwapEngine:
                                         if ins and i > 0)])
 
     def _setup_persistent(self) -> None:
-        """Persistent buffers the plan starts the iteration with on the host get a host
-        copy holding their first contents, kept across iterations."""
+        """Persistent buffers the plan starts the iteration with on the host, or drops, get
+        a host copy holding their first contents, kept across iterations."""
         schedule = self.schedule
         for b, spans in schedule.residencies.items():
-            if b not in schedule.persistent:
-                continue
-            if isinstance(schedule.entered.get((b, spans[0].start)), SwapIn):
+            offloaded = isinstance(schedule.entered.get((b, spans[0].start)), SwapIn)
+            if b in schedule.persistent and (offloaded or b in schedule.dropped):
                 level = schedule.out_levels[max(k for k in schedule.out_levels if k[0] == b)]
                 slot = self.staging.acquire(max(1, self.sizes[b]), level)
                 fill_host_copy(self, slot, b)
                 self.boundary_slots[b] = slot
-                self.handles[b].move(HOST)
+                if offloaded:
+                    self.handles[b].move(HOST)
 
     def array(self, b: int, ptr: int):
         """Buffer ``b``'s handle array at device address ``ptr`` (made once per address:
@@ -411,7 +411,7 @@ class SwapEngine:
             self._quiesce()
             raise
         finally:
-            self._release_host_slots(state)
+            state.release_host_slots(self.staging)
         wall = time.perf_counter() - state.started - state.setup_s
         if state.error is not None:
             raise state.error
@@ -443,7 +443,7 @@ class SwapEngine:
         finally:
             self._open_gate(state)
             self._quiesce()
-            self._release_host_slots(state)
+            state.release_host_slots(self.staging)
 
     def spend(self, duration_us: float) -> None:
         """Enqueue ``duration_us`` trace µs of op time on the compute stream (module
@@ -465,11 +465,13 @@ class SwapEngine:
                 waits.append(state.last_out[b])
             if op > 0:
                 waits.append(state.done[op - 1])
-            boundary = b in self.boundary_slots
-            slot = self.boundary_slots[b] if boundary else state.host_slots.pop(b)
+            keep = b in self.boundary_slots or b in self.schedule.dropped  # drops reuse it
+            slot = self.boundary_slots.get(b) or state.host_slots[b]
+            if not keep:
+                del state.host_slots[b]
             state.landed_at[(b, op)] = self.copy_engine.swap_in(
                 self.handles[b], slot, self.sizes[b], ptr, self.array(b, ptr), waits,
-                keep_slot=boundary)
+                keep_slot=keep)
 
     def _wait_for_readers(self, state: IterationState, op: int, written) -> None:
         """Make the compute stream wait for swap-outs still reading the bytes ``written``
@@ -502,12 +504,15 @@ class SwapEngine:
     def _issue_swap_outs(self, state: IterationState, op: int) -> None:
         for b in self.schedule.swap_outs[op]:
             ptr = self._resident_ptr(state, b, op)
-            issued = self.copy_engine.swap_out(self.handles[b], ptr, self.sizes[b],
-                                               state.done[op], self.boundary_slots.get(b),
-                                               self.schedule.out_levels[(b, op)])
+            drop = (b, op) in self.schedule.drops  # clean: the host copy is still valid
+            issued = self.copy_engine.swap_out(
+                self.handles[b], ptr, self.sizes[b], state.done[op],
+                self.boundary_slots.get(b) or state.host_slots.get(b),
+                self.schedule.out_levels[(b, op)], drop=drop)
             if b not in self.boundary_slots:
                 state.host_slots[b] = issued.slot
-            state.pending.append(PendingCopy(ptr, ptr + self.sizes[b], issued.copied))
+            if not drop:  # a drop reads no device byte
+                state.pending.append(PendingCopy(ptr, ptr + self.sizes[b], issued.copied))
             state.last_out[b] = issued.copied
 
     def _resident_ptr(self, state: IterationState, b: int, op: int) -> int:
@@ -562,11 +567,6 @@ class SwapEngine:
         if state.gate is not None and not state.gate.is_set():
             state.started = state.clock = time.perf_counter()
             state.gate.set()
-
-    def _release_host_slots(self, state: IterationState) -> None:
-        for slot in state.host_slots.values():  # swapped out and never swapped back
-            self.staging.release(slot)
-        state.host_slots.clear()
 
     def _quiesce(self) -> None:
         """Wait for every stream (errors were already reported or will be)."""

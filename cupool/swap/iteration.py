@@ -126,6 +126,13 @@ class IterationState:
                 self.late_us[late_buffer] = self.late_us.get(late_buffer, 0) + wait_us
         self.clock = max(self.clock, ended)
 
+    def release_host_slots(self, staging) -> None:
+        """Return the staging slots of host copies still held (swapped out and never
+        swapped back, or kept for a later drop) at the iteration's end."""
+        for slot in self.host_slots.values():
+            staging.release(slot)
+        self.host_slots.clear()
+
     def advance_clock(self, seconds: float) -> None:
         """The op ends ``seconds`` after the clock; sleep until then."""
         self.clock += seconds

@@ -12,7 +12,10 @@ iteration, without scanning the plan:
 ``due[i]``             swap-ins *due* at ``i`` (op ``i`` waits for their landing)
 ``recomputes[i]``      buffers recomputed just before op ``i``
 ``swap_outs[i]``       buffers swapped out just after op ``i``; ``out_levels[(b, i)]`` is
-                       the host level (pinned or pageable) of that swap-out
+                       the host level (pinned or pageable) of that swap-out; ``(b, i)`` in
+                       ``drops`` when it is a drop (clean data: nothing is copied, the
+                       host copy kept since its swap-in serves the next one; ``dropped``
+                       holds every such buffer)
 ``produced[i]``        temporary buffers whose first residency starts at ``i`` without an
                        action bringing them (op ``i`` produces them)
 ``ends[i]``            ``(buffer, state)``: residencies ending at ``i`` without a swap-out,
@@ -61,6 +64,8 @@ class Schedule:
     entered: dict
     uses: dict
     persistent: frozenset
+    drops: frozenset = frozenset()
+    dropped: frozenset = frozenset()
     _holding: dict = field(default_factory=dict, repr=False, compare=False)
 
     def holding(self, b: int, i: int) -> int | None:
@@ -90,7 +95,7 @@ def build_schedule(plan: Plan, trace: Trace, layout: Layout) -> Schedule:
     entered = {}
     swap_ins, due = defaultdict(list), defaultdict(list)
     recomputes, swap_outs = defaultdict(list), defaultdict(list)
-    out_levels = {}
+    out_levels, drops = {}, set()
     for action in plan.actions:
         b = action.buffer_id
         if isinstance(action, SwapIn):
@@ -103,6 +108,8 @@ def build_schedule(plan: Plan, trace: Trace, layout: Layout) -> Schedule:
         elif isinstance(action, SwapOut):
             swap_outs[action.after_op].append(b)
             out_levels[(b, action.after_op)] = action.level
+            if action.drop:
+                drops.add((b, action.after_op))
     produced, ends, home = defaultdict(list), defaultdict(list), {}
     left_by_swap = {(b, r.start) for b, spans in by_buffer.items() for r in spans
                     for a in plan.actions if isinstance(a, SwapOut)
@@ -135,4 +142,5 @@ def build_schedule(plan: Plan, trace: Trace, layout: Layout) -> Schedule:
                     residencies=by_buffer, alloc_at=alloc_at, free_at=free_at,
                     swap_ins=swap_ins, due=due, recomputes=recomputes, swap_outs=swap_outs,
                     out_levels=out_levels, produced=produced, ends=ends, home=home,
-                    entered=entered, uses=uses, persistent=persistent)
+                    entered=entered, uses=uses, persistent=persistent, drops=frozenset(drops),
+                    dropped=frozenset(b for b, _op in drops))

@@ -100,6 +100,25 @@ def test_persistent_buffers_are_parameters_buffers_inputs_and_optimizer_state():
     assert all(b.kind != PERSISTENT and b.end == trace.num_ops for b in grads)
 
 
+def test_capture_records_which_ops_write_each_buffer():
+    # inference: nothing writes a weight, so every persistent buffer is read-only
+    infer = captured("resnet50", "infer")
+    persistent = [b for b in infer.buffers if b.kind == PERSISTENT]
+    assert persistent and all(b.read_only for b in persistent)
+    # training: the optimizer's in-place update writes every parameter (and SGD's
+    # momentum), in the optimizer phase; the step's inputs stay read-only
+    train = captured("resnet50", "train")
+    phase = {i: op.phase for i, op in enumerate(train.ops)}
+    for b in train.buffers:
+        assert b.writes is not None and set(b.writes) <= set(b.uses)
+        if b.name.startswith(("param:", "opt_state:")):
+            assert b.writes and phase[b.writes[-1]] == "opt", b.name
+        if b.name.startswith("input:"):
+            assert b.read_only, b.name
+        if b.kind != PERSISTENT:
+            assert b.writes[0] == b.start  # produced there
+
+
 def test_transformers_train_with_adamw_and_its_step_counters():
     trace = captured("gpt2", "train")
     names = [b.name for b in trace.buffers if b.kind == PERSISTENT]

@@ -25,6 +25,7 @@ from cupool.core.vocabulary import (
 from cupool.errors import InputError
 from cupool.io import load_trace
 from cupool.planning import plan
+from cupool.planning.budget.engine.drops import mark_drops
 from cupool.sim import cost_model, overhead_lower_bound, simulate
 from tests.conftest import TRACES
 from tests.swap_cases import swap_plan, trace_of
@@ -283,3 +284,32 @@ def test_offloaded_persistent_state_is_copied_out_after_its_last_use():
     bound = overhead_lower_bound(trace, 1000, SLOW)
     assert bound.overhead == pytest.approx(13.0 / 40.0, rel=1e-6)
     assert bound.overhead <= simulated.overhead
+
+
+@st.composite
+def written_trace_and_plan(draw):
+    """:func:`trace_and_plan` with random ``writes`` (unknown, none, some of the uses) and
+    every swap-out of clean data a drop (the planners' rule, :func:`mark_drops`)."""
+    trace, plan_, cost = draw(trace_and_plan())
+    buffers = []
+    for b in trace.buffers:
+        mode = draw(st.sampled_from(["unknown", "none", "some"]))
+        writes = None if mode == "unknown" else () if mode == "none" else tuple(
+            sorted(draw(st.sets(st.sampled_from(b.uses), max_size=len(b.uses)))))
+        buffers.append(dataclasses.replace(b, writes=writes))
+    trace = dataclasses.replace(trace, buffers=tuple(buffers))
+    return trace, dataclasses.replace(plan_, actions=mark_drops(trace, plan_.residencies,
+                                                    plan_.actions)), cost
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(written_trace_and_plan())
+def test_with_writes_the_bound_never_exceeds_a_valid_plans_overhead(case):
+    trace, plan_, cost = case
+    report = validate_plan(trace, plan_)
+    assert report.valid, report.message
+    simulated = simulate(trace, plan_, cost, validate=False)
+    bound = overhead_lower_bound(trace, plan_.capacity_bytes, cost)
+    assert bound.feasible, bound.reason
+    target(float(bound.overhead))
+    assert bound.overhead <= simulated.overhead + 1e-9, (bound, simulated.summary())

@@ -22,6 +22,8 @@ uses / across the iteration boundary only when the budget still does not hold.
   ``params.checkpoint_segments``, segments of equal saved bytes and of equal numbers of
   saved activations; the greedy then swaps checkpoints and persistent buffers with lazy
   release and covering late triggers (:meth:`~.engine.state.PlanState.swap_window`);
+- when the trace has read-only weights (``writes == []``), weight streaming
+  (:mod:`.stream`) at each of ``params.stream_headrooms``;
 - ``capuchin``, ``vdnn`` and ``on-demand``.
 
 It checks each plan with the independent validator, simulates it, and keeps the one with
@@ -100,6 +102,7 @@ def members(trace, budget_bytes, cost, params: BudgetParams) -> list[Member]:
     """``auto``'s members, in the order that breaks ties."""
     from cupool.planning.budget.capuchin import plan_capuchin
     from cupool.planning.budget.classic import plan_on_demand, plan_vdnn
+    from cupool.planning.budget.stream import KEEP_ORDERS, plan_stream, streamable
 
     def greedy(options: GreedyOptions) -> Callable[[float], BudgetResult]:
         return lambda started: plan_greedy_with(trace, budget_bytes, cost, params, started,
@@ -122,6 +125,11 @@ def members(trace, budget_bytes, cost, params: BudgetParams) -> list[Member]:
                                          late_trigger="covering", segments=k, split=split,
                                          lazy_release=True)))
             for k in params.checkpoint_segments for split in ("bytes", "count")]
+    if streamable(trace):  # read-only weights: stream them (traces without writes: never)
+        out += [Member(f"stream(headroom {h:g}, keep {order} first)",
+                       lambda started, h=h, order=order: plan_stream(
+                           trace, budget_bytes, cost, params, started, h, order))
+                for h in params.stream_headrooms for order in KEEP_ORDERS]
     out += [Member("capuchin", policy(plan_capuchin)), Member("vdnn", policy(plan_vdnn)),
             Member("on-demand", policy(plan_on_demand))]
     return out

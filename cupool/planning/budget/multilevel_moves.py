@@ -36,6 +36,7 @@ from cupool.core.vocabulary import (
     SwapOut,
     Trace,
 )
+from cupool.planning.budget.engine.drops import mark_drops
 
 
 @dataclass(slots=True)
@@ -100,7 +101,8 @@ class TierState:
         arena = max((s.offset + self.sizes[b] for b in self.spans for s in self.spans[b]),
                     default=0)
         return replace(self.template, solver=solver, residencies=residencies,
-                       actions=tuple(self.actions), arena_bytes=int(arena))
+                       actions=mark_drops(self.trace, residencies, self.actions),
+                       arena_bytes=int(arena))
 
     def live(self) -> np.ndarray:
         delta = np.zeros(self.n + 1, dtype=np.int64)

@@ -28,6 +28,8 @@ class BudgetParams:
     checkpoint_segments: ``auto`` also runs the greedy after segment checkpointing
       (:mod:`.engine.checkpoint`) with each of these segment counts (empty: never).
     checkpoint_swap_weight: the swap weight of those runs.
+    stream_headrooms: ``auto`` also streams read-only weights (:mod:`.stream`), when the
+      trace has any, leaving each of these shares of the budget to prefetch into.
     offset_solver: static solver placing the residencies (``"greedy-size"`` is fast;
       ``"auto"`` tries harder when fragmentation matters).
     placement_rounds: times a planner re-plans for a smaller internal budget when the
@@ -48,6 +50,7 @@ class BudgetParams:
     recompute_chain: int = 30
     checkpoint_segments: tuple[int, ...] = (3, 4, 6)
     checkpoint_swap_weight: float = 0.2
+    stream_headrooms: tuple[float, ...] = (0.0, 0.1, 0.25)
     offset_solver: str = "greedy-size"
     placement_rounds: int = 5
     population: int = 16

@@ -117,7 +117,8 @@ def evaluate(state: PlanState, gap: IdleGap, options: GreedyOptions) -> GapOptio
                 # across the boundary the copy out follows the last use: what it adds to
                 # the D2H queue past the last op lengthens the iteration
                 tail = (state.d2h.end_growth(window.out_issue_us, window.out_us,
-                                             float(state.end_us[-1])) if wraps else 0.0)
+                                             float(state.end_us[-1]))
+                        if wraps and window.out_us > 0 else 0.0)
                 found.append(GapOption(options.swap_weight * link + window.late_us + tail
                                        + 1e-9 * size, SWAP, holes, next_use, swap=window))
     if not found:

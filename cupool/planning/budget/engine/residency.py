@@ -14,6 +14,11 @@ decision into a :class:`~cupool.core.Plan` the same way for all of them:
        swap gap:      [===)               [=======)   residency [1, 3) then [6, 8)
                         SwapOut after 1   SwapIn trigger 6, due 6... (resident_from = 6)
 
+   a wrap gap whose swap-in is triggered in the iteration's tail, after the last use
+   (``resident_from >= resident_until``: a read-only weight prefetched for the next
+   iteration) leaves the buffer resident across the boundary: ``[0, resident_until)``
+   and ``[resident_from, num_ops)``, one offset, the swap-in due at the last op;
+
 2. chain recomputes (an input of a recompute that was itself dropped) add a one-op
    residency ``[j, j + 1)`` at the op ``j`` the recompute happens before;
 3. the residencies are a static offset-assignment problem (each residency a "buffer");
@@ -39,6 +44,7 @@ from cupool.core.vocabulary import (
     SwapOut,
     Trace,
 )
+from cupool.planning.budget.engine.drops import mark_drops
 from cupool.planning.budget.engine.schedule import RECOMPUTE, SWAP, Schedule, base_interval
 
 
@@ -61,7 +67,12 @@ def residency_intervals(trace: Trace, schedule: Schedule) -> list[ResidencyInter
         start, end = base_interval(trace, b)
         gaps = sorted(schedule.gaps.get(b.id, ()), key=lambda g: g.prev_use)
         wrap = [g for g in gaps if g.wraps]
-        if wrap:
+        tail = None
+        if wrap and wrap[0].resident_from >= wrap[0].resident_until:
+            # back in the iteration's tail, for the next one: home [0, until), [from, n)
+            tail = ResidencyInterval(b.id, wrap[0].resident_from, end)
+            end = wrap[0].resident_until
+        elif wrap:
             start, end = wrap[0].resident_from, wrap[0].resident_until
         cursor = start
         for g in gaps:
@@ -70,6 +81,8 @@ def residency_intervals(trace: Trace, schedule: Schedule) -> list[ResidencyInter
             out.append(ResidencyInterval(b.id, cursor, g.resident_until))
             cursor = g.resident_from
         out.append(ResidencyInterval(b.id, cursor, end))
+        if tail is not None:
+            out.append(tail)
         for op in sorted(set(transients.get(b.id, ()))):
             out.append(ResidencyInterval(b.id, op, op + 1))
     return [r for r in out if r.end > r.start]
@@ -86,8 +99,11 @@ def actions_of(trace: Trace, schedule: Schedule) -> tuple:
             if g.mode == SWAP:
                 keyed.append(((g.prev_use + 1, 0, 0, 0, g.buffer_id),
                               SwapOut(g.buffer_id, g.prev_use)))
+                due = g.next_use
+                if g.wraps and g.resident_from >= g.resident_until:
+                    due = trace.num_ops - 1  # a tail prefetch lands within the iteration
                 keyed.append(((g.resident_from, 1, 0, 0, g.buffer_id),
-                              SwapIn(g.buffer_id, g.resident_from, g.next_use)))
+                              SwapIn(g.buffer_id, g.resident_from, due)))
             else:  # re-made where its residency resumes: its next use, or a batch's op
                 keyed.append(((g.resident_from, 2, _producer(trace, g.buffer_id), 0,
                                g.buffer_id), RecomputeAction(g.buffer_id, g.resident_from)))
@@ -122,9 +138,10 @@ def assemble(trace: Trace, schedule: Schedule, residencies: tuple[Residency, ...
     stats.setdefault("swap_gaps", schedule.count(SWAP))
     stats.setdefault("recompute_gaps", schedule.count(RECOMPUTE))
     stats.setdefault("chain_recomputes", len(schedule.chains))
+    actions = mark_drops(trace, residencies, actions_of(trace, schedule))
     return Plan(trace.name, trace.digest(), policy, SolveStatus.FEASIBLE, int(arena_bytes),
                 trace.lower_bound_bytes(), (), time.perf_counter() - started, budget_bytes,
-                stats, residencies, actions_of(trace, schedule))
+                stats, residencies, actions)
 
 
 def failed_plan(trace: Trace, budget_bytes: int, policy: str, started: float, status: SolveStatus,

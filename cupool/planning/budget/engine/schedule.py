@@ -58,7 +58,10 @@ class Gap:
     or the earlier op where a segment's batch re-runs it, :mod:`.checkpoint`).
     A *wrap gap* (persistent buffers only) has ``next_use <= prev_use``: off the device
     from ``resident_until`` to the end of the iteration and from op 0 to ``resident_from``
-    (ZeRO-Offload style: swapped out after the last use, back before the first).
+    (ZeRO-Offload style: swapped out after the last use, back before the first). A wrap
+    gap with ``resident_from >= resident_until`` is brought back in the iteration's tail,
+    for the next one (a read-only weight streamed across the boundary): off the device
+    only during ``[resident_until, resident_from)``.
     """
 
     buffer_id: int

@@ -326,10 +326,11 @@ class PlanState:
         already, so no op gets fuller): the copy out is due then, which leaves the D2H
         queue slack for other copies out."""
         size = self.trace.buffer(buffer_id).size
-        out_len = self.cost.copy_us(size, "d2h")
+        clean = self.clean_at(buffer_id, prev_use)
+        out_len = 0.0 if clean else self.cost.copy_us(size, "d2h")
         in_len = self.cost.copy_us(size, "h2d")
         out_issue = float(self.end_us[prev_use])
-        out_done = self.d2h.finish_if_added(out_issue, out_len)
+        out_done = out_issue if clean else self.d2h.finish_if_added(out_issue, out_len)
         resident_until = min(self.op_at_or_after(out_done, prev_use + 1), self.n)
         if self.lazy_release and not wraps and resident_until < next_use:
             over = np.flatnonzero(self.live[resident_until:next_use] > self.budget)
@@ -339,7 +340,7 @@ class PlanState:
         # queued behind it, must have landed by then
         out_due = (float(self.start_us[resident_until]) if resident_until < self.n
                    else float("inf"))
-        if not self.d2h.fits(out_issue, out_len, out_due):
+        if not clean and not self.d2h.fits(out_issue, out_len, out_due):
             return None
         due = float(self.start_us[next_use])
         low = 0 if wraps else resident_until
@@ -414,11 +415,59 @@ class PlanState:
         else:
             self.holes.setdefault(buffer_id, []).append(Hole(until, next_use, SWAP))
             self._free(size, until, trigger)
-        self.d2h.add(window.out_issue_us, window.out_us, float(self.start_us[until])
-                     if until < self.n else float("inf"))
+        if window.out_us > 0:  # clean data is dropped: nothing joins the D2H queue
+            self.d2h.add(window.out_issue_us, window.out_us, float(self.start_us[until])
+                         if until < self.n else float("inf"))
         self.h2d.add(window.in_issue_us, window.in_us, window.due_us)
         self.h2d_copies[(buffer_id, prev_use)] = QueuedCopy(window.in_issue_us, window.in_us,
                                                             window.due_us)
+
+    def apply_tail_prefetch(self, buffer_id: int, last_use: int, first_use: int,
+                            trigger: int) -> None:
+        """Drop a read-only buffer after its last use and copy it back from op ``trigger``
+        (after the last use) for the next iteration: its wrap gap taken with the swap-in
+        in the iteration's tail, due at the last op. It stays resident across the
+        boundary (:mod:`.residency`), off the device only during ``[last_use + 1,
+        trigger)``; nothing is copied out."""
+        size = self.trace.buffer(buffer_id).size
+        due = self.n - 1
+        self.schedule.add(Gap(buffer_id, last_use, first_use, SWAP, last_use + 1, trigger))
+        self.holes.setdefault(buffer_id, []).append(Hole(last_use + 1, due, SWAP))
+        self._free(size, last_use + 1, trigger)
+        copy = QueuedCopy(float(self.start_us[trigger]), self.cost.copy_us(size, "h2d"),
+                          float(self.start_us[due]))
+        self.h2d.add(*copy)
+        self.h2d_copies[(buffer_id, last_use)] = copy
+
+    def clean_at(self, buffer_id: int, prev_use: int) -> bool:
+        """True when the buffer leaves the device after ``prev_use`` with a valid host copy
+        (so it is dropped, not copied out): it is read-only (its host copy never goes
+        stale), or its residency holding ``prev_use`` is entered by a swap-in (one
+        already planned, or, leaving by the wrap gap of a persistent buffer without an
+        earlier one, the wrap gap's own swap-in) and no op has written it since. A
+        read-only weight used once per iteration is thus streamed: in before its use,
+        dropped after it. Unknown ``writes`` are never clean here, so traces without them
+        plan as before."""
+        buffer = self.by_id[buffer_id]
+        if buffer.writes is None:
+            return False
+        if buffer.read_only:
+            return True
+        gaps = self.schedule.gaps.get(buffer_id, ())
+        before = [g for g in gaps if not g.wraps and g.next_use <= prev_use]
+        if before:
+            entry = max(before, key=lambda g: g.next_use)
+            if entry.mode != SWAP:
+                return False
+            return not buffer.written_in(entry.resident_from, prev_use)
+        if buffer.kind != PERSISTENT:
+            return False  # its first residency, where it is produced
+        wrap = next((g for g in gaps if g.wraps), None)
+        if wrap is not None:
+            return wrap.mode == SWAP and not buffer.written_in(wrap.resident_from, prev_use)
+        if buffer.uses[-1] != prev_use:
+            return False  # kept since op 0: no host copy yet
+        return not buffer.written_in(buffer.uses[0], prev_use)
 
     def hole_blocked(self, buffer_id: int, a: int, b: int) -> bool:
         """True when the data would be invalid during ``[a, b)`` while a planned recompute
