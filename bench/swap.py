@@ -131,6 +131,7 @@ def run(quick: bool, traces: list[BenchTrace] | None = None) -> dict:
         traces = [t for t in bench_traces(("train", "infer")) if t.name in QUICK_TRACES]
         fractions = (0.7,)
     began = time.perf_counter()
+    info = run_info(quick)
     rows = []
     for bench_trace in traces:
         trace = bench_trace.load()
@@ -144,7 +145,7 @@ def run(quick: bool, traces: list[BenchTrace] | None = None) -> dict:
                       f"{_mark(row['target_met'])} ({auto.get('member', '-')}, "
                       f"{auto['seconds']:.1f} s)", flush=True)
     return {"rows": rows, "summary": summarize(rows), "targets": targets(rows),
-            "run": run_info(time.perf_counter() - began, quick)}
+            "run": {**info, "seconds": round(time.perf_counter() - began, 1)}}
 
 
 def plan_cell(bench_trace: BenchTrace, trace: Trace, fraction: float, link: str) -> dict:
@@ -222,8 +223,8 @@ def targets(rows: list[dict]) -> dict:
             "target_misses": cells("target_met"), "moonshot_misses": cells("moonshot_met")}
 
 
-def run_info(seconds: float, quick: bool) -> dict:
-    """Where and from what the table was made."""
+def run_info(quick: bool) -> dict:
+    """Where and from what the table is made (read when the run starts)."""
     def git(*args):
         try:
             done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True,
@@ -237,8 +238,7 @@ def run_info(seconds: float, quick: bool) -> dict:
             "dirty": None if status is None else bool(status),
             "machine": platform.machine(), "processor": platform.processor(),
             "cpus": os.cpu_count(), "platform": platform.platform(),
-            "python": platform.python_version(), "argv": sys.argv[1:], "quick": quick,
-            "seconds": round(seconds, 1)}
+            "python": platform.python_version(), "argv": sys.argv[1:], "quick": quick}
 
 
 def breakdown(trace, sim) -> dict:
