@@ -153,3 +153,37 @@ def test_replay_stretches_short_passes_to_the_minimum_wall_time():
     assert scale * ideal == pytest.approx(replay_inference.MIN_IDEAL_WALL_US)
     long_pass = load_trace(capture_inference.OUT_DIR / "gpt2_infer_b8.trace.json.gz")
     assert replay_inference.time_scale_for(long_pass, "gen5") == replay_inference.TIME_SCALE
+
+
+swap_diagnose = _load("swap_diagnose")
+
+
+def test_diagnosis_takes_the_misses_of_the_chosen_kinds():
+    rows = [_row(0.10, 0.20, trace="met"), _row(0.10, 0.40, trace="missed"),
+            _row(0.10, None, valid=False, trace="no_plan"),
+            _row(None, None, valid=False, trace="infeasible"),
+            _row(0.10, 0.40, trace="training", kind="train")]
+    picked = swap_diagnose.misses({"rows": rows}, ["infer"])
+    assert [r["trace"] for r in picked] == ["missed", "no_plan"]
+    assert [r["trace"] for r in swap_diagnose.misses({"rows": rows}, ["infer", "train"],
+                                                     only=["train"])] == ["training"]
+
+
+def test_diagnosis_splits_copies_by_direction_and_kind_and_finds_the_waits():
+    from types import SimpleNamespace
+
+    from cupool.core.vocabulary import Buffer, Op, Trace
+
+    trace = Trace(name="toy", ops=tuple(Op(f"op{i}") for i in range(3)),
+                  buffers=(Buffer(0, 64, 0, 3, uses=(0, 2), kind=PERSISTENT),
+                           Buffer(1, 32, 0, 2, uses=(0, 1))))
+    # copies: (buffer, direction, bytes, enqueued, start, end); op 2 waits 5 us for buffer 0
+    sim = SimpleNamespace(
+        copies=((0, "d2h", 64, 1.0, 1.0, 3.0), (1, "d2h", 32, 1.0, 3.0, 4.0),
+                (0, "h2d", 64, 4.0, 4.0, 12.0)),
+        op_times=((0.0, 0.0, 1.0), (1.0, 1.0, 7.0), (7.0, 12.0, 13.0)))
+    copied = swap_diagnose.copied_bytes(trace, sim)
+    assert copied == {"h2d_persistent": 64, "h2d_temporary": 0, "d2h_persistent": 64,
+                      "d2h_temporary": 32, "h2d_busy_us": 8.0, "d2h_busy_us": 3.0}
+    assert swap_diagnose.waits(trace, sim) == [
+        {"op": 2, "name": "op2", "wait_us": 5.0, "h2d_landed": 1, "h2d_landed_bytes": 64}]
