@@ -204,9 +204,12 @@ def judge(row: dict) -> dict:
     if row["bound"] is None:
         return {"validated": validated, "target_met": None, "moonshot_met": None}
     overhead = auto.get("overhead")
+    # bool(): overheads and bounds may be NumPy floats, whose comparisons give numpy.bool_,
+    # which json would write as the string "False"
     return {"validated": validated,
-            "target_met": overhead is not None and overhead <= 2 * row["bound"] + 0.05,
-            "moonshot_met": overhead is not None and overhead <= 1.2 * row["bound"] + 0.01}
+            "target_met": bool(overhead is not None and overhead <= 2 * row["bound"] + 0.05),
+            "moonshot_met": bool(overhead is not None
+                                 and overhead <= 1.2 * row["bound"] + 0.01)}
 
 
 def targets(rows: list[dict]) -> dict:

@@ -187,3 +187,13 @@ def test_diagnosis_splits_copies_by_direction_and_kind_and_finds_the_waits():
                       "d2h_temporary": 32, "h2d_busy_us": 8.0, "d2h_busy_us": 3.0}
     assert swap_diagnose.waits(trace, sim) == [
         {"op": 2, "name": "op2", "wait_us": 5.0, "h2d_landed": 1, "h2d_landed_bytes": 64}]
+
+
+def test_cell_verdicts_are_json_booleans_with_numpy_overheads():
+    import json
+
+    import numpy as np
+
+    row = _row(np.float64(0.10), np.float64(0.40))
+    assert json.loads(json.dumps({k: row[k] for k in ("target_met", "moonshot_met")},
+                                 default=str)) == {"target_met": False, "moonshot_met": False}
