@@ -481,7 +481,8 @@ def swap_section(swap: dict) -> str:
                         r["policies"].get("auto", {}).get("member", "–")])
     met_n = sum(e["auto_meets_target"] for e in summary)
     all_n = sum(e["traces"] for e in summary)
-    methods = sorted({r.get("bound_method") or "dual" for r in swap["rows"]})
+    methods = sorted({r.get("bound_method") or "dual" for r in swap["rows"]
+                      if r["bound"] is not None})
     how = {"lp": "each examined op's relaxation solved as a linear program (HiGHS)",
            "dual": "the dual search of the relaxation (SciPy missing)"}
     return "\n".join([
