@@ -42,15 +42,17 @@ CONVERGED_BY = 3
 FRACTIONS = (0.9, 0.7, 0.5)
 
 
-def time_scale_for(trace, link: str) -> float:
-    """The op-time stretch for ``trace`` (module docstring)."""
+def time_scale_for(trace, link: str, min_wall_us: float = MIN_IDEAL_WALL_US) -> float:
+    """The op-time stretch for ``trace``: at least ``TIME_SCALE``, and enough for its ideal
+    iteration to take ``min_wall_us`` of wall time (module docstring)."""
     ideal_us = sum(cost_model(link).op_times(trace))
-    return max(TIME_SCALE, MIN_IDEAL_WALL_US / ideal_us) if ideal_us > 0 else TIME_SCALE
+    return max(TIME_SCALE, min_wall_us / ideal_us) if ideal_us > 0 else TIME_SCALE
 
 
-def replay_cell(trace, fraction: float, link: str) -> dict:
+def replay_cell(trace, fraction: float, link: str,
+                min_wall_us: float = MIN_IDEAL_WALL_US) -> dict:
     """Plan ``trace`` with ``auto`` at ``fraction`` of its lower bound and replay it."""
-    scale = time_scale_for(trace, link)
+    scale = time_scale_for(trace, link, min_wall_us)
     settings = ReplaySettings(iterations=ITERATIONS, link=link, size_scale=SIZE_SCALE,
                               time_scale=scale)
     row = {"trace": trace.name, "fraction": fraction, "link": link, "time_scale": scale}
@@ -87,6 +89,9 @@ def main(argv=None) -> int:
     parser.add_argument("--link", choices=LINKS, default="gen5")
     parser.add_argument("--only", default="",
                         help="comma-separated: only traces whose name contains one of these")
+    parser.add_argument("--min-wall-ms", type=float, default=MIN_IDEAL_WALL_US / 1000,
+                        help="stretch op times so an ideal iteration takes at least this "
+                             "much wall time (default %(default)g ms)")
     parser.add_argument("--out", type=Path,
                         default=ROOT / "bench" / "results" / "replay_inference.json")
     args = parser.parse_args(argv)
@@ -98,7 +103,7 @@ def main(argv=None) -> int:
     for bench_trace in traces:
         trace = bench_trace.load()
         for fraction in fractions:
-            row = replay_cell(trace, fraction, args.link)
+            row = replay_cell(trace, fraction, args.link, args.min_wall_ms * 1000)
             rows.append(row)
             if row["status"] != "replayed":
                 print(f"{row['trace']:24s} {round(fraction * 100):3d}%  no plan: "
@@ -119,6 +124,7 @@ def main(argv=None) -> int:
     info["seconds"] = round(time.perf_counter() - began, 1)
     args.out.write_text(json.dumps({"rows": rows, "misses": misses, "iterations": ITERATIONS,
                                     "converged_by": CONVERGED_BY, "size_scale": SIZE_SCALE,
+                                    "min_wall_ms": args.min_wall_ms,
                                     "run": info}, indent=1) + "\n")
     return 0
 
