@@ -123,10 +123,10 @@ def bench_traces(kinds=KINDS, lstm: str = "small", only=()) -> list[BenchTrace]:
     return out
 
 
-def run(quick: bool, traces: list[BenchTrace] | None = None) -> dict:
+def run(quick: bool, traces: list[BenchTrace] | None = None, fractions=FRACTIONS,
+        links=LINKS) -> dict:
     """Every (trace, fraction, link) cell; ``quick``: the ``QUICK_TRACES`` at 70% only."""
     traces = bench_traces() if traces is None else traces
-    fractions = FRACTIONS
     if quick:
         traces = [t for t in bench_traces(("train", "infer")) if t.name in QUICK_TRACES]
         fractions = (0.7,)
@@ -136,7 +136,7 @@ def run(quick: bool, traces: list[BenchTrace] | None = None) -> dict:
     for bench_trace in traces:
         trace = bench_trace.load()
         for fraction in fractions:
-            for link in LINKS:
+            for link in links:
                 row = plan_cell(bench_trace, trace, fraction, link)
                 rows.append(row)
                 auto = row["policies"]["auto"]
@@ -279,7 +279,7 @@ def summarize(rows) -> list[dict]:
     where no plan can exist counts in ``infeasible``, not in the medians)."""
     out = []
     for kind in KINDS:
-        for fraction in FRACTIONS:
+        for fraction in sorted({r["fraction"] for r in rows}, reverse=True):
             for link in LINKS:
                 cells = [r for r in rows if r.get("kind", "train") == kind
                          and r["fraction"] == fraction and r["link"] == link]
@@ -333,14 +333,21 @@ def main(argv=None) -> int:
                              "or full (250 x 4, width 1024)")
     parser.add_argument("--only", default="",
                         help="comma-separated: only traces whose name contains one of these")
+    parser.add_argument("--fractions", default=",".join(str(f) for f in FRACTIONS),
+                        help="comma-separated fractions of each trace's lower bound")
+    parser.add_argument("--links", default=",".join(LINKS),
+                        help=f"comma-separated, of {', '.join(LINKS)}")
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "swap.json"))
     args = parser.parse_args(argv)
+    links = [link for link in args.links.split(",") if link]
+    if set(links) - set(LINKS):
+        parser.error(f"--links: choose from {', '.join(LINKS)}")
     kinds = [k for k in args.kinds.split(",") if k]
     unknown = sorted(set(kinds) - set(KINDS))
     if unknown:
         parser.error(f"--kinds: unknown {', '.join(unknown)} (choose from {', '.join(KINDS)})")
     traces = bench_traces(kinds, args.lstm, [w for w in args.only.split(",") if w])
-    result = run(args.quick, traces)
+    result = run(args.quick, traces, [float(f) for f in args.fractions.split(",") if f], links)
     print_table(result["summary"], result["targets"])
     print(f"\nrun: {result['run']['seconds']:.0f} s on {result['run']['cpus']} CPUs, "
           f"commit {result['run']['commit']}")
