@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 
 from swap import KINDS, LSTM_SHAPES, bench_traces, run_info
@@ -156,10 +157,12 @@ def main(argv=None) -> int:
     rows = misses(swap, [k for k in args.kinds.split(",") if k],
                   [w for w in args.only.split(",") if w])
     info = run_info(quick=False)
+    began = time.perf_counter()
     cells = []
     for row in rows:
         cells.append(diagnose(row))
         print(describe(cells[-1]), flush=True)
+    info["seconds"] = round(time.perf_counter() - began, 1)
     args.out.write_text(json.dumps({"swap_run": swap.get("run"), "run": info,
                                     "cells": cells}, indent=1) + "\n")
     return 0
