@@ -55,6 +55,10 @@ COMMANDS = {
 }
 
 SWAP_TARGET = "auto <= 2 x bound + 5 percentage points"
+SWAP_KINDS = {"train": "the training traces", "infer": "the inference traces",
+              "lstm": "the LSTM-shaped trace"}
+"""The kinds of trace ``bench/swap.py`` plans (a row or summary entry without ``kind`` is
+a training one, as in results written before it planned the others)."""
 REPLAY_RATIO_TARGET = 1.15
 REPLAY_USE_TARGET_US = 5.0
 REPLAY_CONVERGE_ITERATIONS = 3
@@ -189,14 +193,16 @@ def headline_pool(pool: dict) -> list[str]:
 
 
 def headline_swap(swap: dict) -> list[str]:
-    cells = [f"{round(e['fraction'] * 100)}% {e['link']}: {f_pct(e['auto'])} vs bound "
-             f"{f_pct(e['bound'])} ({e['auto_meets_target']}/{e['traces']} within target)"
-             for e in swap["summary"]]
-    if not cells:
-        return []
-    joined = "; ".join(cells)
-    return ["- **Budget planner `auto`, median iteration overhead over the training traces "
-            f"vs the sound lower bound** ({SWAP_TARGET}): {joined}. — `{COMMANDS['swap']}`"]
+    lines = []
+    for kind, words in SWAP_KINDS.items():
+        cells = [f"{round(e['fraction'] * 100)}% {e['link']}: {f_pct(e['auto'])} vs bound "
+                 f"{f_pct(e['bound'])} ({e['auto_meets_target']}/{e['traces']} within target)"
+                 for e in swap["summary"] if e.get("kind", "train") == kind]
+        if cells:
+            lines.append(f"- **Budget planner `auto`, median iteration overhead over {words} "
+                         f"vs the sound lower bound** ({SWAP_TARGET}): {'; '.join(cells)}. "
+                         f"— `{COMMANDS['swap']}`")
+    return lines
 
 
 def headline_replay(replay: dict) -> list[str]:
@@ -458,7 +464,7 @@ def swap_section(swap: dict) -> str:
     summary = swap["summary"]
     policies = [k for k in summary[0] if k + "_found" in summary[0]] if summary else []
     head = ["budget", "link", "traces", *policies, "bound", "auto within target"]
-    body = [[f"{round(e['fraction'] * 100)}%", e["link"], e["traces"],
+    body = [[_kind_prefix(e) + f"{round(e['fraction'] * 100)}%", e["link"], e["traces"],
              *[f_pct(e[p]) if e[p] is not None else f"{e[p + '_found']}/{e['traces']} found"
                for p in policies],
              f_pct(e["bound"]), f"{e['auto_meets_target']}/{e['traces']}"] for e in summary]
@@ -470,23 +476,25 @@ def swap_section(swap: dict) -> str:
             entry = r["policies"].get(p, {})
             cells.append(f_pct(entry["overhead"]) if entry.get("overhead") is not None
                          else entry.get("status", "–"))
-        per_row.append([r["trace"], f"{round(r['fraction'] * 100)}%", r["link"],
+        per_row.append([r["trace"], _kind_prefix(r) + f"{round(r['fraction'] * 100)}%", r["link"],
                         f_int(r["budget_bytes"]), f_pct(r["bound"]), *cells,
                         r["policies"].get("auto", {}).get("member", "–")])
     met_n = sum(e["auto_meets_target"] for e in summary)
     all_n = sum(e["traces"] for e in summary)
-    methods = sorted({r.get("bound_method") or "dual" for r in swap["rows"]})
+    methods = sorted({r.get("bound_method") or "dual" for r in swap["rows"]
+                      if r["bound"] is not None})
     how = {"lp": "each examined op's relaxation solved as a linear program (HiGHS)",
            "dual": "the dual search of the relaxation (SciPy missing)"}
     return "\n".join([
         "## Budget planners (`bench/swap.py`)", "",
         f"Regenerate: `{COMMANDS['swap']}`. Iteration-time overhead (simulated; 5.0% = 5% "
-        "slower than with unlimited memory) of every policy on every training trace at 90, 70 "
-        "and 50% of its lower bound, PCIe Gen5 and Gen4, next to the sound lower bound on any "
+        "slower than with unlimited memory) of every policy on every training trace, every "
+        "inference trace and an LSTM-shaped training step at 90, 70 and 50% of its lower "
+        "bound, PCIe Gen5 and Gen4, next to the sound lower bound on any "
         f"plan's overhead (bound: {'; '.join(how.get(m, m) for m in methods)}). Target: "
         f"{SWAP_TARGET}.", "",
         f"Target as recorded in the JSON summary: **auto within target in {met_n}/{all_n} "
-        "cases**.", "",
+        "cases**.", *_swap_totals(swap.get("targets")), "",
         "Medians over the traces (a policy that found no plan for some trace shows how many "
         "it found):", "",
         table(head, body, "llr" + "r" * len(policies) + "rr"), "",
@@ -494,6 +502,25 @@ def swap_section(swap: dict) -> str:
         table(["trace", "budget", "link", "budget bytes", "bound", *row_policies, "auto chose"],
               per_row, "lllrr" + "r" * len(row_policies) + "l"),
         *loose_bound_part(swap["rows"])])
+
+
+def _swap_totals(totals: dict | None) -> list[str]:
+    """The JSON's cell counts (cells with a feasible bound, those without a validated auto
+    plan, target and moonshot misses) as one sentence; nothing for older results."""
+    if not totals:
+        return []
+    missing = totals["without_validated_plan"]
+    return ["", f"{totals['bound_feasible']} of {totals['cells']} cells have a feasible bound "
+            f"(in the others no plan can exist); without a validated `auto` plan: "
+            f"{len(missing)}{' (' + ', '.join(missing) + ')' if missing else ''}; target "
+            f"misses: {len(totals['target_misses'])}; moonshot (auto <= 1.2 x bound + 1 point) "
+            f"misses: {len(totals['moonshot_misses'])}."]
+
+
+def _kind_prefix(entry: dict) -> str:
+    """``"infer "`` / ``"lstm "`` before a budget cell of those kinds; nothing for training."""
+    kind = entry.get("kind", "train")
+    return "" if kind == "train" else f"{kind} "
 
 
 LOOSE_FACTOR = 1.5
