@@ -1,6 +1,6 @@
 """Replay of the inference plans: late prefetches per iteration against the simulator's floor.
 
-Every inference trace of ``bench/swap.py`` (the bundled ones and ``bench/data/traces``) is
+Every inference trace of ``bench/swap.py`` (the captures of ``bench/data/traces``) is
 planned by ``auto`` at 90/70/50% of its lower bound and replayed the way ``cupool replay``
 does (:func:`cupool.app.replay.replay`: the swap engine on an emulated device paced like the
 link, the late-prefetch feedback between iterations) for ``ITERATIONS`` iterations. Target:

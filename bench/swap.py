@@ -13,9 +13,11 @@ made for (with recompute recipes, derived when the trace has none).
     python bench/swap.py --kinds infer    # only some kinds of trace (train, infer, lstm)
     python bench/swap.py --only gpt2,bert # only traces whose name contains one of these
 
-Traces: the bundled training traces (``cupool/data/traces/*train*``), the bundled inference
-traces (``*infer*``) and the inference captures of ``bench/data/traces`` (every model at
-batch 1 and 8; ``bench/capture_inference.py``) not bundled under the same name, and
+Traces: the bundled training traces (``cupool/data/traces/*train*``), the inference
+captures of ``bench/data/traces`` (every model at batch 1 and 8; ``bench/capture_inference.py``;
+they record which ops write each buffer, so read-only weights are dropped, not copied back),
+the bundled inference traces (``*infer*``, captured before traces had ``writes``) where no
+capture has the same name, and
 :func:`cupool.planning.synthetic.lstm_trace` in the shape ``--lstm`` names.
 
 Overheads are fractions (0.05 = 5%); medians are over the traces of one kind; "target" is
@@ -113,7 +115,7 @@ def bench_traces(kinds=KINDS, lstm: str = "small", only=()) -> list[BenchTrace]:
     if "infer" in kinds:
         bundled = {_stem(p): p for p in TRACES.glob("*infer*.trace.json.gz")}
         captured = {_stem(p): p for p in CAPTURED.glob("*infer*.trace.json.gz")}
-        merged = {**captured, **bundled}
+        merged = {**bundled, **captured}  # a capture has writes; the bundled ones none
         out += [BenchTrace(name, "infer", merged[name]) for name in sorted(merged)]
     if "lstm" in kinds:
         shape = LSTM_SHAPES[lstm]
