@@ -102,7 +102,12 @@ def members(trace, budget_bytes, cost, params: BudgetParams) -> list[Member]:
     """``auto``'s members, in the order that breaks ties."""
     from cupool.planning.budget.capuchin import plan_capuchin
     from cupool.planning.budget.classic import plan_on_demand, plan_vdnn
-    from cupool.planning.budget.stream import KEEP_ORDERS, plan_stream, streamable
+    from cupool.planning.budget.stream import (
+        KEEP_ORDERS,
+        SEARCHED,
+        plan_stream,
+        streamable,
+    )
 
     def greedy(options: GreedyOptions) -> Callable[[float], BudgetResult]:
         return lambda started: plan_greedy_with(trace, budget_bytes, cost, params, started,
@@ -130,6 +135,8 @@ def members(trace, budget_bytes, cost, params: BudgetParams) -> list[Member]:
                        lambda started, h=h, order=order: plan_stream(
                            trace, budget_bytes, cost, params, started, h, order))
                 for h in params.stream_headrooms for order in KEEP_ORDERS]
+        out += [Member("stream(searched keep set)", lambda started: plan_stream(
+            trace, budget_bytes, cost, params, started, 0.0, SEARCHED))]
     out += [Member("capuchin", policy(plan_capuchin)), Member("vdnn", policy(plan_vdnn)),
             Member("on-demand", policy(plan_on_demand))]
     return out

@@ -34,6 +34,11 @@ only for traces with read-only weights (traces without ``writes`` plan exactly a
 
 from __future__ import annotations
 
+import heapq
+import math
+import random
+from dataclasses import dataclass
+
 import numpy as np
 
 from cupool.core.vocabulary import Trace
@@ -120,21 +125,33 @@ def _kept_by_fit(state: PlanState, weights, limit: float, timely: bool) -> set[i
     return {b.id for b in left}
 
 
-def stream_weights(state: PlanState, headroom: float, order: str = "small",
-                   fill: float = PREFETCH_FILL, tails: bool = True) -> int:
-    """Stream the read-only weights of ``state``'s trace (module docstring, steps 1-3;
-    step 3 only with ``tails``), keeping weights in ``order`` (:data:`KEEP_ORDERS`) and
-    prefetching into at most ``fill`` of the budget; returns how many are streamed."""
-    weights = streamable(state.trace)
-    if not weights:
-        return 0
-    kept = _kept(state, weights, (1.0 - headroom) * state.budget, order)
+@dataclass(frozen=True)
+class StreamLayout:
+    """Which weights stream and when each comes in (module docstring, steps 2-3).
+
+    streamed: the streamed weights in order of first use; ``triggers[id]`` the op whose
+    dispatch issues a weight's prefetch inside the iteration; ``tails[id]`` the tail op
+    from which a weight used early is prefetched for the next iteration instead;
+    ``overflow_bytes`` how far the weights alone leave some op over the budget (the
+    greedy's share, on top)."""
+
+    streamed: tuple
+    triggers: dict
+    tails: dict
+    overflow_bytes: float
+
+
+def weight_layout(state: PlanState, weights, kept: set[int], fill: float = PREFETCH_FILL,
+                  tails: bool = True) -> StreamLayout:
+    """The streamed weights (``weights`` not in ``kept``) and their prefetch triggers,
+    filling at most ``fill`` of the budget left over by what is always resident."""
     streamed = sorted((b for b in weights if b.id not in kept),
                       key=lambda b: (b.uses[0], b.id))
     live = state.live.astype(np.float64)
     for b in streamed:
         live -= b.size
         live[b.uses[0]:b.uses[-1] + 1] += b.size
+    overflow = max(0.0, float(live.max()) - state.budget)
     # the bytes resident at every op (kept weights) pack as one block: the slack is kept
     # in the rest
     base = float(live.min())
@@ -148,18 +165,39 @@ def stream_weights(state: PlanState, headroom: float, order: str = "small",
         live[trigger:first] += b.size
         triggers[b.id] = floor = trigger
     across = _tail_prefetches(state, streamed, triggers, live, limit) if tails else {}
-    for b in sorted(streamed, key=lambda b: (triggers[b.id], b.uses[0], b.id)):
+    return StreamLayout(tuple(streamed), triggers, across, overflow)
+
+
+def apply_layout(state: PlanState, layout: StreamLayout) -> None:
+    """Take every streamed weight's wrap gap off the device as ``layout`` says."""
+    for b in sorted(layout.streamed, key=lambda b: (layout.triggers[b.id], b.uses[0], b.id)):
         first, last = b.uses[0], b.uses[-1]
-        if b.id in across:
-            state.apply_tail_prefetch(b.id, last, first, across[b.id])
+        if b.id in layout.tails:
+            state.apply_tail_prefetch(b.id, last, first, layout.tails[b.id])
         else:
-            trigger = triggers[b.id]
+            trigger = layout.triggers[b.id]
             state.apply_swap(b.id, last, first, SwapWindow(
                 last + 1, trigger, float(state.end_us[last]), 0.0,
                 float(state.start_us[trigger]), state.cost.copy_us(b.size, "h2d"),
                 float(state.start_us[first]), 0.0))
         state.taken.add(IdleGap(b.id, last, first))
-    return len(streamed)
+
+
+def stream_weights(state: PlanState, headroom: float, order: str = "small",
+                   fill: float = PREFETCH_FILL, tails: bool = True,
+                   kept: set[int] | None = None) -> int:
+    """Stream the read-only weights of ``state``'s trace (module docstring, steps 1-3;
+    step 3 only with ``tails``), keeping weights in ``order`` (:data:`KEEP_ORDERS`), or
+    those of ``kept`` when given, and prefetching into at most ``fill`` of the budget;
+    returns how many are streamed."""
+    weights = streamable(state.trace)
+    if not weights:
+        return 0
+    if kept is None:
+        kept = _kept(state, weights, (1.0 - headroom) * state.budget, order)
+    layout = weight_layout(state, weights, kept, fill, tails)
+    apply_layout(state, layout)
+    return len(layout.streamed)
 
 
 def _tail_prefetches(state: PlanState, streamed, triggers: dict, live: np.ndarray,
@@ -190,16 +228,103 @@ def _tail_prefetches(state: PlanState, streamed, triggers: dict, live: np.ndarra
     return tails
 
 
+SEARCHED = "searched"
+"""The keep order of the member whose kept set is searched (:func:`searched_kept`)."""
+
+SEARCH_EVALUATIONS = 3000
+"""Kept sets :func:`searched_kept` evaluates (deterministic: bounded by the count)."""
+
+SEARCH_SMALLEST = 0.01
+"""Weights smaller than this share of the largest streamable one are never moved by the
+search (their copy is mostly the link's latency and frees almost nothing)."""
+
+SEARCH_TEMPERATURE = 0.05
+"""The search's starting temperature, as a share of the ideal iteration time: a move that
+lengthens the estimated iteration by that much is taken with probability 1/e at first,
+never at the end."""
+
+
+def layout_iteration_us(state: PlanState, layout: StreamLayout) -> float:
+    """The iteration time of ``layout`` alone on the estimated op times, replayed the way
+    the simulator runs a plan of swap-ins and drops: op ``i`` is dispatched when op
+    ``i - 1`` ends, the prefetches triggered at ``i`` join the FIFO H2D engines then (in
+    buffer order, as the plan lists them), op ``i`` waits for the copies due at it, and
+    the iteration ends when the last op and the last copy have."""
+    n = state.n
+    by_trigger: dict[int, list] = {}
+    for b in layout.streamed:
+        if b.id in layout.tails:
+            trigger, due = layout.tails[b.id], n - 1
+        else:
+            trigger, due = layout.triggers[b.id], b.uses[0]
+        by_trigger.setdefault(trigger, []).append((b.id, due, b.size))
+    engines = [0.0] * state.cost.copy_engines_per_direction
+    landed: dict[int, float] = {}
+    now = last_copy = 0.0
+    for i in range(n):
+        for _id, due, size in sorted(by_trigger.get(i, ())):
+            end = max(heapq.heappop(engines), now) + state.cost.copy_us(size, "h2d")
+            heapq.heappush(engines, end)
+            landed[due] = max(landed.get(due, 0.0), end)
+            last_copy = max(last_copy, end)
+        now = max(now, landed.get(i, 0.0)) + float(state.durations[i])
+    return max(now, last_copy)
+
+
+def searched_kept(state: PlanState, weights, seeds: list[set[int]], fill: float,
+                  evaluations: int = SEARCH_EVALUATIONS, seed: int = 0) -> set[int]:
+    """The kept set with the least estimated iteration time (:func:`layout_iteration_us`)
+    that simulated annealing finds from the best of ``seeds``: each move keeps or streams
+    one or two weights at random (``seed``); a kept set whose weights alone leave an op
+    over the budget is never taken. Which weights to stream is a knapsack over their idle
+    windows and bytes that no fixed order solves: spread over the iteration, the copies
+    overlap compute; bunched, they queue."""
+    def value(kept: set[int]) -> float:
+        layout = weight_layout(state, weights, kept, fill)
+        return math.inf if layout.overflow_bytes > 0 else layout_iteration_us(state, layout)
+
+    scored = [(value(k), rank) for rank, k in enumerate(seeds)]
+    current_value, rank = min(scored)
+    current = set(seeds[rank])
+    best, best_value = set(current), current_value
+    top = max(b.size for b in weights)
+    movable = [b.id for b in weights if b.size >= SEARCH_SMALLEST * top]
+    if not movable or not math.isfinite(current_value):
+        return best
+    rng = random.Random(seed)
+    start_temperature = SEARCH_TEMPERATURE * float(state.end_us[-1])
+    for step in range(evaluations):
+        temperature = start_temperature * (1.0 - step / evaluations) + 1e-9
+        moved = {rng.choice(movable)}
+        if rng.random() < 0.5:
+            moved.add(rng.choice(movable))
+        trial = current ^ moved
+        trial_value = value(trial)
+        if trial_value <= current_value or (math.isfinite(trial_value) and rng.random() < math.exp(
+                (current_value - trial_value) / temperature)):
+            current, current_value = trial, trial_value
+            if trial_value < best_value:
+                best, best_value = set(trial), trial_value
+    return best
+
+
 def plan_stream(trace, budget_bytes, cost, params: BudgetParams, started: float,
                 headroom: float = 0.25, order: str = "small") -> BudgetResult:
-    """Weight streaming at ``headroom``, keeping weights in ``order`` (module docstring),
-    the rest by the greedy."""
+    """Weight streaming at ``headroom``, keeping weights in ``order`` (module docstring;
+    :data:`SEARCHED`: the kept set :func:`searched_kept` finds, ``headroom`` unused), the
+    rest by the greedy."""
     options = GreedyOptions(swap_weight=params.checkpoint_swap_weight,
                             max_chain=params.max_chain)
 
     def decide(internal: int, tails: bool = True) -> Decision:
         state = PlanState(trace, internal, cost, max_chain=options.max_chain)
-        streamed = stream_weights(state, headroom, order, tails=tails)
+        kept = None
+        if order == SEARCHED:
+            weights = streamable(trace)
+            kept = searched_kept(state, weights, [_kept(state, weights, internal, keep)
+                                                  for keep in KEEP_ORDERS],
+                                 PREFETCH_FILL, seed=params.seed)
+        streamed = stream_weights(state, headroom, order, tails=tails, kept=kept)
         if state.live.max() > internal:
             cost_pass(state, candidate_gaps(trace, False), options)
         # a lowered internal budget (fragmentation) shrinks what is kept and prefetched;
