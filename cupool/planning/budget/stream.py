@@ -48,7 +48,13 @@ from cupool.planning.budget.engine.greedy import (
     cost_pass,
     fullest_op,
 )
-from cupool.planning.budget.engine.placement import Decision, place_schedule
+from cupool.planning.budget.engine.placement import (
+    FALLBACK_OFFSET_SOLVERS,
+    Decision,
+    place,
+    place_schedule,
+)
+from cupool.planning.budget.engine.residency import residency_intervals, resident_bytes
 from cupool.planning.budget.engine.schedule import IdleGap
 from cupool.planning.budget.engine.state import PlanState, SwapWindow
 from cupool.planning.budget.params import BudgetParams
@@ -238,6 +244,10 @@ SEARCH_SMALLEST = 0.01
 """Weights smaller than this share of the largest streamable one are never moved by the
 search (their copy is mostly the link's latency and frees almost nothing)."""
 
+SEARCH_PLACEMENT_TRIES = 12
+"""Kept sets, best first, whose residencies the searched member tries to place before it
+settles for the best one (and a lowered internal budget)."""
+
 SEARCH_TEMPERATURE = 0.05
 """The search's starting temperature, as a share of the ideal iteration time: a move that
 lengthens the estimated iteration by that much is taken with probability 1/e at first,
@@ -272,61 +282,91 @@ def layout_iteration_us(state: PlanState, layout: StreamLayout) -> float:
 
 
 def searched_kept(state: PlanState, weights, seeds: list[set[int]], fill: float,
-                  evaluations: int = SEARCH_EVALUATIONS, seed: int = 0) -> set[int]:
-    """The kept set with the least estimated iteration time (:func:`layout_iteration_us`)
-    that simulated annealing finds from the best of ``seeds``: each move keeps or streams
-    one or two weights at random (``seed``); a kept set whose weights alone leave an op
-    over the budget is never taken. Which weights to stream is a knapsack over their idle
-    windows and bytes that no fixed order solves: spread over the iteration, the copies
-    overlap compute; bunched, they queue."""
-    def value(kept: set[int]) -> float:
-        layout = weight_layout(state, weights, kept, fill)
-        return math.inf if layout.overflow_bytes > 0 else layout_iteration_us(state, layout)
+                  evaluations: int = SEARCH_EVALUATIONS, seed: int = 0,
+                  count: int = 1) -> list[set[int]]:
+    """The ``count`` kept sets with the least estimated iteration time
+    (:func:`layout_iteration_us`) that simulated annealing meets on its way from the best
+    of ``seeds``, best first: each move keeps or streams one or two weights at random
+    (``seed``); a kept set whose weights alone leave an op over the budget is never taken.
+    Which weights to stream is a knapsack over their idle windows and bytes that no fixed
+    order solves: spread over the iteration, the copies overlap compute; bunched, they
+    queue."""
+    seen: dict[frozenset, float] = {}
 
-    scored = [(value(k), rank) for rank, k in enumerate(seeds)]
-    current_value, rank = min(scored)
+    def value(kept: set[int]) -> float:
+        key = frozenset(kept)
+        if key not in seen:
+            layout = weight_layout(state, weights, kept, fill)
+            seen[key] = (math.inf if layout.overflow_bytes > 0
+                         else layout_iteration_us(state, layout))
+        return seen[key]
+
+    current_value, rank = min((value(k), rank) for rank, k in enumerate(seeds))
     current = set(seeds[rank])
-    best, best_value = set(current), current_value
     top = max(b.size for b in weights)
     movable = [b.id for b in weights if b.size >= SEARCH_SMALLEST * top]
-    if not movable or not math.isfinite(current_value):
-        return best
-    rng = random.Random(seed)
-    start_temperature = SEARCH_TEMPERATURE * float(state.end_us[-1])
-    for step in range(evaluations):
-        temperature = start_temperature * (1.0 - step / evaluations) + 1e-9
-        moved = {rng.choice(movable)}
-        if rng.random() < 0.5:
-            moved.add(rng.choice(movable))
-        trial = current ^ moved
-        trial_value = value(trial)
-        if trial_value <= current_value or (math.isfinite(trial_value) and rng.random() < math.exp(
-                (current_value - trial_value) / temperature)):
-            current, current_value = trial, trial_value
-            if trial_value < best_value:
-                best, best_value = set(trial), trial_value
-    return best
+    if movable and math.isfinite(current_value):
+        rng = random.Random(seed)
+        start_temperature = SEARCH_TEMPERATURE * float(state.end_us[-1])
+        for step in range(evaluations):
+            temperature = start_temperature * (1.0 - step / evaluations) + 1e-9
+            moved = {rng.choice(movable)}
+            if rng.random() < 0.5:
+                moved.add(rng.choice(movable))
+            trial = current ^ moved
+            trial_value = value(trial)
+            if trial_value <= current_value or (math.isfinite(trial_value) and rng.random()
+                                                < math.exp((current_value - trial_value)
+                                                           / temperature)):
+                current, current_value = trial, trial_value
+    ranked = sorted(((v, sorted(k)) for k, v in seen.items() if math.isfinite(v)))
+    return [set(k) for _v, k in ranked[:count]] or [current]
+
+
+def _packs(trace, state: PlanState, budget_bytes: int, params: BudgetParams) -> bool:
+    """Whether the residencies of ``state``'s schedule get offsets within the budget (by
+    the solvers :func:`~.engine.placement.place_schedule` tries, in its order)."""
+    intervals = residency_intervals(trace, state.schedule)
+    if resident_bytes(trace, intervals).max(initial=0) > budget_bytes:
+        return False
+    return any(place(trace, intervals, budget_bytes, solver).offsets is not None
+               for solver in dict.fromkeys((params.placement.offset_solver,
+                                            *FALLBACK_OFFSET_SOLVERS)))
 
 
 def plan_stream(trace, budget_bytes, cost, params: BudgetParams, started: float,
                 headroom: float = 0.25, order: str = "small") -> BudgetResult:
     """Weight streaming at ``headroom``, keeping weights in ``order`` (module docstring;
-    :data:`SEARCHED`: the kept set :func:`searched_kept` finds, ``headroom`` unused), the
+    :data:`SEARCHED`: a kept set :func:`searched_kept` finds, ``headroom`` unused), the
     rest by the greedy."""
     options = GreedyOptions(swap_weight=params.checkpoint_swap_weight,
                             max_chain=params.max_chain)
 
-    def decide(internal: int, tails: bool = True) -> Decision:
+    def streamed_state(internal: int, tails: bool, kept: set[int] | None):
         state = PlanState(trace, internal, cost, max_chain=options.max_chain)
-        kept = None
-        if order == SEARCHED:
-            weights = streamable(trace)
-            kept = searched_kept(state, weights, [_kept(state, weights, internal, keep)
-                                                  for keep in KEEP_ORDERS],
-                                 PREFETCH_FILL, seed=params.seed)
         streamed = stream_weights(state, headroom, order, tails=tails, kept=kept)
         if state.live.max() > internal:
             cost_pass(state, candidate_gaps(trace, False), options)
+        return state, streamed
+
+    def decide(internal: int, tails: bool = True) -> Decision:
+        kept_sets: list = [None]
+        if order == SEARCHED:
+            state = PlanState(trace, internal, cost)
+            weights = streamable(trace)
+            kept_sets = searched_kept(state, weights, [_kept(state, weights, internal, keep)
+                                                       for keep in KEEP_ORDERS],
+                                      PREFETCH_FILL, seed=params.seed,
+                                      count=SEARCH_PLACEMENT_TRIES)
+        # the best kept set whose residencies pack within the budget (the search sees
+        # bytes, not offsets); when none does, the best one (placement then lowers the
+        # internal budget)
+        for kept in kept_sets:
+            state, streamed = streamed_state(internal, tails, kept)
+            if len(kept_sets) == 1 or _packs(trace, state, budget_bytes, params):
+                break
+        else:
+            state, streamed = streamed_state(internal, tails, kept_sets[0])
         # a lowered internal budget (fragmentation) shrinks what is kept and prefetched;
         # the working set needs only the real budget
         fullest = fullest_op(state)
