@@ -1,0 +1,133 @@
+"""The searched member of weight streaming: the replay that scores a layout is the
+simulator's own result for a plan of prefetches and drops, the search is deterministic,
+and where every fixed keep order bunches the copies it spreads them."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from cupool.check import validate_swap_plan
+from cupool.core.vocabulary import PERSISTENT, Buffer, Op, Trace
+from cupool.planning.budget.engine.state import PlanState
+from cupool.planning.budget.params import BudgetParams
+from cupool.planning.budget.stream import (
+    KEEP_ORDERS,
+    SEARCHED,
+    layout_iteration_us,
+    plan_stream,
+    searched_kept,
+    streamable,
+    weight_layout,
+)
+from cupool.sim import cost_model, simulate
+from cupool.sim.bounds import overhead_lower_bound
+
+MB = 1 << 20
+
+
+def graded_inference(weight_mb) -> Trace:
+    """One 100 µs layer per weight (``weight_mb[i]`` MiB, read-only, used by layer ``i``)
+    and a 0.5 MiB activation from each layer to the next: small weights first, large ones
+    last, as in a transformer's head or a CNN's last stages::
+
+        op:     0    1    2    3    4    5    6    7
+        w:      1    1    1    1    4    4    4    4   MiB
+    """
+    layers = len(weight_mb)
+    ops = tuple(Op(f"layer{i}", duration_us=100.0) for i in range(layers))
+    weights = [Buffer(i, int(mb * MB), 0, layers, (i,), PERSISTENT, f"w{i}", writes=())
+               for i, mb in enumerate(weight_mb)]
+    activations = [Buffer(100 + i, MB // 2, i, min(i + 2, layers),
+                          tuple(range(i, min(i + 2, layers))), name=f"a{i}")
+                   for i in range(layers)]
+    return Trace("graded-inference", ops, tuple(weights + activations))
+
+
+GRADED = (1, 1, 1, 1, 4, 4, 4, 4)
+
+
+def _checked(trace, result, cost, budget):
+    assert result.feasible, result.reason
+    report = validate_swap_plan(trace, result.plan)
+    assert report.valid, (report.rule, report.message)
+    sim = simulate(trace, result.plan, cost)
+    bound = overhead_lower_bound(trace, budget, cost)
+    assert bound.feasible and sim.overhead >= bound.overhead - 1e-9
+    return sim
+
+
+@pytest.mark.parametrize("order", KEEP_ORDERS)
+@pytest.mark.parametrize("fraction", [0.6, 0.75])
+def test_the_replay_is_the_simulators_iteration(order, fraction):
+    trace = graded_inference(GRADED)
+    cost = cost_model("gen5")
+    budget = int(fraction * trace.lower_bound_bytes())
+    state = PlanState(trace, budget, cost)
+    weights = streamable(trace)
+    from cupool.planning.budget.stream import _kept
+
+    layout = weight_layout(state, weights, _kept(state, weights, budget, order))
+    assert layout.overflow_bytes == 0 and layout.streamed
+    result = plan_stream(trace, budget, cost, BudgetParams(), time.perf_counter(), 0.0, order)
+    sim = _checked(trace, result, cost, budget)
+    assert layout_iteration_us(state, layout) == pytest.approx(sim.iteration_us, abs=1e-6)
+
+
+def test_the_searched_member_spreads_the_copies_where_fixed_orders_bunch_them():
+    trace = graded_inference(GRADED)
+    cost = cost_model("gen5")
+    budget = int(0.6 * trace.lower_bound_bytes())
+    params = BudgetParams()
+    fixed = [_checked(trace, plan_stream(trace, budget, cost, params, time.perf_counter(),
+                                         h, order), cost, budget).iteration_us
+             for h in params.stream_headrooms for order in KEEP_ORDERS
+             if plan_stream(trace, budget, cost, params, time.perf_counter(), h,
+                            order).feasible]
+    searched = plan_stream(trace, budget, cost, params, time.perf_counter(), 0.0, SEARCHED)
+    sim = _checked(trace, searched, cost, budget)
+    # every fixed order streams the four large weights, whose copies queue at the end;
+    # the search finds a kept set whose copies all overlap compute
+    assert min(fixed) > 1.2 * sim.ideal_us
+    assert sim.iteration_us == pytest.approx(sim.ideal_us)
+
+
+def test_the_search_is_deterministic_and_never_worse_than_its_seeds():
+    trace = graded_inference((1, 2, 1, 2, 1, 2, 6, 6, 6, 6))
+    cost = cost_model("gen5")
+    budget = int(0.6 * trace.lower_bound_bytes())
+    state = PlanState(trace, budget, cost)
+    weights = streamable(trace)
+    from cupool.planning.budget.stream import _kept
+
+    seeds = [_kept(state, weights, budget, order) for order in KEEP_ORDERS]
+    found = searched_kept(state, weights, seeds, 0.9, evaluations=400, seed=3, count=4)
+    assert found == searched_kept(state, weights, seeds, 0.9, evaluations=400, seed=3,
+                                  count=4)
+    values = [layout_iteration_us(state, weight_layout(state, weights, kept, 0.9))
+              for kept in found]
+    assert values == sorted(values) and len({frozenset(k) for k in found}) == len(found)
+    assert values[0] <= min(layout_iteration_us(state, weight_layout(state, weights, k, 0.9))
+                            for k in seeds)
+    params = BudgetParams(seed=5)
+    one = plan_stream(trace, budget, cost, params, time.perf_counter(), 0.0, SEARCHED)
+    two = plan_stream(trace, budget, cost, params, time.perf_counter(), 0.0, SEARCHED)
+    assert one.plan.residencies == two.plan.residencies
+    assert one.plan.actions == two.plan.actions
+    _checked(trace, one, cost, budget)
+
+
+def test_auto_lists_the_searched_member_only_for_traces_with_read_only_weights():
+    from cupool.planning.budget.auto import members
+
+    cost = cost_model("gen5")
+    trace = graded_inference(GRADED)
+    budget = int(0.6 * trace.lower_bound_bytes())
+    names = [m.name for m in members(trace, budget, cost, BudgetParams())]
+    assert "stream(searched keep set)" in names
+    unknown = Trace(trace.name, trace.ops, tuple(
+        Buffer(b.id, b.size, b.start, b.end, b.uses, b.kind, b.name, writes=None)
+        for b in trace.buffers))
+    assert not any(m.name.startswith("stream") for m in members(unknown, budget, cost,
+                                                                 BudgetParams()))
