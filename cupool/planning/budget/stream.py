@@ -147,16 +147,31 @@ class StreamLayout:
     overflow_bytes: float
 
 
+def _streamed_live(state: PlanState, streamed) -> np.ndarray:
+    """The bytes resident at each op with every ``streamed`` weight resident only from
+    its first use to its last (exact: byte counts are integers well inside float64)."""
+    delta = np.zeros(state.n + 1)
+    for b in streamed:
+        delta[b.uses[0]] += b.size
+        delta[b.uses[-1] + 1] -= b.size
+    return (state.live.astype(np.float64) - sum(b.size for b in streamed)
+            + np.cumsum(delta[:-1]))
+
+
+def _earliest_fit(live: np.ndarray, low: int, high: int, size: int, limit: float) -> int:
+    """The earliest op ``t`` in ``[low, high]`` from which ``size`` more bytes fit
+    ``limit`` at every op of ``[t, high)``."""
+    over = np.flatnonzero(live[low:high] + size > limit)
+    return low + int(over[-1]) + 1 if len(over) else low
+
+
 def weight_layout(state: PlanState, weights, kept: set[int], fill: float = PREFETCH_FILL,
                   tails: bool = True) -> StreamLayout:
     """The streamed weights (``weights`` not in ``kept``) and their prefetch triggers,
     filling at most ``fill`` of the budget left over by what is always resident."""
     streamed = sorted((b for b in weights if b.id not in kept),
                       key=lambda b: (b.uses[0], b.id))
-    live = state.live.astype(np.float64)
-    for b in streamed:
-        live -= b.size
-        live[b.uses[0]:b.uses[-1] + 1] += b.size
+    live = _streamed_live(state, streamed)
     overflow = max(0.0, float(live.max()) - state.budget)
     # the bytes resident at every op (kept weights) pack as one block: the slack is kept
     # in the rest
@@ -165,9 +180,7 @@ def weight_layout(state: PlanState, weights, kept: set[int], fill: float = PREFE
     triggers, floor = {}, 0
     for b in streamed:
         first = b.uses[0]
-        trigger = first
-        while trigger > floor and live[trigger - 1] + b.size <= limit:
-            trigger -= 1
+        trigger = _earliest_fit(live, floor, first, b.size, limit)
         live[trigger:first] += b.size
         triggers[b.id] = floor = trigger
     across = _tail_prefetches(state, streamed, triggers, live, limit) if tails else {}
@@ -221,10 +234,7 @@ def _tail_prefetches(state: PlanState, streamed, triggers: dict, live: np.ndarra
         if ahead_us >= state.cost.copy_us(b.size, "h2d"):
             continue
         live[trigger:first] -= b.size
-        start = n
-        low = max(last + 2, floor)
-        while start - 1 >= low and live[start - 1] + b.size <= limit:
-            start -= 1
+        start = _earliest_fit(live, min(max(last + 2, floor), n), n, b.size, limit)
         if start < n and float(live[:first].max(initial=0.0)) + b.size <= limit:
             live[:first] += b.size
             live[start:] += b.size
@@ -344,7 +354,7 @@ def plan_stream(trace, budget_bytes, cost, params: BudgetParams, started: float,
 
     def streamed_state(internal: int, tails: bool, kept: set[int] | None):
         state = PlanState(trace, internal, cost, max_chain=options.max_chain)
-        streamed = stream_weights(state, headroom, order, tails=tails, kept=kept)
+        streamed = stream_weights(state, headroom, order, PREFETCH_FILL, tails, kept)
         if state.live.max() > internal:
             cost_pass(state, candidate_gaps(trace, False), options)
         return state, streamed
