@@ -306,9 +306,11 @@ def searched_kept(state: PlanState, weights, seeds: list[set[int]], fill: float,
     def value(kept: set[int]) -> float:
         key = frozenset(kept)
         if key not in seen:
-            layout = weight_layout(state, weights, kept, fill)
-            seen[key] = (math.inf if layout.overflow_bytes > 0
-                         else layout_iteration_us(state, layout))
+            streamed = [b for b in weights if b.id not in kept]
+            seen[key] = math.inf  # the weights alone overflow: no triggers needed
+            if _streamed_live(state, streamed).max(initial=0.0) <= state.budget:
+                seen[key] = layout_iteration_us(state, weight_layout(state, weights, kept,
+                                                                     fill))
         return seen[key]
 
     current_value, rank = min((value(k), rank) for rank, k in enumerate(seeds))
