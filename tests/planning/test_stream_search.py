@@ -131,3 +131,23 @@ def test_auto_lists_the_searched_member_only_for_traces_with_read_only_weights()
         for b in trace.buffers))
     assert not any(m.name.startswith("stream") for m in members(unknown, budget, cost,
                                                                  BudgetParams()))
+
+
+def test_auto_takes_the_searched_member_when_it_is_fastest_and_its_plan_is_valid():
+    from cupool.planning import make_plan
+    from cupool.planning.budget.auto import SEARCHED_MEMBER
+
+    trace = graded_inference((2, 2, 2, 2, 6, 6, 6, 6))  # no greedy member finds a plan
+    cost = cost_model("gen5")
+    budget = int(0.6 * trace.lower_bound_bytes())
+    planned = make_plan(trace, budget, policy="auto", cost=cost)
+    assert planned.fits, planned.reason
+    report = validate_swap_plan(planned.trace, planned.plan)
+    assert report.valid, (report.rule, report.message)
+    stats = planned.plan.stats
+    assert stats["member"] == SEARCHED_MEMBER
+    others = [v for k, v in stats["candidates"].items()
+              if k != SEARCHED_MEMBER and isinstance(v, float)]
+    sim = simulate(planned.trace, planned.plan, cost)
+    assert others and sim.overhead < min(others)
+    assert sim.overhead >= overhead_lower_bound(trace, budget, cost).overhead - 1e-9
