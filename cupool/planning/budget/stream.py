@@ -28,8 +28,19 @@ streamed one is prefetched::
 4. What still does not fit (activations) is left to the cost-aware greedy
    (:mod:`.engine.greedy`), on top.
 
-``auto`` runs it at each of ``params.stream_headrooms`` and :data:`KEEP_ORDERS`, and
-only for traces with read-only weights (traces without ``writes`` plan exactly as before).
+**The searched kept set** (:data:`SEARCHED`). No fixed order of step 1 knows where the
+copies will queue: keeping the small weights streams the large ones, often bunched at the
+end of the step, one copy waiting for the memory the previous one frees. The searched
+member replays steps 2-3 for a kept set on the estimated op times exactly as the simulator
+would (:func:`layout_iteration_us`: the FIFO link, each op waiting for its prefetches) and
+anneals over kept sets from the fixed orders' (:func:`searched_kept`, seeded, a bounded
+number of evaluations), which spreads the streamed weights so their copies overlap
+compute. The search counts bytes, not offsets, so its best kept sets are tried in order
+until one's residencies pack within the budget.
+
+``auto`` runs it at each of ``params.stream_headrooms`` and :data:`KEEP_ORDERS`, and with
+the searched kept set, only for traces with read-only weights (traces without ``writes``
+plan exactly as before).
 """
 
 from __future__ import annotations
