@@ -265,7 +265,7 @@ SEARCH_SMALLEST = 0.01
 """Weights smaller than this share of the largest streamable one are never moved by the
 search (their copy is mostly the link's latency and frees almost nothing)."""
 
-SEARCH_PLACEMENT_TRIES = 12
+SEARCH_PLACEMENT_TRIES = 32
 """Kept sets, best first, whose residencies the searched member tries to place before it
 settles for the best one (and a lowered internal budget)."""
 
@@ -352,9 +352,10 @@ def _packs(trace, state: PlanState, budget_bytes: int, params: BudgetParams) -> 
     intervals = residency_intervals(trace, state.schedule)
     if resident_bytes(trace, intervals).max(initial=0) > budget_bytes:
         return False
+    solvers = dict.fromkeys((params.placement.offset_solver, *FALLBACK_OFFSET_SOLVERS))
+    # any of them placing means place_schedule's ladder places too: the quickest first
     return any(place(trace, intervals, budget_bytes, solver).offsets is not None
-               for solver in dict.fromkeys((params.placement.offset_solver,
-                                            *FALLBACK_OFFSET_SOLVERS)))
+               for solver in sorted(solvers, key=lambda name: name != "greedy-breadth"))
 
 
 def plan_stream(trace, budget_bytes, cost, params: BudgetParams, started: float,
