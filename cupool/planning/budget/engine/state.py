@@ -97,6 +97,17 @@ class RecomputeChain(NamedTuple):
     advances: list[SwapAdvance]
 
 
+class ChainWalk(NamedTuple):
+    """The part of a :class:`RecomputeChain` that depends only on where buffers are
+    resident (:meth:`PlanState._chain_walk`): the swapped-out inputs whose swap-ins must
+    move earlier (in the order the walk met them), then ``cost_us`` and ``links`` (``None``:
+    some input cannot be re-made at the op)."""
+
+    swapped: tuple[int, ...]
+    cost_us: float | None
+    links: tuple[ChainLink, ...]
+
+
 class PlanState:
     """Mutable state of a greedy planner over one trace (with recipes) and budget."""
 
@@ -132,6 +143,9 @@ class PlanState:
         self.h2d_copies: dict[tuple[int, int], QueuedCopy] = {}  # by (buffer, prev_use)
         self.recompute_us = 0.0
         self.taken: set[IdleGap] = set()
+        self._walks: dict[tuple[int, int], ChainWalk] = {}  # by (buffer, op)
+        self._walks_reading: dict[int, set[tuple[int, int]]] = {}  # buffer -> walk keys
+        self._advances: dict[tuple[int, int], SwapAdvance | None] = {}  # until a change
 
     # -- time ----------------------------------------------------------------------------
     def _times(self) -> None:
@@ -174,32 +188,70 @@ class PlanState:
         """What recomputing ``buffer_id`` just before ``op`` takes: its producer plus every
         dropped input that must be recomputed too (``links``), and the swapped-out inputs
         whose swap-in must land by ``op`` instead of their next use (``advances``, see
-        :meth:`advance_swap`). ``None`` when some input cannot be made resident there."""
-        links: list[ChainLink] = []
+        :meth:`advance_swap`). ``None`` when some input cannot be made resident there.
+
+        The walk over the inputs (:meth:`_chain_walk`) depends only on where the buffers
+        it reads are resident, so it is cached until one of them gains a hole or a
+        transient residency; the advances depend on the copy queue and the timeline, so
+        they are asked for in the walk's order, once per state (asking again before the
+        state changes gives the same answer and leaves the queue as it is)."""
+        walk = self._walks.get((buffer_id, op))
+        if walk is None:
+            walk = self._chain_walk(buffer_id, op)
         advances: list[SwapAdvance] = []
-        cost = self._chain_cost(buffer_id, op, 0, set(), links, advances)
-        return None if cost is None else RecomputeChain(cost, links, advances)
+        for x in walk.swapped:
+            advance = self._advances.get((x, op), False)
+            if advance is False:
+                advance = self._advances[(x, op)] = self.advance_swap(x, op)
+            if advance is None:
+                return None
+            advances.append(advance)
+        if walk.cost_us is None:
+            return None
+        return RecomputeChain(walk.cost_us, list(walk.links), advances)
+
+    def _chain_walk(self, buffer_id: int, op: int) -> ChainWalk:
+        """Walk the inputs of ``buffer_id``'s recipe at ``op`` (:meth:`_chain_cost`) and
+        cache the result under every buffer whose residency it read."""
+        links: list[ChainLink] = []
+        swapped: list[int] = []
+        read: set[int] = set()
+        cost = self._chain_cost(buffer_id, op, 0, set(), links, swapped, read)
+        walk = ChainWalk(tuple(swapped), cost, tuple(links))
+        key = (buffer_id, op)
+        self._walks[key] = walk
+        for x in read:
+            self._walks_reading.setdefault(x, set()).add(key)
+        return walk
+
+    def _residency_changed(self, buffer_id: int) -> None:
+        """``buffer_id`` gained or changed a hole or a transient residency: forget the
+        cached chain walks that read it."""
+        for key in self._walks_reading.pop(buffer_id, ()):
+            self._walks.pop(key, None)
 
     def _chain_cost(self, buffer_id: int, op: int, depth: int, seen: set[int],
-                    links: list[ChainLink], advances: list[SwapAdvance]) -> float | None:
-        """µs of :meth:`chain` for ``buffer_id`` at ``depth``; its links and advances are
-        appended to the caller's lists (deeper links first)."""
+                    links: list[ChainLink], swapped: list[int], read: set[int]) -> float | None:
+        """µs of :meth:`chain` for ``buffer_id`` at ``depth``, ``None`` when an input cannot
+        be re-made there; its links and the swapped-out inputs to bring back earlier are
+        appended to the caller's lists (deeper links first, swapped inputs in the order
+        met), and every buffer whose residency it reads is added to ``read``. A swapped
+        input counts as brought back: whether its swap-in can move is :meth:`chain`'s
+        question."""
         by_id = self.by_id
         recipe = by_id[buffer_id].recompute
         if recipe is None or depth > self.max_chain:
             return None
         cost = float(self.durations[recipe.op])
         for x in recipe.inputs:
+            read.add(x)
             if self.resident(x, op) or x in seen:
                 continue
             buf = by_id[x]
             if buf.kind != PERSISTENT and self.hole_kind(x, op) == SWAP:
                 # swapped out: bring it back by ``op`` instead (an earlier swap-in)
-                advance = self.advance_swap(x, op)
-                if advance is None:
-                    return None
                 seen.add(x)
-                advances.append(advance)
+                swapped.append(x)
                 continue
             # a dropped input is re-produced inside a recompute hole of its lifetime (a
             # transient residency before a swap-in would break the swap), or after its
@@ -209,7 +261,7 @@ class PlanState:
             if op < buf.end and (self.hole_kind(x, op) not in (RECOMPUTE, None)
                                  or op < self.base[x].start):
                 return None
-            sub = self._chain_cost(x, op, depth + 1, seen, links, advances)
+            sub = self._chain_cost(x, op, depth + 1, seen, links, swapped, read)
             if sub is None:
                 return None
             seen.add(x)
@@ -231,11 +283,11 @@ class PlanState:
         in_len = self.cost.copy_us(size, "h2d")
         old = self.h2d_copies[(buffer_id, gap.prev_use)]
         due = float(self.start_us[op])
-        self.h2d.remove(old)
+        aside = self.h2d.set_aside(old)
         try:
             trigger = self._fitting_trigger(op, gap.resident_until, in_len, due)
         finally:
-            self.h2d.add(old.issue_us, old.length_us, old.due_us)
+            self.h2d.put_back(aside)
         if trigger is None:
             return None
         if trigger < gap.resident_from and (
@@ -245,6 +297,7 @@ class PlanState:
 
     def _apply_advance(self, advance: SwapAdvance, op: int) -> None:
         gap, trigger = advance.gap, advance.trigger
+        self._advances.clear()
         size = self.trace.buffer(gap.buffer_id).size
         key = (gap.buffer_id, gap.prev_use)
         old = self.h2d_copies[key]
@@ -262,6 +315,7 @@ class PlanState:
         holes = self.holes[gap.buffer_id]
         holes[holes.index(Hole(gap.resident_until, gap.next_use, SWAP))] = Hole(
             gap.resident_until, op, SWAP)
+        self._residency_changed(gap.buffer_id)
 
     # -- applying decisions --------------------------------------------------------------
     def _free(self, size: int, a: int, b: int) -> None:
@@ -294,15 +348,19 @@ class PlanState:
         self.schedule.add(Gap(buffer_id, prev_use, next_use, RECOMPUTE, prev_use + 1,
                               remade_at))
         self.holes.setdefault(buffer_id, []).append(Hole(prev_use + 1, remade_at, RECOMPUTE))
+        self._residency_changed(buffer_id)
+        self._advances.clear()
         self._free(self.trace.buffer(buffer_id).size, prev_use + 1, remade_at)
 
     def _remake(self, op: int, dropped: list[int], links: list[ChainLink], cost: float) -> None:
         """Recomputes before ``op``: of the ``dropped`` buffers, and of the chain ``links``
         (resident for that op only); every input they read is pinned at ``op``; ``cost`` µs
         is charged there."""
+        self._advances.clear()
         for link in links:
             self.schedule.chains.append(ChainRecompute(link.buffer_id, op, link.depth))
             self.transient.setdefault(link.buffer_id, set()).add(op)
+            self._residency_changed(link.buffer_id)
             self.live[op] += self.trace.buffer(link.buffer_id).size
         for y in [*dropped, *(link.buffer_id for link in links)]:
             for x in self.trace.buffer(y).recompute.inputs:
@@ -407,6 +465,7 @@ class PlanState:
         size = self.trace.buffer(buffer_id).size
         gap = Gap(buffer_id, prev_use, next_use, SWAP, until, trigger)
         self.schedule.add(gap)
+        self._advances.clear()
         if gap.wraps:
             self.holes.setdefault(buffer_id, []).append(Hole(until, next_use, WRAP))
             self._free(size, until, self.n)
@@ -414,6 +473,7 @@ class PlanState:
         else:
             self.holes.setdefault(buffer_id, []).append(Hole(until, next_use, SWAP))
             self._free(size, until, trigger)
+        self._residency_changed(buffer_id)
         self.d2h.add(window.out_issue_us, window.out_us, float(self.start_us[until])
                      if until < self.n else float("inf"))
         self.h2d.add(window.in_issue_us, window.in_us, window.due_us)
