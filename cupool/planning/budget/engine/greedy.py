@@ -92,19 +92,19 @@ def evaluate(state: PlanState, gap: IdleGap, options: GreedyOptions) -> GapOptio
             next_use = min(pins)
             if next_use - prev_use <= 1:
                 return None
-    size = state.trace.buffer(buffer_id).size
+    size = state.by_id[buffer_id].size
     found = []
     if (options.allow_recompute and not wraps and next_use - prev_use > 1
             and not state.hole_blocked(buffer_id, prev_use + 1, next_use)):
         chain = state.chain(buffer_id, next_use)
-        extra = 0 if chain is None else sum(state.trace.buffer(link.buffer_id).size
+        extra = 0 if chain is None else sum(state.by_id[link.buffer_id].size
                                             for link in chain.links)
         # the chain's inputs are resident at next_use too: never push that op over budget
         if chain is not None and (not extra or state.live[next_use] + extra <= state.budget):
             found.append(GapOption(chain.cost_us, RECOMPUTE, [OpSpan(prev_use + 1, next_use)],
                                    next_use, chain=chain))
     if options.allow_swap and (options.swap_temporaries
-                               or state.trace.buffer(buffer_id).kind == PERSISTENT):
+                               or state.by_id[buffer_id].kind == PERSISTENT):
         window = state.swap_window(buffer_id, prev_use, next_use, wraps)
         if window is not None:
             until, trigger = window.resident_until, window.trigger
@@ -137,7 +137,7 @@ def option_score(state: PlanState, gap: IdleGap, option: GapOption) -> float:
     live, budget = state.live, state.budget
     covered = sum(int((live[h.start:h.end] > budget).sum()) for h in option.holes
                   if h.end > h.start)
-    return option.cost_us / (state.trace.buffer(gap.buffer_id).size * max(covered, 1))
+    return option.cost_us / (state.by_id[gap.buffer_id].size * max(covered, 1))
 
 
 def apply_option(state: PlanState, gap: IdleGap, option: GapOption) -> None:

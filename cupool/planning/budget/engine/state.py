@@ -15,6 +15,7 @@ A copy is issued at an op boundary and served FIFO by its direction's engine::
 
 from __future__ import annotations
 
+import bisect
 from typing import NamedTuple
 
 import numpy as np
@@ -124,6 +125,7 @@ class PlanState:
         self.max_chain = max_chain
         self.n = trace.num_ops
         self.durations = np.array(cost.op_times(trace), dtype=float)
+        self._op_us = self.durations.tolist()
         self.extra = np.zeros(self.n, dtype=float)
         self._times()
         self.schedule = Schedule()
@@ -152,6 +154,7 @@ class PlanState:
         total = self.durations + self.extra
         self.start_us = np.concatenate(([0.0], np.cumsum(total)[:-1]))
         self.end_us = self.start_us + total
+        self._starts = self.start_us.tolist()  # for reading one op's start in loops
 
     def op_at_or_after(self, t_us: float, low: int) -> int:
         """The first op ``>= low`` that starts at or after ``t_us`` (``n`` if none)."""
@@ -191,10 +194,11 @@ class PlanState:
         :meth:`advance_swap`). ``None`` when some input cannot be made resident there.
 
         The walk over the inputs (:meth:`_chain_walk`) depends only on where the buffers
-        it reads are resident, so it is cached until one of them gains a hole or a
-        transient residency; the advances depend on the copy queue and the timeline, so
-        they are asked for in the walk's order, once per state (asking again before the
-        state changes gives the same answer and leaves the queue as it is)."""
+        it reads are resident at ``op``, so it is cached until one of them gains or changes
+        a hole or a transient residency there; the advances depend on the copy queue and
+        the timeline, so they are asked for in the walk's order, once per state (asking
+        again before the state changes gives the same answer and leaves the queue as it
+        is)."""
         walk = self._walks.get((buffer_id, op))
         if walk is None:
             walk = self._chain_walk(buffer_id, op)
@@ -224,10 +228,16 @@ class PlanState:
             self._walks_reading.setdefault(x, set()).add(key)
         return walk
 
-    def _residency_changed(self, buffer_id: int) -> None:
-        """``buffer_id`` gained or changed a hole or a transient residency: forget the
-        cached chain walks that read it."""
-        for key in self._walks_reading.pop(buffer_id, ()):
+    def _residency_changed(self, buffer_id: int, start: int, end: int) -> None:
+        """Whether ``buffer_id`` is resident (and the kind of its hole) changed at ops
+        ``[start, end)`` only: forget the cached chain walks at those ops that read it (a
+        walk at ``op`` reads only what is resident at ``op``)."""
+        keys = self._walks_reading.get(buffer_id)
+        if not keys:
+            return
+        stale = [key for key in keys if start <= key[1] < end]
+        for key in stale:
+            keys.discard(key)
             self._walks.pop(key, None)
 
     def _chain_cost(self, buffer_id: int, op: int, depth: int, seen: set[int],
@@ -238,17 +248,26 @@ class PlanState:
         met), and every buffer whose residency it reads is added to ``read``. A swapped
         input counts as brought back: whether its swap-in can move is :meth:`chain`'s
         question."""
-        by_id = self.by_id
+        by_id, holes, transient, base = self.by_id, self.holes, self.transient, self.base
         recipe = by_id[buffer_id].recompute
         if recipe is None or depth > self.max_chain:
             return None
-        cost = float(self.durations[recipe.op])
+        cost = self._op_us[recipe.op]
         for x in recipe.inputs:
             read.add(x)
-            if self.resident(x, op) or x in seen:
+            if x in seen:
                 continue
+            if x in holes or x in transient:
+                if self.resident(x, op):
+                    continue
+                kind = self.hole_kind(x, op)
+            else:  # no hole, no transient residency: resident over its base interval
+                start, end = base[x]
+                if start <= op < end:
+                    continue
+                kind = None
             buf = by_id[x]
-            if buf.kind != PERSISTENT and self.hole_kind(x, op) == SWAP:
+            if buf.kind != PERSISTENT and kind == SWAP:
                 # swapped out: bring it back by ``op`` instead (an earlier swap-in)
                 seen.add(x)
                 swapped.append(x)
@@ -258,8 +277,7 @@ class PlanState:
             # lifetime ended (a rematerialization of an intermediate the program freed)
             if buf.kind == PERSISTENT or op < buf.start:
                 return None
-            if op < buf.end and (self.hole_kind(x, op) not in (RECOMPUTE, None)
-                                 or op < self.base[x].start):
+            if op < buf.end and (kind not in (RECOMPUTE, None) or op < base[x].start):
                 return None
             sub = self._chain_cost(x, op, depth + 1, seen, links, swapped, read)
             if sub is None:
@@ -279,7 +297,7 @@ class PlanState:
                    None)
         if gap is None:
             return None
-        size = self.trace.buffer(buffer_id).size
+        size = self.by_id[buffer_id].size
         in_len = self.cost.copy_us(size, "h2d")
         old = self.h2d_copies[(buffer_id, gap.prev_use)]
         due = float(self.start_us[op])
@@ -315,7 +333,7 @@ class PlanState:
         holes = self.holes[gap.buffer_id]
         holes[holes.index(Hole(gap.resident_until, gap.next_use, SWAP))] = Hole(
             gap.resident_until, op, SWAP)
-        self._residency_changed(gap.buffer_id)
+        self._residency_changed(gap.buffer_id, op, gap.next_use)
 
     # -- applying decisions --------------------------------------------------------------
     def _free(self, size: int, a: int, b: int) -> None:
@@ -348,7 +366,7 @@ class PlanState:
         self.schedule.add(Gap(buffer_id, prev_use, next_use, RECOMPUTE, prev_use + 1,
                               remade_at))
         self.holes.setdefault(buffer_id, []).append(Hole(prev_use + 1, remade_at, RECOMPUTE))
-        self._residency_changed(buffer_id)
+        self._residency_changed(buffer_id, prev_use + 1, remade_at)
         self._advances.clear()
         self._free(self.trace.buffer(buffer_id).size, prev_use + 1, remade_at)
 
@@ -360,7 +378,7 @@ class PlanState:
         for link in links:
             self.schedule.chains.append(ChainRecompute(link.buffer_id, op, link.depth))
             self.transient.setdefault(link.buffer_id, set()).add(op)
-            self._residency_changed(link.buffer_id)
+            self._residency_changed(link.buffer_id, op, op + 1)
             self.live[op] += self.trace.buffer(link.buffer_id).size
         for y in [*dropped, *(link.buffer_id for link in links)]:
             for x in self.trace.buffer(y).recompute.inputs:
@@ -383,7 +401,7 @@ class PlanState:
         until the first op of the gap that is over the budget (they are resident there
         already, so no op gets fuller): the copy out is due then, which leaves the D2H
         queue slack for other copies out."""
-        size = self.trace.buffer(buffer_id).size
+        size = self.by_id[buffer_id].size
         out_len = self.cost.copy_us(size, "d2h")
         in_len = self.cost.copy_us(size, "h2d")
         out_issue = float(self.end_us[prev_use])
@@ -409,9 +427,12 @@ class PlanState:
         # by bisection; below it, scan a bounded number of triggers for one that also keeps
         # every later copy on time
         lo, hi = earliest, next_use + 1
-        while lo < hi:
+        starts, issues, finishes = self._starts, self.h2d.issues, self.h2d.finishes()
+        while lo < hi:  # h2d.finish_if_added(starts[mid], in_len) <= due + 1e-9, inlined
             mid = (lo + hi) // 2
-            if self.h2d.finish_if_added(float(self.start_us[mid]), in_len) <= due + 1e-9:
+            issue = starts[mid]
+            k = bisect.bisect_right(issues, issue)
+            if max(finishes[k - 1] if k else 0.0, issue) + in_len <= due + 1e-9:
                 lo = mid + 1
             else:
                 hi = mid
@@ -452,8 +473,9 @@ class PlanState:
     def _fitting_trigger(self, top: int, low: int, in_len: float, due: float) -> int | None:
         """The latest trigger in ``[max(low, top - TRIGGER_SCAN), top]`` whose copy in
         keeps itself and every later-issued copy on time (``None``: none does)."""
+        starts, fits = self._starts, self.h2d.fits
         for trigger in range(top, max(low, top - TRIGGER_SCAN) - 1, -1):
-            if self.h2d.fits(float(self.start_us[trigger]), in_len, due):
+            if fits(starts[trigger], in_len, due):
                 return trigger
         return None
 
@@ -470,10 +492,12 @@ class PlanState:
             self.holes.setdefault(buffer_id, []).append(Hole(until, next_use, WRAP))
             self._free(size, until, self.n)
             self._free(size, 0, trigger)
+            self._residency_changed(buffer_id, until, self.n)
+            self._residency_changed(buffer_id, 0, next_use)
         else:
             self.holes.setdefault(buffer_id, []).append(Hole(until, next_use, SWAP))
             self._free(size, until, trigger)
-        self._residency_changed(buffer_id)
+            self._residency_changed(buffer_id, until, next_use)
         self.d2h.add(window.out_issue_us, window.out_us, float(self.start_us[until])
                      if until < self.n else float("inf"))
         self.h2d.add(window.in_issue_us, window.in_us, window.due_us)
