@@ -1,13 +1,15 @@
 """The planning state's caches: after any sequence of swaps, recomputes and segment
-batches, every cached recompute-chain walk equals the walk computed afresh, and
-:meth:`PlanState.chain` answers as a state without caches does; a copy set aside in a
-planner's copy queue goes back as ``remove`` then ``add`` would put it."""
+batches, every cached recompute-chain walk equals the walk computed afresh,
+:meth:`PlanState.chain` answers as a state without caches does and the cached
+over-budget ops are those of ``live``; a copy set aside in a planner's copy queue goes
+back as ``remove`` then ``add`` would put it."""
 
 from __future__ import annotations
 
 import copy as copy_module
 import random
 
+import numpy as np
 import pytest
 
 from cupool.planning.budget.engine.checkpoint import apply_batches
@@ -58,6 +60,10 @@ def test_cached_walks_match_fresh_ones_after_random_changes(seed, segments):
             apply_option(state, gap, option)
             state.taken.add(gap)
             applied += 1
+        over = [int(op) for op in np.flatnonzero(state.live > budget)]
+        assert state.over_budget_ops() == over
+        low, high = sorted((gap.prev_use, gap.next_use))
+        assert state.over_budget_count(low, high) == sum(low <= op < high for op in over)
         for (buffer_id, op), walk in list(state._walks.items()):
             assert walk == fresh_walk(state, buffer_id, op), (buffer_id, op)
             compared += 1

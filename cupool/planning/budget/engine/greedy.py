@@ -126,16 +126,14 @@ def evaluate(state: PlanState, gap: IdleGap, options: GreedyOptions) -> GapOptio
 
 
 def _helps(state: PlanState, holes: list[OpSpan]) -> bool:
-    return any(h.end > h.start and int(state.live[h.start:h.end].max()) > state.budget
-               for h in holes)
+    return any(h.end > h.start and state.over_budget_count(h.start, h.end) for h in holes)
 
 
 def option_score(state: PlanState, gap: IdleGap, option: GapOption) -> float:
     """µs per byte-op of excess removed: the option's cost over its size times the number
     of over-budget ops its holes cover (only grows as other choices fix ops, so a lazy
     heap stays exact)."""
-    live, budget = state.live, state.budget
-    covered = sum(int((live[h.start:h.end] > budget).sum()) for h in option.holes
+    covered = sum(state.over_budget_count(h.start, h.end) for h in option.holes
                   if h.end > h.start)
     return option.cost_us / (state.by_id[gap.buffer_id].size * max(covered, 1))
 
@@ -265,7 +263,7 @@ def free_time_pass(state: PlanState, gaps: list[IdleGap], options: GreedyOptions
     """Capuchin's order: largest free time first, each gap taken while it frees bytes at
     an op still over the budget."""
     for gap in sorted(gaps, key=lambda g: (-free_time(state, g), g)):
-        if state.live.max() <= state.budget:
+        if not state.over_budget_ops():
             break
         if gap in state.taken:
             continue
@@ -287,7 +285,7 @@ def cost_pass(state: PlanState, gaps: list[IdleGap], options: GreedyOptions) -> 
             option = evaluate(state, gap, options)
             if option is not None and _helps(state, option.holes):
                 heapq.heappush(heap, (option_score(state, gap, option), gap))
-        while heap and state.live.max() > state.budget:
+        while heap and state.over_budget_ops():
             _score, gap = heapq.heappop(heap)
             option = evaluate(state, gap, options)
             if option is None or not _helps(state, option.holes):

@@ -140,6 +140,7 @@ class PlanState:
             self.live[s] += b.size
             self.live[e] -= b.size
         self.live = np.cumsum(self.live[:-1])
+        self._over: list[int] | None = None  # over_budget_ops(), until live changes
         self.d2h = CopyEngine()
         self.h2d = CopyEngine()
         self.h2d_copies: dict[tuple[int, int], QueuedCopy] = {}  # by (buffer, prev_use)
@@ -158,8 +159,21 @@ class PlanState:
 
     def op_at_or_after(self, t_us: float, low: int) -> int:
         """The first op ``>= low`` that starts at or after ``t_us`` (``n`` if none)."""
-        k = int(np.searchsorted(self.start_us, t_us - 1e-9, side="left"))
+        k = bisect.bisect_left(self._starts, t_us - 1e-9)
         return max(k, low)
+
+    # -- the budget ----------------------------------------------------------------------
+    def over_budget_ops(self) -> list[int]:
+        """The ops with more bytes resident than the budget, ascending (kept until ``live``
+        changes: change it only through this state's methods)."""
+        if self._over is None:
+            self._over = np.flatnonzero(self.live > self.budget).tolist()
+        return self._over
+
+    def over_budget_count(self, start: int, end: int) -> int:
+        """How many ops of ``[start, end)`` have more bytes resident than the budget."""
+        over = self.over_budget_ops()
+        return bisect.bisect_left(over, end) - bisect.bisect_left(over, start)
 
     # -- residency -----------------------------------------------------------------------
     def resident(self, buffer_id: int, op: int) -> bool:
@@ -327,6 +341,7 @@ class PlanState:
             self.live[trigger:gap.resident_from] += size
         else:
             self.live[gap.resident_from:trigger] -= size
+        self._over = None
         gaps = self.schedule.gaps[gap.buffer_id]
         gaps[gaps.index(gap)] = Gap(gap.buffer_id, gap.prev_use, op, SWAP, gap.resident_until,
                                     trigger)
@@ -339,6 +354,7 @@ class PlanState:
     def _free(self, size: int, a: int, b: int) -> None:
         if b > a:
             self.live[a:b] -= size
+            self._over = None
 
     def apply_recompute(self, buffer_id: int, prev_use: int, next_use: int,
                         chain: RecomputeChain) -> None:
@@ -380,6 +396,7 @@ class PlanState:
             self.transient.setdefault(link.buffer_id, set()).add(op)
             self._residency_changed(link.buffer_id, op, op + 1)
             self.live[op] += self.trace.buffer(link.buffer_id).size
+            self._over = None
         for y in [*dropped, *(link.buffer_id for link in links)]:
             for x in self.trace.buffer(y).recompute.inputs:
                 self.pinned.setdefault(x, set()).add(op)
