@@ -155,7 +155,15 @@ class PlanState:
         total = self.durations + self.extra
         self.start_us = np.concatenate(([0.0], np.cumsum(total)[:-1]))
         self.end_us = self.start_us + total
-        self._starts = self.start_us.tolist()  # for reading one op's start in loops
+        self._starts_list: list[float] | None = None  # start_us as a list, made when read
+
+    @property
+    def _starts(self) -> list[float]:
+        """``start_us`` as a list (reading one op's start in a loop), made when first read
+        after the timeline changed."""
+        if self._starts_list is None:
+            self._starts_list = self.start_us.tolist()
+        return self._starts_list
 
     def op_at_or_after(self, t_us: float, low: int) -> int:
         """The first op ``>= low`` that starts at or after ``t_us`` (``n`` if none)."""
