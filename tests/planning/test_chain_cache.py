@@ -33,12 +33,12 @@ def fresh_walk(state: PlanState, buffer_id: int, op: int) -> ChainWalk:
 
 def uncached_chain(state: PlanState, buffer_id: int, op: int):
     """:meth:`PlanState.chain` with the caches emptied first (restored afterwards)."""
-    walks, reading, advances = state._walks, state._walks_reading, state._advances
-    state._walks, state._walks_reading, state._advances = {}, {}, {}
+    walks, reading = state._walks, state._walks_reading
+    state._walks, state._walks_reading = {}, {}
     try:
         return state.chain(buffer_id, op)
     finally:
-        state._walks, state._walks_reading, state._advances = walks, reading, advances
+        state._walks, state._walks_reading = walks, reading
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])

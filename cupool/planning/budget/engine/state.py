@@ -148,7 +148,6 @@ class PlanState:
         self.taken: set[IdleGap] = set()
         self._walks: dict[tuple[int, int], ChainWalk] = {}  # by (buffer, op)
         self._walks_reading: dict[int, set[tuple[int, int]]] = {}  # buffer -> walk keys
-        self._advances: dict[tuple[int, int], SwapAdvance | None] = {}  # until a change
 
     # -- time ----------------------------------------------------------------------------
     def _times(self) -> None:
@@ -218,17 +217,14 @@ class PlanState:
         The walk over the inputs (:meth:`_chain_walk`) depends only on where the buffers
         it reads are resident at ``op``, so it is cached until one of them gains or changes
         a hole or a transient residency there; the advances depend on the copy queue and
-        the timeline, so they are asked for in the walk's order, once per state (asking
-        again before the state changes gives the same answer and leaves the queue as it
-        is)."""
+        the timeline, so they are asked for afresh, in the walk's order (asking also moves
+        the old copy behind the copies issued at the same time, which later answers see)."""
         walk = self._walks.get((buffer_id, op))
         if walk is None:
             walk = self._chain_walk(buffer_id, op)
         advances: list[SwapAdvance] = []
         for x in walk.swapped:
-            advance = self._advances.get((x, op), False)
-            if advance is False:
-                advance = self._advances[(x, op)] = self.advance_swap(x, op)
+            advance = self.advance_swap(x, op)
             if advance is None:
                 return None
             advances.append(advance)
@@ -337,7 +333,6 @@ class PlanState:
 
     def _apply_advance(self, advance: SwapAdvance, op: int) -> None:
         gap, trigger = advance.gap, advance.trigger
-        self._advances.clear()
         size = self.trace.buffer(gap.buffer_id).size
         key = (gap.buffer_id, gap.prev_use)
         old = self.h2d_copies[key]
@@ -391,14 +386,12 @@ class PlanState:
                               remade_at))
         self.holes.setdefault(buffer_id, []).append(Hole(prev_use + 1, remade_at, RECOMPUTE))
         self._residency_changed(buffer_id, prev_use + 1, remade_at)
-        self._advances.clear()
         self._free(self.trace.buffer(buffer_id).size, prev_use + 1, remade_at)
 
     def _remake(self, op: int, dropped: list[int], links: list[ChainLink], cost: float) -> None:
         """Recomputes before ``op``: of the ``dropped`` buffers, and of the chain ``links``
         (resident for that op only); every input they read is pinned at ``op``; ``cost`` µs
         is charged there."""
-        self._advances.clear()
         for link in links:
             self.schedule.chains.append(ChainRecompute(link.buffer_id, op, link.depth))
             self.transient.setdefault(link.buffer_id, set()).add(op)
@@ -512,7 +505,6 @@ class PlanState:
         size = self.trace.buffer(buffer_id).size
         gap = Gap(buffer_id, prev_use, next_use, SWAP, until, trigger)
         self.schedule.add(gap)
-        self._advances.clear()
         if gap.wraps:
             self.holes.setdefault(buffer_id, []).append(Hole(until, next_use, WRAP))
             self._free(size, until, self.n)
