@@ -3,8 +3,11 @@ shared training traces, at 90/70/50% of each trace's lower bound (PCIe Gen5, the
 link of :func:`cupool.planning.make_plan`).
 
 Per cell: the seconds ``make_plan(trace, budget, policy="auto")`` took (wall clock on this
-machine), the plan's simulated overhead (a fraction of the iteration without swaps), and
-whether the independent swap validator accepts the plan.
+machine, and the CPU seconds of this process: on a shared machine the wall clock also
+counts other jobs' time), the plan's simulated overhead (a fraction of the iteration
+without swaps), and whether the independent swap validator accepts the plan. The JSON
+also records the machine (CPU count, Python, NumPy, platform) and the git commit the
+code was at, with the paths under ``cupool/`` that differed from it.
 
     python bench/auto_speed.py                # every trace; writes bench/results/auto_speed.json
     python bench/auto_speed.py --traces lstm         # the LSTM trace only
@@ -15,9 +18,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import platform
+import subprocess
 import sys
 import time
 from pathlib import Path
+
+import numpy as np
 
 from cupool.check import validate_swap_plan
 from cupool.io import load_trace
@@ -41,12 +49,14 @@ def traces(which: str):
 
 def measure(name: str, trace, fraction: float) -> dict:
     budget = int(trace.lower_bound_bytes() * fraction)
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     planned = make_plan(trace, budget, policy="auto")
     seconds = time.perf_counter() - started
+    cpu_seconds = time.process_time() - cpu_started
     result = planned.budget
     row = {"trace": name, "buffers": len(trace.buffers), "fraction": fraction,
            "budget_bytes": budget, "seconds": round(seconds, 3),
+           "cpu_seconds": round(cpu_seconds, 3),
            "status": planned.plan.status.value, "member": result.member,
            "overhead": None, "valid": False}
     if result.simulation is not None:
@@ -57,6 +67,32 @@ def measure(name: str, trace, fraction: float) -> dict:
         if not check.valid:
             row["invalid"] = f"{check.rule}: {check.message}"
     return row
+
+
+def machine() -> dict:
+    """What ran the benchmark: CPU count (and how many this process may use), Python,
+    NumPy and the platform."""
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+    return {"cpu_count": os.cpu_count(), "usable_cpus": usable,
+            "python": platform.python_version(), "numpy": np.__version__,
+            "platform": platform.platform()}
+
+
+def code_version() -> dict:
+    """The git commit of the code measured, and the paths under ``cupool/`` that differ
+    from it (``None`` for both outside a git checkout)."""
+    root = Path(__file__).resolve().parent.parent
+
+    def git(*args) -> str:
+        return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True,
+                              check=True).stdout
+    try:
+        commit = git("rev-parse", "HEAD").strip()
+        changed = sorted(line[3:] for line in git("status", "--porcelain", "--", "cupool")
+                         .splitlines())
+    except (OSError, subprocess.CalledProcessError):
+        return {"commit": None, "uncommitted_under_cupool": None}
+    return {"commit": commit, "uncommitted_under_cupool": changed}
 
 
 def _pct(x) -> str:
@@ -88,13 +124,15 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     before = json.loads(args.compare.read_text())["rows"] if args.compare else None
     args.out.parent.mkdir(parents=True, exist_ok=True)
+    header = {"link": "gen5", "machine": machine(), "code": code_version(),
+              "when": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     rows = []
     for name, trace in traces(args.traces):
         for fraction in args.fractions:
             rows.append(measure(name, trace, fraction))
             print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
             # written after every cell: a long run stopped early keeps what it measured
-            args.out.write_text(json.dumps({"link": "gen5", "rows": rows}, indent=1) + "\n")
+            args.out.write_text(json.dumps({**header, "rows": rows}, indent=1) + "\n")
     print_table(rows, before)
     return 0
 

@@ -208,6 +208,7 @@ def search_tiers(trace: Trace, seed_plan: Plan, cost, params: TierParams | None 
         return time.perf_counter() > deadline or search.evaluations >= evaluations
 
     passes = 0
+    waited, waited_report = None, None
     for pass_ in range(params.max_passes):
         passes += 1
         improved_in_pass = False
@@ -216,7 +217,8 @@ def search_tiers(trace: Trace, seed_plan: Plan, cost, params: TierParams | None 
                 break
             if op % params.checkpoint_ops == 0 and best.cost < current.cost:
                 current = best
-            waited = waits(current.report)
+            if waited_report is not current.report:  # a pure function of the report
+                waited, waited_report = waits(current.report), current.report
             moves = moves_at(current.state, op, current.report, waited,
                              link_moves=pass_ > 0 or current.report.stall_us > 0,
                              level_moves=params.pageable)
@@ -240,13 +242,13 @@ def search_tiers(trace: Trace, seed_plan: Plan, cost, params: TierParams | None 
                     if not search.validate(trace, candidate.plan()).valid:
                         search.rejected_invalid += 1
                         current = best
-                        waited = waits(current.report)
+                        waited, waited_report = waits(current.report), current.report
                         continue
                     best = visited
                     improved_in_pass = True
                 search.accepted[move.kind] += 1
                 current = visited
-                waited = waits(current.report)
+                waited, waited_report = waits(current.report), current.report
         if best.cost < current.cost:
             current = best
         if not improved_in_pass or out_of_budget():

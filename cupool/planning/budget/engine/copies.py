@@ -25,6 +25,15 @@ class QueuedCopy(NamedTuple):
     due_us: float
 
 
+class SetAside(NamedTuple):
+    """A copy :meth:`CopyEngine.set_aside` took out of the queue: the copy, the index it had,
+    and the queue's cached finishes, tolerances and absorbed delays from before."""
+
+    copy: QueuedCopy
+    index: int
+    saved: tuple
+
+
 class CopyEngine:
     """One FIFO copy engine: its copies kept in issue order (copies issued at the same time
     in the order they were added)."""
@@ -162,6 +171,31 @@ class CopyEngine:
                 self._changed(k, inserted=False)
                 return
         raise ValueError(f"no copy issued at {issue} us for {length} us due {due} us")
+
+    def set_aside(self, copy: QueuedCopy) -> SetAside:
+        """:meth:`remove` a copy for a while (to ask the queue without it), keeping what
+        :meth:`put_back` needs to restore the queue exactly as it was."""
+        saved = (self._finishes, self._tol, self._after)
+        k = bisect.bisect_left(self.issues, copy.issue_us)
+        while not (self.lengths[k] == copy.length_us and self.dues[k] == copy.due_us):
+            k += 1
+        self.remove(copy)
+        return SetAside(copy, k, saved)
+
+    def put_back(self, aside: SetAside) -> None:
+        """Add a copy :meth:`set_aside` took out again. When it goes back to the place it
+        left (no copy issued at the same time behind it), the queue and its cached finishes
+        and tolerances are what they were before; otherwise it is :meth:`add` ed behind
+        the copies issued at the same time, as ``remove`` then ``add`` would."""
+        copy, k = aside.copy, aside.index
+        issue = copy.issue_us
+        if k < len(self.issues) and self.issues[k] == issue:
+            self.add(issue, copy.length_us, copy.due_us)
+            return
+        self.issues.insert(k, issue)
+        self.lengths.insert(k, copy.length_us)
+        self.dues.insert(k, copy.due_us)
+        self._finishes, self._tol, self._after = aside.saved
 
     def end_growth(self, issue: float, length: float, end: float) -> float:
         """How much later than ``end`` (or than the queue's last finish, if later) the

@@ -92,19 +92,19 @@ def evaluate(state: PlanState, gap: IdleGap, options: GreedyOptions) -> GapOptio
             next_use = min(pins)
             if next_use - prev_use <= 1:
                 return None
-    size = state.trace.buffer(buffer_id).size
+    size = state.by_id[buffer_id].size
     found = []
     if (options.allow_recompute and not wraps and next_use - prev_use > 1
             and not state.hole_blocked(buffer_id, prev_use + 1, next_use)):
         chain = state.chain(buffer_id, next_use)
-        extra = 0 if chain is None else sum(state.trace.buffer(link.buffer_id).size
+        extra = 0 if chain is None else sum(state.by_id[link.buffer_id].size
                                             for link in chain.links)
         # the chain's inputs are resident at next_use too: never push that op over budget
         if chain is not None and (not extra or state.live[next_use] + extra <= state.budget):
             found.append(GapOption(chain.cost_us, RECOMPUTE, [OpSpan(prev_use + 1, next_use)],
                                    next_use, chain=chain))
     if options.allow_swap and (options.swap_temporaries
-                               or state.trace.buffer(buffer_id).kind == PERSISTENT):
+                               or state.by_id[buffer_id].kind == PERSISTENT):
         window = state.swap_window(buffer_id, prev_use, next_use, wraps)
         if window is not None:
             until, trigger = window.resident_until, window.trigger
@@ -127,18 +127,16 @@ def evaluate(state: PlanState, gap: IdleGap, options: GreedyOptions) -> GapOptio
 
 
 def _helps(state: PlanState, holes: list[OpSpan]) -> bool:
-    return any(h.end > h.start and int(state.live[h.start:h.end].max()) > state.budget
-               for h in holes)
+    return any(h.end > h.start and state.over_budget_count(h.start, h.end) for h in holes)
 
 
 def option_score(state: PlanState, gap: IdleGap, option: GapOption) -> float:
     """µs per byte-op of excess removed: the option's cost over its size times the number
     of over-budget ops its holes cover (only grows as other choices fix ops, so a lazy
     heap stays exact)."""
-    live, budget = state.live, state.budget
-    covered = sum(int((live[h.start:h.end] > budget).sum()) for h in option.holes
+    covered = sum(state.over_budget_count(h.start, h.end) for h in option.holes
                   if h.end > h.start)
-    return option.cost_us / (state.trace.buffer(gap.buffer_id).size * max(covered, 1))
+    return option.cost_us / (state.by_id[gap.buffer_id].size * max(covered, 1))
 
 
 def apply_option(state: PlanState, gap: IdleGap, option: GapOption) -> None:
@@ -266,7 +264,7 @@ def free_time_pass(state: PlanState, gaps: list[IdleGap], options: GreedyOptions
     """Capuchin's order: largest free time first, each gap taken while it frees bytes at
     an op still over the budget."""
     for gap in sorted(gaps, key=lambda g: (-free_time(state, g), g)):
-        if state.live.max() <= state.budget:
+        if not state.over_budget_ops():
             break
         if gap in state.taken:
             continue
@@ -288,7 +286,7 @@ def cost_pass(state: PlanState, gaps: list[IdleGap], options: GreedyOptions) -> 
             option = evaluate(state, gap, options)
             if option is not None and _helps(state, option.holes):
                 heapq.heappush(heap, (option_score(state, gap, option), gap))
-        while heap and state.live.max() > state.budget:
+        while heap and state.over_budget_ops():
             _score, gap = heapq.heappop(heap)
             option = evaluate(state, gap, options)
             if option is None or not _helps(state, option.holes):

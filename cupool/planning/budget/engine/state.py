@@ -15,6 +15,7 @@ A copy is issued at an op boundary and served FIFO by its direction's engine::
 
 from __future__ import annotations
 
+import bisect
 from typing import NamedTuple
 
 import numpy as np
@@ -97,6 +98,17 @@ class RecomputeChain(NamedTuple):
     advances: list[SwapAdvance]
 
 
+class ChainWalk(NamedTuple):
+    """The part of a :class:`RecomputeChain` that depends only on where buffers are
+    resident (:meth:`PlanState._chain_walk`): the swapped-out inputs whose swap-ins must
+    move earlier (in the order the walk met them), then ``cost_us`` and ``links`` (``None``:
+    some input cannot be re-made at the op)."""
+
+    swapped: tuple[int, ...]
+    cost_us: float | None
+    links: tuple[ChainLink, ...]
+
+
 class PlanState:
     """Mutable state of a greedy planner over one trace (with recipes) and budget."""
 
@@ -113,6 +125,7 @@ class PlanState:
         self.max_chain = max_chain
         self.n = trace.num_ops
         self.durations = np.array(cost.op_times(trace), dtype=float)
+        self._op_us = self.durations.tolist()
         self.extra = np.zeros(self.n, dtype=float)
         self._times()
         self.schedule = Schedule()
@@ -127,22 +140,47 @@ class PlanState:
             self.live[s] += b.size
             self.live[e] -= b.size
         self.live = np.cumsum(self.live[:-1])
+        self._over: list[int] | None = None  # over_budget_ops(), until live changes
         self.d2h = CopyEngine()
         self.h2d = CopyEngine()
         self.h2d_copies: dict[tuple[int, int], QueuedCopy] = {}  # by (buffer, prev_use)
         self.recompute_us = 0.0
         self.taken: set[IdleGap] = set()
+        self._walks: dict[tuple[int, int], ChainWalk] = {}  # by (buffer, op)
+        self._walks_reading: dict[int, set[tuple[int, int]]] = {}  # buffer -> walk keys
 
     # -- time ----------------------------------------------------------------------------
     def _times(self) -> None:
         total = self.durations + self.extra
         self.start_us = np.concatenate(([0.0], np.cumsum(total)[:-1]))
         self.end_us = self.start_us + total
+        self._starts_list: list[float] | None = None  # start_us as a list, made when read
+
+    @property
+    def _starts(self) -> list[float]:
+        """``start_us`` as a list (reading one op's start in a loop), made when first read
+        after the timeline changed."""
+        if self._starts_list is None:
+            self._starts_list = self.start_us.tolist()
+        return self._starts_list
 
     def op_at_or_after(self, t_us: float, low: int) -> int:
         """The first op ``>= low`` that starts at or after ``t_us`` (``n`` if none)."""
-        k = int(np.searchsorted(self.start_us, t_us - 1e-9, side="left"))
+        k = bisect.bisect_left(self._starts, t_us - 1e-9)
         return max(k, low)
+
+    # -- the budget ----------------------------------------------------------------------
+    def over_budget_ops(self) -> list[int]:
+        """The ops with more bytes resident than the budget, ascending (kept until ``live``
+        changes: change it only through this state's methods)."""
+        if self._over is None:
+            self._over = np.flatnonzero(self.live > self.budget).tolist()
+        return self._over
+
+    def over_budget_count(self, start: int, end: int) -> int:
+        """How many ops of ``[start, end)`` have more bytes resident than the budget."""
+        over = self.over_budget_ops()
+        return bisect.bisect_left(over, end) - bisect.bisect_left(over, start)
 
     # -- residency -----------------------------------------------------------------------
     def resident(self, buffer_id: int, op: int) -> bool:
@@ -174,42 +212,92 @@ class PlanState:
         """What recomputing ``buffer_id`` just before ``op`` takes: its producer plus every
         dropped input that must be recomputed too (``links``), and the swapped-out inputs
         whose swap-in must land by ``op`` instead of their next use (``advances``, see
-        :meth:`advance_swap`). ``None`` when some input cannot be made resident there."""
-        links: list[ChainLink] = []
+        :meth:`advance_swap`). ``None`` when some input cannot be made resident there.
+
+        The walk over the inputs (:meth:`_chain_walk`) depends only on where the buffers
+        it reads are resident at ``op``, so it is cached until one of them gains or changes
+        a hole or a transient residency there; the advances depend on the copy queue and
+        the timeline, so they are asked for afresh, in the walk's order (asking also moves
+        the old copy behind the copies issued at the same time, which later answers see)."""
+        walk = self._walks.get((buffer_id, op))
+        if walk is None:
+            walk = self._chain_walk(buffer_id, op)
         advances: list[SwapAdvance] = []
-        cost = self._chain_cost(buffer_id, op, 0, set(), links, advances)
-        return None if cost is None else RecomputeChain(cost, links, advances)
+        for x in walk.swapped:
+            advance = self.advance_swap(x, op)
+            if advance is None:
+                return None
+            advances.append(advance)
+        if walk.cost_us is None:
+            return None
+        return RecomputeChain(walk.cost_us, list(walk.links), advances)
+
+    def _chain_walk(self, buffer_id: int, op: int) -> ChainWalk:
+        """Walk the inputs of ``buffer_id``'s recipe at ``op`` (:meth:`_chain_cost`) and
+        cache the result under every buffer whose residency it read."""
+        links: list[ChainLink] = []
+        swapped: list[int] = []
+        read: set[int] = set()
+        cost = self._chain_cost(buffer_id, op, 0, set(), links, swapped, read)
+        walk = ChainWalk(tuple(swapped), cost, tuple(links))
+        key = (buffer_id, op)
+        self._walks[key] = walk
+        for x in read:
+            self._walks_reading.setdefault(x, set()).add(key)
+        return walk
+
+    def _residency_changed(self, buffer_id: int, start: int, end: int) -> None:
+        """Whether ``buffer_id`` is resident (and the kind of its hole) changed at ops
+        ``[start, end)`` only: forget the cached chain walks at those ops that read it (a
+        walk at ``op`` reads only what is resident at ``op``)."""
+        keys = self._walks_reading.get(buffer_id)
+        if not keys:
+            return
+        stale = [key for key in keys if start <= key[1] < end]
+        for key in stale:
+            keys.discard(key)
+            self._walks.pop(key, None)
 
     def _chain_cost(self, buffer_id: int, op: int, depth: int, seen: set[int],
-                    links: list[ChainLink], advances: list[SwapAdvance]) -> float | None:
-        """µs of :meth:`chain` for ``buffer_id`` at ``depth``; its links and advances are
-        appended to the caller's lists (deeper links first)."""
-        by_id = self.by_id
+                    links: list[ChainLink], swapped: list[int], read: set[int]) -> float | None:
+        """µs of :meth:`chain` for ``buffer_id`` at ``depth``, ``None`` when an input cannot
+        be re-made there; its links and the swapped-out inputs to bring back earlier are
+        appended to the caller's lists (deeper links first, swapped inputs in the order
+        met), and every buffer whose residency it reads is added to ``read``. A swapped
+        input counts as brought back: whether its swap-in can move is :meth:`chain`'s
+        question."""
+        by_id, holes, transient, base = self.by_id, self.holes, self.transient, self.base
         recipe = by_id[buffer_id].recompute
         if recipe is None or depth > self.max_chain:
             return None
-        cost = float(self.durations[recipe.op])
+        cost = self._op_us[recipe.op]
         for x in recipe.inputs:
-            if self.resident(x, op) or x in seen:
+            read.add(x)
+            if x in seen:
                 continue
+            if x in holes or x in transient:
+                if self.resident(x, op):
+                    continue
+                kind = self.hole_kind(x, op)
+            else:  # no hole, no transient residency: resident over its base interval
+                start, end = base[x]
+                if start <= op < end:
+                    continue
+                kind = None
             buf = by_id[x]
-            if buf.kind != PERSISTENT and self.hole_kind(x, op) == SWAP:
+            if buf.kind != PERSISTENT and kind == SWAP:
                 # swapped out: bring it back by ``op`` instead (an earlier swap-in)
-                advance = self.advance_swap(x, op)
-                if advance is None:
-                    return None
                 seen.add(x)
-                advances.append(advance)
+                swapped.append(x)
                 continue
             # a dropped input is re-produced inside a recompute hole of its lifetime (a
             # transient residency before a swap-in would break the swap), or after its
             # lifetime ended (a rematerialization of an intermediate the program freed)
             if buf.kind == PERSISTENT or op < buf.start:
                 return None
-            if op < buf.end and (self.hole_kind(x, op) not in (RECOMPUTE, None)
-                                 or op < self.base[x].start):
+            if op < buf.end and (kind not in (RECOMPUTE, None) or op < base[x].start):
                 return None
-            sub = self._chain_cost(x, op, depth + 1, seen, links, advances)
+            sub = self._chain_cost(x, op, depth + 1, seen, links, swapped, read)
             if sub is None:
                 return None
             seen.add(x)
@@ -227,15 +315,15 @@ class PlanState:
                    None)
         if gap is None:
             return None
-        size = self.trace.buffer(buffer_id).size
+        size = self.by_id[buffer_id].size
         in_len = self.cost.copy_us(size, "h2d")
         old = self.h2d_copies[(buffer_id, gap.prev_use)]
         due = float(self.start_us[op])
-        self.h2d.remove(old)
+        aside = self.h2d.set_aside(old)
         try:
             trigger = self._fitting_trigger(op, gap.resident_until, in_len, due)
         finally:
-            self.h2d.add(old.issue_us, old.length_us, old.due_us)
+            self.h2d.put_back(aside)
         if trigger is None:
             return None
         if trigger < gap.resident_from and (
@@ -256,17 +344,20 @@ class PlanState:
             self.live[trigger:gap.resident_from] += size
         else:
             self.live[gap.resident_from:trigger] -= size
+        self._over = None
         gaps = self.schedule.gaps[gap.buffer_id]
         gaps[gaps.index(gap)] = Gap(gap.buffer_id, gap.prev_use, op, SWAP, gap.resident_until,
                                     trigger)
         holes = self.holes[gap.buffer_id]
         holes[holes.index(Hole(gap.resident_until, gap.next_use, SWAP))] = Hole(
             gap.resident_until, op, SWAP)
+        self._residency_changed(gap.buffer_id, op, gap.next_use)
 
     # -- applying decisions --------------------------------------------------------------
     def _free(self, size: int, a: int, b: int) -> None:
         if b > a:
             self.live[a:b] -= size
+            self._over = None
 
     def apply_recompute(self, buffer_id: int, prev_use: int, next_use: int,
                         chain: RecomputeChain) -> None:
@@ -294,6 +385,7 @@ class PlanState:
         self.schedule.add(Gap(buffer_id, prev_use, next_use, RECOMPUTE, prev_use + 1,
                               remade_at))
         self.holes.setdefault(buffer_id, []).append(Hole(prev_use + 1, remade_at, RECOMPUTE))
+        self._residency_changed(buffer_id, prev_use + 1, remade_at)
         self._free(self.trace.buffer(buffer_id).size, prev_use + 1, remade_at)
 
     def _remake(self, op: int, dropped: list[int], links: list[ChainLink], cost: float) -> None:
@@ -303,7 +395,9 @@ class PlanState:
         for link in links:
             self.schedule.chains.append(ChainRecompute(link.buffer_id, op, link.depth))
             self.transient.setdefault(link.buffer_id, set()).add(op)
+            self._residency_changed(link.buffer_id, op, op + 1)
             self.live[op] += self.trace.buffer(link.buffer_id).size
+            self._over = None
         for y in [*dropped, *(link.buffer_id for link in links)]:
             for x in self.trace.buffer(y).recompute.inputs:
                 self.pinned.setdefault(x, set()).add(op)
@@ -325,7 +419,7 @@ class PlanState:
         until the first op of the gap that is over the budget (they are resident there
         already, so no op gets fuller): the copy out is due then, which leaves the D2H
         queue slack for other copies out."""
-        size = self.trace.buffer(buffer_id).size
+        size = self.by_id[buffer_id].size
         clean = self.clean_at(buffer_id, prev_use)
         out_len = 0.0 if clean else self.cost.copy_us(size, "d2h")
         in_len = self.cost.copy_us(size, "h2d")
@@ -352,9 +446,12 @@ class PlanState:
         # by bisection; below it, scan a bounded number of triggers for one that also keeps
         # every later copy on time
         lo, hi = earliest, next_use + 1
-        while lo < hi:
+        starts, issues, finishes = self._starts, self.h2d.issues, self.h2d.finishes()
+        while lo < hi:  # h2d.finish_if_added(starts[mid], in_len) <= due + 1e-9, inlined
             mid = (lo + hi) // 2
-            if self.h2d.finish_if_added(float(self.start_us[mid]), in_len) <= due + 1e-9:
+            issue = starts[mid]
+            k = bisect.bisect_right(issues, issue)
+            if max(finishes[k - 1] if k else 0.0, issue) + in_len <= due + 1e-9:
                 lo = mid + 1
             else:
                 hi = mid
@@ -395,8 +492,9 @@ class PlanState:
     def _fitting_trigger(self, top: int, low: int, in_len: float, due: float) -> int | None:
         """The latest trigger in ``[max(low, top - TRIGGER_SCAN), top]`` whose copy in
         keeps itself and every later-issued copy on time (``None``: none does)."""
+        starts, fits = self._starts, self.h2d.fits
         for trigger in range(top, max(low, top - TRIGGER_SCAN) - 1, -1):
-            if self.h2d.fits(float(self.start_us[trigger]), in_len, due):
+            if fits(starts[trigger], in_len, due):
                 return trigger
         return None
 
@@ -412,9 +510,12 @@ class PlanState:
             self.holes.setdefault(buffer_id, []).append(Hole(until, next_use, WRAP))
             self._free(size, until, self.n)
             self._free(size, 0, trigger)
+            self._residency_changed(buffer_id, until, self.n)
+            self._residency_changed(buffer_id, 0, next_use)
         else:
             self.holes.setdefault(buffer_id, []).append(Hole(until, next_use, SWAP))
             self._free(size, until, trigger)
+            self._residency_changed(buffer_id, until, next_use)
         if window.out_us > 0:  # clean data is dropped: nothing joins the D2H queue
             self.d2h.add(window.out_issue_us, window.out_us, float(self.start_us[until])
                          if until < self.n else float("inf"))
@@ -434,6 +535,7 @@ class PlanState:
         self.schedule.add(Gap(buffer_id, last_use, first_use, SWAP, last_use + 1, trigger))
         self.holes.setdefault(buffer_id, []).append(Hole(last_use + 1, due, SWAP))
         self._free(size, last_use + 1, trigger)
+        self._residency_changed(buffer_id, last_use + 1, trigger)
         copy = QueuedCopy(float(self.start_us[trigger]), self.cost.copy_us(size, "h2d"),
                           float(self.start_us[due]))
         self.h2d.add(*copy)
