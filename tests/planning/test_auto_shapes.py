@@ -102,9 +102,6 @@ def test_auto_plans_a_step_that_is_mostly_persistent_state(fraction):
     assert report.valid, (report.rule, report.message)
 
 
-@pytest.mark.xfail(strict=True, reason="known limitation: auto's members cannot yet take a "
-                   "persistent buffer with a single use off the device across the iteration "
-                   "boundary (every persistent byte must leave at op 1 here)")
 def test_auto_offloads_persistent_state_across_the_iteration_boundary():
     # Found by the property above: 4 ops, persistent state 84% of the peak, budget 50%.
     # At op 1 only buffer 6 is needed; 7 (used at op 2 only) must spend ops 3, 0 and 1 on

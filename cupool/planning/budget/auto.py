@@ -24,6 +24,9 @@ uses / across the iteration boundary only when the budget still does not hold.
   release and covering late triggers (:meth:`~.engine.state.PlanState.swap_window`);
 - when the trace has read-only weights (``writes == []``), weight streaming
   (:mod:`.stream`) at each of ``params.stream_headrooms``;
+- when persistent state with what an op uses does not fit the budget at some op, the
+  persistent gaps taken off the device first, late where they must be
+  (:mod:`.boundary`), against each of its targets;
 - ``capuchin``, ``vdnn`` and ``on-demand``.
 
 It checks each plan with the independent validator, simulates it, and keeps the one with
@@ -100,6 +103,7 @@ class Member(NamedTuple):
 
 def members(trace, budget_bytes, cost, params: BudgetParams) -> list[Member]:
     """``auto``'s members, in the order that breaks ties."""
+    from cupool.planning.budget.boundary import TARGETS, persistent_over, plan_boundary
     from cupool.planning.budget.capuchin import plan_capuchin
     from cupool.planning.budget.classic import plan_on_demand, plan_vdnn
     from cupool.planning.budget.stream import KEEP_ORDERS, plan_stream, streamable
@@ -130,6 +134,11 @@ def members(trace, budget_bytes, cost, params: BudgetParams) -> list[Member]:
                        lambda started, h=h, order=order: plan_stream(
                            trace, budget_bytes, cost, params, started, h, order))
                 for h in params.stream_headrooms for order in KEEP_ORDERS]
+    if persistent_over(trace, budget_bytes):  # persistent state must leave the device
+        out += [Member(f"boundary(target {target})",
+                       lambda started, target=target: plan_boundary(
+                           trace, budget_bytes, cost, params, started, target))
+                for target in TARGETS]
     out += [Member("capuchin", policy(plan_capuchin)), Member("vdnn", policy(plan_vdnn)),
             Member("on-demand", policy(plan_on_demand))]
     return out

@@ -1,0 +1,208 @@
+"""``boundary``: persistent state that cannot stay on the device, taken off across the
+iteration boundary (and between its uses) before the greedy plans the rest.
+
+When the weights and optimizer state alone, with what an op itself uses, exceed the
+budget at some op, no on-time swap of a persistent buffer frees enough: the greedy only
+takes a gap whose copies land on time, and a large buffer used once per iteration (Adam
+state between its updates) leaves no such window. This member takes those gaps anyway,
+with the hole stretched over every op of the gap still over the budget, and lets the
+copies that cannot land on time stall the step (the simulator charges the waiting)::
+
+    op:          0   1   2   3          buffer w used at op 2 only; ops 0, 1 and 3 over
+    w resident           [===)          SwapOut after op 2 (the copy out that ends
+                                        iteration i), SwapIn at op 2 of iteration i + 1
+    wrap hole    ====)       [====      [3, n) and [0, 2): off the device across the boundary
+
+1. **Which persistent gaps.** Every idle gap of a persistent buffer (between two uses,
+   and the wrap gap from its last use to its first of the next iteration), longest
+   (in ops) first, then largest: a long idle window costs one copy out and one copy in
+   for many op-bytes of relief. A gap is taken while some op it spans is over the
+   target (``"working"``: persistent bytes plus what each op uses; ``"live"``: every
+   byte the trace keeps resident).
+2. **Its hole.** The copy out is issued after the previous use (none for clean data: a
+   read-only buffer, or one swapped in and not written since, is dropped) and the bytes
+   stay until it has landed, but never past the first op of the gap over the target; the
+   copy in is triggered at the latest op whose copy still lands by the next use, but
+   never before the last over-target op of the gap has run. For a wrap gap the copy in
+   belongs to the next iteration, its copy out to the tail of this one.
+3. What still does not fit (temporaries, and persistent gaps on time) is left to the
+   cost-aware greedy (:mod:`.engine.greedy`), on top.
+
+``auto`` runs it only when :func:`persistent_over` holds, so every trace whose
+persistent state fits plans exactly as before.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from cupool.core.vocabulary import PERSISTENT, Trace
+from cupool.planning.budget.engine.greedy import (
+    GreedyOptions,
+    candidate_gaps,
+    cost_pass,
+    fullest_op,
+)
+from cupool.planning.budget.engine.placement import (
+    Decision,
+    PlacedOffsets,
+    boundary_pairs,
+    place_schedule,
+)
+from cupool.planning.budget.engine.residency import working_set_bytes
+from cupool.planning.budget.engine.schedule import IdleGap, gaps_of
+from cupool.planning.budget.engine.state import PlanState, SwapWindow
+from cupool.planning.budget.params import BudgetParams
+from cupool.planning.budget.result import BudgetResult
+
+TARGETS = ("working", "live")
+"""What the persistent gaps are taken against (module docstring, step 1)."""
+
+
+def _persistent_floor(trace: Trace) -> np.ndarray:
+    """Bytes each op cannot do without while persistent state stays resident: every
+    persistent byte plus the temporaries the op uses."""
+    persistent = sum(b.size for b in trace.buffers if b.kind == PERSISTENT)
+    used = working_set_bytes(trace)
+    for b in trace.buffers:
+        if b.kind == PERSISTENT:
+            for u in set(b.uses):
+                used[u] -= b.size
+    return used + persistent
+
+
+def persistent_over(trace: Trace, budget_bytes: int) -> bool:
+    """True when, at some op, the persistent bytes plus the temporaries that op uses do
+    not fit ``budget_bytes``: some persistent buffer must leave the device."""
+    if trace.num_ops == 0 or not any(b.kind == PERSISTENT for b in trace.buffers):
+        return False
+    return int(_persistent_floor(trace).max()) > budget_bytes
+
+
+def _idle_ops(n: int, gap: IdleGap) -> list[int]:
+    """The ops a gap spans, in the order they run (a wrap gap: the tail, then the head)."""
+    if gap.wraps:
+        return [*range(gap.prev_use + 1, n), *range(gap.next_use)]
+    return list(range(gap.prev_use + 1, gap.next_use))
+
+
+def stretched_window(state: PlanState, gap: IdleGap, over: list[int]) -> SwapWindow:
+    """The swap of ``gap`` whose hole covers every op of ``over`` (ops the gap spans, in
+    the order they run), late where it must be (module docstring, step 2)."""
+    n = state.n
+    buffer_id, prev_use, next_use = gap
+    size = state.trace.buffer(buffer_id).size
+    clean = state.clean_at(buffer_id, prev_use)
+    out_len = 0.0 if clean else state.cost.copy_us(size, "d2h")
+    in_len = state.cost.copy_us(size, "h2d")
+    out_issue = float(state.end_us[prev_use])
+    out_done = out_issue if clean else state.d2h.finish_if_added(out_issue, out_len)
+    until = min(state.op_at_or_after(out_done, prev_use + 1), n)
+    tail_over = [k for k in over if k > prev_use]
+    if tail_over:
+        until = min(until, tail_over[0])
+    head_over = [k for k in over if k < next_use] if gap.wraps else over
+    low = 0 if gap.wraps else until
+    need = head_over[-1] + 1 if head_over else low
+    due = float(state.start_us[next_use])
+    trigger = need
+    for t in range(next_use, need - 1, -1):  # the latest trigger whose copy lands on time
+        if state.h2d.finish_if_added(float(state.start_us[t]), in_len) <= due + 1e-9:
+            trigger = t
+            break
+    issue = float(state.start_us[trigger])
+    return SwapWindow(until, trigger, out_issue, out_len, issue, in_len, due,
+                      state.h2d.lateness(issue, in_len, due))
+
+
+def offload_persistent(state: PlanState, target: str = "working") -> int:
+    """Take persistent gaps off the device until no op is over ``target``
+    (:data:`TARGETS`; module docstring, steps 1-2); returns how many were taken."""
+    trace, n = state.trace, state.n
+    if target not in TARGETS:
+        raise ValueError(f"target {target!r}: expected one of {TARGETS}")
+    floor = _persistent_floor(trace) if target == "working" else None
+    gaps = [g for b in trace.buffers if b.kind == PERSISTENT for g in gaps_of(trace, b)]
+    gaps.sort(key=lambda g: (-len(_idle_ops(n, g)), -trace.buffer(g.buffer_id).size, g))
+    taken = 0
+    for gap in gaps:
+        measure = state.live if floor is None else floor
+        if int(measure.max()) <= state.budget:
+            break
+        over = [k for k in _idle_ops(n, gap) if measure[k] > state.budget]
+        if not over:
+            continue
+        window = stretched_window(state, gap, over)
+        state.apply_swap(gap.buffer_id, gap.prev_use, gap.next_use, window)
+        state.taken.add(gap)
+        taken += 1
+        if floor is not None:
+            size = trace.buffer(gap.buffer_id).size
+            if gap.wraps:
+                floor[window.resident_until:] -= size
+                floor[:window.trigger] -= size
+            else:
+                floor[window.resident_until:window.trigger] -= size
+    return taken
+
+
+def plan_boundary(trace, budget_bytes, cost, params: BudgetParams, started: float,
+                  target: str = "working") -> BudgetResult:
+    """Persistent state off the device against ``target`` (module docstring), the rest by
+    the greedy."""
+    options = GreedyOptions(swap_weight=params.checkpoint_swap_weight,
+                            max_chain=params.max_chain, late_trigger="covering")
+
+    def decide(internal: int) -> Decision:
+        state = PlanState(trace, internal, cost, max_chain=options.max_chain,
+                          late_trigger=options.late_trigger)
+        taken = offload_persistent(state, target)
+        for include_persistent in (False, True):
+            if state.live.max() > internal:
+                cost_pass(state, candidate_gaps(trace, include_persistent), options)
+        fullest = fullest_op(state)
+        if fullest.resident_bytes > internal:
+            return Decision(None, reason=f"boundary: op {fullest.op} still needs "
+                                         f"{fullest.resident_bytes} bytes resident "
+                                         f"(budget {internal})")
+        return Decision(state.schedule, {"persistent_gaps": taken, "target": target,
+                                         "planned_recompute_us": state.recompute_us})
+
+    return place_schedule(trace, budget_bytes, decide, "boundary", params.placement, started,
+                          last_resort=place_pairs_first_fit)
+
+
+def place_pairs_first_fit(trace: Trace, intervals: list, budget_bytes: int) -> PlacedOffsets:
+    """Offsets for the residencies, each persistent buffer's stay across the iteration
+    boundary (:func:`~.engine.placement.boundary_pairs`) placed as one item: largest first,
+    each at the lowest offset free during every op it spans. The static solvers place the
+    two halves of such a stay apart and then tie them, which fails when the budget is
+    tight; placing them together does not."""
+    m = len(intervals)
+    if m == 0:
+        return PlacedOffsets(np.zeros(0, dtype=np.int64), 0)
+    pair_of = {}
+    for pair in boundary_pairs(trace, intervals):
+        pair_of[pair.first] = pair_of[pair.last] = (pair.first, pair.last)
+    items = sorted({pair_of.get(k, (k,)) for k in range(m)},
+                   key=lambda ks: (-trace.buffer(intervals[ks[0]].buffer_id).size, ks))
+    starts = np.array([r.start for r in intervals], dtype=np.int64)
+    ends = np.array([r.end for r in intervals], dtype=np.int64)
+    sizes = np.array([trace.buffer(r.buffer_id).size for r in intervals], dtype=np.int64)
+    offsets = np.full(m, -1, dtype=np.int64)
+    for ks in items:
+        busy = np.zeros(m, dtype=bool)
+        for k in ks:
+            busy |= (starts < ends[k]) & (ends > starts[k])
+        busy &= offsets >= 0
+        size = int(sizes[ks[0]])
+        cursor = 0
+        for low, high in sorted(zip(offsets[busy].tolist(),
+                                    (offsets + sizes)[busy].tolist(), strict=True)):
+            if low - cursor >= size:
+                break
+            cursor = max(cursor, high)
+        if cursor + size > budget_bytes:
+            return PlacedOffsets(None, cursor + size)
+        offsets[list(ks)] = cursor
+    return PlacedOffsets(offsets, int((offsets + sizes).max()))
