@@ -46,9 +46,11 @@ def test_auto_plans_a_trace_whose_uses_list_only_reads():
 @st.composite
 def shaped_traces(draw):
     """Small traces with every freedom these shapes need: producers left out of ``uses``,
-    persistent state from none to most of the memory, uses anywhere in the lifetime."""
+    persistent state from none to most of the memory (beyond the budget: it must leave the
+    device across the iteration boundary), read-only or written or unknown, uses anywhere
+    in the lifetime."""
     n = draw(st.integers(3, 10))
-    persistent_share = draw(st.sampled_from([0.0, 0.3, 0.7, 0.9]))
+    persistent_share = draw(st.sampled_from([0.0, 0.3, 0.7, 0.84, 0.9]))
     temporaries = draw(st.integers(1, 8))
     buffers = []
     for i in range(temporaries):
@@ -62,18 +64,18 @@ def shaped_traces(draw):
     persistent_bytes = int(temporary_bytes * persistent_share / (1 - persistent_share)) \
         if persistent_share else 0
     for k in range(draw(st.integers(1, 3)) if persistent_bytes else 0):
+        # one use: optimizer state, idle from one update to the next across the boundary
         uses = sorted(draw(st.sets(st.integers(0, n - 1), min_size=1, max_size=3)))
+        writes = draw(st.sampled_from([None, (), tuple(uses[-1:])]))  # unknown, read-only
         buffers.append(Buffer(temporaries + k, max(4096, persistent_bytes // (k + 1)), 0, n,
-                              tuple(uses), kind=PERSISTENT))
+                              tuple(uses), kind=PERSISTENT, writes=writes))
     return Trace("shaped", _ops(n, draw(st.sampled_from([5.0, 50.0, 500.0]))),
                  tuple(buffers))
 
 
-# Derandomized: the suite must not fail by chance on the known limitation below, which a
-# random draw finds only rarely (once in the first few hundred examples here, then not in 800).
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow],
-          derandomize=True, database=None)
-@given(trace=shaped_traces(), fraction=st.sampled_from([0.95, 0.9, 0.7, 0.5]))
+          database=None)
+@given(trace=shaped_traces(), fraction=st.sampled_from([0.95, 0.9, 0.7, 0.5, 0.4]))
 def test_auto_returns_a_valid_plan_whenever_the_bound_is_feasible(trace, fraction):
     budget = max(1, int(fraction * trace.lower_bound_bytes()))
     bound = overhead_lower_bound(trace, budget)

@@ -26,8 +26,9 @@ uses / across the iteration boundary only when the budget still does not hold.
   (:mod:`.stream`) at each of ``params.stream_headrooms``;
 - when persistent state with what an op uses does not fit the budget at some op, the
   persistent gaps taken off the device first, late where they must be
-  (:mod:`.boundary`), against each of its targets;
-- ``capuchin``, ``vdnn`` and ``on-demand``.
+  (:mod:`.boundary`), in each of its variants;
+- ``capuchin``, ``vdnn`` and ``on-demand``;
+- only when none of them found a plan, :func:`fallbacks`.
 
 It checks each plan with the independent validator, simulates it, and keeps the one with
 the least simulated iteration time (ties: fewer swapped bytes, then member order); then
@@ -70,9 +71,10 @@ def greedy_options(params: BudgetParams, swap_weight: float, **changes) -> Greed
 
 
 def plan_greedy_with(trace, budget_bytes, cost, params: BudgetParams, started: float,
-                     options: GreedyOptions) -> BudgetResult:
+                     options: GreedyOptions, last_resort=None) -> BudgetResult:
     """The cost-aware greedy with ``options``, repaired (:func:`~.engine.greedy.run_repaired`)
-    and placed: one ``auto`` member."""
+    and placed (``last_resort``: :func:`~.engine.placement.place_schedule`'s): one ``auto``
+    member."""
     def decide(internal: int) -> Decision:
         state = run_repaired(trace, internal, cost, options)
         fullest = fullest_op(state)
@@ -84,7 +86,8 @@ def plan_greedy_with(trace, budget_bytes, cost, params: BudgetParams, started: f
                                          "late_trigger": options.late_trigger,
                                          "planned_recompute_us": state.recompute_us})
 
-    return place_schedule(trace, budget_bytes, decide, "greedy", params.placement, started)
+    return place_schedule(trace, budget_bytes, decide, "greedy", params.placement, started,
+                          last_resort=last_resort)
 
 
 def plan_greedy(trace, budget_bytes, cost, params: BudgetParams, started: float) -> BudgetResult:
@@ -103,7 +106,7 @@ class Member(NamedTuple):
 
 def members(trace, budget_bytes, cost, params: BudgetParams) -> list[Member]:
     """``auto``'s members, in the order that breaks ties."""
-    from cupool.planning.budget.boundary import TARGETS, persistent_over, plan_boundary
+    from cupool.planning.budget.boundary import VARIANTS, persistent_over, plan_boundary
     from cupool.planning.budget.capuchin import plan_capuchin
     from cupool.planning.budget.classic import plan_on_demand, plan_vdnn
     from cupool.planning.budget.stream import KEEP_ORDERS, plan_stream, streamable
@@ -135,13 +138,26 @@ def members(trace, budget_bytes, cost, params: BudgetParams) -> list[Member]:
                            trace, budget_bytes, cost, params, started, h, order))
                 for h in params.stream_headrooms for order in KEEP_ORDERS]
     if persistent_over(trace, budget_bytes):  # persistent state must leave the device
-        out += [Member(f"boundary(target {target})",
-                       lambda started, target=target: plan_boundary(
-                           trace, budget_bytes, cost, params, started, target))
-                for target in TARGETS]
+        out += [Member(variant.name, lambda started, variant=variant: plan_boundary(
+                    trace, budget_bytes, cost, params, started, variant))
+                for variant in VARIANTS]
     out += [Member("capuchin", policy(plan_capuchin)), Member("vdnn", policy(plan_vdnn)),
             Member("on-demand", policy(plan_on_demand))]
     return out
+
+
+def fallbacks(trace, budget_bytes, cost, params: BudgetParams) -> list[Member]:
+    """What ``auto`` runs only when no member found a plan: the default greedy whose
+    residencies, when no offset solver packs them within the budget, are placed first-fit
+    with each stay across the iteration boundary as one item
+    (:func:`~.boundary.place_pairs_first_fit`) before the budget is lowered."""
+    from cupool.planning.budget.boundary import place_pairs_first_fit
+
+    weight = params.swap_weights[1] if len(params.swap_weights) > 1 else params.swap_weights[0]
+    return [Member(f"greedy(swap_weight={weight:g}, first-fit placement)",
+                   lambda started: plan_greedy_with(trace, budget_bytes, cost, params, started,
+                                                    greedy_options(params, weight),
+                                                    last_resort=place_pairs_first_fit))]
 
 
 def plan_auto(trace, budget_bytes, cost, params: BudgetParams, started: float) -> BudgetResult:
@@ -150,7 +166,13 @@ def plan_auto(trace, budget_bytes, cost, params: BudgetParams, started: float) -
     report = {}
     best, best_key = None, None
     reasons = []
-    for rank, member in enumerate(members(trace, budget_bytes, cost, params)):
+
+    def in_order():
+        yield from members(trace, budget_bytes, cost, params)
+        if best is None:  # every member failed
+            yield from fallbacks(trace, budget_bytes, cost, params)
+
+    for rank, member in enumerate(in_order()):
         result = member.run(time.perf_counter())
         plan = result.plan
         if not result.feasible:

@@ -34,6 +34,8 @@ persistent state fits plans exactly as before.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from cupool.core.vocabulary import PERSISTENT, Trace
@@ -57,6 +59,25 @@ from cupool.planning.budget.result import BudgetResult
 
 TARGETS = ("working", "live")
 """What the persistent gaps are taken against (module docstring, step 1)."""
+
+
+class Variant(NamedTuple):
+    """One way to run the member: the ``target`` (:data:`TARGETS`) and whether the bytes
+    are released ``eager`` ly, right after the previous use (the next op waits for the
+    copy out; residencies then end at uses, which packs into offsets more often), or once
+    the copy out has landed."""
+
+    target: str = "working"
+    eager: bool = False
+
+    @property
+    def name(self) -> str:
+        return f"boundary(target {self.target}{', eager release' if self.eager else ''})"
+
+
+VARIANTS = (Variant("working"), Variant("live"), Variant("working", eager=True),
+            Variant("live", eager=True))
+"""The variants ``auto`` runs, in the order that breaks ties."""
 
 
 def _persistent_floor(trace: Trace) -> np.ndarray:
@@ -86,9 +107,12 @@ def _idle_ops(n: int, gap: IdleGap) -> list[int]:
     return list(range(gap.prev_use + 1, gap.next_use))
 
 
-def stretched_window(state: PlanState, gap: IdleGap, over: list[int]) -> SwapWindow:
+def stretched_window(state: PlanState, gap: IdleGap, over: list[int],
+                     eager: bool = False) -> SwapWindow:
     """The swap of ``gap`` whose hole covers every op of ``over`` (ops the gap spans, in
-    the order they run), late where it must be (module docstring, step 2)."""
+    the order they run), late where it must be (module docstring, step 2); with
+    ``eager`` the bytes are released right after the previous use (the next op waits for
+    the copy out)."""
     n = state.n
     buffer_id, prev_use, next_use = gap
     size = state.trace.buffer(buffer_id).size
@@ -97,7 +121,7 @@ def stretched_window(state: PlanState, gap: IdleGap, over: list[int]) -> SwapWin
     in_len = state.cost.copy_us(size, "h2d")
     out_issue = float(state.end_us[prev_use])
     out_done = out_issue if clean else state.d2h.finish_if_added(out_issue, out_len)
-    until = min(state.op_at_or_after(out_done, prev_use + 1), n)
+    until = prev_use + 1 if eager else min(state.op_at_or_after(out_done, prev_use + 1), n)
     tail_over = [k for k in over if k > prev_use]
     if tail_over:
         until = min(until, tail_over[0])
@@ -115,9 +139,10 @@ def stretched_window(state: PlanState, gap: IdleGap, over: list[int]) -> SwapWin
                       state.h2d.lateness(issue, in_len, due))
 
 
-def offload_persistent(state: PlanState, target: str = "working") -> int:
+def offload_persistent(state: PlanState, target: str = "working", eager: bool = False) -> int:
     """Take persistent gaps off the device until no op is over ``target``
-    (:data:`TARGETS`; module docstring, steps 1-2); returns how many were taken."""
+    (:data:`TARGETS`; module docstring, steps 1-2), released ``eager`` ly or once the copy
+    out has landed (:func:`stretched_window`); returns how many were taken."""
     trace, n = state.trace, state.n
     if target not in TARGETS:
         raise ValueError(f"target {target!r}: expected one of {TARGETS}")
@@ -132,7 +157,7 @@ def offload_persistent(state: PlanState, target: str = "working") -> int:
         over = [k for k in _idle_ops(n, gap) if measure[k] > state.budget]
         if not over:
             continue
-        window = stretched_window(state, gap, over)
+        window = stretched_window(state, gap, over, eager)
         state.apply_swap(gap.buffer_id, gap.prev_use, gap.next_use, window)
         state.taken.add(gap)
         taken += 1
@@ -147,16 +172,16 @@ def offload_persistent(state: PlanState, target: str = "working") -> int:
 
 
 def plan_boundary(trace, budget_bytes, cost, params: BudgetParams, started: float,
-                  target: str = "working") -> BudgetResult:
-    """Persistent state off the device against ``target`` (module docstring), the rest by
-    the greedy."""
+                  variant: Variant = VARIANTS[0]) -> BudgetResult:
+    """Persistent state off the device by ``variant`` (module docstring), the rest by the
+    greedy."""
     options = GreedyOptions(swap_weight=params.checkpoint_swap_weight,
                             max_chain=params.max_chain, late_trigger="covering")
 
     def decide(internal: int) -> Decision:
         state = PlanState(trace, internal, cost, max_chain=options.max_chain,
                           late_trigger=options.late_trigger)
-        taken = offload_persistent(state, target)
+        taken = offload_persistent(state, variant.target, variant.eager)
         for include_persistent in (False, True):
             if state.live.max() > internal:
                 cost_pass(state, candidate_gaps(trace, include_persistent), options)
@@ -165,7 +190,8 @@ def plan_boundary(trace, budget_bytes, cost, params: BudgetParams, started: floa
             return Decision(None, reason=f"boundary: op {fullest.op} still needs "
                                          f"{fullest.resident_bytes} bytes resident "
                                          f"(budget {internal})")
-        return Decision(state.schedule, {"persistent_gaps": taken, "target": target,
+        return Decision(state.schedule, {"persistent_gaps": taken, "target": variant.target,
+                                         "eager_release": variant.eager,
                                          "planned_recompute_us": state.recompute_us})
 
     return place_schedule(trace, budget_bytes, decide, "boundary", params.placement, started,
@@ -174,18 +200,32 @@ def plan_boundary(trace, budget_bytes, cost, params: BudgetParams, started: floa
 
 def place_pairs_first_fit(trace: Trace, intervals: list, budget_bytes: int) -> PlacedOffsets:
     """Offsets for the residencies, each persistent buffer's stay across the iteration
-    boundary (:func:`~.engine.placement.boundary_pairs`) placed as one item: largest first,
-    each at the lowest offset free during every op it spans. The static solvers place the
-    two halves of such a stay apart and then tie them, which fails when the budget is
-    tight; placing them together does not."""
+    boundary (:func:`~.engine.placement.boundary_pairs`) placed as one item at the lowest
+    offset free during every op it spans: largest first, else longest (in ops) first.
+    The static solvers place the two halves of such a stay apart and then tie them,
+    which fails when the budget is tight; placing them together does not."""
     m = len(intervals)
     if m == 0:
         return PlacedOffsets(np.zeros(0, dtype=np.int64), 0)
     pair_of = {}
     for pair in boundary_pairs(trace, intervals):
         pair_of[pair.first] = pair_of[pair.last] = (pair.first, pair.last)
-    items = sorted({pair_of.get(k, (k,)) for k in range(m)},
-                   key=lambda ks: (-trace.buffer(intervals[ks[0]].buffer_id).size, ks))
+    items = sorted({pair_of.get(k, (k,)) for k in range(m)})
+    sizes = [trace.buffer(intervals[ks[0]].buffer_id).size for ks in items]
+    spans = [sum(intervals[k].end - intervals[k].start for k in ks) for ks in items]
+    placed = PlacedOffsets(None, 0)
+    for key in (lambda j: (-sizes[j], j), lambda j: (-spans[j], -sizes[j], j)):
+        order = [items[j] for j in sorted(range(len(items)), key=key)]
+        placed = _first_fit(trace, intervals, order, budget_bytes)
+        if placed.offsets is not None:
+            break
+    return placed
+
+
+def _first_fit(trace: Trace, intervals: list, items: list[tuple[int, ...]],
+               budget_bytes: int) -> PlacedOffsets:
+    """:func:`place_pairs_first_fit` for one order of its ``items``."""
+    m = len(intervals)
     starts = np.array([r.start for r in intervals], dtype=np.int64)
     ends = np.array([r.end for r in intervals], dtype=np.int64)
     sizes = np.array([trace.buffer(r.buffer_id).size for r in intervals], dtype=np.int64)
