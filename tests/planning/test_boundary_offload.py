@@ -11,7 +11,7 @@ import pytest
 from cupool.check import validate_swap_plan
 from cupool.core.vocabulary import PERSISTENT, Buffer, Op, SwapIn, SwapOut, Trace
 from cupool.planning import make_plan
-from cupool.planning.budget.auto import members
+from cupool.planning.budget.auto import fallbacks, members
 from cupool.planning.budget.boundary import (
     persistent_over,
     place_pairs_first_fit,
@@ -50,10 +50,12 @@ def test_the_member_runs_only_when_persistent_state_cannot_stay():
     cost = cost_model()
     assert persistent_over(trace, BUDGET)
     assert not persistent_over(trace, trace.lower_bound_bytes())
-    names = [m.name for m in members(trace, BUDGET, cost, BudgetParams())]
+    names = [m.name for m in fallbacks(trace, BUDGET, cost, BudgetParams())]
     assert "boundary(target working)" in names
-    roomy = [m.name for m in members(trace, trace.lower_bound_bytes(), cost,
-                                             BudgetParams())]
+    assert not any(m.name.startswith("boundary")
+                   for m in members(trace, BUDGET, cost, BudgetParams()))
+    roomy = [m.name for m in fallbacks(trace, trace.lower_bound_bytes(), cost,
+                                       BudgetParams())]
     assert not any(name.startswith("boundary") for name in roomy)
 
 

@@ -24,11 +24,11 @@ uses / across the iteration boundary only when the budget still does not hold.
   release and covering late triggers (:meth:`~.engine.state.PlanState.swap_window`);
 - when the trace has read-only weights (``writes == []``), weight streaming
   (:mod:`.stream`) at each of ``params.stream_headrooms``;
-- when persistent state with what an op uses does not fit the budget at some op, the
-  persistent gaps taken off the device first, late where they must be
-  (:mod:`.boundary`), in each of its variants;
 - ``capuchin``, ``vdnn`` and ``on-demand``;
-- only when none of them found a plan, :func:`fallbacks`.
+- only when none of them found a plan, :func:`fallbacks`: when persistent state with
+  what an op uses does not fit the budget at some op, the persistent gaps taken off the
+  device first, late where they must be (:mod:`.boundary`, each of its variants); and the
+  default greedy placed first-fit.
 
 It checks each plan with the independent validator, simulates it, and keeps the one with
 the least simulated iteration time (ties: fewer swapped bytes, then member order); then
@@ -106,7 +106,6 @@ class Member(NamedTuple):
 
 def members(trace, budget_bytes, cost, params: BudgetParams) -> list[Member]:
     """``auto``'s members, in the order that breaks ties."""
-    from cupool.planning.budget.boundary import VARIANTS, persistent_over, plan_boundary
     from cupool.planning.budget.capuchin import plan_capuchin
     from cupool.planning.budget.classic import plan_on_demand, plan_vdnn
     from cupool.planning.budget.stream import KEEP_ORDERS, plan_stream, streamable
@@ -137,24 +136,32 @@ def members(trace, budget_bytes, cost, params: BudgetParams) -> list[Member]:
                        lambda started, h=h, order=order: plan_stream(
                            trace, budget_bytes, cost, params, started, h, order))
                 for h in params.stream_headrooms for order in KEEP_ORDERS]
-    if persistent_over(trace, budget_bytes):  # persistent state must leave the device
-        out += [Member(variant.name, lambda started, variant=variant: plan_boundary(
-                    trace, budget_bytes, cost, params, started, variant))
-                for variant in VARIANTS]
     out += [Member("capuchin", policy(plan_capuchin)), Member("vdnn", policy(plan_vdnn)),
             Member("on-demand", policy(plan_on_demand))]
     return out
 
 
 def fallbacks(trace, budget_bytes, cost, params: BudgetParams) -> list[Member]:
-    """What ``auto`` runs only when no member found a plan: the default greedy whose
-    residencies, when no offset solver packs them within the budget, are placed first-fit
-    with each stay across the iteration boundary as one item
+    """What ``auto`` runs only when no member found a plan (so every plan a member finds
+    stays as it was): when persistent state must leave the device
+    (:func:`~.boundary.persistent_over`), :mod:`.boundary` in each of its variants; then
+    the default greedy whose residencies, when no offset solver packs them within the
+    budget, are placed first-fit with each stay across the iteration boundary as one item
     (:func:`~.boundary.place_pairs_first_fit`) before the budget is lowered."""
-    from cupool.planning.budget.boundary import place_pairs_first_fit
+    from cupool.planning.budget.boundary import (
+        VARIANTS,
+        persistent_over,
+        place_pairs_first_fit,
+        plan_boundary,
+    )
 
+    out = []
+    if persistent_over(trace, budget_bytes):  # persistent state must leave the device
+        out += [Member(variant.name, lambda started, variant=variant: plan_boundary(
+                    trace, budget_bytes, cost, params, started, variant))
+                for variant in VARIANTS]
     weight = params.swap_weights[1] if len(params.swap_weights) > 1 else params.swap_weights[0]
-    return [Member(f"greedy(swap_weight={weight:g}, first-fit placement)",
+    return [*out, Member(f"greedy(swap_weight={weight:g}, first-fit placement)",
                    lambda started: plan_greedy_with(trace, budget_bytes, cost, params, started,
                                                     greedy_options(params, weight),
                                                     last_resort=place_pairs_first_fit))]
