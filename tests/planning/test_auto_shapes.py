@@ -104,7 +104,7 @@ def persistent_heavy_traces(draw):
         end = draw(st.integers(start + 1, min(n, start + 3)))
         buffers.append(Buffer(i, draw(st.integers(1, 8)) << 12, start, end,
                               tuple(range(start, end))))
-    for k in range(draw(st.integers(2, 6))):
+    for _k in range(draw(st.integers(2, 6))):
         uses = sorted(draw(st.sets(st.integers(0, n - 1), min_size=1, max_size=2)))
         writes = draw(st.sampled_from([None, (), tuple(uses[-1:])]))  # unknown, read-only
         buffers.append(Buffer(len(buffers), draw(st.integers(4, 24)) << 12, 0, n,
