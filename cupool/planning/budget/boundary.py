@@ -201,7 +201,8 @@ def plan_boundary(trace, budget_bytes, cost, params: BudgetParams, started: floa
 def place_pairs_first_fit(trace: Trace, intervals: list, budget_bytes: int) -> PlacedOffsets:
     """Offsets for the residencies, each persistent buffer's stay across the iteration
     boundary (:func:`~.engine.placement.boundary_pairs`) placed as one item at the lowest
-    offset free during every op it spans: largest first, else longest (in ops) first.
+    offset free during every op it spans: largest first, else longest (in ops) first, else
+    earliest first (longest of those first).
     The static solvers place the two halves of such a stay apart and then tie them,
     which fails when the budget is tight; placing them together does not."""
     m = len(intervals)
@@ -213,8 +214,10 @@ def place_pairs_first_fit(trace: Trace, intervals: list, budget_bytes: int) -> P
     items = sorted({pair_of.get(k, (k,)) for k in range(m)})
     sizes = [trace.buffer(intervals[ks[0]].buffer_id).size for ks in items]
     spans = [sum(intervals[k].end - intervals[k].start for k in ks) for ks in items]
+    firsts = [min(intervals[k].start for k in ks) for ks in items]
     placed = PlacedOffsets(None, 0)
-    for key in (lambda j: (-sizes[j], j), lambda j: (-spans[j], -sizes[j], j)):
+    for key in (lambda j: (-sizes[j], j), lambda j: (-spans[j], -sizes[j], j),
+                lambda j: (firsts[j], -spans[j], -sizes[j], j)):
         order = [items[j] for j in sorted(range(len(items)), key=key)]
         placed = _first_fit(trace, intervals, order, budget_bytes)
         if placed.offsets is not None:
