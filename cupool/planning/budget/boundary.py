@@ -27,6 +27,11 @@ copies that cannot land on time stall the step (the simulator charges the waitin
    belongs to the next iteration, its copy out to the tail of this one.
 3. What still does not fit (temporaries, and persistent gaps on time) is left to the
    cost-aware greedy (:mod:`.engine.greedy`), on top.
+4. **Earlier where there is room.** With every decision made, each copy in of step 2
+   (earliest due first) is triggered earlier, where the bytes fit the budget at every op
+   it is brought forward over: at the latest trigger that lands on time, else as early as
+   the room allows (less waiting), and each copy out keeps its bytes until it has landed
+   where they fit (no waiting for it).
 
 ``auto`` runs it only when :func:`persistent_over` holds, so every trace whose
 persistent state fits plans exactly as before.
@@ -39,6 +44,7 @@ from typing import NamedTuple
 import numpy as np
 
 from cupool.core.vocabulary import PERSISTENT, Trace
+from cupool.planning.budget.engine.copies import QueuedCopy
 from cupool.planning.budget.engine.greedy import (
     GreedyOptions,
     candidate_gaps,
@@ -52,7 +58,7 @@ from cupool.planning.budget.engine.placement import (
     place_schedule,
 )
 from cupool.planning.budget.engine.residency import working_set_bytes
-from cupool.planning.budget.engine.schedule import IdleGap, gaps_of
+from cupool.planning.budget.engine.schedule import SWAP, Gap, IdleGap, gaps_of
 from cupool.planning.budget.engine.state import PlanState, SwapWindow
 from cupool.planning.budget.params import BudgetParams
 from cupool.planning.budget.result import BudgetResult
@@ -171,6 +177,64 @@ def offload_persistent(state: PlanState, target: str = "working", eager: bool = 
     return taken
 
 
+def _earlier_trigger(state: PlanState, gap: Gap, size: int) -> int:
+    """The trigger step 4 moves ``gap``'s copy in to (its own when none is better)."""
+    low = 0 if gap.wraps else gap.resident_until
+    room = gap.resident_from
+    while room > low and int(state.live[room - 1]) + size <= state.budget:
+        room -= 1
+    if room == gap.resident_from:
+        return room
+    old = state.h2d_copies[(gap.buffer_id, gap.prev_use)]
+    state.h2d.remove(old)
+    try:
+        for t in range(gap.resident_from - 1, room - 1, -1):
+            if state.h2d.finish_if_added(float(state.start_us[t]), old.length_us) \
+                    <= old.due_us + 1e-9:
+                return t
+        return room
+    finally:
+        state.h2d.add(old.issue_us, old.length_us, old.due_us)
+
+
+def bring_forward(state: PlanState, gaps: list[IdleGap]) -> int:
+    """Step 4 for the persistent ``gaps`` taken (module docstring); returns how many
+    copies moved."""
+    trace, n = state.trace, state.n
+    planned = []
+    for idle in gaps:
+        gap = next(g for g in state.schedule.gaps[idle.buffer_id]
+                   if g.prev_use == idle.prev_use and g.mode == SWAP)
+        planned.append(gap)
+    moved = 0
+    for gap in sorted(planned, key=lambda g: (g.next_use, g.buffer_id)):
+        size = trace.buffer(gap.buffer_id).size
+        until = gap.resident_until
+        copy_out = state.cost.copy_us(size, "d2h")
+        landed = float(state.end_us[gap.prev_use]) + copy_out
+        end = n if gap.wraps else gap.resident_from
+        while (until < end and float(state.start_us[until]) < landed
+               and int(state.live[until]) + size <= state.budget
+               and not state.clean_at(gap.buffer_id, gap.prev_use)):
+            state.live[until] += size
+            until += 1
+        trigger = _earlier_trigger(state, gap, size)
+        if trigger < gap.resident_from:
+            key = (gap.buffer_id, gap.prev_use)
+            old = state.h2d_copies[key]
+            state.h2d.remove(old)
+            new = QueuedCopy(float(state.start_us[trigger]), old.length_us, old.due_us)
+            state.h2d.add(*new)
+            state.h2d_copies[key] = new
+            state.live[trigger:gap.resident_from] += size
+        if (until, trigger) != (gap.resident_until, gap.resident_from):
+            gaps_of_buffer = state.schedule.gaps[gap.buffer_id]
+            gaps_of_buffer[gaps_of_buffer.index(gap)] = Gap(
+                gap.buffer_id, gap.prev_use, gap.next_use, SWAP, until, trigger)
+            moved += 1
+    return moved
+
+
 def plan_boundary(trace, budget_bytes, cost, params: BudgetParams, started: float,
                   variant: Variant = VARIANTS[0]) -> BudgetResult:
     """Persistent state off the device by ``variant`` (module docstring), the rest by the
@@ -182,9 +246,11 @@ def plan_boundary(trace, budget_bytes, cost, params: BudgetParams, started: floa
         state = PlanState(trace, internal, cost, max_chain=options.max_chain,
                           late_trigger=options.late_trigger)
         taken = offload_persistent(state, variant.target, variant.eager)
+        persistent_gaps = list(state.taken)
         for include_persistent in (False, True):
             if state.live.max() > internal:
                 cost_pass(state, candidate_gaps(trace, include_persistent), options)
+        moved = bring_forward(state, persistent_gaps)
         fullest = fullest_op(state)
         if fullest.resident_bytes > internal:
             return Decision(None, reason=f"boundary: op {fullest.op} still needs "
@@ -192,6 +258,7 @@ def plan_boundary(trace, budget_bytes, cost, params: BudgetParams, started: floa
                                          f"(budget {internal})")
         return Decision(state.schedule, {"persistent_gaps": taken, "target": variant.target,
                                          "eager_release": variant.eager,
+                                         "brought_forward": moved,
                                          "planned_recompute_us": state.recompute_us})
 
     return place_schedule(trace, budget_bytes, decide, "boundary", params.placement, started,
