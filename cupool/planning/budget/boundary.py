@@ -141,8 +141,22 @@ def stretched_window(state: PlanState, gap: IdleGap, over: list[int],
             trigger = t
             break
     issue = float(state.start_us[trigger])
-    return SwapWindow(until, trigger, out_issue, out_len, issue, in_len, due,
+    # a late copy joins its queue due when it lands: later decisions plan around the
+    # waiting it costs instead of finding every copy ahead of it late
+    landed = max(due, state.h2d.finish_if_added(issue, in_len))
+    return SwapWindow(until, trigger, out_issue, out_len, issue, in_len, landed,
                       state.h2d.lateness(issue, in_len, due))
+
+
+def _settle_copy_out(state: PlanState, window: SwapWindow) -> None:
+    """Re-queue a copy out that :meth:`~.engine.state.PlanState.apply_swap` queued due
+    before it lands as due when it lands (see :func:`stretched_window`)."""
+    if window.out_us <= 0 or window.resident_until >= state.n:
+        return
+    due = float(state.start_us[window.resident_until])
+    state.d2h.remove(QueuedCopy(window.out_issue_us, window.out_us, due))
+    landed = state.d2h.finish_if_added(window.out_issue_us, window.out_us)
+    state.d2h.add(window.out_issue_us, window.out_us, max(due, landed))
 
 
 def offload_persistent(state: PlanState, target: str = "working", eager: bool = False) -> int:
@@ -165,6 +179,7 @@ def offload_persistent(state: PlanState, target: str = "working", eager: bool = 
             continue
         window = stretched_window(state, gap, over, eager)
         state.apply_swap(gap.buffer_id, gap.prev_use, gap.next_use, window)
+        _settle_copy_out(state, window)
         state.taken.add(gap)
         taken += 1
         if floor is not None:
@@ -186,11 +201,12 @@ def _earlier_trigger(state: PlanState, gap: Gap, size: int) -> int:
     if room == gap.resident_from:
         return room
     old = state.h2d_copies[(gap.buffer_id, gap.prev_use)]
+    due = float(state.start_us[gap.next_use])
     state.h2d.remove(old)
     try:
         for t in range(gap.resident_from - 1, room - 1, -1):
             if state.h2d.finish_if_added(float(state.start_us[t]), old.length_us) \
-                    <= old.due_us + 1e-9:
+                    <= due + 1e-9:
                 return t
         return room
     finally:
