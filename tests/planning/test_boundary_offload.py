@@ -125,3 +125,23 @@ def test_a_small_lstm_below_its_persistent_state_gets_a_validated_plan():
     report = validate_swap_plan(planned.trace, planned.plan)
     assert report.valid, (report.rule, report.message)
     assert planned.plan.stats["simulated_overhead"] >= bound.overhead - 1e-9
+
+
+def test_copies_brought_forward_never_knot_the_residencies_past_packing():
+    # Brought forward, 4's copy in and 3's copy out tie 2, 3 and 4 into residencies that
+    # pairwise share an op (188416 bytes of offsets); the member then keeps them where
+    # step 2 put them, which packs.
+    p = PERSISTENT
+    trace = Trace("knot", tuple(Op(f"op{i}", duration_us=5.0) for i in range(8)), (
+        Buffer(0, 32768, 4, 6, (4, 5)), Buffer(1, 32768, 0, 8, (7,), kind=p, writes=()),
+        Buffer(2, 65536, 0, 8, (1, 6), kind=p, writes=()),
+        Buffer(3, 40960, 0, 8, (5,), kind=p, writes=(5,)),
+        Buffer(4, 81920, 0, 8, (3, 5), kind=p, writes=()),
+        Buffer(5, 20480, 0, 8, (4,), kind=p, writes=(4,)),
+        Buffer(6, 61440, 0, 8, (3,), kind=p, writes=())))
+    budget = trace.lower_bound_bytes() // 2
+    assert overhead_lower_bound(trace, budget).feasible
+    result = plan_boundary(trace, budget, cost_model(), BudgetParams(), time.perf_counter())
+    assert result.feasible, result.reason
+    assert result.plan.stats["internal_budget_bytes"] == budget  # placed at the first try
+    assert validate_swap_plan(trace, result.plan).valid

@@ -31,7 +31,8 @@ copies that cannot land on time stall the step (the simulator charges the waitin
    (earliest due first) is triggered earlier, where the bytes fit the budget at every op
    it is brought forward over: at the latest trigger that lands on time, else as early as
    the room allows (less waiting), and each copy out keeps its bytes until it has landed
-   where they fit (no waiting for it).
+   where they fit (no waiting for it). Room is counted against
+   :data:`~.stream.PREFETCH_FILL` of the budget, the rest left for packing offsets.
 
 ``auto`` runs it only when :func:`persistent_over` holds, so every trace whose
 persistent state fits plans exactly as before.
@@ -55,13 +56,15 @@ from cupool.planning.budget.engine.placement import (
     Decision,
     PlacedOffsets,
     boundary_pairs,
+    place,
     place_schedule,
 )
-from cupool.planning.budget.engine.residency import working_set_bytes
+from cupool.planning.budget.engine.residency import residency_intervals, working_set_bytes
 from cupool.planning.budget.engine.schedule import SWAP, Gap, IdleGap, gaps_of
 from cupool.planning.budget.engine.state import PlanState, SwapWindow
 from cupool.planning.budget.params import BudgetParams
 from cupool.planning.budget.result import BudgetResult
+from cupool.planning.budget.stream import PREFETCH_FILL
 
 TARGETS = ("working", "live")
 """What the persistent gaps are taken against (module docstring, step 1)."""
@@ -196,7 +199,8 @@ def _earlier_trigger(state: PlanState, gap: Gap, size: int) -> int:
     """The trigger step 4 moves ``gap``'s copy in to (its own when none is better)."""
     low = 0 if gap.wraps else gap.resident_until
     room = gap.resident_from
-    while room > low and int(state.live[room - 1]) + size <= state.budget:
+    limit = PREFETCH_FILL * state.budget
+    while room > low and int(state.live[room - 1]) + size <= limit:
         room -= 1
     if room == gap.resident_from:
         return room
@@ -230,7 +234,7 @@ def bring_forward(state: PlanState, gaps: list[IdleGap]) -> int:
         landed = float(state.end_us[gap.prev_use]) + copy_out
         end = n if gap.wraps else gap.resident_from
         while (until < end and float(state.start_us[until]) < landed
-               and int(state.live[until]) + size <= state.budget
+               and int(state.live[until]) + size <= PREFETCH_FILL * state.budget
                and not state.clean_at(gap.buffer_id, gap.prev_use)):
             state.live[until] += size
             until += 1
@@ -251,6 +255,16 @@ def bring_forward(state: PlanState, gaps: list[IdleGap]) -> int:
     return moved
 
 
+def _placeable(trace: Trace, state: PlanState, budget_bytes: int,
+               params: BudgetParams) -> bool:
+    """Whether the schedule's residencies get offsets within the budget (the first
+    solver, then :func:`place_pairs_first_fit`)."""
+    intervals = residency_intervals(trace, state.schedule)
+    return (place(trace, intervals, budget_bytes, params.placement.offset_solver).offsets
+            is not None
+            or place_pairs_first_fit(trace, intervals, budget_bytes).offsets is not None)
+
+
 def plan_boundary(trace, budget_bytes, cost, params: BudgetParams, started: float,
                   variant: Variant = VARIANTS[0]) -> BudgetResult:
     """Persistent state off the device by ``variant`` (module docstring), the rest by the
@@ -258,7 +272,7 @@ def plan_boundary(trace, budget_bytes, cost, params: BudgetParams, started: floa
     options = GreedyOptions(swap_weight=params.checkpoint_swap_weight,
                             max_chain=params.max_chain, late_trigger="covering")
 
-    def decide(internal: int) -> Decision:
+    def decide(internal: int, forward: bool = True) -> Decision:
         state = PlanState(trace, internal, cost, max_chain=options.max_chain,
                           late_trigger=options.late_trigger)
         taken = offload_persistent(state, variant.target, variant.eager)
@@ -266,7 +280,10 @@ def plan_boundary(trace, budget_bytes, cost, params: BudgetParams, started: floa
         for include_persistent in (False, True):
             if state.live.max() > internal:
                 cost_pass(state, candidate_gaps(trace, include_persistent), options)
-        moved = bring_forward(state, persistent_gaps)
+        moved = bring_forward(state, persistent_gaps) if forward else 0
+        if moved and not _placeable(trace, state, budget_bytes, params):
+            # copies brought forward can tie residencies into a knot no offsets untie
+            return decide(internal, forward=False)
         fullest = fullest_op(state)
         if fullest.resident_bytes > internal:
             return Decision(None, reason=f"boundary: op {fullest.op} still needs "
