@@ -25,7 +25,11 @@ uses / across the iteration boundary only when the budget still does not hold.
 - when the trace has read-only weights (``writes == []``), weight streaming
   (:mod:`.stream`) at each of ``params.stream_headrooms`` and with a searched kept set
   (:data:`SEARCHED_MEMBER`);
-- ``capuchin``, ``vdnn`` and ``on-demand``.
+- ``capuchin``, ``vdnn`` and ``on-demand``;
+- only when none of them found a plan, :func:`fallbacks`: when persistent state with
+  what an op uses does not fit the budget at some op, the persistent gaps taken off the
+  device first, late where they must be (:mod:`.boundary`, each of its variants); and the
+  default greedy placed first-fit.
 
 It checks each plan with the independent validator, simulates it, and keeps the one with
 the least simulated iteration time (ties: fewer swapped bytes, then member order); then
@@ -70,9 +74,10 @@ def greedy_options(params: BudgetParams, swap_weight: float, **changes) -> Greed
 
 
 def plan_greedy_with(trace, budget_bytes, cost, params: BudgetParams, started: float,
-                     options: GreedyOptions) -> BudgetResult:
+                     options: GreedyOptions, last_resort=None) -> BudgetResult:
     """The cost-aware greedy with ``options``, repaired (:func:`~.engine.greedy.run_repaired`)
-    and placed: one ``auto`` member."""
+    and placed (``last_resort``: :func:`~.engine.placement.place_schedule`'s): one ``auto``
+    member."""
     def decide(internal: int) -> Decision:
         state = run_repaired(trace, internal, cost, options)
         fullest = fullest_op(state)
@@ -84,7 +89,8 @@ def plan_greedy_with(trace, budget_bytes, cost, params: BudgetParams, started: f
                                          "late_trigger": options.late_trigger,
                                          "planned_recompute_us": state.recompute_us})
 
-    return place_schedule(trace, budget_bytes, decide, "greedy", params.placement, started)
+    return place_schedule(trace, budget_bytes, decide, "greedy", params.placement, started,
+                          last_resort=last_resort)
 
 
 def plan_greedy(trace, budget_bytes, cost, params: BudgetParams, started: float) -> BudgetResult:
@@ -145,6 +151,32 @@ def members(trace, budget_bytes, cost, params: BudgetParams) -> list[Member]:
     return out
 
 
+def fallbacks(trace, budget_bytes, cost, params: BudgetParams) -> list[Member]:
+    """What ``auto`` runs only when no member found a plan (so every plan a member finds
+    stays as it was): when persistent state must leave the device
+    (:func:`~.boundary.persistent_over`), :mod:`.boundary` in each of its variants; then
+    the default greedy whose residencies, when no offset solver packs them within the
+    budget, are placed first-fit with each stay across the iteration boundary as one item
+    (:func:`~.boundary.place_pairs_first_fit`) before the budget is lowered."""
+    from cupool.planning.budget.boundary import (
+        VARIANTS,
+        persistent_over,
+        place_pairs_first_fit,
+        plan_boundary,
+    )
+
+    out = []
+    if persistent_over(trace, budget_bytes):  # persistent state must leave the device
+        out += [Member(variant.name, lambda started, variant=variant: plan_boundary(
+                    trace, budget_bytes, cost, params, started, variant))
+                for variant in VARIANTS]
+    weight = params.swap_weights[1] if len(params.swap_weights) > 1 else params.swap_weights[0]
+    return [*out, Member(f"greedy(swap_weight={weight:g}, first-fit placement)",
+                   lambda started: plan_greedy_with(trace, budget_bytes, cost, params, started,
+                                                    greedy_options(params, weight),
+                                                    last_resort=place_pairs_first_fit))]
+
+
 SEARCHED_MEMBER = "stream(searched keep set)"
 """The member whose plan ``auto`` refines side by side with the best of the others (its
 kept set is searched: the local search may take either plan further)."""
@@ -190,7 +222,13 @@ def plan_auto(trace, budget_bytes, cost, params: BudgetParams, started: float) -
     best, best_key = None, None
     others, others_key = None, None  # the best member but the searched one
     reasons = []
-    for rank, member in enumerate(members(trace, budget_bytes, cost, params)):
+
+    def in_order():
+        yield from members(trace, budget_bytes, cost, params)
+        if best is None:  # every member failed
+            yield from fallbacks(trace, budget_bytes, cost, params)
+
+    for rank, member in enumerate(in_order()):
         result = member.run(time.perf_counter())
         plan = result.plan
         if not result.feasible:

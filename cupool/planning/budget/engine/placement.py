@@ -203,7 +203,7 @@ residencies within the budget, before re-planning for a smaller internal budget.
 
 def place_schedule(trace: Trace, budget_bytes: int, decide, policy: str,
                    placement: PlacementParams, started: float,
-                   stats: dict | None = None) -> BudgetResult:
+                   stats: dict | None = None, last_resort=None) -> BudgetResult:
     """Run ``decide(internal_budget) -> Decision`` and place its schedule's residencies.
 
     When the offsets need more than the budget (fragmentation), the fallback offset
@@ -211,7 +211,8 @@ def place_schedule(trace: Trace, budget_bytes: int, decide, policy: str,
     the overshoot. The plan is ``feasible`` or ``over_capacity`` (``reason`` then says
     why); ``stats`` (the policy's own) come first in its ``stats``, then the decision's.
     ``started`` is when planning began (``time.perf_counter()``; the plan's
-    ``solve_seconds`` count from it).
+    ``solve_seconds`` count from it). ``last_resort(trace, intervals, budget_bytes) ->
+    PlacedOffsets``, when given, is tried after every solver.
     """
     stats = stats or {}
     internal = budget_bytes
@@ -231,6 +232,8 @@ def place_schedule(trace: Trace, budget_bytes: int, decide, policy: str,
             placed = place(trace, intervals, budget_bytes, solver)
             if placed.offsets is not None:
                 break
+        if placed.offsets is None and last_resort is not None:
+            placed = last_resort(trace, intervals, budget_bytes)
         if placed.offsets is not None:
             residencies = tuple(Residency(int(r.buffer_id), int(r.start), int(r.end), int(o))
                                 for r, o in zip(intervals, placed.offsets, strict=True))

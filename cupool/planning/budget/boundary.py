@@ -1,0 +1,351 @@
+"""``boundary``: persistent state that cannot stay on the device, taken off across the
+iteration boundary (and between its uses) before the greedy plans the rest.
+
+When the weights and optimizer state alone, with what an op itself uses, exceed the
+budget at some op, no on-time swap of a persistent buffer frees enough: the greedy only
+takes a gap whose copies land on time, and a large buffer used once per iteration (Adam
+state between its updates) leaves no such window. This member takes those gaps anyway,
+with the hole stretched over every op of the gap still over the budget, and lets the
+copies that cannot land on time stall the step (the simulator charges the waiting)::
+
+    op:          0   1   2   3          buffer w used at op 2 only; ops 0, 1 and 3 over
+    w resident           [===)          SwapOut after op 2 (the copy out that ends
+                                        iteration i), SwapIn at op 2 of iteration i + 1
+    wrap hole    ====)       [====      [3, n) and [0, 2): off the device across the boundary
+
+1. **Which persistent gaps.** Every idle gap of a persistent buffer (between two uses,
+   and the wrap gap from its last use to its first of the next iteration), longest
+   (in ops) first, then largest: a long idle window costs one copy out and one copy in
+   for many op-bytes of relief. A gap is taken while some op it spans is over the
+   target (``"working"``: persistent bytes plus what each op uses; ``"live"``: every
+   byte the trace keeps resident).
+2. **Its hole.** The copy out is issued after the previous use (none for clean data: a
+   read-only buffer, or one swapped in and not written since, is dropped) and the bytes
+   stay until it has landed, but never past the first op of the gap over the target; the
+   copy in is triggered at the latest op whose copy still lands by the next use, but
+   never before the last over-target op of the gap has run. For a wrap gap the copy in
+   belongs to the next iteration, its copy out to the tail of this one.
+3. What still does not fit (temporaries, and persistent gaps on time) is left to the
+   cost-aware greedy (:mod:`.engine.greedy`), on top.
+4. **Earlier where there is room.** With every decision made, each copy in of step 2
+   (earliest due first) is triggered earlier, where the bytes fit the budget at every op
+   it is brought forward over: at the latest trigger that lands on time, else as early as
+   the room allows (less waiting), and each copy out keeps its bytes until it has landed
+   where they fit (no waiting for it). Room is counted against
+   :data:`~.stream.PREFETCH_FILL` of the budget, the rest left for packing offsets.
+
+``auto`` runs it only when :func:`persistent_over` holds, so every trace whose
+persistent state fits plans exactly as before.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from cupool.core.vocabulary import PERSISTENT, Trace
+from cupool.planning.budget.engine.copies import QueuedCopy
+from cupool.planning.budget.engine.greedy import (
+    GreedyOptions,
+    candidate_gaps,
+    cost_pass,
+    fullest_op,
+)
+from cupool.planning.budget.engine.placement import (
+    Decision,
+    PlacedOffsets,
+    boundary_pairs,
+    place,
+    place_schedule,
+)
+from cupool.planning.budget.engine.residency import residency_intervals, working_set_bytes
+from cupool.planning.budget.engine.schedule import SWAP, Gap, IdleGap, gaps_of
+from cupool.planning.budget.engine.state import PlanState, SwapWindow
+from cupool.planning.budget.params import BudgetParams
+from cupool.planning.budget.result import BudgetResult
+from cupool.planning.budget.stream import PREFETCH_FILL
+
+TARGETS = ("working", "live")
+"""What the persistent gaps are taken against (module docstring, step 1)."""
+
+
+class Variant(NamedTuple):
+    """One way to run the member: the ``target`` (:data:`TARGETS`) and whether the bytes
+    are released ``eager`` ly, right after the previous use (the next op waits for the
+    copy out; residencies then end at uses, which packs into offsets more often), or once
+    the copy out has landed."""
+
+    target: str = "working"
+    eager: bool = False
+
+    @property
+    def name(self) -> str:
+        return f"boundary(target {self.target}{', eager release' if self.eager else ''})"
+
+
+VARIANTS = (Variant("working"), Variant("live"), Variant("working", eager=True),
+            Variant("live", eager=True))
+"""The variants ``auto`` runs, in the order that breaks ties."""
+
+
+def _persistent_floor(trace: Trace) -> np.ndarray:
+    """Bytes each op cannot do without while persistent state stays resident: every
+    persistent byte plus the temporaries the op uses."""
+    persistent = sum(b.size for b in trace.buffers if b.kind == PERSISTENT)
+    used = working_set_bytes(trace)
+    for b in trace.buffers:
+        if b.kind == PERSISTENT:
+            for u in set(b.uses):
+                used[u] -= b.size
+    return used + persistent
+
+
+def persistent_over(trace: Trace, budget_bytes: int) -> bool:
+    """True when, at some op, the persistent bytes plus the temporaries that op uses do
+    not fit ``budget_bytes``: some persistent buffer must leave the device."""
+    if trace.num_ops == 0 or not any(b.kind == PERSISTENT for b in trace.buffers):
+        return False
+    return int(_persistent_floor(trace).max()) > budget_bytes
+
+
+def _idle_ops(n: int, gap: IdleGap) -> list[int]:
+    """The ops a gap spans, in the order they run (a wrap gap: the tail, then the head)."""
+    if gap.wraps:
+        return [*range(gap.prev_use + 1, n), *range(gap.next_use)]
+    return list(range(gap.prev_use + 1, gap.next_use))
+
+
+def stretched_window(state: PlanState, gap: IdleGap, over: list[int],
+                     eager: bool = False) -> SwapWindow:
+    """The swap of ``gap`` whose hole covers every op of ``over`` (ops the gap spans, in
+    the order they run), late where it must be (module docstring, step 2); with
+    ``eager`` the bytes are released right after the previous use (the next op waits for
+    the copy out)."""
+    n = state.n
+    buffer_id, prev_use, next_use = gap
+    size = state.trace.buffer(buffer_id).size
+    clean = state.clean_at(buffer_id, prev_use)
+    out_len = 0.0 if clean else state.cost.copy_us(size, "d2h")
+    in_len = state.cost.copy_us(size, "h2d")
+    out_issue = float(state.end_us[prev_use])
+    out_done = out_issue if clean else state.d2h.finish_if_added(out_issue, out_len)
+    until = prev_use + 1 if eager else min(state.op_at_or_after(out_done, prev_use + 1), n)
+    tail_over = [k for k in over if k > prev_use]
+    if tail_over:
+        until = min(until, tail_over[0])
+    head_over = [k for k in over if k < next_use] if gap.wraps else over
+    low = 0 if gap.wraps else until
+    need = head_over[-1] + 1 if head_over else low
+    due = float(state.start_us[next_use])
+    trigger = need
+    for t in range(next_use, need - 1, -1):  # the latest trigger whose copy lands on time
+        if state.h2d.finish_if_added(float(state.start_us[t]), in_len) <= due + 1e-9:
+            trigger = t
+            break
+    issue = float(state.start_us[trigger])
+    # a late copy joins its queue due when it lands: later decisions plan around the
+    # waiting it costs instead of finding every copy ahead of it late
+    landed = max(due, state.h2d.finish_if_added(issue, in_len))
+    return SwapWindow(until, trigger, out_issue, out_len, issue, in_len, landed,
+                      state.h2d.lateness(issue, in_len, due))
+
+
+def _settle_copy_out(state: PlanState, window: SwapWindow) -> None:
+    """Re-queue a copy out that :meth:`~.engine.state.PlanState.apply_swap` queued due
+    before it lands as due when it lands (see :func:`stretched_window`)."""
+    if window.out_us <= 0 or window.resident_until >= state.n:
+        return
+    due = float(state.start_us[window.resident_until])
+    state.d2h.remove(QueuedCopy(window.out_issue_us, window.out_us, due))
+    landed = state.d2h.finish_if_added(window.out_issue_us, window.out_us)
+    state.d2h.add(window.out_issue_us, window.out_us, max(due, landed))
+
+
+def offload_persistent(state: PlanState, target: str = "working", eager: bool = False) -> int:
+    """Take persistent gaps off the device until no op is over ``target``
+    (:data:`TARGETS`; module docstring, steps 1-2), released ``eager`` ly or once the copy
+    out has landed (:func:`stretched_window`); returns how many were taken."""
+    trace, n = state.trace, state.n
+    if target not in TARGETS:
+        raise ValueError(f"target {target!r}: expected one of {TARGETS}")
+    floor = _persistent_floor(trace) if target == "working" else None
+    gaps = [g for b in trace.buffers if b.kind == PERSISTENT for g in gaps_of(trace, b)]
+    gaps.sort(key=lambda g: (-len(_idle_ops(n, g)), -trace.buffer(g.buffer_id).size, g))
+    taken = 0
+    for gap in gaps:
+        measure = state.live if floor is None else floor
+        if int(measure.max()) <= state.budget:
+            break
+        over = [k for k in _idle_ops(n, gap) if measure[k] > state.budget]
+        if not over:
+            continue
+        window = stretched_window(state, gap, over, eager)
+        state.apply_swap(gap.buffer_id, gap.prev_use, gap.next_use, window)
+        _settle_copy_out(state, window)
+        state.taken.add(gap)
+        taken += 1
+        if floor is not None:
+            size = trace.buffer(gap.buffer_id).size
+            if gap.wraps:
+                floor[window.resident_until:] -= size
+                floor[:window.trigger] -= size
+            else:
+                floor[window.resident_until:window.trigger] -= size
+    return taken
+
+
+def _earlier_trigger(state: PlanState, gap: Gap, size: int) -> int:
+    """The trigger step 4 moves ``gap``'s copy in to (its own when none is better)."""
+    low = 0 if gap.wraps else gap.resident_until
+    room = gap.resident_from
+    limit = PREFETCH_FILL * state.budget
+    while room > low and int(state.live[room - 1]) + size <= limit:
+        room -= 1
+    if room == gap.resident_from:
+        return room
+    old = state.h2d_copies[(gap.buffer_id, gap.prev_use)]
+    due = float(state.start_us[gap.next_use])
+    state.h2d.remove(old)
+    try:
+        for t in range(gap.resident_from - 1, room - 1, -1):
+            if state.h2d.finish_if_added(float(state.start_us[t]), old.length_us) \
+                    <= due + 1e-9:
+                return t
+        return room
+    finally:
+        state.h2d.add(old.issue_us, old.length_us, old.due_us)
+
+
+def bring_forward(state: PlanState, gaps: list[IdleGap]) -> int:
+    """Step 4 for the persistent ``gaps`` taken (module docstring); returns how many
+    copies moved."""
+    trace, n = state.trace, state.n
+    planned = []
+    for idle in gaps:
+        gap = next(g for g in state.schedule.gaps[idle.buffer_id]
+                   if g.prev_use == idle.prev_use and g.mode == SWAP)
+        planned.append(gap)
+    moved = 0
+    for gap in sorted(planned, key=lambda g: (g.next_use, g.buffer_id)):
+        size = trace.buffer(gap.buffer_id).size
+        until = gap.resident_until
+        copy_out = state.cost.copy_us(size, "d2h")
+        landed = float(state.end_us[gap.prev_use]) + copy_out
+        end = n if gap.wraps else gap.resident_from
+        while (until < end and float(state.start_us[until]) < landed
+               and int(state.live[until]) + size <= PREFETCH_FILL * state.budget
+               and not state.clean_at(gap.buffer_id, gap.prev_use)):
+            state.live[until] += size
+            until += 1
+        trigger = _earlier_trigger(state, gap, size)
+        if trigger < gap.resident_from:
+            key = (gap.buffer_id, gap.prev_use)
+            old = state.h2d_copies[key]
+            state.h2d.remove(old)
+            new = QueuedCopy(float(state.start_us[trigger]), old.length_us, old.due_us)
+            state.h2d.add(*new)
+            state.h2d_copies[key] = new
+            state.live[trigger:gap.resident_from] += size
+        if (until, trigger) != (gap.resident_until, gap.resident_from):
+            gaps_of_buffer = state.schedule.gaps[gap.buffer_id]
+            gaps_of_buffer[gaps_of_buffer.index(gap)] = Gap(
+                gap.buffer_id, gap.prev_use, gap.next_use, SWAP, until, trigger)
+            moved += 1
+    return moved
+
+
+def _placeable(trace: Trace, state: PlanState, budget_bytes: int,
+               params: BudgetParams) -> bool:
+    """Whether the schedule's residencies get offsets within the budget (the first
+    solver, then :func:`place_pairs_first_fit`)."""
+    intervals = residency_intervals(trace, state.schedule)
+    return (place(trace, intervals, budget_bytes, params.placement.offset_solver).offsets
+            is not None
+            or place_pairs_first_fit(trace, intervals, budget_bytes).offsets is not None)
+
+
+def plan_boundary(trace, budget_bytes, cost, params: BudgetParams, started: float,
+                  variant: Variant = VARIANTS[0]) -> BudgetResult:
+    """Persistent state off the device by ``variant`` (module docstring), the rest by the
+    greedy."""
+    options = GreedyOptions(swap_weight=params.checkpoint_swap_weight,
+                            max_chain=params.max_chain, late_trigger="covering")
+
+    def decide(internal: int, forward: bool = True) -> Decision:
+        state = PlanState(trace, internal, cost, max_chain=options.max_chain,
+                          late_trigger=options.late_trigger)
+        taken = offload_persistent(state, variant.target, variant.eager)
+        persistent_gaps = list(state.taken)
+        for include_persistent in (False, True):
+            if state.live.max() > internal:
+                cost_pass(state, candidate_gaps(trace, include_persistent), options)
+        moved = bring_forward(state, persistent_gaps) if forward else 0
+        if moved and not _placeable(trace, state, budget_bytes, params):
+            # copies brought forward can tie residencies into a knot no offsets untie
+            return decide(internal, forward=False)
+        fullest = fullest_op(state)
+        if fullest.resident_bytes > internal:
+            return Decision(None, reason=f"boundary: op {fullest.op} still needs "
+                                         f"{fullest.resident_bytes} bytes resident "
+                                         f"(budget {internal})")
+        return Decision(state.schedule, {"persistent_gaps": taken, "target": variant.target,
+                                         "eager_release": variant.eager,
+                                         "brought_forward": moved,
+                                         "planned_recompute_us": state.recompute_us})
+
+    return place_schedule(trace, budget_bytes, decide, "boundary", params.placement, started,
+                          last_resort=place_pairs_first_fit)
+
+
+def place_pairs_first_fit(trace: Trace, intervals: list, budget_bytes: int) -> PlacedOffsets:
+    """Offsets for the residencies, each persistent buffer's stay across the iteration
+    boundary (:func:`~.engine.placement.boundary_pairs`) placed as one item at the lowest
+    offset free during every op it spans: largest first, else longest (in ops) first, else
+    earliest first (longest of those first).
+    The static solvers place the two halves of such a stay apart and then tie them,
+    which fails when the budget is tight; placing them together does not."""
+    m = len(intervals)
+    if m == 0:
+        return PlacedOffsets(np.zeros(0, dtype=np.int64), 0)
+    pair_of = {}
+    for pair in boundary_pairs(trace, intervals):
+        pair_of[pair.first] = pair_of[pair.last] = (pair.first, pair.last)
+    items = sorted({pair_of.get(k, (k,)) for k in range(m)})
+    sizes = [trace.buffer(intervals[ks[0]].buffer_id).size for ks in items]
+    spans = [sum(intervals[k].end - intervals[k].start for k in ks) for ks in items]
+    firsts = [min(intervals[k].start for k in ks) for ks in items]
+    placed = PlacedOffsets(None, 0)
+    for key in (lambda j: (-sizes[j], j), lambda j: (-spans[j], -sizes[j], j),
+                lambda j: (firsts[j], -spans[j], -sizes[j], j)):
+        order = [items[j] for j in sorted(range(len(items)), key=key)]
+        placed = _first_fit(trace, intervals, order, budget_bytes)
+        if placed.offsets is not None:
+            break
+    return placed
+
+
+def _first_fit(trace: Trace, intervals: list, items: list[tuple[int, ...]],
+               budget_bytes: int) -> PlacedOffsets:
+    """:func:`place_pairs_first_fit` for one order of its ``items``."""
+    m = len(intervals)
+    starts = np.array([r.start for r in intervals], dtype=np.int64)
+    ends = np.array([r.end for r in intervals], dtype=np.int64)
+    sizes = np.array([trace.buffer(r.buffer_id).size for r in intervals], dtype=np.int64)
+    offsets = np.full(m, -1, dtype=np.int64)
+    for ks in items:
+        busy = np.zeros(m, dtype=bool)
+        for k in ks:
+            busy |= (starts < ends[k]) & (ends > starts[k])
+        busy &= offsets >= 0
+        size = int(sizes[ks[0]])
+        cursor = 0
+        for low, high in sorted(zip(offsets[busy].tolist(),
+                                    (offsets + sizes)[busy].tolist(), strict=True)):
+            if low - cursor >= size:
+                break
+            cursor = max(cursor, high)
+        if cursor + size > budget_bytes:
+            return PlacedOffsets(None, cursor + size)
+        offsets[list(ks)] = cursor
+    return PlacedOffsets(offsets, int((offsets + sizes).max()))

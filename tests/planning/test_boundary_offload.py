@@ -1,0 +1,147 @@
+"""Persistent state that cannot stay on the device (:mod:`cupool.planning.budget.boundary`):
+taken off across the iteration boundary and between its uses, validated, simulated no
+better than the bound, and replayed byte-exact."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from cupool.check import validate_swap_plan
+from cupool.core.vocabulary import PERSISTENT, Buffer, Op, SwapIn, SwapOut, Trace
+from cupool.planning import make_plan
+from cupool.planning.budget.auto import fallbacks, members
+from cupool.planning.budget.boundary import (
+    persistent_over,
+    place_pairs_first_fit,
+    plan_boundary,
+)
+from cupool.planning.budget.engine.residency import ResidencyInterval
+from cupool.planning.budget.params import BudgetParams
+from cupool.planning.synthetic import lstm_trace
+from cupool.sim.bounds import overhead_lower_bound
+from cupool.sim.cost import cost_model
+from cupool.sim.simulator import simulate
+
+BUDGET = 62804
+
+
+def across_the_boundary(writes: bool = False) -> Trace:
+    """4 ops, persistent state 84% of the peak: at op 1 only buffer 6 fits, so 7 (used at
+    op 2 only) spends ops 3, 0 and 1 on the host and 8 (used at 0 and 2) leaves for op 1.
+    With ``writes``: 7 is read-only (dropped, never copied out), 6 and 8 are written at
+    their last use (copied out)."""
+    def w(*ops):
+        return tuple(ops) if writes else None
+
+    buffers = [Buffer(i, 4096, 0, 1, (0,), writes=w()) for i in (0, 2, 3, 4, 5)]
+    buffers += [Buffer(1, 4096, 3, 4, (3,), writes=w()),
+                Buffer(6, 57343, 0, 4, (1,), kind=PERSISTENT, writes=w(1)),
+                Buffer(7, 28671, 0, 4, (2,), kind=PERSISTENT, writes=w()),
+                Buffer(8, 19114, 0, 4, (0, 2), kind=PERSISTENT, writes=w(2))]
+    return Trace("persistent-across-boundary", tuple(Op(f"op{i}", duration_us=5.0)
+                                                     for i in range(4)),
+                 tuple(sorted(buffers, key=lambda b: b.id)))
+
+
+def test_the_member_runs_only_when_persistent_state_cannot_stay():
+    trace = across_the_boundary()
+    cost = cost_model()
+    assert persistent_over(trace, BUDGET)
+    assert not persistent_over(trace, trace.lower_bound_bytes())
+    names = [m.name for m in fallbacks(trace, BUDGET, cost, BudgetParams())]
+    assert "boundary(target working)" in names
+    assert not any(m.name.startswith("boundary")
+                   for m in members(trace, BUDGET, cost, BudgetParams()))
+    roomy = [m.name for m in fallbacks(trace, trace.lower_bound_bytes(), cost,
+                                       BudgetParams())]
+    assert not any(name.startswith("boundary") for name in roomy)
+
+
+@pytest.mark.parametrize("writes", [False, True])
+def test_persistent_state_leaves_across_the_boundary_and_validates(writes):
+    trace = across_the_boundary(writes)
+    cost = cost_model()
+    result = plan_boundary(trace, BUDGET, cost, BudgetParams(), time.perf_counter())
+    assert result.feasible, result.reason
+    plan = result.plan
+    report = validate_swap_plan(trace, plan)
+    assert report.valid, (report.rule, report.message)
+    # 7 is off the device at ops 3, 0 and 1: out after its use at op 2, in for op 2
+    spans = sorted((r.start, r.end) for r in plan.residencies if r.buffer_id == 7)
+    assert spans == ([(2, 3)] if writes else [(2, 4)])  # a drop frees its bytes at once
+    outs = [a for a in plan.actions if isinstance(a, SwapOut) and a.buffer_id == 7]
+    ins = [a for a in plan.actions if isinstance(a, SwapIn) and a.buffer_id == 7]
+    assert [a.after_op for a in outs] == [2] and [a.due_op for a in ins] == [2]
+    assert outs[0].drop == writes  # read-only: dropped; unknown writes: copied out
+    dirty = [a for a in plan.actions if isinstance(a, SwapOut) and a.buffer_id in (6, 8)]
+    assert dirty and not any(a.drop for a in dirty)
+    bound = overhead_lower_bound(trace, BUDGET)
+    sim = simulate(trace, plan, cost)
+    assert bound.feasible and sim.overhead >= bound.overhead - 1e-9
+    assert sim.peak_bytes <= BUDGET
+
+
+def test_auto_picks_the_member_and_its_plan_replays_byte_exact():
+    pytest.importorskip("cupy")
+    from cupool.devices import open_device
+    from cupool.swap.engine import EngineSettings, SwapEngine
+
+    trace = across_the_boundary(writes=True)
+    planned = make_plan(trace, BUDGET, policy="auto")
+    assert planned.fits, planned.reason
+    assert planned.plan.stats["member"].startswith("boundary")
+    assert validate_swap_plan(planned.trace, planned.plan).valid
+    with open_device("emulated") as device, SwapEngine(
+            planned.trace, planned.plan, device, EngineSettings()) as engine:
+        results = [engine.run_iteration(i) for i in range(3)]
+        stats = engine.copy_engine.stats()
+    assert all(r.corrupt_bytes == 0 and r.bytes_checked > 0 for r in results)
+    assert stats["bytes.d2h"] > 0 and stats["bytes.h2d"] > 0
+
+
+def test_a_stay_across_the_boundary_is_placed_as_one_item():
+    trace = across_the_boundary()
+    intervals = [ResidencyInterval(6, 1, 2), ResidencyInterval(7, 2, 4),
+                 ResidencyInterval(8, 0, 1), ResidencyInterval(8, 2, 4),
+                 ResidencyInterval(0, 0, 1), ResidencyInterval(1, 3, 4)]
+    placed = place_pairs_first_fit(trace, intervals, BUDGET)
+    assert placed.offsets is not None and placed.arena_bytes <= BUDGET
+    assert placed.offsets[2] == placed.offsets[3]  # 8's two residencies: one stay
+    assert place_pairs_first_fit(trace, intervals, 57342).offsets is None  # 6 alone is over
+
+
+def test_a_small_lstm_below_its_persistent_state_gets_a_validated_plan():
+    # weights, gradients and Adam moments are 4/3 of the budget: the greedy members all
+    # stop at the Adam ops
+    trace = lstm_trace(6, 2, hidden=64, vocab=256)
+    budget = trace.lower_bound_bytes() // 2
+    assert sum(b.size for b in trace.buffers if b.kind == PERSISTENT) > budget
+    bound = overhead_lower_bound(trace, budget)
+    assert bound.feasible
+    planned = make_plan(trace, budget, policy="auto")
+    assert planned.fits, planned.reason
+    report = validate_swap_plan(planned.trace, planned.plan)
+    assert report.valid, (report.rule, report.message)
+    assert planned.plan.stats["simulated_overhead"] >= bound.overhead - 1e-9
+
+
+def test_copies_brought_forward_never_knot_the_residencies_past_packing():
+    # Brought forward, 4's copy in and 3's copy out tie 2, 3 and 4 into residencies that
+    # pairwise share an op (188416 bytes of offsets); the member then keeps them where
+    # step 2 put them, which packs.
+    p = PERSISTENT
+    trace = Trace("knot", tuple(Op(f"op{i}", duration_us=5.0) for i in range(8)), (
+        Buffer(0, 32768, 4, 6, (4, 5)), Buffer(1, 32768, 0, 8, (7,), kind=p, writes=()),
+        Buffer(2, 65536, 0, 8, (1, 6), kind=p, writes=()),
+        Buffer(3, 40960, 0, 8, (5,), kind=p, writes=(5,)),
+        Buffer(4, 81920, 0, 8, (3, 5), kind=p, writes=()),
+        Buffer(5, 20480, 0, 8, (4,), kind=p, writes=(4,)),
+        Buffer(6, 61440, 0, 8, (3,), kind=p, writes=())))
+    budget = trace.lower_bound_bytes() // 2
+    assert overhead_lower_bound(trace, budget).feasible
+    result = plan_boundary(trace, budget, cost_model(), BudgetParams(), time.perf_counter())
+    assert result.feasible, result.reason
+    assert result.plan.stats["internal_budget_bytes"] == budget  # placed at the first try
+    assert validate_swap_plan(trace, result.plan).valid
