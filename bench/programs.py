@@ -14,7 +14,8 @@ once on plain NumPy arrays: the program without cupool), and records, from the t
 - ``engine_iteration_us``: median of the iteration as the swap engine timed it (from its
   start on the streams to their end);
 - ``sim_iteration_us``: the simulator's prediction for the recorded trace (op durations as
-  the passive step measured them) and the plan the last step ran (after feedback);
+  the passive step measured them), the plan the last step ran (after feedback) and the
+  session's cost model (the link, with the device's measured fixed cost per copy);
   ``sim_error`` is ``engine_iteration_us / sim_iteration_us - 1``;
 - ``sim_observed_us``: the same prediction with each op's duration the median the planned
   steps observed (one passive measurement is noisy: a first BLAS call, a busy machine);
@@ -33,7 +34,10 @@ iterations, beside ``eager_us`` (the same op run at once).
 
 BLAS runs one thread (``OPENBLAS_NUM_THREADS=1``, set before NumPy loads unless already
 set): the examples' matrices are small, and on a shared machine BLAS threads only slow
-both runs down. Prints a table and writes ``bench/results/programs.json``.
+both runs down. Every cell is measured ``--repeats`` times (timings on a shared machine
+move between runs): the table gives, per cell, the medians over the repeats and the range
+of both simulator errors. Prints the table and writes ``bench/results/programs.json``
+(every repeat's rows and the summary).
 """
 
 from __future__ import annotations
@@ -62,6 +66,7 @@ ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ("mlp_sgd", "gpt_decoder")
 BUDGETS = ("90%", "70%", "50%")
 STEPS = 12
+REPEATS = 5
 SKIP = 2  # the recording and the first planned step
 OPS = 200
 OUT = ROOT / "bench" / "results" / "programs.json"
@@ -173,33 +178,75 @@ def op_overhead(ops: int = OPS, iterations: int = 12) -> dict:
             "eager_us": statistics.median(eager[later])}
 
 
+def summarize(rows: list[dict]) -> list[dict]:
+    """Per example and budget, over the repeats: the median and range of both simulator
+    errors, late prefetches after the first planned step beside the simulator's floor, the
+    highest device peak over the budget, and whether every repeat kept the parameters."""
+    out = []
+    for name in EXAMPLES:
+        for budget in BUDGETS:
+            cell = [r for r in rows if r["example"] == name and r["budget"] == budget]
+            summary = {"example": name, "budget": budget, "repeats": len(cell),
+                       "late_after_first_planned": sum(sum(r["late_prefetches"][SKIP:])
+                                                       for r in cell),
+                       "sim_late_floor": max(r.get("sim_late_floor", 0) for r in cell),
+                       "peak_over_budget": max(r["device_peak_bytes"] / r["budget_bytes"]
+                                               for r in cell),
+                       "params_identical": all(r["params_identical"] for r in cell),
+                       "eager_step_us": statistics.median(r["eager_step_us"] for r in cell),
+                       "session_step_us": statistics.median(r["session_step_us"]
+                                                            for r in cell),
+                       "engine_iteration_us": statistics.median(r["engine_iteration_us"]
+                                                                for r in cell)}
+            for key in ("sim_error", "sim_observed_error"):
+                values = [r[key] for r in cell if key in r]
+                if values:
+                    summary[key] = statistics.median(values)
+                    summary[f"{key}_range"] = [min(values), max(values)]
+            out.append(summary)
+    return out
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=STEPS)
+    parser.add_argument("--repeats", type=int, default=REPEATS,
+                        help="times every cell is measured (timings on a shared machine "
+                             "move between runs; the table gives medians and ranges)")
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
     rows = []
-    for name in EXAMPLES:
-        module = example(name)
-        for budget in BUDGETS:  # the run without cupool right before each: same machine state
-            with cupool.EagerSession() as eager:
-                times, losses, params = timed_run(eager, module, args.steps)
-            reference = {"times": times, "losses": losses, "params": params}
-            rows.append(measure(name, budget, args.steps, reference))
+    for repeat in range(args.repeats):
+        for name in EXAMPLES:
+            module = example(name)
+            for budget in BUDGETS:  # the run without cupool right before: same machine state
+                with cupool.EagerSession() as eager:
+                    times, losses, params = timed_run(eager, module, args.steps)
+                reference = {"times": times, "losses": losses, "params": params}
+                rows.append({"repeat": repeat,
+                             **measure(name, budget, args.steps, reference)})
     overhead = op_overhead()
+    summary = summarize(rows)
     print(f"{'example':12} {'budget':>6} {'eager ms':>9} {'cupool ms':>9} {'engine ms':>9} "
-          f"{'sim ms':>8} {'sim err':>8} {'obs err':>8} {'late/step':>14} {'floor':>5} "
+          f"{'sim err (range)':>22} {'obs err (range)':>22} {'late':>5} {'floor':>5} "
           f"{'peak/budget':>12} {'params':>7}")
-    for r in rows:
-        sim = r.get("sim_iteration_us")
-        print(f"{r['example']:12} {r['budget']:>6} {r['eager_step_us'] / 1e3:9.2f} "
-              f"{r['session_step_us'] / 1e3:9.2f} {r['engine_iteration_us'] / 1e3:9.2f} "
-              f"{(sim or float('nan')) / 1e3:8.2f} {r.get('sim_error', float('nan')):+8.1%} "
-              f"{r.get('sim_observed_error', float('nan')):+8.1%} "
-              f"{','.join(map(str, r['late_prefetches'][1:])):>14} "
-              f"{r.get('sim_late_floor', '-'):>5} "
-              f"{r['device_peak_bytes'] / r['budget_bytes']:12.3f} "
-              f"{'same' if r['params_identical'] else 'DIFFER':>7}")
+
+    def error(s, key):
+        if key not in s:
+            return f"{'-':>22}"
+        low, high = s[f"{key}_range"]
+        return f"{s[key]:+7.1%} ({low:+.1%}..{high:+.1%})".rjust(22)
+
+    for s in summary:
+        print(f"{s['example']:12} {s['budget']:>6} {s['eager_step_us'] / 1e3:9.2f} "
+              f"{s['session_step_us'] / 1e3:9.2f} {s['engine_iteration_us'] / 1e3:9.2f} "
+              f"{error(s, 'sim_error')} {error(s, 'sim_observed_error')} "
+              f"{s['late_after_first_planned']:>5} {s['sim_late_floor']:>5} "
+              f"{s['peak_over_budget']:12.3f} "
+              f"{'same' if s['params_identical'] else 'DIFFER':>7}")
+    print(f"({args.repeats} repeats of {args.steps} steps; medians over repeats of the "
+          f"medians from step {SKIP + 1}; late: prefetches late in all repeats' steps "
+          f"after the first planned one)")
     print(f"per op on a resident op: declare {overhead['declare_us']:.1f} us + run "
           f"{overhead['run_us']:.1f} us = {overhead['session_us']:.1f} us (eager call "
           f"{overhead['eager_us']:.1f} us)")
@@ -208,7 +255,8 @@ def main(argv=None) -> int:
                             "openblas_threads": os.environ.get("OPENBLAS_NUM_THREADS"),
                             "load_average": list(os.getloadavg())},
                 "device": "emulated", "link": "gen5", "steps": args.steps,
-                "rows": rows, "op_overhead": overhead}
+                "repeats": args.repeats, "summary": summary, "rows": rows,
+                "op_overhead": overhead}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(document, indent=1) + "\n")
     print(f"wrote {args.out}")
