@@ -26,9 +26,9 @@ uses / across the iteration boundary only when the budget still does not hold.
   (:mod:`.stream`) at each of ``params.stream_headrooms`` and with a searched kept set
   (:data:`SEARCHED_MEMBER`);
 - ``capuchin``, ``vdnn`` and ``on-demand``;
-- only when none of them found a plan, :func:`fallbacks`: when persistent state with
-  what an op uses does not fit the budget at some op, the persistent gaps taken off the
-  device first, late where they must be (:mod:`.boundary`, each of its variants); and the
+- :func:`fallbacks`: when persistent state with what an op uses does not fit the budget at
+  some op, the persistent gaps taken off the device first, late where they must be
+  (:mod:`.boundary`, each of its variants); and, only when nothing found a plan, the
   default greedy placed first-fit.
 
 It checks each plan with the independent validator, simulates it, and keeps the one with
@@ -151,13 +151,16 @@ def members(trace, budget_bytes, cost, params: BudgetParams) -> list[Member]:
     return out
 
 
-def fallbacks(trace, budget_bytes, cost, params: BudgetParams) -> list[Member]:
-    """What ``auto`` runs only when no member found a plan (so every plan a member finds
-    stays as it was): when persistent state must leave the device
-    (:func:`~.boundary.persistent_over`), :mod:`.boundary` in each of its variants; then
-    the default greedy whose residencies, when no offset solver packs them within the
-    budget, are placed first-fit with each stay across the iteration boundary as one item
-    (:func:`~.boundary.place_pairs_first_fit`) before the budget is lowered."""
+def fallbacks(trace, budget_bytes, cost, params: BudgetParams, found: bool) -> list[Member]:
+    """What ``auto`` runs after its members (``found``: one of them found a plan). When
+    persistent state must leave the device (:func:`~.boundary.persistent_over`: then
+    only a member that takes it off across the iteration boundary can do well, and most
+    find nothing or fall back to on-demand), :mod:`.boundary` in each of its variants;
+    and only when no plan was found, the default greedy whose residencies, when no offset
+    solver packs them within the budget, are placed first-fit with each stay across the
+    iteration boundary as one item (:func:`~.boundary.place_pairs_first_fit`) before the
+    budget is lowered. Where persistent state fits, a plan a member finds is kept as it
+    was."""
     from cupool.planning.budget.boundary import (
         VARIANTS,
         persistent_over,
@@ -170,6 +173,8 @@ def fallbacks(trace, budget_bytes, cost, params: BudgetParams) -> list[Member]:
         out += [Member(variant.name, lambda started, variant=variant: plan_boundary(
                     trace, budget_bytes, cost, params, started, variant))
                 for variant in VARIANTS]
+    if found:
+        return out
     weight = params.swap_weights[1] if len(params.swap_weights) > 1 else params.swap_weights[0]
     return [*out, Member(f"greedy(swap_weight={weight:g}, first-fit placement)",
                    lambda started: plan_greedy_with(trace, budget_bytes, cost, params, started,
@@ -225,8 +230,7 @@ def plan_auto(trace, budget_bytes, cost, params: BudgetParams, started: float) -
 
     def in_order():
         yield from members(trace, budget_bytes, cost, params)
-        if best is None:  # every member failed
-            yield from fallbacks(trace, budget_bytes, cost, params)
+        yield from fallbacks(trace, budget_bytes, cost, params, found=best is not None)
 
     for rank, member in enumerate(in_order()):
         result = member.run(time.perf_counter())
