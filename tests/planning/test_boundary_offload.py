@@ -50,13 +50,16 @@ def test_the_member_runs_only_when_persistent_state_cannot_stay():
     cost = cost_model()
     assert persistent_over(trace, BUDGET)
     assert not persistent_over(trace, trace.lower_bound_bytes())
-    names = [m.name for m in fallbacks(trace, BUDGET, cost, BudgetParams())]
-    assert "boundary(target working)" in names
+    for found in (False, True):  # whether or not a member found a plan
+        names = [m.name for m in fallbacks(trace, BUDGET, cost, BudgetParams(), found)]
+        assert "boundary(target working)" in names
+        first_fit = [n for n in names if "first-fit" in n]
+        assert first_fit == ([] if found else first_fit) and (found or first_fit)
     assert not any(m.name.startswith("boundary")
                    for m in members(trace, BUDGET, cost, BudgetParams()))
     roomy = [m.name for m in fallbacks(trace, trace.lower_bound_bytes(), cost,
-                                       BudgetParams())]
-    assert not any(name.startswith("boundary") for name in roomy)
+                                       BudgetParams(), True)]
+    assert roomy == []  # persistent state fits and a plan was found: nothing more runs
 
 
 @pytest.mark.parametrize("writes", [False, True])
