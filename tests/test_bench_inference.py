@@ -4,32 +4,16 @@ helpers of ``bench/replay_inference.py``. No benchmark is run."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
 from cupool.core.vocabulary import PERSISTENT
 from cupool.io import load_trace
+from tests.bench_modules import load_bench
 
-BENCH = Path(__file__).resolve().parents[1] / "bench"
-
-
-def _load(name: str):
-    if str(BENCH) not in sys.path:
-        sys.path.insert(0, str(BENCH))
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while being made
-    spec.loader.exec_module(module)
-    return module
-
-
-swap = _load("swap")
-capture_inference = _load("capture_inference")
-replay_inference = _load("replay_inference")
-report = _load("report")
+swap = load_bench("swap")
+capture_inference = load_bench("capture_inference")
+replay_inference = load_bench("replay_inference")
+report = load_bench("report")
 
 
 def test_swap_plans_every_model_at_batch_1_and_8_once_from_the_captures_with_writes():
@@ -154,7 +138,7 @@ def test_replay_stretches_short_passes_to_the_minimum_wall_time():
     assert replay_inference.time_scale_for(long_pass, "gen5") == replay_inference.TIME_SCALE
 
 
-swap_diagnose = _load("swap_diagnose")
+swap_diagnose = load_bench("swap_diagnose")
 
 
 def test_diagnosis_takes_the_misses_of_the_chosen_kinds():

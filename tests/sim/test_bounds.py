@@ -225,10 +225,9 @@ def trace_and_plan(draw):
     return trace, swap_plan(trace, residencies, actions), cost_model(link, latency_us=1.0)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(trace_and_plan())
-def test_bound_never_exceeds_a_valid_plans_overhead(case):
-    trace, plan_, cost = case
+def _bound_below_the_plan(trace, plan_, cost):
+    """The plan is valid, the bound feasible and no higher than the plan's simulated
+    overhead; returns the simulation."""
     report = validate_plan(trace, plan_)
     assert report.valid, report.message
     simulated = simulate(trace, plan_, cost, validate=False)
@@ -236,6 +235,14 @@ def test_bound_never_exceeds_a_valid_plans_overhead(case):
     assert bound.feasible, bound.reason
     target(float(bound.overhead))  # steer the search toward plans where the bound bites
     assert bound.overhead <= simulated.overhead + 1e-9, (bound, simulated.summary())
+    return simulated
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(trace_and_plan())
+def test_bound_never_exceeds_a_valid_plans_overhead(case):
+    simulated = _bound_below_the_plan(*case)
+    plan_ = case[1]
     assert simulated.iteration_us == pytest.approx(
         simulated.ideal_us + simulated.recompute_us + simulated.stall_us)
     assert simulated.peak_bytes <= plan_.capacity_bytes
@@ -305,11 +312,4 @@ def written_trace_and_plan(draw):
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(written_trace_and_plan())
 def test_with_writes_the_bound_never_exceeds_a_valid_plans_overhead(case):
-    trace, plan_, cost = case
-    report = validate_plan(trace, plan_)
-    assert report.valid, report.message
-    simulated = simulate(trace, plan_, cost, validate=False)
-    bound = overhead_lower_bound(trace, plan_.capacity_bytes, cost)
-    assert bound.feasible, bound.reason
-    target(float(bound.overhead))
-    assert bound.overhead <= simulated.overhead + 1e-9, (bound, simulated.summary())
+    _bound_below_the_plan(*case)
