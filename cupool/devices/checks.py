@@ -15,16 +15,22 @@ import numpy as np
 from cupool.devices.errors import InvalidSizeError
 
 
+def _index(operation: str, name: str, value: object, what: str) -> int:
+    """``value`` as an ``int`` (NumPy integers too), else :class:`InvalidSizeError` saying
+    it must be ``what``; a bool is refused by name."""
+    if isinstance(value, bool):
+        raise InvalidSizeError(operation, name, value, f"must be {what}, not a bool")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise InvalidSizeError(operation, name, value, f"must be {what}") from None
+
+
 def check_size(operation: str, name: str, value: object, *, allow_zero: bool = False) -> int:
     """``value`` as an ``int`` that is ``> 0`` (``>= 0`` with ``allow_zero``), else
     :class:`InvalidSizeError` quoting it. NumPy integers are accepted; bools and
     floats are not."""
-    if isinstance(value, bool):
-        raise InvalidSizeError(operation, name, value, "must be an int, not a bool")
-    try:
-        number = operator.index(value)
-    except TypeError:
-        raise InvalidSizeError(operation, name, value, "must be an int") from None
+    number = _index(operation, name, value, "an int")
     if number < 0 or (number == 0 and not allow_zero):
         raise InvalidSizeError(operation, name, number, "must be >= 0" if allow_zero
                                else "must be > 0")
@@ -64,12 +70,7 @@ def check_layout(operation: str, nbytes: int, dtype: object,
 
 def check_pointer(operation: str, name: str, value: object) -> int:
     """``value`` as a non-negative ``int`` address, else :class:`InvalidSizeError`."""
-    if isinstance(value, bool):
-        raise InvalidSizeError(operation, name, value, "must be an int address, not a bool")
-    try:
-        number = operator.index(value)
-    except TypeError:
-        raise InvalidSizeError(operation, name, value, "must be an int address") from None
+    number = _index(operation, name, value, "an int address")
     if number < 0:
         raise InvalidSizeError(operation, name, number, "must be >= 0")
     return number
