@@ -274,29 +274,101 @@ def free_time_pass(state: PlanState, gaps: list[IdleGap], options: GreedyOptions
             state.taken.add(gap)
 
 
+class _Scores:
+    """The gaps a :func:`cost_pass` round may still take, with each one's last evaluated
+    option in arrays (its cost and its holes: one, or two for a gap across the iteration
+    boundary), sorted by gap (ties go to the smaller gap), so that every score is
+    recomputed at once against the ops now over the budget."""
+
+    def __init__(self, state: PlanState, entries: list[tuple[IdleGap, GapOption]]) -> None:
+        entries.sort(key=lambda entry: entry[0])
+        self.gaps = [gap for gap, _option in entries]
+        n = len(entries)
+        self.cost = np.zeros(n)
+        self.size = np.array([state.by_id[gap.buffer_id].size for gap in self.gaps],
+                             dtype=np.float64)
+        self.holes = np.zeros((n, 4), dtype=np.int64)  # start, end of up to two holes
+        self.active = np.ones(n, dtype=bool)
+        self.last_score = np.array([option_score(state, gap, option)
+                                    for gap, option in entries], dtype=np.float64)
+        for i, (_gap, option) in enumerate(entries):
+            self.update(i, option)
+
+    def update(self, i: int, option: GapOption) -> None:
+        self.cost[i] = option.cost_us
+        row = self.holes[i]
+        row[:] = 0
+        for k, hole in enumerate(option.holes[:2]):
+            if hole.end > hole.start:
+                row[2 * k], row[2 * k + 1] = hole.start, hole.end
+
+    def scores(self, state: PlanState) -> np.ndarray:
+        """:func:`option_score` of every active gap's last option (``inf``: inactive or
+        freeing nothing at an op over the budget, as :func:`_helps` says)."""
+        over_before = np.zeros(state.n + 1, dtype=np.int64)  # over-budget ops before op k
+        np.cumsum(state.live > state.budget, out=over_before[1:])
+        counts = over_before[self.holes]
+        covered = (counts[:, 1] - counts[:, 0]) + (counts[:, 3] - counts[:, 2])
+        with np.errstate(divide="ignore", invalid="ignore"):
+            out = self.cost / (self.size * np.maximum(covered, 1))
+        # a last option that frees nothing over the budget now may be stale (its swap's
+        # window moved): such a gap keeps its last score until it is evaluated again
+        stale = covered == 0
+        out[stale] = self.last_score[stale]
+        out[~self.active] = np.inf
+        return out
+
+
 def cost_pass(state: PlanState, gaps: list[IdleGap], options: GreedyOptions) -> None:
-    """Cheapest relief first (a lazy heap on :func:`option_score`), up to three rounds."""
+    """Cheapest relief first (:func:`option_score`), up to three rounds.
+
+    Each gap keeps its last evaluated option; after every choice all scores are
+    recomputed at once from those options against the ops still over the budget, and
+    only the cheapest gap is evaluated afresh (:func:`evaluate`, the costly part): see
+    :func:`_take_cheapest`.
+    """
     for _round in range(3):
         if state.live.max() <= state.budget:
             break
-        heap = []
+        entries = []
         for gap in gaps:
             if gap in state.taken:
                 continue
             option = evaluate(state, gap, options)
             if option is not None and _helps(state, option.holes):
-                heapq.heappush(heap, (option_score(state, gap, option), gap))
-        while heap and state.over_budget_ops():
-            _score, gap = heapq.heappop(heap)
-            option = evaluate(state, gap, options)
-            if option is None or not _helps(state, option.holes):
-                continue
-            score = option_score(state, gap, option)
-            if heap and score > heap[0][0] * (1 + 1e-9) + 1e-15:
-                heapq.heappush(heap, (score, gap))
-                continue
-            apply_option(state, gap, option)
-            state.taken.add(gap)
+                entries.append((gap, option))
+        table = _Scores(state, entries)
+        while state.over_budget_ops() and _take_cheapest(state, table, options):
+            pass
+
+
+def _take_cheapest(state: PlanState, table: _Scores, options: GreedyOptions) -> bool:
+    """Take the gap of ``table`` with the least score: the cheapest is evaluated afresh and
+    taken when its fresh score still ranks first (within ``1e-9``; ties: the smaller gap);
+    otherwise its new option is kept and the next cheapest is looked at. False when no gap
+    left frees bytes at an op over the budget."""
+    scores = table.scores(state)
+    while len(scores):
+        i = int(np.argmin(scores))
+        if not np.isfinite(scores[i]):
+            return False
+        gap = table.gaps[i]
+        option = evaluate(state, gap, options)
+        if option is None or not _helps(state, option.holes):
+            table.active[i] = False
+            scores[i] = np.inf
+            continue
+        table.update(i, option)
+        score = table.last_score[i] = option_score(state, gap, option)
+        scores[i] = np.inf
+        if score > scores.min() * (1 + 1e-9) + 1e-15:
+            scores[i] = score
+            continue
+        apply_option(state, gap, option)
+        state.taken.add(gap)
+        table.active[i] = False
+        return True
+    return False
 
 
 class FullestOp(NamedTuple):
