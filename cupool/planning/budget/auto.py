@@ -56,7 +56,7 @@ from typing import NamedTuple
 
 from cupool.check import validate_plan
 from cupool.planning.budget.engine.greedy import GreedyOptions, fullest_op, run_repaired
-from cupool.planning.budget.engine.placement import Decision, place_schedule
+from cupool.planning.budget.engine.placement import Decision, OffsetCache, place_schedule
 from cupool.planning.budget.feedback import refine_triggers
 from cupool.planning.budget.params import BudgetParams
 from cupool.planning.budget.result import BudgetResult
@@ -74,10 +74,11 @@ def greedy_options(params: BudgetParams, swap_weight: float, **changes) -> Greed
 
 
 def plan_greedy_with(trace, budget_bytes, cost, params: BudgetParams, started: float,
-                     options: GreedyOptions, last_resort=None) -> BudgetResult:
+                     options: GreedyOptions, last_resort=None,
+                     cache: OffsetCache | None = None) -> BudgetResult:
     """The cost-aware greedy with ``options``, repaired (:func:`~.engine.greedy.run_repaired`)
-    and placed (``last_resort``: :func:`~.engine.placement.place_schedule`'s): one ``auto``
-    member."""
+    and placed (``last_resort``, ``cache``: :func:`~.engine.placement.place_schedule`'s):
+    one ``auto`` member."""
     def decide(internal: int) -> Decision:
         state = run_repaired(trace, internal, cost, options)
         fullest = fullest_op(state)
@@ -90,7 +91,7 @@ def plan_greedy_with(trace, budget_bytes, cost, params: BudgetParams, started: f
                                          "planned_recompute_us": state.recompute_us})
 
     return place_schedule(trace, budget_bytes, decide, "greedy", params.placement, started,
-                          last_resort=last_resort)
+                          last_resort=last_resort, cache=cache)
 
 
 def plan_greedy(trace, budget_bytes, cost, params: BudgetParams, started: float) -> BudgetResult:
@@ -107,8 +108,9 @@ class Member(NamedTuple):
     run: Callable[[float], BudgetResult]
 
 
-def members(trace, budget_bytes, cost, params: BudgetParams) -> list[Member]:
-    """``auto``'s members, in the order that breaks ties."""
+def members(trace, budget_bytes, cost, params: BudgetParams,
+            cache: OffsetCache | None = None) -> list[Member]:
+    """``auto``'s members, in the order that breaks ties (the greedy ones share ``cache``)."""
     from cupool.planning.budget.capuchin import plan_capuchin
     from cupool.planning.budget.classic import plan_on_demand, plan_vdnn
     from cupool.planning.budget.stream import (
@@ -120,7 +122,7 @@ def members(trace, budget_bytes, cost, params: BudgetParams) -> list[Member]:
 
     def greedy(options: GreedyOptions) -> Callable[[float], BudgetResult]:
         return lambda started: plan_greedy_with(trace, budget_bytes, cost, params, started,
-                                                options)
+                                                options, cache=cache)
 
     def policy(function) -> Callable[[float], BudgetResult]:
         return lambda started: function(trace, budget_bytes, cost, params, started)
@@ -151,8 +153,10 @@ def members(trace, budget_bytes, cost, params: BudgetParams) -> list[Member]:
     return out
 
 
-def fallbacks(trace, budget_bytes, cost, params: BudgetParams, found: bool) -> list[Member]:
-    """What ``auto`` runs after its members (``found``: one of them found a plan). When
+def fallbacks(trace, budget_bytes, cost, params: BudgetParams, found: bool,
+              cache: OffsetCache | None = None) -> list[Member]:
+    """What ``auto`` runs after its members (``found``: one of them found a plan; ``cache``:
+    the members' offsets, for the default greedy's schedule). When
     persistent state must leave the device (:func:`~.boundary.persistent_over`: then
     only a member that takes it off across the iteration boundary can do well, and most
     find nothing or fall back to on-demand), :mod:`.boundary` in each of its variants;
@@ -179,12 +183,20 @@ def fallbacks(trace, budget_bytes, cost, params: BudgetParams, found: bool) -> l
     return [*out, Member(f"greedy(swap_weight={weight:g}, first-fit placement)",
                    lambda started: plan_greedy_with(trace, budget_bytes, cost, params, started,
                                                     greedy_options(params, weight),
-                                                    last_resort=place_pairs_first_fit))]
+                                                    last_resort=place_pairs_first_fit,
+                                                    cache=cache))]
 
 
 SEARCHED_MEMBER = "stream(searched keep set)"
 """The member whose plan ``auto`` refines side by side with the best of the others (its
 kept set is searched: the local search may take either plan further)."""
+
+
+class Judged(NamedTuple):
+    """A member's plan checked by the validator, and its simulation when valid."""
+
+    check: object
+    simulation: object
 
 
 class Refined(NamedTuple):
@@ -228,9 +240,13 @@ def plan_auto(trace, budget_bytes, cost, params: BudgetParams, started: float) -
     others, others_key = None, None  # the best member but the searched one
     reasons = []
 
+    cache = OffsetCache()
+    judged = {}  # what a plan the members already made got: its check and simulation
+
     def in_order():
-        yield from members(trace, budget_bytes, cost, params)
-        yield from fallbacks(trace, budget_bytes, cost, params, found=best is not None)
+        yield from members(trace, budget_bytes, cost, params, cache)
+        yield from fallbacks(trace, budget_bytes, cost, params, found=best is not None,
+                             cache=cache)
 
     for rank, member in enumerate(in_order()):
         result = member.run(time.perf_counter())
@@ -239,11 +255,16 @@ def plan_auto(trace, budget_bytes, cost, params: BudgetParams, started: float) -
             report[member.name] = result.reason
             reasons.append(f"{member.name}: {result.reason}")
             continue
-        check = validate_plan(trace, plan)
+        same = (plan.status, plan.arena_bytes, plan.capacity_bytes, plan.placements,
+                plan.residencies, plan.actions)
+        if same not in judged:
+            check = validate_plan(trace, plan)
+            judged[same] = Judged(check, simulate(trace, plan, cost, validate=False)
+                                  if check.valid else None)
+        check, sim = judged[same]
         if not check.valid:
             report[member.name] = f"invalid ({check.rule}): {check.message}"
             continue
-        sim = simulate(trace, plan, cost, validate=False)
         report[member.name] = sim.overhead
         key = (sim.iteration_us, sim.swapped_bytes, rank)
         entry = replace(result, simulation=sim, member=member.name)

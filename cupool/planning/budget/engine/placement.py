@@ -201,9 +201,40 @@ FALLBACK_OFFSET_SOLVERS = ("best-fit", "greedy-breadth")
 residencies within the budget, before re-planning for a smaller internal budget."""
 
 
+class OffsetCache:
+    """Offsets already found for a set of residencies within a budget, so that planners of
+    one trace that decide the same schedule (``auto``'s members often do) solve its offset
+    problem once. The static solvers are deterministic: a hit is what solving again would
+    give."""
+
+    def __init__(self) -> None:
+        self._found: dict[tuple, PlacedOffsets] = {}
+
+    def place(self, trace: Trace, intervals: list[ResidencyInterval], budget_bytes: int,
+              solvers: tuple[str, ...]) -> PlacedOffsets:
+        """:func:`place` by each of ``solvers`` in turn until one fits (the last one's
+        answer when none does), or what an earlier call with the same arguments found."""
+        key = (tuple(intervals), budget_bytes, solvers)
+        found = self._found.get(key)
+        if found is None:
+            found = _place_first(trace, intervals, budget_bytes, solvers)
+            self._found[key] = found
+        return found
+
+
+def _place_first(trace: Trace, intervals: list[ResidencyInterval], budget_bytes: int,
+                 solvers: tuple[str, ...]) -> PlacedOffsets:
+    for solver in solvers:
+        placed = place(trace, intervals, budget_bytes, solver)
+        if placed.offsets is not None:
+            break
+    return placed
+
+
 def place_schedule(trace: Trace, budget_bytes: int, decide, policy: str,
                    placement: PlacementParams, started: float,
-                   stats: dict | None = None, last_resort=None) -> BudgetResult:
+                   stats: dict | None = None, last_resort=None,
+                   cache: OffsetCache | None = None) -> BudgetResult:
     """Run ``decide(internal_budget) -> Decision`` and place its schedule's residencies.
 
     When the offsets need more than the budget (fragmentation), the fallback offset
@@ -212,7 +243,8 @@ def place_schedule(trace: Trace, budget_bytes: int, decide, policy: str,
     why); ``stats`` (the policy's own) come first in its ``stats``, then the decision's.
     ``started`` is when planning began (``time.perf_counter()``; the plan's
     ``solve_seconds`` count from it). ``last_resort(trace, intervals, budget_bytes) ->
-    PlacedOffsets``, when given, is tried after every solver.
+    PlacedOffsets``, when given, is tried after every solver. ``cache`` shares the
+    solvers' offsets with other planners of the same trace.
     """
     stats = stats or {}
     internal = budget_bytes
@@ -228,10 +260,9 @@ def place_schedule(trace: Trace, budget_bytes: int, decide, policy: str,
             reason = (f"policy left {peak} bytes resident at some op "
                       f"(budget {budget_bytes})")
             break
-        for solver in dict.fromkeys((placement.offset_solver, *FALLBACK_OFFSET_SOLVERS)):
-            placed = place(trace, intervals, budget_bytes, solver)
-            if placed.offsets is not None:
-                break
+        solvers = tuple(dict.fromkeys((placement.offset_solver, *FALLBACK_OFFSET_SOLVERS)))
+        placed = (cache.place(trace, intervals, budget_bytes, solvers) if cache is not None
+                  else _place_first(trace, intervals, budget_bytes, solvers))
         if placed.offsets is None and last_resort is not None:
             placed = last_resort(trace, intervals, budget_bytes)
         if placed.offsets is not None:
