@@ -11,7 +11,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cupool.check import validate_plan
-from cupool.core.vocabulary import PAGEABLE, PERSISTENT, PINNED, Buffer, SwapIn, SwapOut
+from cupool.core.vocabulary import (
+    PAGEABLE,
+    PERSISTENT,
+    PINNED,
+    Buffer,
+    RecomputeAction,
+    SwapIn,
+    SwapOut,
+)
 from cupool.errors import InputError, PlanFormatError, SolverError
 from cupool.io import load_plan, save_plan
 from cupool.io.plan_json import parse_plan, plan_to_document
@@ -23,11 +31,13 @@ from cupool.planning.budget.multilevel import (
     search_tiers,
 )
 from cupool.planning.budget.multilevel_moves import (
+    Anchors,
     Move,
     SpanRef,
     TierMoves,
     TierState,
     apply_move,
+    moves_at,
 )
 from cupool.planning.budget.recipes import with_recompute_recipes
 from cupool.sim import cost_model, simulate
@@ -257,3 +267,42 @@ def test_search_needs_a_feasible_swapping_plan():
     trace = six_op_trace()
     with pytest.raises(SolverError, match="feasible swapping plan"):
         search_tiers(trace, static_plan(trace, "greedy-size"), GEN5)
+
+
+def _moves_by_scanning(state, op, waited, link_moves, level_moves):
+    """The moves at ``op``, found by walking every action and residency in plan order."""
+    out = []
+    for a in state.actions:
+        if isinstance(a, SwapOut) and a.after_op == op and link_moves:
+            out += [Move("cancel_swap", a)] + ([Move("level", a)] if level_moves else [])
+            out.append(Move("swap_to_recompute", a))
+        elif isinstance(a, RecomputeAction) and a.before_op == op:
+            out += [Move("cancel_recompute", a), Move("recompute_to_swap", a)]
+        elif isinstance(a, SwapIn) and a.due_op == op and waited[op] > 0:
+            out.append(Move("earlier_trigger", a))
+    if waited[op] > 0:
+        for b, spans in state.spans.items():
+            for k, span in enumerate(spans):
+                if span.start == op:
+                    out += [Move("reoffset", SpanRef(b, k)), Move("overwrite", SpanRef(b, k))]
+    return out
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, 10_000), st.sampled_from((0.6, 0.75)), st.booleans(), st.booleans())
+def test_moves_by_anchor_are_the_moves_of_a_walk_over_the_whole_plan(seed, fraction, link,
+                                                                      level):
+    import numpy as np
+
+    trace = _small_trace(seed)
+    plan, planned = _seeded(trace, max(1, int(trace.lower_bound_bytes() * fraction)),
+                            params=UNREFINED)
+    if not plan.residencies:
+        return
+    state = TierState(planned, plan)
+    anchors = Anchors(state)
+    waited = np.array([float(i % 2) for i in range(planned.num_ops)])
+    for op in range(planned.num_ops):
+        expected = _moves_by_scanning(state, op, waited, link, level)
+        assert moves_at(state, op, None, waited, link, level, anchors) == expected
+        assert moves_at(state, op, None, waited, link, level) == expected

@@ -53,6 +53,7 @@ from cupool.check import validate_plan
 from cupool.core.vocabulary import PAGEABLE, Plan, SolveStatus, SwapOut, Trace
 from cupool.errors import SolverError
 from cupool.planning.budget.multilevel_moves import (
+    Anchors,
     TierMoves,
     TierState,
     apply_move,
@@ -209,6 +210,7 @@ def search_tiers(trace: Trace, seed_plan: Plan, cost, params: TierParams | None 
 
     passes = 0
     waited, waited_report = None, None
+    anchors, anchors_of = None, None  # the anchors of current.state, made when it changes
     for pass_ in range(params.max_passes):
         passes += 1
         improved_in_pass = False
@@ -219,9 +221,11 @@ def search_tiers(trace: Trace, seed_plan: Plan, cost, params: TierParams | None 
                 current = best
             if waited_report is not current.report:  # a pure function of the report
                 waited, waited_report = waits(current.report), current.report
+            if anchors_of is not current.state:
+                anchors, anchors_of = Anchors(current.state), current.state
             moves = moves_at(current.state, op, current.report, waited,
                              link_moves=pass_ > 0 or current.report.stall_us > 0,
-                             level_moves=params.pageable)
+                             level_moves=params.pageable, anchors=anchors)
             search.rng.shuffle(moves)
             for move in moves:
                 if out_of_budget():

@@ -416,29 +416,51 @@ def _ops_covering(report, op: int, wait_us: float) -> int:
     return op - k
 
 
+class Anchors:
+    """A :class:`TierState`'s actions and residencies by the op :func:`moves_at` anchors
+    their moves at (a swap-out after its op, a recompute and a swap-in at the op they are
+    for, a residency at its start), each list in plan order: made once per state, not
+    once per op."""
+
+    def __init__(self, state: TierState) -> None:
+        self.actions: dict[int, list] = defaultdict(list)
+        for a in state.actions:
+            if isinstance(a, SwapOut):
+                self.actions[a.after_op].append(a)
+            elif isinstance(a, RecomputeAction):
+                self.actions[a.before_op].append(a)
+            elif isinstance(a, SwapIn):
+                self.actions[a.due_op].append(a)
+        self.spans: dict[int, list[SpanRef]] = defaultdict(list)
+        for b, spans in state.spans.items():
+            for k, span in enumerate(spans):
+                self.spans[span.start].append(SpanRef(b, k))
+
+
 def moves_at(state: TierState, op: int, report, waited: np.ndarray, link_moves: bool,
-             level_moves: bool = True) -> list[Move]:
+             level_moves: bool = True, anchors: Anchors | None = None) -> list[Move]:
     """Moves anchored at ``op``; ``link_moves`` adds those that only relieve the link
     (cancel a swap, change its level): useless while nothing waits for a copy, so the
-    first pass skips them then."""
+    first pass skips them then. ``anchors``: ``Anchors(state)``, when the caller keeps
+    one."""
+    anchors = anchors or Anchors(state)
     out = []
-    for a in state.actions:
-        if isinstance(a, SwapOut) and a.after_op == op and link_moves:
-            out.append(Move("cancel_swap", a))
-            if level_moves:
-                out.append(Move("level", a))
-            out.append(Move("swap_to_recompute", a))
-        elif isinstance(a, RecomputeAction) and a.before_op == op:
+    for a in anchors.actions.get(op, ()):
+        if isinstance(a, SwapOut):
+            if link_moves:
+                out.append(Move("cancel_swap", a))
+                if level_moves:
+                    out.append(Move("level", a))
+                out.append(Move("swap_to_recompute", a))
+        elif isinstance(a, RecomputeAction):
             out.append(Move("cancel_recompute", a))
             out.append(Move("recompute_to_swap", a))
-        elif isinstance(a, SwapIn) and a.due_op == op and waited[op] > 0:
+        elif waited[op] > 0:
             out.append(Move("earlier_trigger", a))
     if waited[op] > 0:
-        for b, spans in state.spans.items():
-            for k, s in enumerate(spans):
-                if s.start == op:
-                    out.append(Move("reoffset", SpanRef(b, k)))
-                    out.append(Move("overwrite", SpanRef(b, k)))
+        for ref in anchors.spans.get(op, ()):
+            out.append(Move("reoffset", ref))
+            out.append(Move("overwrite", ref))
     return out
 
 
