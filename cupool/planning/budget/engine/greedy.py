@@ -130,6 +130,16 @@ def _helps(state: PlanState, holes: list[OpSpan]) -> bool:
     return any(h.end > h.start and state.over_budget_count(h.start, h.end) for h in holes)
 
 
+def _spans_over(state: PlanState, gap: IdleGap) -> bool:
+    """Whether some op strictly inside ``gap`` (across the boundary: after the last use or
+    before the first) is over the budget: every hole of every option of the gap lies
+    there, so a gap without one cannot free bytes where they are missing."""
+    if gap.wraps:
+        return bool(state.over_budget_count(gap.prev_use + 1, state.n)
+                    or state.over_budget_count(0, gap.next_use))
+    return bool(state.over_budget_count(gap.prev_use + 1, gap.next_use))
+
+
 def option_score(state: PlanState, gap: IdleGap, option: GapOption) -> float:
     """µs per byte-op of excess removed: the option's cost over its size times the number
     of over-budget ops its holes cover (only grows as other choices fix ops, so a lazy
@@ -332,7 +342,7 @@ def cost_pass(state: PlanState, gaps: list[IdleGap], options: GreedyOptions) -> 
             break
         entries = []
         for gap in gaps:
-            if gap in state.taken:
+            if gap in state.taken or not _spans_over(state, gap):
                 continue
             option = evaluate(state, gap, options)
             if option is not None and _helps(state, option.holes):
