@@ -13,6 +13,7 @@ from cupool.core.vocabulary import PERSISTENT, Buffer, Op, SwapIn, SwapOut, Trac
 from cupool.planning import make_plan
 from cupool.planning.budget.auto import fallbacks, members
 from cupool.planning.budget.boundary import (
+    VARIANTS,
     persistent_over,
     place_pairs_first_fit,
     plan_boundary,
@@ -148,3 +149,20 @@ def test_copies_brought_forward_never_knot_the_residencies_past_packing():
     assert result.feasible, result.reason
     assert result.plan.stats["internal_budget_bytes"] == budget  # placed at the first try
     assert validate_swap_plan(trace, result.plan).valid
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: v.name)
+def test_a_copy_in_brought_forward_never_starts_before_its_copy_out_releases_the_bytes(
+        variant):
+    """Bringing a copy in forward (step 4) stops where the bytes of the same gap's copy
+    out are released, also when that release was itself moved later to let the copy out
+    land: the two residencies around the gap never overlap."""
+    from cupool.planning.budget.recipes import with_recompute_recipes
+
+    trace = with_recompute_recipes(lstm_trace(40, 1, seed=0, hidden=128))
+    budget = int(trace.lower_bound_bytes() * 0.6)
+    result = plan_boundary(trace, budget, cost_model("gen5"), BudgetParams(),
+                           time.perf_counter(), variant)
+    assert result.feasible, result.reason
+    report = validate_swap_plan(trace, result.plan)
+    assert report.valid, report.message

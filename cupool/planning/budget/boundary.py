@@ -195,9 +195,11 @@ def offload_persistent(state: PlanState, target: str = "working", eager: bool = 
     return taken
 
 
-def _earlier_trigger(state: PlanState, gap: Gap, size: int) -> int:
-    """The trigger step 4 moves ``gap``'s copy in to (its own when none is better)."""
-    low = 0 if gap.wraps else gap.resident_until
+def _earlier_trigger(state: PlanState, gap: Gap, size: int, until: int) -> int:
+    """The trigger step 4 moves ``gap``'s copy in to (its own when none is better), never
+    before ``until``, where the bytes of its copy out are released (for a gap across the
+    boundary, the copy in is the next iteration's: from op 0)."""
+    low = 0 if gap.wraps else until
     room = gap.resident_from
     limit = PREFETCH_FILL * state.budget
     while room > low and int(state.live[room - 1]) + size <= limit:
@@ -238,7 +240,7 @@ def bring_forward(state: PlanState, gaps: list[IdleGap]) -> int:
                and not state.clean_at(gap.buffer_id, gap.prev_use)):
             state.live[until] += size
             until += 1
-        trigger = _earlier_trigger(state, gap, size)
+        trigger = _earlier_trigger(state, gap, size, until)
         if trigger < gap.resident_from:
             key = (gap.buffer_id, gap.prev_use)
             old = state.h2d_copies[key]
