@@ -55,6 +55,7 @@ from cupool.core.vocabulary import (
 )
 from cupool.sim.cost import D2H, H2D, CostModel, cost_model, ops_without_duration
 from cupool.sim.events import Environment, Store
+from cupool.sim.timeline import peak_bytes, replay, replay_input
 
 
 @dataclass(frozen=True)
@@ -114,12 +115,17 @@ def _infeasible(trace, cost, reason) -> SimReport:
 
 
 def simulate(trace: Trace, plan: Plan, cost: CostModel | None = None, *,
-             validate: bool = True, log: bool = False) -> SimReport:
+             validate: bool = True, log: bool = False, reference: bool = False) -> SimReport:
     """Replay ``plan`` for ``trace`` under ``cost`` (default: :func:`cost_model` ``("gen5")``).
 
     The plan is checked with the independent validator first (``validate=False`` skips
     that, for callers that just validated it); an invalid plan is reported infeasible,
     never simulated.
+
+    The replay runs as one flat loop (:mod:`cupool.sim.timeline`). With ``log`` (which
+    records every event in order) or ``reference``, it runs on the event core instead,
+    generators and all: the reference the flat loop is tested against, with bit-identical
+    reports.
     """
     cost = cost or cost_model()
     if not plan.placements and not plan.residencies:
@@ -131,7 +137,31 @@ def simulate(trace: Trace, plan: Plan, cost: CostModel | None = None, *,
         report = validate_plan(trace, plan)
         if not report.valid:
             return _infeasible(trace, cost, f"invalid plan ({report.rule}): {report.message}")
-    return _Replay(trace, plan, cost, log).run()
+    op_us = cost.op_times(trace)
+    if log or reference or not all(d >= 0 for d in op_us):  # the event core names the delay
+        return _Replay(trace, plan, cost, log).run()
+    return _direct(trace, plan, cost)
+
+
+def _direct(trace: Trace, plan: Plan, cost: CostModel) -> SimReport:
+    """The replay as one flat loop; the report is computed as :meth:`_Replay.run` does."""
+    residencies = plan_residencies(trace, plan)
+    data = replay_input(trace, residencies, plan.actions, cost)
+    timeline = replay(data, trace.num_ops, cost)
+    ideal = math.fsum(data.op_us)
+    recompute = math.fsum(timeline.recompute_us)
+    copies = timeline.copies
+    last_op = timeline.op_times[-1][2] if timeline.op_times else 0.0
+    tail = max([0.0] + [c[5] - last_op for c in copies])
+    stall = math.fsum(timeline.waited) + tail
+    overhead = (recompute + stall) / ideal if ideal > 0 else 0.0
+    return SimReport(
+        feasible=True, iteration_us=ideal + recompute + stall, ideal_us=ideal,
+        overhead=overhead,
+        peak_bytes=peak_bytes(trace.num_ops, residencies, data.sizes, timeline),
+        swapped_bytes=sum(c[2] for c in copies), recompute_us=recompute, stall_us=stall,
+        ops_without_duration=ops_without_duration(trace), op_times=tuple(timeline.op_times),
+        copies=tuple(copies), recomputes=tuple(timeline.recomputes))
 
 
 class _Replay:
