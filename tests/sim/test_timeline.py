@@ -1,0 +1,228 @@
+"""The flat replay (``cupool.sim.timeline``) against the event replay it stands in for
+(``simulate(..., reference=True)``): every report field equal, floats bit for bit, records
+in the same order -- on the bundled traces' plans, random plans and hand-made corner cases."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from cupool.check import validate_plan
+from cupool.core.vocabulary import (
+    PAGEABLE,
+    PERSISTENT,
+    Buffer,
+    Recompute,
+    RecomputeAction,
+    Residency,
+    SwapIn,
+    SwapOut,
+)
+from cupool.io import load_trace
+from cupool.planning import make_plan
+from cupool.sim import SimReport, cost_model, simulate
+from tests.conftest import TRACES
+from tests.swap_cases import (
+    resnet_capuchin_plan,
+    swap_plan,
+    trace_and_plan,
+    trace_of,
+    written_trace_and_plan,
+)
+
+BENCH_TRACES = sorted((Path(__file__).resolve().parents[2] / "bench" / "data" / "traces")
+                      .glob("*.trace.json.gz"))
+ENGINES = (1, 2)
+
+
+def assert_same(trace, plan, cost, valid=True) -> SimReport:
+    """``plan`` is valid (unless ``valid`` is False) and both replays of it agree on every
+    field (``repr`` tells ``-0.0`` from ``0.0`` and a NumPy integer from an ``int``);
+    returns the report."""
+    if valid:
+        report = validate_plan(trace, plan)
+        assert report.valid, report.message
+    fast = simulate(trace, plan, cost, validate=False)
+    reference = simulate(trace, plan, cost, validate=False, reference=True)
+    for field in dataclasses.fields(SimReport):
+        assert getattr(fast, field.name) == getattr(reference, field.name), field.name
+    assert repr(fast) == repr(reference)
+    return fast
+
+
+def with_engines(cost, engines):
+    return dataclasses.replace(cost, copy_engines_per_direction=engines)
+
+
+# -- bundled traces: the plans the budget planner makes -----------------------------------
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", TRACES + BENCH_TRACES, ids=lambda p: p.name.split(".")[0])
+def test_bundled_traces_auto_plans_replay_identically(path):
+    trace = load_trace(path)
+    compared = 0
+    for fraction in (0.7, 0.5):
+        planned = make_plan(trace, int(trace.lower_bound_bytes() * fraction), policy="auto")
+        for engines in ENGINES:
+            report = assert_same(planned.trace, planned.plan, cost_model(
+                "gen5", copy_engines_per_direction=engines))
+            compared += report.feasible
+    assert compared > 0 or path.name.startswith("mobilenetv2_infer_b1")
+
+
+def test_capuchin_plan_with_swaps_and_recomputes_replays_identically():
+    _trace, plan, planned = resnet_capuchin_plan()
+    for link in ("gen4", "gen5", 2.0):
+        for engines in ENGINES:
+            report = assert_same(planned, plan, cost_model(link,
+                                                           copy_engines_per_direction=engines))
+            assert report.copies and report.recomputes
+
+
+# -- random small traces and valid plans ----------------------------------------------------
+
+@st.composite
+def varied(draw, plans):
+    """A case of ``plans`` on a varied machine: 1 or 2 engines per direction, a latency of
+    0 or 1 µs, a link that makes copy times whole numbers (ties with the whole-number op
+    durations) or not, and every swap of some buffers from or to pageable memory."""
+    trace, plan, cost = draw(plans)
+    pageable = draw(st.sets(st.sampled_from([b.id for b in trace.buffers])))
+    actions = tuple(dataclasses.replace(a, level=PAGEABLE)
+                    if isinstance(a, (SwapIn, SwapOut)) and a.buffer_id in pageable else a
+                    for a in plan.actions)
+    cost = cost_model(draw(st.sampled_from([0.1, 0.05, 1.0, 0.02])),
+                      latency_us=draw(st.sampled_from([0.0, 1.0])),
+                      copy_engines_per_direction=draw(st.sampled_from(ENGINES)),
+                      pageable_gbps=draw(st.sampled_from([None, 0.1])),
+                      pageable_latency_us=draw(st.sampled_from([None, 0.0, 2.0])))
+    return trace, dataclasses.replace(plan, actions=actions), cost
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(varied(trace_and_plan()))
+def test_random_plans_replay_identically(case):
+    assert_same(*case)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(varied(written_trace_and_plan()))
+def test_random_plans_with_drops_replay_identically(case):
+    assert_same(*case)
+
+
+# -- corner cases ---------------------------------------------------------------------------
+
+def overlap_trace():
+    """op:   0    1    2    3    4    5      (durations below)
+    A 0: [====)              [=======)     1000 B at 0, out after op 0, in at 3 (due 4)
+    B 1:      [=========)                  600 B at 0: lands in A's bytes
+    C 2:      [=========)                  400 B at 600: lands in A's bytes too
+    D 3: [====)              [============)  persistent, read-only, 500 B at 1000: out after
+                                           op 0 (or dropped), in at 3 (due 4)
+    P 4:                     [============)  persistent 300 B at 1500, offloaded: in at 3
+                                           (due 4), out after op 5, past the last op
+    B and C start at op 1 (filled by compute) and wait for A's copy out; the three swap-ins
+    at op 3 are handed over together, A's after its own copy out."""
+    return trace_of(
+        [2.0, 0.0, 3.0, 0.0, 5.0, 1.0],
+        Buffer(0, 1000, 0, 5, (0, 4)),
+        Buffer(1, 600, 1, 3, (1, 2)),
+        Buffer(2, 400, 1, 3, (1, 2)),
+        Buffer(3, 500, 0, 6, (0, 4), PERSISTENT, writes=()),
+        Buffer(4, 300, 0, 6, (4, 5), PERSISTENT),
+    )
+
+
+def overlap_plan(trace, drop=False):
+    return swap_plan(trace, [
+        Residency(0, 0, 1, 0), Residency(0, 3, 5, 0), Residency(1, 1, 3, 0),
+        Residency(2, 1, 3, 600), Residency(3, 0, 1, 1000), Residency(3, 3, 6, 1000),
+        Residency(4, 3, 6, 1500),
+    ], [SwapOut(0, 0), SwapOut(3, 0, drop=drop), SwapIn(0, 3, 4), SwapIn(3, 3, 4),
+        SwapIn(4, 3, 4), SwapOut(4, 5)])
+
+
+@pytest.mark.parametrize("engines", ENGINES)
+@pytest.mark.parametrize("latency", [0.0, 1.0])
+@pytest.mark.parametrize("drop", [False, True])
+def test_copies_handed_over_together_waiting_on_bytes_and_after_the_last_op(engines, latency,
+                                                                            drop):
+    trace = overlap_trace()
+    report = assert_same(trace, overlap_plan(trace, drop), cost_model(
+        0.1, latency_us=latency, copy_engines_per_direction=engines))
+    assert report.copies[-1][5] > report.op_times[-1][2]  # P's copy out ends after op 5
+    assert report.stall_us > 0
+
+
+def test_ties_keep_the_event_cores_order():
+    """op:   0     1     2   3        10, 10, 0, 10 us; 100 B/us, no latency, 2 engines
+    A 0: [=====)     [=======)     1000 B: out after op 0, in at 2 (due 3)
+    B 1: [=====)     [=======)     1000 B: likewise
+    D 2:             [=======)     persistent 500 B, offloaded: in at 2 (due 2), out after 3
+    A's and B's copies out run side by side, 10-20, and end as op 1 does. Op 1's timeout
+    was scheduled first, so op 2 is dispatched while both copies are still running: the
+    swap-ins of A and B wait for them and D's, listed last, is handed over first. A's then
+    takes the second engine at 20, B's waits for D's to end at 25."""
+    trace = trace_of([10.0, 10.0, 0.0, 10.0], Buffer(0, 1000, 0, 4, (0, 3)),
+                     Buffer(1, 1000, 0, 4, (0, 3)), Buffer(2, 500, 0, 4, (2, 3), PERSISTENT))
+    plan = swap_plan(trace, [Residency(0, 0, 1, 0), Residency(0, 2, 4, 2000),
+                             Residency(1, 0, 1, 1000), Residency(1, 2, 4, 3000),
+                             Residency(2, 2, 4, 4000)],
+                     [SwapOut(0, 0), SwapOut(1, 0), SwapIn(0, 2, 3), SwapIn(1, 2, 3),
+                      SwapIn(2, 2, 2), SwapOut(2, 3)])
+    report = assert_same(trace, plan, cost_model(0.1, latency_us=0.0,
+                                                 copy_engines_per_direction=2))
+    assert report.copies == ((0, "d2h", 1000, 10.0, 10.0, 20.0),
+                             (1, "d2h", 1000, 10.0, 10.0, 20.0),
+                             (2, "h2d", 500, 20.0, 20.0, 25.0),
+                             (0, "h2d", 1000, 20.0, 20.0, 30.0),
+                             (1, "h2d", 1000, 20.0, 25.0, 35.0),
+                             (2, "d2h", 500, 45.0, 45.0, 50.0))
+    assert report.op_times == ((0.0, 0.0, 10.0), (10.0, 10.0, 20.0), (20.0, 25.0, 25.0),
+                               (25.0, 35.0, 45.0))
+    assert report.stall_us == 20.0  # 5 before op 2, 10 before op 3, 5 after op 3
+    assert_same(trace, plan, cost_model(0.1, latency_us=0.0))
+
+
+def test_zero_time_copies_and_ops():
+    """A 0-byte buffer at 0 µs latency copies in no time; 0 µs ops dispatch at once."""
+    trace = trace_of([0.0, 0.0, 1.0, 0.0],
+                     Buffer(0, 0, 0, 4, (0, 3)), Buffer(1, 100, 0, 4, (0, 3)),
+                     Buffer(2, 200, 1, 3, (1, 2)))
+    plan = swap_plan(trace, [Residency(0, 0, 1, 0), Residency(0, 2, 4, 300),
+                             Residency(1, 0, 1, 0), Residency(1, 2, 4, 200),
+                             Residency(2, 1, 3, 0)],
+                     [SwapOut(0, 0), SwapOut(1, 0), SwapIn(0, 2, 3), SwapIn(1, 2, 2)])
+    for engines in ENGINES:
+        report = assert_same(trace, plan, cost_model(0.1, latency_us=0.0,
+                                                     copy_engines_per_direction=engines))
+        assert report.copies[0][4] == report.copies[0][5]
+
+
+def test_recomputes_and_pageable_swaps():
+    trace = trace_of([4.0, 1.0, 2.0, 3.0, 1.0],
+                     Buffer(0, 300, 0, 5, (0, 4), PERSISTENT),
+                     Buffer(1, 400, 0, 4, (0, 3), recompute=Recompute(0, (0,))),
+                     Buffer(2, 500, 1, 4, (1, 3)),
+                     Buffer(3, 400, 1, 3, (1, 2)))
+    plan = swap_plan(trace, [Residency(0, 0, 5, 0), Residency(1, 0, 1, 300),
+                             Residency(1, 3, 4, 300), Residency(2, 1, 2, 700),
+                             Residency(2, 2, 4, 700), Residency(3, 1, 3, 300)],
+                     [SwapOut(2, 1, PAGEABLE), SwapIn(2, 2, 3, PAGEABLE),
+                      RecomputeAction(1, 3)])
+    for engines in ENGINES:
+        report = assert_same(trace, plan, cost_model(0.1, copy_engines_per_direction=engines))
+        assert report.recomputes and len(report.copies) == 2
+
+
+def test_log_and_reference_run_the_event_replay():
+    trace = overlap_trace()
+    plan, cost = overlap_plan(trace), cost_model(0.1)
+    logged = simulate(trace, plan, cost, log=True)
+    assert logged.log
+    assert dataclasses.replace(logged, log=()) == simulate(trace, plan, cost)
