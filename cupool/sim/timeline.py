@@ -26,6 +26,7 @@ import heapq
 import itertools
 from collections import defaultdict
 from dataclasses import dataclass
+from operator import attrgetter, itemgetter
 
 import numpy as np
 
@@ -55,6 +56,27 @@ _RAN = 5          # op ``i`` is over: issue its swap-outs, dispatch the next op
 
 
 @dataclass(frozen=True)
+class ResidencyArrays:
+    """The residencies of a plan as columns (NumPy ``int64``, plan order): ``starts``,
+    ``ends``, ``lows`` (offsets), ``highs`` (offset + size) and ``sizes``."""
+
+    starts: np.ndarray
+    ends: np.ndarray
+    lows: np.ndarray
+    highs: np.ndarray
+    sizes: np.ndarray
+
+    @classmethod
+    def of(cls, residencies, sizes: dict) -> ResidencyArrays:
+        count = len(residencies)
+        column = [np.fromiter(map(attrgetter(name), residencies), np.int64, count)
+                  for name in ("start", "end", "offset")]
+        held = np.fromiter(map(sizes.__getitem__, map(_BUFFER_ID, residencies)), np.int64,
+                           count)
+        return cls(column[0], column[1], column[2], column[2] + held, held)
+
+
+@dataclass(frozen=True)
 class ReplayInput:
     """A plan's actions sorted by op, as the replay reads them.
 
@@ -63,27 +85,37 @@ class ReplayInput:
     - ``due[i]``: ``(buffer_id, trigger_op)`` of each swap-in op ``i`` waits for;
     - ``recomputes[i]``: ``(buffer_id, duration_us)`` run before op ``i``, in plan order;
     - ``swap_outs[i]``: ``(buffer_id, residency, level)`` copied out after op ``i``;
-    - ``filled[i]``: ``(low, high)`` of each residency compute fills starting at op ``i``.
+    - the residencies compute fills (those no swap-in enters), by start op: those starting
+      at op ``i`` hold bytes ``[filled_lows[k], filled_highs[k])`` for ``k`` in
+      ``range(filled_first[i], filled_first[i + 1])``.
     """
 
     sizes: dict
     op_us: list
     residencies: tuple
+    arrays: ResidencyArrays
     swap_ins: dict
     due: dict
     recomputes: dict
     swap_outs: dict
-    filled: dict
+    filled_first: list
+    filled_lows: list
+    filled_highs: list
 
 
-def replay_input(trace, plan_residencies_: tuple[Residency, ...], actions,
+_BUFFER_ID = attrgetter("buffer_id")
+
+
+def replay_input(trace, residencies: tuple[Residency, ...], actions,
                  cost: CostModel) -> ReplayInput:
     """Sort ``actions`` by op the way the event replay does (same lookups, same ties)."""
     sizes = {b.id: b.size for b in trace.buffers}
     op_us = cost.op_times(trace)
+    acting = {action.buffer_id for action in actions}
     spans = defaultdict(list)
-    for r in plan_residencies_:
-        spans[r.buffer_id].append(r)
+    for r in residencies:
+        if r.buffer_id in acting:
+            spans[r.buffer_id].append(r)
     entered = {}
     swap_ins, due = defaultdict(list), defaultdict(list)
     recomputes, swap_outs = defaultdict(list), defaultdict(list)
@@ -106,12 +138,17 @@ def replay_input(trace, plan_residencies_: tuple[Residency, ...], actions,
             r = _first(spans[b], lambda r, a=after: r.start <= a < r.end)
             if not action.drop:
                 swap_outs[after].append((b, r, action.level))
-    filled = defaultdict(list)
-    for r in plan_residencies_:
-        if not isinstance(entered.get((r.buffer_id, r.start)), SwapIn):
-            filled[r.start].append((r.offset, r.offset + sizes[r.buffer_id]))
-    return ReplayInput(sizes, op_us, plan_residencies_, dict(swap_ins), dict(due),
-                       dict(recomputes), dict(swap_outs), dict(filled))
+    arrays = ResidencyArrays.of(residencies, sizes)
+    swapped_in = {key for key, action in entered.items() if isinstance(action, SwapIn)}
+    filled = np.arange(len(residencies))
+    if swapped_in:
+        filled = filled[np.fromiter(((r.buffer_id, r.start) not in swapped_in
+                                     for r in residencies), bool, len(residencies))]
+    filled = filled[np.argsort(arrays.starts[filled], kind="stable")]
+    first = np.searchsorted(arrays.starts[filled], np.arange(trace.num_ops + 1), "left")
+    return ReplayInput(sizes, op_us, residencies, arrays, dict(swap_ins), dict(due),
+                       dict(recomputes), dict(swap_outs), first.tolist(),
+                       arrays.lows[filled].tolist(), arrays.highs[filled].tolist())
 
 
 def _first(items, accept):
@@ -146,7 +183,9 @@ def replay(data: ReplayInput, num_ops: int, cost: CostModel) -> Timeline:
     now = 0.0
     sizes, op_us = data.sizes, data.op_us
     swap_ins, due, recomputes = data.swap_ins, data.due, data.recomputes
-    swap_outs, filled = data.swap_outs, data.filled
+    swap_outs = data.swap_outs
+    filled_first, filled_lows, filled_highs = data.filled_first, data.filled_lows, \
+        data.filled_highs
     engines = cost.copy_engines_per_direction
     idle = [engines, engines]          # idle engines per direction: 0 = D2H, 1 = H2D
     queued = ([], [])                  # per direction, copies handed over in order ...
@@ -209,22 +248,27 @@ def replay(data: ReplayInput, num_ops: int, cost: CostModel) -> Timeline:
         while stage != _IDLE:  # the compute stream runs until it waits
             if stage == _DISPATCH:
                 dispatch = now
-                pending = [p for p in pending if c_done[p[2]] is None]
-                for b, low, high, level, trigger in swap_ins.get(i, ()):
-                    waits = [c for lo, hi, c in pending if lo < high and low < hi]
-                    own = last_out.get(b)
-                    if own is not None and c_done[own] is None:
-                        waits.append(own)
-                    landed[(b, trigger)] = new_copy(1, b, level, waits)
-                waits = [landed[key] for key in due.get(i, ())]
-                for low, high in filled.get(i, ()):
-                    waits += [c for lo, hi, c in pending if lo < high and low < hi]
-                waits = [c for c in waits if c_done[c] is None]
+                if pending:
+                    pending = [p for p in pending if c_done[p[2]] is None]
+                if i in swap_ins:
+                    for b, low, high, level, trigger in swap_ins[i]:
+                        waits = [c for lo, hi, c in pending if lo < high and low < hi]
+                        own = last_out.get(b)
+                        if own is not None and c_done[own] is None:
+                            waits.append(own)
+                        landed[(b, trigger)] = new_copy(1, b, level, waits)
+                waits = [landed[key] for key in due[i]] if i in due else []
+                if pending:
+                    for k in range(filled_first[i], filled_first[i + 1]):
+                        low, high = filled_lows[k], filled_highs[k]
+                        waits += [c for lo, hi, c in pending if lo < high and low < hi]
                 steps, j = recomputes.get(i, ()), 0
                 if waits:
-                    new_waiter(waits, _COMPUTE_WAITER)
-                    stage = _IDLE
-                    break
+                    waits = [c for c in waits if c_done[c] is None]
+                    if waits:
+                        new_waiter(waits, _COMPUTE_WAITER)
+                        stage = _IDLE
+                        break
                 stage = _NEXT_STEP
             elif stage == _WAITED_DONE:
                 waited.append(now - dispatch)
@@ -298,38 +342,45 @@ def replay(data: ReplayInput, num_ops: int, cost: CostModel) -> Timeline:
                     [(r, c_done[c]) for r, c in held_after])
 
 
-def peak_bytes(num_ops: int, residencies, sizes: dict, timeline: Timeline) -> int:
+def peak_bytes(num_ops: int, data: ReplayInput, timeline: Timeline) -> int:
     """The most device bytes held while an op runs (the rule of :mod:`cupool.sim.simulator`):
     residencies covering the op, plus each swapped-out range whose copy is still running
     when the op starts, unless a residency over those bytes covers the op."""
     if num_ops == 0:
         return 0
-    count = len(residencies)
-    starts = np.fromiter((r.start for r in residencies), np.int64, count)
-    ends = np.fromiter((r.end for r in residencies), np.int64, count)
-    lows = np.fromiter((r.offset for r in residencies), np.int64, count)
-    held_sizes = np.fromiter((sizes[r.buffer_id] for r in residencies), np.int64, count)
-    highs = lows + held_sizes
+    arrays = data.arrays
+    starts, ends, lows, highs = arrays.starts, arrays.ends, arrays.lows, arrays.highs
     held = np.zeros(num_ops + 1, np.int64)
-    np.add.at(held, starts, held_sizes)
-    np.add.at(held, ends, -held_sizes)
+    np.add.at(held, starts, arrays.sizes)
+    np.add.at(held, ends, -arrays.sizes)
     per_op = np.cumsum(held[:num_ops])
-    if timeline.held_after:
-        op_starts = np.fromiter((t[1] for t in timeline.op_times), np.float64, num_ops)
-        by_start = np.argsort(starts, kind="stable")
-        sorted_starts = starts[by_start]
-        for r, done in timeline.held_after:
-            first = r.end
-            stop = int(np.searchsorted(op_starts, done, "left"))  # first op after the copy
-            if stop <= first:
-                continue
-            size = sizes[r.buffer_id]
+    held_after = timeline.held_after
+    if held_after:
+        op_starts = np.fromiter(map(_START, timeline.op_times), np.float64, num_ops)
+        count = len(held_after)
+        after = np.fromiter((r.end for r, _done in held_after), np.int64, count)
+        done = np.fromiter((d for _r, d in held_after), np.float64, count)
+        stops = np.searchsorted(op_starts, done, "left")  # ops [end, stop) start before
+        late = np.flatnonzero(stops > after)
+        if late.size:
+            by_start = np.argsort(starts, kind="stable")
+            prefix = np.searchsorted(starts[by_start], stops[late], "left").tolist()
+        for k, q in enumerate(late.tolist()):
+            r = held_after[q][0]
+            first, stop = r.end, int(stops[q])
+            size = data.sizes[r.buffer_id]
             low, high = r.offset, r.offset + size
-            near = by_start[:np.searchsorted(sorted_starts, stop, "left")]
+            near = by_start[:prefix[k]]  # residencies starting before op ``stop``
             near = near[(ends[near] > first) & (lows[near] < high) & (low < highs[near])]
+            window = per_op[first:stop]
+            if not near.size:
+                window += size
+                continue
             covered = np.zeros(stop - first + 1, np.int64)
             np.add.at(covered, np.clip(starts[near] - first, 0, stop - first), 1)
-            np.add.at(covered, np.clip(ends[near] - first, 0, stop - first), -1)
-            window = per_op[first:stop]
+            np.add.at(covered, ends[near].clip(max=stop) - first, -1)
             window[np.cumsum(covered[:-1]) == 0] += size
     return int(per_op.max())
+
+
+_START = itemgetter(1)

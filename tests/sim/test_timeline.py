@@ -65,13 +65,13 @@ def with_engines(cost, engines):
 def test_bundled_traces_auto_plans_replay_identically(path):
     trace = load_trace(path)
     compared = 0
-    for fraction in (0.7, 0.5):
+    for fraction in (0.9, 0.7):  # inference traces often have no plan lower
         planned = make_plan(trace, int(trace.lower_bound_bytes() * fraction), policy="auto")
         for engines in ENGINES:
             report = assert_same(planned.trace, planned.plan, cost_model(
                 "gen5", copy_engines_per_direction=engines))
             compared += report.feasible
-    assert compared > 0 or path.name.startswith("mobilenetv2_infer_b1")
+    assert compared > 0
 
 
 def test_capuchin_plan_with_swaps_and_recomputes_replays_identically():
