@@ -147,7 +147,7 @@ def _direct(trace: Trace, plan: Plan, cost: CostModel) -> SimReport:
     """The replay as one flat loop; the report is computed as :meth:`_Replay.run` does."""
     residencies = plan_residencies(trace, plan)
     data = replay_input(trace, residencies, plan.actions, cost)
-    timeline = replay(data, trace.num_ops, cost)
+    timeline = replay(data, trace.num_ops, cost.copy_engines_per_direction)
     ideal = math.fsum(data.op_us)
     recompute = math.fsum(timeline.recompute_us)
     copies = timeline.copies

@@ -22,8 +22,10 @@ takes a copy changes nothing observable; the loop keeps a count of idle engines.
 
 from __future__ import annotations
 
+import functools
 import heapq
 import itertools
+from bisect import bisect_left, bisect_right, insort
 from collections import defaultdict
 from dataclasses import dataclass
 from operator import attrgetter, itemgetter
@@ -44,7 +46,11 @@ _ENDED = 3       # a copy's transfer time is over
 _COMPLETED = 4   # a copy's completion is processed (those waiting on it are told)
 _COMPUTE = 5     # the compute stream's timeout (a recompute or an op) is over
 
-_COMPUTE_WAITER = -1
+
+# fields of a copy: [buffer_id, direction name, nbytes, copy_us, enqueued_us, started_us,
+# waits (copies to complete before its hand-over), completion_us once processed (else None),
+# waiters to tell at completion (None or [[copies left, copy or None]]), direction]
+_US, _ENQUEUED, _STARTED, _WAITS, _DONE, _WAITERS, _DIRECTION = range(3, 10)
 
 # stages of the compute stream
 _IDLE = 0         # waiting for an event
@@ -80,14 +86,17 @@ class ResidencyArrays:
 class ReplayInput:
     """A plan's actions sorted by op, as the replay reads them.
 
-    - ``swap_ins[i]``: ``(buffer_id, low, high, level, trigger_op)`` of each swap-in
-      triggered at op ``i``, in plan order; ``[low, high)`` are the bytes it lands in;
+    - ``swap_ins[i]``: ``(buffer_id, low, high, nbytes, copy_us, trigger_op)`` of each
+      swap-in triggered at op ``i``, in plan order; ``[low, high)`` are the bytes it lands
+      in, ``copy_us`` its time on an engine;
     - ``due[i]``: ``(buffer_id, trigger_op)`` of each swap-in op ``i`` waits for;
     - ``recomputes[i]``: ``(buffer_id, duration_us)`` run before op ``i``, in plan order;
-    - ``swap_outs[i]``: ``(buffer_id, residency, level)`` copied out after op ``i``;
+    - ``swap_outs[i]``: ``(buffer_id, residency, nbytes, copy_us, low, high)`` of each copy
+      out after op ``i``, in plan order;
     - the residencies compute fills (those no swap-in enters), by start op: those starting
       at op ``i`` hold bytes ``[filled_lows[k], filled_highs[k])`` for ``k`` in
-      ``range(filled_first[i], filled_first[i + 1])``.
+      ``range(filled_first[i], filled_first[i + 1])``;
+    - ``widest_swap_out``: the most bytes one swap-out copies.
     """
 
     sizes: dict
@@ -101,6 +110,7 @@ class ReplayInput:
     filled_first: list
     filled_lows: list
     filled_highs: list
+    widest_swap_out: int
 
 
 _BUFFER_ID = attrgetter("buffer_id")
@@ -111,21 +121,21 @@ def replay_input(trace, residencies: tuple[Residency, ...], actions,
     """Sort ``actions`` by op the way the event replay does (same lookups, same ties)."""
     sizes = {b.id: b.size for b in trace.buffers}
     op_us = cost.op_times(trace)
-    acting = {action.buffer_id for action in actions}
-    spans = defaultdict(list)
-    for r in residencies:
-        if r.buffer_id in acting:
-            spans[r.buffer_id].append(r)
+    spans = _Spans(residencies, {action.buffer_id for action in actions})
+    copy_us = functools.lru_cache(maxsize=None)(cost.copy_us)
     entered = {}
     swap_ins, due = defaultdict(list), defaultdict(list)
     recomputes, swap_outs = defaultdict(list), defaultdict(list)
     by_id = None
+    widest = 0
     for action in actions:
         b = action.buffer_id
         if isinstance(action, SwapIn):
             trigger = action.trigger_op
-            r = _first(spans[b], lambda r, t=trigger: r.start == t)
-            swap_ins[trigger].append((b, r.offset, r.offset + sizes[b], action.level, trigger))
+            r = spans.starting(b, trigger)
+            nbytes = sizes[b]
+            swap_ins[trigger].append((b, r.offset, r.offset + nbytes, nbytes,
+                                      copy_us(nbytes, H2D, action.level), trigger))
             due[action.due_op].append((b, trigger))
             entered[(b, r.start)] = action
         elif isinstance(action, RecomputeAction):
@@ -134,10 +144,13 @@ def replay_input(trace, residencies: tuple[Residency, ...], actions,
             recomputes[action.before_op].append((b, op_us[by_id[b].recompute.op]))
             entered[(b, action.before_op)] = action
         elif isinstance(action, SwapOut):
-            after = action.after_op
-            r = _first(spans[b], lambda r, a=after: r.start <= a < r.end)
+            r = spans.covering(b, action.after_op)
             if not action.drop:
-                swap_outs[after].append((b, r, action.level))
+                nbytes = sizes[b]
+                swap_outs[action.after_op].append((b, r, nbytes,
+                                                   copy_us(nbytes, D2H, action.level),
+                                                   r.offset, r.offset + nbytes))
+                widest = max(widest, nbytes)
     arrays = ResidencyArrays.of(residencies, sizes)
     swapped_in = {key for key, action in entered.items() if isinstance(action, SwapIn)}
     filled = np.arange(len(residencies))
@@ -148,14 +161,44 @@ def replay_input(trace, residencies: tuple[Residency, ...], actions,
     first = np.searchsorted(arrays.starts[filled], np.arange(trace.num_ops + 1), "left")
     return ReplayInput(sizes, op_us, residencies, arrays, dict(swap_ins), dict(due),
                        dict(recomputes), dict(swap_outs), first.tolist(),
-                       arrays.lows[filled].tolist(), arrays.highs[filled].tolist())
+                       arrays.lows[filled].tolist(), arrays.highs[filled].tolist(), widest)
 
 
-def _first(items, accept):
-    for item in items:
-        if accept(item):
-            return item
-    raise StopIteration  # the event replay's ``next(...)`` fails the same way
+class _Spans:
+    """The residencies of the buffers some action names, looked up as the event replay does:
+    the first residency (in plan order) of a buffer that starts at, or covers, an op."""
+
+    def __init__(self, residencies, buffer_ids):
+        self.by_buffer = defaultdict(list)
+        for r in residencies:
+            if r.buffer_id in buffer_ids:
+                self.by_buffer[r.buffer_id].append(r)
+        self.by_start = {}
+        self.sorted = {}  # buffer -> (starts, residencies) by start, for disjoint spans only
+        for b, spans in self.by_buffer.items():
+            for r in spans:
+                self.by_start.setdefault((b, r.start), r)
+            ordered = sorted(spans, key=attrgetter("start"))
+            if all(x.end <= y.start for x, y in itertools.pairwise(ordered)):
+                self.sorted[b] = ([r.start for r in ordered], ordered)
+
+    def starting(self, buffer_id, op):
+        r = self.by_start.get((buffer_id, op))
+        if r is None:
+            raise StopIteration  # the event replay's ``next(...)`` fails the same way
+        return r
+
+    def covering(self, buffer_id, op):
+        if buffer_id in self.sorted:  # at most one residency covers the op
+            starts, ordered = self.sorted[buffer_id]
+            k = bisect_right(starts, op) - 1
+            if k >= 0 and op < ordered[k].end:
+                return ordered[k]
+            raise StopIteration
+        for r in self.by_buffer[buffer_id]:
+            if r.start <= op < r.end:
+                return r
+        raise StopIteration
 
 
 @dataclass(frozen=True)
@@ -176,69 +219,28 @@ class Timeline:
     held_after: list
 
 
-def replay(data: ReplayInput, num_ops: int, cost: CostModel) -> Timeline:
-    """Run one iteration of the machine; see the module docstring for the order kept."""
+def replay(data: ReplayInput, num_ops: int, engines: int) -> Timeline:
+    """Run one iteration of the machine on ``engines`` copy engines per direction; see the
+    module docstring for the order kept."""
     heap: list = []
     push, pop, seq = heapq.heappush, heapq.heappop, itertools.count().__next__
     now = 0.0
-    sizes, op_us = data.sizes, data.op_us
-    swap_ins, due, recomputes = data.swap_ins, data.due, data.recomputes
-    swap_outs = data.swap_outs
-    filled_first, filled_lows, filled_highs = data.filled_first, data.filled_lows, \
-        data.filled_highs
-    engines = cost.copy_engines_per_direction
-    idle = [engines, engines]          # idle engines per direction: 0 = D2H, 1 = H2D
-    queued = ([], [])                  # per direction, copies handed over in order ...
-    taken = [0, 0]                     # ... of which this many were taken by an engine
-    names = (D2H, H2D)
-    # per copy (index = copy id)
-    c_buffer, c_direction, c_nbytes, c_us = [], [], [], []
-    c_enqueued, c_started, c_waits = [], [], []
-    c_done: list = []                  # completion time once processed, else None
-    c_waiters: list = []               # waiters to tell at completion
-    # per waiter (an all-of over copies): copies still to complete, and who resumes
-    w_left: list = []
-    w_target: list = []
+    op_us, swap_ins, due, recomputes = data.op_us, data.swap_ins, data.due, data.recomputes
+    swap_outs, widest = data.swap_outs, data.widest_swap_out
+    filled_first, filled_lows, filled_highs = (data.filled_first, data.filled_lows,
+                                               data.filled_highs)
+    idle = [engines, engines]  # idle engines per direction: 0 = D2H, 1 = H2D
+    queued = ([], [])          # per direction, copies handed over in order ...
+    taken = [0, 0]             # ... of which this many were taken by an engine
     op_times, copies, recompute_records, recompute_us = [], [], [], []
     waited, held_after = [], []
-    pending: list = []                 # [(low, high, copy)] D2H copies still reading bytes
+    # D2H copies that may still read device bytes, sorted: [(low, high, number, copy)];
+    # those completed since (``dead`` of them) are skipped, and dropped now and then
+    pending: list = []
+    dead = 0
     last_out: dict = {}
     landed: dict = {}
-
-    def new_copy(direction, buffer_id, level, waits):
-        nbytes = sizes[buffer_id]
-        c_buffer.append(buffer_id)
-        c_direction.append(direction)
-        c_nbytes.append(nbytes)
-        c_us.append(cost.copy_us(nbytes, names[direction], level))
-        c_enqueued.append(0.0)
-        c_started.append(0.0)
-        c_waits.append(waits)
-        c_done.append(None)
-        c_waiters.append([])
-        push(heap, (now, URGENT, seq(), _HAND_OVER, len(c_buffer) - 1))
-        return len(c_buffer) - 1
-
-    def new_waiter(waits, target):
-        waiter = len(w_left)
-        left = 0
-        for c in waits:
-            if c_done[c] is None:
-                left += 1
-                c_waiters[c].append(waiter)
-        w_left.append(left)
-        w_target.append(target)
-        if left == 0:
-            push(heap, (now, URGENT, seq(), _WAITED, waiter))
-
-    def hand_over(c):
-        direction = c_direction[c]
-        c_enqueued[c] = now
-        if idle[direction]:
-            idle[direction] -= 1
-            push(heap, (now, URGENT, seq(), _TAKEN, c))
-        else:
-            queued[direction].append(c)
+    number = itertools.count().__next__
 
     # the compute stream, resumable: at op ``i``, in ``stage``, at recompute ``j``
     i, j, stage = 0, 0, _DISPATCH
@@ -248,28 +250,47 @@ def replay(data: ReplayInput, num_ops: int, cost: CostModel) -> Timeline:
         while stage != _IDLE:  # the compute stream runs until it waits
             if stage == _DISPATCH:
                 dispatch = now
-                if pending:
-                    pending = [p for p in pending if c_done[p[2]] is None]
+                if dead and 2 * dead >= len(pending):
+                    pending = [p for p in pending if p[3][_DONE] is None]
+                    dead = 0
                 if i in swap_ins:
-                    for b, low, high, level, trigger in swap_ins[i]:
-                        waits = [c for lo, hi, c in pending if lo < high and low < hi]
+                    for b, low, high, nbytes, copy_us, trigger in swap_ins[i]:
+                        waits = _reading(pending, low, high, widest) if pending else []
                         own = last_out.get(b)
-                        if own is not None and c_done[own] is None:
+                        if own is not None and own[_DONE] is None:
                             waits.append(own)
-                        landed[(b, trigger)] = new_copy(1, b, level, waits)
+                        copy = [b, H2D, nbytes, copy_us, 0.0, 0.0, waits, None, None, 1]
+                        push(heap, (now, URGENT, seq(), _HAND_OVER, copy))
+                        landed[(b, trigger)] = copy
                 waits = [landed[key] for key in due[i]] if i in due else []
                 if pending:
                     for k in range(filled_first[i], filled_first[i + 1]):
-                        low, high = filled_lows[k], filled_highs[k]
-                        waits += [c for lo, hi, c in pending if lo < high and low < hi]
+                        waits += _reading(pending, filled_lows[k], filled_highs[k], widest)
                 steps, j = recomputes.get(i, ()), 0
                 if waits:
-                    waits = [c for c in waits if c_done[c] is None]
+                    waits = [c for c in waits if c[_DONE] is None]
                     if waits:
-                        new_waiter(waits, _COMPUTE_WAITER)
+                        waiter = [len(waits), None]
+                        for c in waits:
+                            if c[_WAITERS] is None:
+                                c[_WAITERS] = [waiter]
+                            else:
+                                c[_WAITERS].append(waiter)
                         stage = _IDLE
                         break
                 stage = _NEXT_STEP
+            elif stage == _RAN:
+                op_times.append((dispatch, start, now))
+                if i in swap_outs:
+                    for b, r, nbytes, copy_us, low, high in swap_outs[i]:
+                        copy = [b, D2H, nbytes, copy_us, 0.0, 0.0, (), None, None, 0]
+                        push(heap, (now, URGENT, seq(), _HAND_OVER, copy))
+                        insort(pending, (low, high, number(), copy))
+                        last_out[b] = copy
+                        held_after.append((r, copy))
+                i += 1
+                stage = _DISPATCH if i < num_ops else _IDLE
+                continue
             elif stage == _WAITED_DONE:
                 waited.append(now - dispatch)
                 stage = _NEXT_STEP
@@ -278,16 +299,6 @@ def replay(data: ReplayInput, num_ops: int, cost: CostModel) -> Timeline:
                 recompute_us.append(steps[j][1])
                 j += 1
                 stage = _NEXT_STEP
-            elif stage == _RAN:
-                op_times.append((dispatch, start, now))
-                for b, r, level in swap_outs.get(i, ()):
-                    c = new_copy(0, b, level, ())
-                    pending.append((r.offset, r.offset + sizes[b], c))
-                    last_out[b] = c
-                    held_after.append((r, c))
-                i += 1
-                stage = _DISPATCH if i < num_ops else _IDLE
-                continue
             if stage == _NEXT_STEP:
                 if j < len(steps):
                     begun = now
@@ -303,28 +314,15 @@ def replay(data: ReplayInput, num_ops: int, cost: CostModel) -> Timeline:
         if not heap:
             break
         now, _priority, _seq, kind, subject = pop(heap)
-        if kind == _COMPUTE:
-            stage = subject
-        elif kind == _HAND_OVER:
-            waits = c_waits[subject]
-            if waits:
-                new_waiter(waits, subject)
-            else:
-                hand_over(subject)
-        elif kind == _WAITED:
-            target = w_target[subject]
-            if target == _COMPUTE_WAITER:
-                stage = _WAITED_DONE
-            else:
-                hand_over(target)
-        elif kind == _TAKEN:
-            c_started[subject] = now
-            push(heap, (now + c_us[subject], NORMAL, seq(), _ENDED, subject))
-        elif kind == _ENDED:
-            direction = c_direction[subject]
-            copies.append((c_buffer[subject], names[direction], c_nbytes[subject],
-                           c_enqueued[subject], c_started[subject], now))
+        if kind == _TAKEN:
+            subject[_STARTED] = now
+            push(heap, (now + subject[_US], NORMAL, seq(), _ENDED, subject))
+            continue
+        if kind == _ENDED:
+            copies.append((subject[0], subject[1], subject[2], subject[_ENQUEUED],
+                           subject[_STARTED], now))
             push(heap, (now, NORMAL, seq(), _COMPLETED, subject))
+            direction = subject[_DIRECTION]
             waiting = queued[direction]
             head = taken[direction]
             if head < len(waiting):
@@ -332,14 +330,56 @@ def replay(data: ReplayInput, num_ops: int, cost: CostModel) -> Timeline:
                 push(heap, (now, URGENT, seq(), _TAKEN, waiting[head]))
             else:
                 idle[direction] += 1
-        else:  # _COMPLETED
-            c_done[subject] = now
-            for waiter in c_waiters[subject]:
-                w_left[waiter] -= 1
-                if w_left[waiter] == 0:
+            continue
+        if kind == _COMPLETED:
+            subject[_DONE] = now
+            if not subject[_DIRECTION]:
+                dead += 1
+            if subject[_WAITERS] is not None:
+                for waiter in subject[_WAITERS]:
+                    waiter[0] -= 1
+                    if not waiter[0]:
+                        push(heap, (now, URGENT, seq(), _WAITED, waiter))
+            continue
+        if kind == _COMPUTE:
+            stage = subject
+            continue
+        if kind == _HAND_OVER:
+            waits = subject[_WAITS]
+            if waits:
+                waiter = [0, subject]
+                for c in waits:
+                    if c[_DONE] is None:
+                        waiter[0] += 1
+                        if c[_WAITERS] is None:
+                            c[_WAITERS] = [waiter]
+                        else:
+                            c[_WAITERS].append(waiter)
+                if not waiter[0]:
                     push(heap, (now, URGENT, seq(), _WAITED, waiter))
+                continue
+        else:  # _WAITED
+            subject = subject[1]
+            if subject is None:  # the compute stream's waits are over
+                stage = _WAITED_DONE
+                continue
+        subject[_ENQUEUED] = now  # hand the copy over to its direction's engines
+        direction = subject[_DIRECTION]
+        if idle[direction]:
+            idle[direction] -= 1
+            push(heap, (now, URGENT, seq(), _TAKEN, subject))
+        else:
+            queued[direction].append(subject)
     return Timeline(op_times, copies, recompute_records, recompute_us, waited,
-                    [(r, c_done[c]) for r, c in held_after])
+                    [(r, copy[_DONE]) for r, copy in held_after])
+
+
+def _reading(pending, low, high, widest):
+    """The copies in ``pending`` still reading bytes of ``[low, high)``: those from
+    ``low - widest`` up (narrower ranges below cannot reach ``low``) and below ``high``."""
+    top = bisect_left(pending, (high,))
+    bottom = bisect_left(pending, (low - widest + 1,), 0, top)
+    return [p[3] for p in pending[bottom:top] if low < p[1] and p[3][_DONE] is None]
 
 
 def peak_bytes(num_ops: int, data: ReplayInput, timeline: Timeline) -> int:
