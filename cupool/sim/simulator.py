@@ -36,6 +36,7 @@ those bytes: the same bytes are not counted twice).
 
 from __future__ import annotations
 
+import gc
 import math
 from collections import defaultdict
 from dataclasses import asdict, dataclass
@@ -140,7 +141,13 @@ def simulate(trace: Trace, plan: Plan, cost: CostModel | None = None, *,
     op_us = cost.op_times(trace)
     if log or reference or not all(d >= 0 for d in op_us):  # the event core names the delay
         return _Replay(trace, plan, cost, log).run()
-    return _direct(trace, plan, cost)
+    collecting = gc.isenabled()
+    gc.disable()  # the replay makes no reference cycles; collecting would scan the trace
+    try:
+        return _direct(trace, plan, cost)
+    finally:
+        if collecting:
+            gc.enable()
 
 
 def _direct(trace: Trace, plan: Plan, cost: CostModel) -> SimReport:

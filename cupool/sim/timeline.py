@@ -25,7 +25,7 @@ from __future__ import annotations
 import functools
 import heapq
 import itertools
-from bisect import bisect_left, bisect_right, insort
+from bisect import bisect_left, bisect_right
 from collections import defaultdict
 from dataclasses import dataclass
 from operator import attrgetter, itemgetter
@@ -234,13 +234,14 @@ def replay(data: ReplayInput, num_ops: int, engines: int) -> Timeline:
     taken = [0, 0]             # ... of which this many were taken by an engine
     op_times, copies, recompute_records, recompute_us = [], [], [], []
     waited, held_after = [], []
-    # D2H copies that may still read device bytes, sorted: [(low, high, number, copy)];
-    # those completed since (``dead`` of them) are skipped, and dropped now and then
+    # D2H copies that may still read device bytes: their lows, sorted, and ``(high, copy)``
+    # in the same order; those completed since (``dead`` of them) are skipped in queries
+    # and dropped now and then
+    lows: list = []
     pending: list = []
     dead = 0
     last_out: dict = {}
     landed: dict = {}
-    number = itertools.count().__next__
 
     # the compute stream, resumable: at op ``i``, in ``stage``, at recompute ``j``
     i, j, stage = 0, 0, _DISPATCH
@@ -251,11 +252,13 @@ def replay(data: ReplayInput, num_ops: int, engines: int) -> Timeline:
             if stage == _DISPATCH:
                 dispatch = now
                 if dead and 2 * dead >= len(pending):
-                    pending = [p for p in pending if p[3][_DONE] is None]
+                    kept = [k for k, p in enumerate(pending) if p[1][_DONE] is None]
+                    lows = [lows[k] for k in kept]
+                    pending = [pending[k] for k in kept]
                     dead = 0
                 if i in swap_ins:
                     for b, low, high, nbytes, copy_us, trigger in swap_ins[i]:
-                        waits = _reading(pending, low, high, widest) if pending else []
+                        waits = _reading(lows, pending, low, high, widest) if lows else []
                         own = last_out.get(b)
                         if own is not None and own[_DONE] is None:
                             waits.append(own)
@@ -263,9 +266,12 @@ def replay(data: ReplayInput, num_ops: int, engines: int) -> Timeline:
                         push(heap, (now, URGENT, seq(), _HAND_OVER, copy))
                         landed[(b, trigger)] = copy
                 waits = [landed[key] for key in due[i]] if i in due else []
-                if pending:
+                if lows:
                     for k in range(filled_first[i], filled_first[i + 1]):
-                        waits += _reading(pending, filled_lows[k], filled_highs[k], widest)
+                        low = filled_lows[k]
+                        top = bisect_left(lows, low - widest + 1)
+                        if top < len(lows) and lows[top] < filled_highs[k]:
+                            waits += _reading(lows, pending, low, filled_highs[k], widest)
                 steps, j = recomputes.get(i, ()), 0
                 if waits:
                     waits = [c for c in waits if c[_DONE] is None]
@@ -285,7 +291,9 @@ def replay(data: ReplayInput, num_ops: int, engines: int) -> Timeline:
                     for b, r, nbytes, copy_us, low, high in swap_outs[i]:
                         copy = [b, D2H, nbytes, copy_us, 0.0, 0.0, (), None, None, 0]
                         push(heap, (now, URGENT, seq(), _HAND_OVER, copy))
-                        insort(pending, (low, high, number(), copy))
+                        k = bisect_right(lows, low)
+                        lows.insert(k, low)
+                        pending.insert(k, (high, copy))
                         last_out[b] = copy
                         held_after.append((r, copy))
                 i += 1
@@ -374,12 +382,13 @@ def replay(data: ReplayInput, num_ops: int, engines: int) -> Timeline:
                     [(r, copy[_DONE]) for r, copy in held_after])
 
 
-def _reading(pending, low, high, widest):
-    """The copies in ``pending`` still reading bytes of ``[low, high)``: those from
-    ``low - widest`` up (narrower ranges below cannot reach ``low``) and below ``high``."""
-    top = bisect_left(pending, (high,))
-    bottom = bisect_left(pending, (low - widest + 1,), 0, top)
-    return [p[3] for p in pending[bottom:top] if low < p[1] and p[3][_DONE] is None]
+def _reading(lows, pending, low, high, widest):
+    """The copies of ``pending`` (``(high, copy)`` by ``lows``) still reading bytes of
+    ``[low, high)``: those from ``low - widest`` up (narrower ranges below cannot reach
+    ``low``) and below ``high``."""
+    top = bisect_left(lows, high)
+    bottom = bisect_left(lows, low - widest + 1, 0, top)
+    return [p[1] for p in pending[bottom:top] if low < p[0] and p[1][_DONE] is None]
 
 
 def peak_bytes(num_ops: int, data: ReplayInput, timeline: Timeline) -> int:
