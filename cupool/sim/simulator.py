@@ -138,8 +138,7 @@ def simulate(trace: Trace, plan: Plan, cost: CostModel | None = None, *,
         report = validate_plan(trace, plan)
         if not report.valid:
             return _infeasible(trace, cost, f"invalid plan ({report.rule}): {report.message}")
-    op_us = cost.op_times(trace)
-    if log or reference or not all(d >= 0 for d in op_us):  # the event core names the delay
+    if log or reference:
         return _Replay(trace, plan, cost, log).run()
     collecting = gc.isenabled()
     gc.disable()  # the replay makes no reference cycles; collecting would scan the trace
@@ -154,6 +153,9 @@ def _direct(trace: Trace, plan: Plan, cost: CostModel) -> SimReport:
     """The replay as one flat loop; the report is computed as :meth:`_Replay.run` does."""
     residencies = plan_residencies(trace, plan)
     data = replay_input(trace, residencies, plan.actions, cost)
+    if data.shortest_copy_us < 0 or not all(d >= 0 for d in data.op_us):
+        # a negative delay: the event core says which
+        return _Replay(trace, plan, cost, False).run()
     timeline = replay(data, trace.num_ops, cost.copy_engines_per_direction)
     ideal = math.fsum(data.op_us)
     recompute = math.fsum(timeline.recompute_us)

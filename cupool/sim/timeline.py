@@ -22,9 +22,9 @@ takes a copy changes nothing observable; the loop keeps a count of idle engines.
 
 from __future__ import annotations
 
-import functools
 import heapq
 import itertools
+import weakref
 from bisect import bisect_left, bisect_right
 from collections import defaultdict
 from dataclasses import dataclass
@@ -96,7 +96,8 @@ class ReplayInput:
     - the residencies compute fills (those no swap-in enters), by start op: those starting
       at op ``i`` hold bytes ``[filled_lows[k], filled_highs[k])`` for ``k`` in
       ``range(filled_first[i], filled_first[i + 1])``;
-    - ``widest_swap_out``: the most bytes one swap-out copies.
+    - ``widest_swap_out``: the most bytes one swap-out copies; ``shortest_copy_us`` the
+      shortest copy time (0 when there is no copy).
     """
 
     sizes: dict
@@ -111,6 +112,7 @@ class ReplayInput:
     filled_lows: list
     filled_highs: list
     widest_swap_out: int
+    shortest_copy_us: float
 
 
 _BUFFER_ID = attrgetter("buffer_id")
@@ -119,10 +121,16 @@ _BUFFER_ID = attrgetter("buffer_id")
 def replay_input(trace, residencies: tuple[Residency, ...], actions,
                  cost: CostModel) -> ReplayInput:
     """Sort ``actions`` by op the way the event replay does (same lookups, same ties)."""
-    sizes = {b.id: b.size for b in trace.buffers}
-    op_us = cost.op_times(trace)
+    sizes, op_us = _trace_facts(trace, cost)
     spans = _Spans(residencies, {action.buffer_id for action in actions})
-    copy_us = functools.lru_cache(maxsize=None)(cost.copy_us)
+    times: dict = {}  # (nbytes, direction, level) -> copy time
+
+    def copy_us(nbytes, direction, level):
+        key = (nbytes, direction, level)
+        if key not in times:
+            times[key] = cost.copy_us(nbytes, direction, level)
+        return times[key]
+
     entered = {}
     swap_ins, due = defaultdict(list), defaultdict(list)
     recomputes, swap_outs = defaultdict(list), defaultdict(list)
@@ -130,7 +138,8 @@ def replay_input(trace, residencies: tuple[Residency, ...], actions,
     widest = 0
     for action in actions:
         b = action.buffer_id
-        if isinstance(action, SwapIn):
+        kind = type(action)
+        if kind is SwapIn or (kind is not SwapOut and isinstance(action, SwapIn)):
             trigger = action.trigger_op
             r = spans.starting(b, trigger)
             nbytes = sizes[b]
@@ -138,12 +147,7 @@ def replay_input(trace, residencies: tuple[Residency, ...], actions,
                                       copy_us(nbytes, H2D, action.level), trigger))
             due[action.due_op].append((b, trigger))
             entered[(b, r.start)] = action
-        elif isinstance(action, RecomputeAction):
-            if by_id is None:
-                by_id = {x.id: x for x in trace.buffers}
-            recomputes[action.before_op].append((b, op_us[by_id[b].recompute.op]))
-            entered[(b, action.before_op)] = action
-        elif isinstance(action, SwapOut):
+        elif kind is SwapOut or isinstance(action, SwapOut):
             r = spans.covering(b, action.after_op)
             if not action.drop:
                 nbytes = sizes[b]
@@ -151,6 +155,11 @@ def replay_input(trace, residencies: tuple[Residency, ...], actions,
                                                    copy_us(nbytes, D2H, action.level),
                                                    r.offset, r.offset + nbytes))
                 widest = max(widest, nbytes)
+        elif isinstance(action, RecomputeAction):
+            if by_id is None:
+                by_id = {x.id: x for x in trace.buffers}
+            recomputes[action.before_op].append((b, op_us[by_id[b].recompute.op]))
+            entered[(b, action.before_op)] = action
     arrays = ResidencyArrays.of(residencies, sizes)
     swapped_in = {key for key, action in entered.items() if isinstance(action, SwapIn)}
     filled = np.arange(len(residencies))
@@ -161,7 +170,29 @@ def replay_input(trace, residencies: tuple[Residency, ...], actions,
     first = np.searchsorted(arrays.starts[filled], np.arange(trace.num_ops + 1), "left")
     return ReplayInput(sizes, op_us, residencies, arrays, dict(swap_ins), dict(due),
                        dict(recomputes), dict(swap_outs), first.tolist(),
-                       arrays.lows[filled].tolist(), arrays.highs[filled].tolist(), widest)
+                       arrays.lows[filled].tolist(), arrays.highs[filled].tolist(), widest,
+                       min(times.values(), default=0.0))
+
+
+_TRACE_FACTS: dict = {}  # id(trace) -> (weak reference, sizes, {default_op_us: op_us})
+
+
+def _trace_facts(trace, cost: CostModel) -> tuple[dict, list]:
+    """Buffer sizes by id and op durations of ``trace``, kept while the trace lives (a
+    planner replays hundreds of plans of one trace; traces are immutable). Read only."""
+    entry = _TRACE_FACTS.get(id(trace))
+    if entry is None or entry[0]() is not trace:
+        if len(_TRACE_FACTS) >= 8:
+            _TRACE_FACTS.clear()
+        entry = (weakref.ref(trace), {b.id: b.size for b in trace.buffers}, {})
+        _TRACE_FACTS[id(trace)] = entry
+    op_us = entry[2].get(cost.default_op_us)
+    if op_us is None:
+        op_us = entry[2][cost.default_op_us] = cost.op_times(trace)
+    return entry[1], op_us
+
+
+_SHORT = 8  # a buffer with at most this many residencies is searched in plan order
 
 
 class _Spans:
@@ -173,29 +204,44 @@ class _Spans:
         for r in residencies:
             if r.buffer_id in buffer_ids:
                 self.by_buffer[r.buffer_id].append(r)
-        self.by_start = {}
-        self.sorted = {}  # buffer -> (starts, residencies) by start, for disjoint spans only
-        for b, spans in self.by_buffer.items():
+        self.indexed = {}
+
+    def _index(self, buffer_id):
+        """For a buffer with many residencies: the first one starting at each op, and
+        (when no two overlap, so that at most one covers an op) all sorted by start."""
+        index = self.indexed.get(buffer_id)
+        if index is None:
+            spans = self.by_buffer[buffer_id]
+            by_start = {}
             for r in spans:
-                self.by_start.setdefault((b, r.start), r)
+                by_start.setdefault(r.start, r)
             ordered = sorted(spans, key=attrgetter("start"))
-            if all(x.end <= y.start for x, y in itertools.pairwise(ordered)):
-                self.sorted[b] = ([r.start for r in ordered], ordered)
+            disjoint = all(x.end <= y.start for x, y in itertools.pairwise(ordered))
+            index = (by_start, [r.start for r in ordered] if disjoint else None, ordered)
+            self.indexed[buffer_id] = index
+        return index
 
     def starting(self, buffer_id, op):
-        r = self.by_start.get((buffer_id, op))
-        if r is None:
-            raise StopIteration  # the event replay's ``next(...)`` fails the same way
-        return r
+        spans = self.by_buffer[buffer_id]
+        if len(spans) > _SHORT:
+            r = self._index(buffer_id)[0].get(op)
+            if r is not None:
+                return r
+        else:
+            for r in spans:
+                if r.start == op:
+                    return r
+        raise StopIteration  # the event replay's ``next(...)`` fails the same way
 
     def covering(self, buffer_id, op):
-        if buffer_id in self.sorted:  # at most one residency covers the op
-            starts, ordered = self.sorted[buffer_id]
+        spans = self.by_buffer[buffer_id]
+        if len(spans) > _SHORT and self._index(buffer_id)[1] is not None:
+            _by_start, starts, ordered = self._index(buffer_id)
             k = bisect_right(starts, op) - 1
             if k >= 0 and op < ordered[k].end:
                 return ordered[k]
             raise StopIteration
-        for r in self.by_buffer[buffer_id]:
+        for r in spans:
             if r.start <= op < r.end:
                 return r
         raise StopIteration

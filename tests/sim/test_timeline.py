@@ -25,6 +25,7 @@ from cupool.core.vocabulary import (
 from cupool.io import load_trace
 from cupool.planning import make_plan
 from cupool.sim import SimReport, cost_model, simulate
+from cupool.sim.events import SimulationError
 from tests.conftest import TRACES
 from tests.swap_cases import (
     resnet_capuchin_plan,
@@ -226,3 +227,10 @@ def test_log_and_reference_run_the_event_replay():
     logged = simulate(trace, plan, cost, log=True)
     assert logged.log
     assert dataclasses.replace(logged, log=()) == simulate(trace, plan, cost)
+
+
+def test_a_negative_duration_is_named_by_the_event_core():
+    trace = trace_of([1.0, -2.0], Buffer(0, 100, 0, 2, (0, 1)))
+    plan = swap_plan(trace, [Residency(0, 0, 2, 0)])
+    with pytest.raises(SimulationError, match=r"delay \(=-2.0\) must be >= 0"):
+        simulate(trace, plan, cost_model(), validate=False)
