@@ -32,6 +32,12 @@ after the last op). A static plan has no actions, so it runs at ``ideal_us``.
 covering it, plus the ranges of swap-outs whose residency has ended but whose copy is
 still running when the op starts (unless a residency covering the op already claims
 those bytes: the same bytes are not counted twice).
+
+Two replays of this machine give identical reports, every float bit for bit:
+:class:`_Replay`, generators on the event core of :mod:`cupool.sim.events` (the
+reference, and the one that can log every event), and :mod:`cupool.sim.timeline`, one
+flat loop that keeps the event core's order of simultaneous events and runs several
+times faster (the budget planner replays hundreds of plans per plan).
 """
 
 from __future__ import annotations
