@@ -175,7 +175,7 @@ def _direct(trace: Trace, plan: Plan, cost: CostModel) -> SimReport:
         overhead=overhead,
         peak_bytes=peak_bytes(trace.num_ops, data, timeline),
         swapped_bytes=sum(c[2] for c in copies), recompute_us=recompute, stall_us=stall,
-        ops_without_duration=ops_without_duration(trace), op_times=tuple(timeline.op_times),
+        ops_without_duration=data.ops_without_duration, op_times=tuple(timeline.op_times),
         copies=tuple(copies), recomputes=tuple(timeline.recomputes))
 
 

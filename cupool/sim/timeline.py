@@ -33,7 +33,7 @@ from operator import attrgetter, itemgetter
 import numpy as np
 
 from cupool.core.vocabulary import RecomputeAction, Residency, SwapIn, SwapOut
-from cupool.sim.cost import D2H, H2D, CostModel
+from cupool.sim.cost import D2H, H2D, CostModel, ops_without_duration
 
 URGENT = 0
 NORMAL = 1
@@ -97,7 +97,8 @@ class ReplayInput:
       at op ``i`` hold bytes ``[filled_lows[k], filled_highs[k])`` for ``k`` in
       ``range(filled_first[i], filled_first[i + 1])``;
     - ``widest_swap_out``: the most bytes one swap-out copies; ``shortest_copy_us`` the
-      shortest copy time (0 when there is no copy).
+      shortest copy time (0 when there is no copy); ``ops_without_duration`` how many ops
+      took the cost model's default duration.
     """
 
     sizes: dict
@@ -113,6 +114,7 @@ class ReplayInput:
     filled_highs: list
     widest_swap_out: int
     shortest_copy_us: float
+    ops_without_duration: int
 
 
 _BUFFER_ID = attrgetter("buffer_id")
@@ -121,7 +123,7 @@ _BUFFER_ID = attrgetter("buffer_id")
 def replay_input(trace, residencies: tuple[Residency, ...], actions,
                  cost: CostModel) -> ReplayInput:
     """Sort ``actions`` by op the way the event replay does (same lookups, same ties)."""
-    sizes, op_us = _trace_facts(trace, cost)
+    sizes, op_us, ops_without_duration = _trace_facts(trace, cost)
     spans = _Spans(residencies, {action.buffer_id for action in actions})
     times: dict = {}  # (nbytes, direction, level) -> copy time
 
@@ -134,7 +136,6 @@ def replay_input(trace, residencies: tuple[Residency, ...], actions,
     entered = {}
     swap_ins, due = defaultdict(list), defaultdict(list)
     recomputes, swap_outs = defaultdict(list), defaultdict(list)
-    by_id = None
     widest = 0
     for action in actions:
         b = action.buffer_id
@@ -156,9 +157,7 @@ def replay_input(trace, residencies: tuple[Residency, ...], actions,
                                                    r.offset, r.offset + nbytes))
                 widest = max(widest, nbytes)
         elif isinstance(action, RecomputeAction):
-            if by_id is None:
-                by_id = {x.id: x for x in trace.buffers}
-            recomputes[action.before_op].append((b, op_us[by_id[b].recompute.op]))
+            recomputes[action.before_op].append((b, op_us[trace.buffer(b).recompute.op]))
             entered[(b, action.before_op)] = action
     arrays = ResidencyArrays.of(residencies, sizes)
     swapped_in = {key for key, action in entered.items() if isinstance(action, SwapIn)}
@@ -171,25 +170,28 @@ def replay_input(trace, residencies: tuple[Residency, ...], actions,
     return ReplayInput(sizes, op_us, residencies, arrays, dict(swap_ins), dict(due),
                        dict(recomputes), dict(swap_outs), first.tolist(),
                        arrays.lows[filled].tolist(), arrays.highs[filled].tolist(), widest,
-                       min(times.values(), default=0.0))
+                       min(times.values(), default=0.0), ops_without_duration)
 
 
-_TRACE_FACTS: dict = {}  # id(trace) -> (weak reference, sizes, {default_op_us: op_us})
+_TRACE_FACTS: dict = {}  # id(trace) -> (weak reference, sizes, ops without duration,
+#                                        {default_op_us: op_us})
 
 
-def _trace_facts(trace, cost: CostModel) -> tuple[dict, list]:
-    """Buffer sizes by id and op durations of ``trace``, kept while the trace lives (a
-    planner replays hundreds of plans of one trace; traces are immutable). Read only."""
+def _trace_facts(trace, cost: CostModel) -> tuple[dict, list, int]:
+    """Buffer sizes by id, op durations and the number of ops without a duration of
+    ``trace``, kept while the trace lives (a planner replays hundreds of plans of one
+    trace; traces are immutable). Read only."""
     entry = _TRACE_FACTS.get(id(trace))
     if entry is None or entry[0]() is not trace:
         if len(_TRACE_FACTS) >= 8:
             _TRACE_FACTS.clear()
-        entry = (weakref.ref(trace), {b.id: b.size for b in trace.buffers}, {})
+        entry = (weakref.ref(trace), {b.id: b.size for b in trace.buffers},
+                 ops_without_duration(trace), {})
         _TRACE_FACTS[id(trace)] = entry
-    op_us = entry[2].get(cost.default_op_us)
+    op_us = entry[3].get(cost.default_op_us)
     if op_us is None:
-        op_us = entry[2][cost.default_op_us] = cost.op_times(trace)
-    return entry[1], op_us
+        op_us = entry[3][cost.default_op_us] = cost.op_times(trace)
+    return entry[1], op_us, entry[2]
 
 
 _SHORT = 8  # a buffer with at most this many residencies is searched in plan order
