@@ -1,4 +1,4 @@
-"""The replay of :mod:`cupool.sim.simulator` without generators: one flat loop over plain tuples.
+"""The replay of :mod:`cupool.sim.simulator` without generators: one flat loop, plain records.
 
 :func:`replay` runs the machine that :mod:`cupool.sim.simulator` defines (one compute
 stream, FIFO copy engines per direction, swap-ins handed over once the bytes they land in
@@ -18,6 +18,12 @@ compute stream moves on without a heap entry at all (its timeout would be the ne
 
 Copy engines of one direction are identical and served in FIFO order, so which engine
 takes a copy changes nothing observable; the loop keeps a count of idle engines.
+
+The rest is bookkeeping the event replay does with a list scan or a Python loop per
+residency, done here with an index: the D2H copies that may still read bytes are kept
+sorted by offset (an overlap query is a bisection), the residencies as NumPy columns
+(:class:`ResidencyArrays`: the ranges compute fills at each op, and the bytes of copies
+still running when later ops start, in :func:`peak_bytes`).
 """
 
 from __future__ import annotations
@@ -292,7 +298,7 @@ def replay(data: ReplayInput, num_ops: int, engines: int) -> Timeline:
     landed: dict = {}
 
     # the compute stream, resumable: at op ``i``, in ``stage``, at recompute ``j``
-    i, j, stage = 0, 0, _DISPATCH
+    i, j, stage = 0, 0, _DISPATCH if num_ops else _IDLE
     dispatch = start = begun = 0.0
     steps = ()
     while True:
