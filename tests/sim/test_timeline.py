@@ -56,10 +56,6 @@ def assert_same(trace, plan, cost, valid=True) -> SimReport:
     return fast
 
 
-def with_engines(cost, engines):
-    return dataclasses.replace(cost, copy_engines_per_direction=engines)
-
-
 # -- bundled traces: the plans the budget planner makes -----------------------------------
 
 @pytest.mark.slow
@@ -76,6 +72,27 @@ def test_bundled_traces_auto_plans_replay_identically(path):
             report = assert_same(planned.trace, planned.plan, cost_model(
                 "gen5", copy_engines_per_direction=engines), valid=found)
             assert report.feasible == found
+
+
+@pytest.mark.slow
+def test_every_plan_the_budget_planner_replays_replays_identically(monkeypatch):
+    """``auto`` replays each candidate it weighs: every one of those replays, through the
+    event core as well, gives the same report."""
+    import cupool.sim.simulator as simulator
+
+    flat = simulator.simulate
+    replayed = []
+
+    def both(trace, plan, cost=None, **options):
+        report = flat(trace, plan, cost, **options)
+        assert repr(report) == repr(flat(trace, plan, cost, reference=True, **options))
+        replayed.append(report.feasible)
+        return report
+
+    monkeypatch.setattr(simulator, "simulate", both)
+    trace = load_trace(next(p for p in TRACES if p.name.startswith("gpt2_train_b8_s1024_fp32")))
+    make_plan(trace, int(trace.lower_bound_bytes() * 0.7), policy="auto")
+    assert sum(replayed) >= 20
 
 
 def test_capuchin_plan_with_swaps_and_recomputes_replays_identically():
