@@ -62,7 +62,8 @@ from cupool.core.vocabulary import (
 )
 from cupool.sim.cost import D2H, H2D, CostModel, cost_model, ops_without_duration
 from cupool.sim.events import Environment, Store
-from cupool.sim.timeline import peak_bytes, replay, replay_input
+from cupool.sim.replay_input import replay_input
+from cupool.sim.timeline import peak_bytes, replay
 
 
 @dataclass(frozen=True)

@@ -30,16 +30,14 @@ from __future__ import annotations
 
 import heapq
 import itertools
-import weakref
 from bisect import bisect_left, bisect_right
-from collections import defaultdict
 from dataclasses import dataclass
-from operator import attrgetter, itemgetter
+from operator import itemgetter
 
 import numpy as np
 
-from cupool.core.vocabulary import RecomputeAction, Residency, SwapIn, SwapOut
-from cupool.sim.cost import D2H, H2D, CostModel, ops_without_duration
+from cupool.sim.cost import D2H, H2D
+from cupool.sim.replay_input import ReplayInput
 
 URGENT = 0
 NORMAL = 1
@@ -65,194 +63,6 @@ _WAITED_DONE = 2  # its waits are over
 _NEXT_STEP = 3    # run the next recompute before op ``i``, or op ``i`` itself
 _RECOMPUTED = 4   # recompute ``j`` before op ``i`` is over
 _RAN = 5          # op ``i`` is over: issue its swap-outs, dispatch the next op
-
-
-@dataclass(frozen=True)
-class ResidencyArrays:
-    """The residencies of a plan as columns (NumPy ``int64``, plan order): ``starts``,
-    ``ends``, ``lows`` (offsets), ``highs`` (offset + size) and ``sizes``."""
-
-    starts: np.ndarray
-    ends: np.ndarray
-    lows: np.ndarray
-    highs: np.ndarray
-    sizes: np.ndarray
-
-    @classmethod
-    def of(cls, residencies, sizes: dict) -> ResidencyArrays:
-        count = len(residencies)
-        column = [np.fromiter(map(attrgetter(name), residencies), np.int64, count)
-                  for name in ("start", "end", "offset")]
-        held = np.fromiter(map(sizes.__getitem__, map(_BUFFER_ID, residencies)), np.int64,
-                           count)
-        return cls(column[0], column[1], column[2], column[2] + held, held)
-
-
-@dataclass(frozen=True)
-class ReplayInput:
-    """A plan's actions sorted by op, as the replay reads them.
-
-    - ``swap_ins[i]``: ``(buffer_id, low, high, nbytes, copy_us, trigger_op)`` of each
-      swap-in triggered at op ``i``, in plan order; ``[low, high)`` are the bytes it lands
-      in, ``copy_us`` its time on an engine;
-    - ``due[i]``: ``(buffer_id, trigger_op)`` of each swap-in op ``i`` waits for;
-    - ``recomputes[i]``: ``(buffer_id, duration_us)`` run before op ``i``, in plan order;
-    - ``swap_outs[i]``: ``(buffer_id, residency, nbytes, copy_us, low, high)`` of each copy
-      out after op ``i``, in plan order;
-    - the residencies compute fills (those no swap-in enters), by start op: those starting
-      at op ``i`` hold bytes ``[filled_lows[k], filled_highs[k])`` for ``k`` in
-      ``range(filled_first[i], filled_first[i + 1])``;
-    - ``widest_swap_out``: the most bytes one swap-out copies; ``shortest_copy_us`` the
-      shortest copy time (0 when there is no copy); ``ops_without_duration`` how many ops
-      took the cost model's default duration.
-    """
-
-    sizes: dict
-    op_us: list
-    residencies: tuple
-    arrays: ResidencyArrays
-    swap_ins: dict
-    due: dict
-    recomputes: dict
-    swap_outs: dict
-    filled_first: list
-    filled_lows: list
-    filled_highs: list
-    widest_swap_out: int
-    shortest_copy_us: float
-    ops_without_duration: int
-
-
-_BUFFER_ID = attrgetter("buffer_id")
-
-
-def replay_input(trace, residencies: tuple[Residency, ...], actions,
-                 cost: CostModel) -> ReplayInput:
-    """Sort ``actions`` by op the way the event replay does (same lookups, same ties)."""
-    sizes, op_us, ops_without_duration = _trace_facts(trace, cost)
-    spans = _Spans(residencies, {action.buffer_id for action in actions})
-    times: dict = {}  # (nbytes, direction, level) -> copy time
-
-    def copy_us(nbytes, direction, level):
-        key = (nbytes, direction, level)
-        if key not in times:
-            times[key] = cost.copy_us(nbytes, direction, level)
-        return times[key]
-
-    entered = {}
-    swap_ins, due = defaultdict(list), defaultdict(list)
-    recomputes, swap_outs = defaultdict(list), defaultdict(list)
-    widest = 0
-    for action in actions:
-        b = action.buffer_id
-        kind = type(action)
-        if kind is SwapIn or (kind is not SwapOut and isinstance(action, SwapIn)):
-            trigger = action.trigger_op
-            r = spans.starting(b, trigger)
-            nbytes = sizes[b]
-            swap_ins[trigger].append((b, r.offset, r.offset + nbytes, nbytes,
-                                      copy_us(nbytes, H2D, action.level), trigger))
-            due[action.due_op].append((b, trigger))
-            entered[(b, r.start)] = action
-        elif kind is SwapOut or isinstance(action, SwapOut):
-            r = spans.covering(b, action.after_op)
-            if not action.drop:
-                nbytes = sizes[b]
-                swap_outs[action.after_op].append((b, r, nbytes,
-                                                   copy_us(nbytes, D2H, action.level),
-                                                   r.offset, r.offset + nbytes))
-                widest = max(widest, nbytes)
-        elif isinstance(action, RecomputeAction):
-            recomputes[action.before_op].append((b, op_us[trace.buffer(b).recompute.op]))
-            entered[(b, action.before_op)] = action
-    arrays = ResidencyArrays.of(residencies, sizes)
-    swapped_in = {key for key, action in entered.items() if isinstance(action, SwapIn)}
-    filled = np.arange(len(residencies))
-    if swapped_in:
-        filled = filled[np.fromiter(((r.buffer_id, r.start) not in swapped_in
-                                     for r in residencies), bool, len(residencies))]
-    filled = filled[np.argsort(arrays.starts[filled], kind="stable")]
-    first = np.searchsorted(arrays.starts[filled], np.arange(trace.num_ops + 1), "left")
-    return ReplayInput(sizes, op_us, residencies, arrays, dict(swap_ins), dict(due),
-                       dict(recomputes), dict(swap_outs), first.tolist(),
-                       arrays.lows[filled].tolist(), arrays.highs[filled].tolist(), widest,
-                       min(times.values(), default=0.0), ops_without_duration)
-
-
-_TRACE_FACTS: dict = {}  # id(trace) -> (weak reference, sizes, ops without duration,
-#                                        {default_op_us: op_us})
-
-
-def _trace_facts(trace, cost: CostModel) -> tuple[dict, list, int]:
-    """Buffer sizes by id, op durations and the number of ops without a duration of
-    ``trace``, kept while the trace lives (a planner replays hundreds of plans of one
-    trace; traces are immutable). Read only."""
-    entry = _TRACE_FACTS.get(id(trace))
-    if entry is None or entry[0]() is not trace:
-        if len(_TRACE_FACTS) >= 8:
-            _TRACE_FACTS.clear()
-        entry = (weakref.ref(trace), {b.id: b.size for b in trace.buffers},
-                 ops_without_duration(trace), {})
-        _TRACE_FACTS[id(trace)] = entry
-    op_us = entry[3].get(cost.default_op_us)
-    if op_us is None:
-        op_us = entry[3][cost.default_op_us] = cost.op_times(trace)
-    return entry[1], op_us, entry[2]
-
-
-_SHORT = 8  # a buffer with at most this many residencies is searched in plan order
-
-
-class _Spans:
-    """The residencies of the buffers some action names, looked up as the event replay does:
-    the first residency (in plan order) of a buffer that starts at, or covers, an op."""
-
-    def __init__(self, residencies, buffer_ids):
-        self.by_buffer = defaultdict(list)
-        for r in residencies:
-            if r.buffer_id in buffer_ids:
-                self.by_buffer[r.buffer_id].append(r)
-        self.indexed = {}
-
-    def _index(self, buffer_id):
-        """For a buffer with many residencies: the first one starting at each op, and
-        (when no two overlap, so that at most one covers an op) all sorted by start."""
-        index = self.indexed.get(buffer_id)
-        if index is None:
-            spans = self.by_buffer[buffer_id]
-            by_start = {}
-            for r in spans:
-                by_start.setdefault(r.start, r)
-            ordered = sorted(spans, key=attrgetter("start"))
-            disjoint = all(x.end <= y.start for x, y in itertools.pairwise(ordered))
-            index = (by_start, [r.start for r in ordered] if disjoint else None, ordered)
-            self.indexed[buffer_id] = index
-        return index
-
-    def starting(self, buffer_id, op):
-        spans = self.by_buffer[buffer_id]
-        if len(spans) > _SHORT:
-            r = self._index(buffer_id)[0].get(op)
-            if r is not None:
-                return r
-        else:
-            for r in spans:
-                if r.start == op:
-                    return r
-        raise StopIteration  # the event replay's ``next(...)`` fails the same way
-
-    def covering(self, buffer_id, op):
-        spans = self.by_buffer[buffer_id]
-        if len(spans) > _SHORT and self._index(buffer_id)[1] is not None:
-            _by_start, starts, ordered = self._index(buffer_id)
-            k = bisect_right(starts, op) - 1
-            if k >= 0 and op < ordered[k].end:
-                return ordered[k]
-            raise StopIteration
-        for r in spans:
-            if r.start <= op < r.end:
-                return r
-        raise StopIteration
 
 
 @dataclass(frozen=True)

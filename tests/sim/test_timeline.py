@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from unittest import mock
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -22,11 +23,13 @@ from cupool.core.vocabulary import (
     SolveStatus,
     SwapIn,
     SwapOut,
+    plan_residencies,
 )
 from cupool.io import load_trace
 from cupool.planning import make_plan
 from cupool.sim import SimReport, cost_model, simulate
 from cupool.sim.events import SimulationError
+from cupool.sim.replay_input import ResidencyArrays, _by_op_columns, _by_op_loop
 from tests.conftest import TRACES
 from tests.swap_cases import (
     resnet_capuchin_plan,
@@ -254,3 +257,59 @@ def test_a_negative_duration_is_named_by_the_event_core():
     plan = swap_plan(trace, [Residency(0, 0, 2, 0)])
     with pytest.raises(SimulationError, match=r"delay \(=-2.0\) must be >= 0"):
         simulate(trace, plan, cost_model(), validate=False)
+
+
+# -- the two ways of sorting actions by op ----------------------------------------------------
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(varied(written_trace_and_plan()))
+def test_column_lookups_sort_a_valid_plans_actions_as_the_scans_do(case):
+    trace, plan, cost = case
+    residencies = plan_residencies(trace, plan)
+    sizes = {b.id: b.size for b in trace.buffers}
+    arrays = ResidencyArrays.of(residencies, sizes)
+    columns = _by_op_columns(trace.num_ops, residencies, arrays, plan.actions, cost)
+    assert columns is not None  # a valid plan never needs the scans
+    scans = _by_op_loop(residencies, plan.actions, sizes, cost)
+    for field in dataclasses.fields(scans):
+        if field.name == "filled":
+            assert columns.filled.tolist() == scans.filled.tolist()
+        else:
+            assert getattr(columns, field.name) == getattr(scans, field.name), field.name
+
+
+def test_plans_the_column_lookups_leave_to_the_scans():
+    """A buffer's residencies overlapping in time, a swap-in and a recompute entering the
+    same residency, a swap-in with no residency to enter: the scans decide, as the event
+    replay would (the last is a ``StopIteration``, from both)."""
+    trace = overlap_trace()
+    plan = overlap_plan(trace)
+    cost = cost_model(0.1)
+    overlapping = dataclasses.replace(plan, residencies=(*plan.residencies,
+                                                         Residency(0, 2, 4, 3000)))
+    both = dataclasses.replace(plan, actions=(*plan.actions, RecomputeAction(0, 3)))
+    lost = dataclasses.replace(plan, actions=(*plan.actions, SwapIn(1, 4, 4)))
+    trace = dataclasses.replace(trace, buffers=(
+        dataclasses.replace(trace.buffers[0], recompute=Recompute(0)), *trace.buffers[1:]))
+    for odd in (overlapping, both):
+        residencies = plan_residencies(trace, odd)
+        sizes = {b.id: b.size for b in trace.buffers}
+        arrays = ResidencyArrays.of(residencies, sizes)
+        assert _by_op_columns(trace.num_ops, residencies, arrays, odd.actions, cost) is None
+        assert_same(trace, odd, cost, valid=False)
+    for replay in (False, True):
+        with pytest.raises(StopIteration):
+            simulate(trace, lost, cost, validate=False, reference=replay)
+
+
+@pytest.mark.parametrize("engines", ENGINES)
+def test_the_scans_alone_replay_identically(engines):
+    """With the column lookups switched off, every hand-made case and the capuchin plan
+    replay as on the event core."""
+    _trace, capuchin, planned = resnet_capuchin_plan()
+    cases = [(overlap_trace(), overlap_plan(overlap_trace(), drop)) for drop in (False, True)]
+    cases.append((planned, capuchin))
+    with mock.patch("cupool.sim.replay_input._by_op_columns", lambda *args: None):
+        for trace, plan in cases:
+            assert_same(trace, plan, cost_model(0.1, copy_engines_per_direction=engines),
+                        valid=False)
