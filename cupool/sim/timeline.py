@@ -22,8 +22,9 @@ takes a copy changes nothing observable; the loop keeps a count of idle engines.
 The rest is bookkeeping the event replay does with a list scan or a Python loop per
 residency, done here with an index: the D2H copies that may still read bytes are kept
 sorted by offset (an overlap query is a bisection), the residencies as NumPy columns
-(:class:`ResidencyArrays`: the ranges compute fills at each op, and the bytes of copies
-still running when later ops start, in :func:`peak_bytes`).
+(:class:`~cupool.sim.replay_input.ResidencyArrays`: the ranges compute fills at each op,
+and the bytes of copies still running when later ops start, in :func:`peak_bytes`). The
+actions come sorted by op from :mod:`cupool.sim.replay_input`.
 """
 
 from __future__ import annotations
