@@ -83,9 +83,6 @@ class ReplayInput:
     ops_without_duration: int
 
 
-_BUFFER_ID = attrgetter("buffer_id")
-
-
 def replay_input(trace, residencies: tuple[Residency, ...], actions,
                  cost: CostModel) -> ReplayInput:
     """Sort ``actions`` by op the way the event replay does (same lookups, same ties)."""
