@@ -4,17 +4,14 @@ on random small traces with random valid plans (Hypothesis)."""
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import math
 
 import pytest
 from hypothesis import HealthCheck, given, settings, target
-from hypothesis import strategies as st
 
 from cupool.check import validate_plan
 from cupool.core.vocabulary import (
     PERSISTENT,
-    TEMPORARY,
     Buffer,
     Recompute,
     RecomputeAction,
@@ -25,10 +22,9 @@ from cupool.core.vocabulary import (
 from cupool.errors import InputError
 from cupool.io import load_trace
 from cupool.planning import plan
-from cupool.planning.budget.engine.drops import mark_drops
 from cupool.sim import cost_model, overhead_lower_bound, simulate
 from tests.conftest import TRACES
-from tests.swap_cases import swap_plan, trace_of
+from tests.swap_cases import swap_plan, trace_and_plan, trace_of, written_trace_and_plan
 
 SLOW = cost_model(0.1)  # 1000 bytes: 13 us per copy
 
@@ -136,95 +132,6 @@ def test_bundled_traces_bound_is_fast_and_monotone():
 
 # -- soundness: random traces, random valid plans, the simulator as the judge ---------
 
-@st.composite
-def trace_and_plan(draw):
-    """A random small trace, and a random valid plan that evicts every buffer idle at the
-    op with the most live bytes (so that its arena, the budget, is often below the trace's
-    lower bound), with random swap/recompute choices and trigger/due ops elsewhere."""
-    n = draw(st.integers(3, 7))
-    durations = [float(draw(st.integers(0, 6))) for _ in range(n)]
-    buffers = []
-    for buffer_id in range(draw(st.integers(1, 6))):
-        size = 100 * draw(st.integers(1, 5))
-        persistent = draw(st.booleans()) and buffer_id == 0
-        start = 0 if persistent else draw(st.integers(0, n - 1))
-        end = n if persistent else draw(st.integers(start + 1, n))
-        uses = sorted(set(draw(st.lists(st.integers(start, end - 1), max_size=4))) | {start})
-        if persistent and draw(st.booleans()):  # state first used later (optimizer-like)
-            uses = sorted(set(draw(st.lists(st.integers(0, n - 1), min_size=1, max_size=3))))
-        recipe = Recompute(start) if draw(st.booleans()) and not persistent else None
-        kind = PERSISTENT if persistent else TEMPORARY
-        buffers.append(Buffer(buffer_id, size, start, end, tuple(uses), kind, "", recipe))
-    live = [sum(b.size for b in buffers if b.start <= i < b.end) for i in range(n)]
-    peak = max(range(n), key=lambda i: (live[i], -i))
-    pieces = []
-    for buffer in buffers:
-        buffer_id, uses, begin, actions = buffer.id, buffer.uses, buffer.start, []
-        # persistent state may be offloaded across the iteration boundary: it enters by a
-        # swap-in due at its first use and leaves by a copy out after its last use
-        wraps = buffer.kind == PERSISTENT and uses[0] > 0 and draw(st.booleans())
-        if wraps:
-            begin = draw(st.integers(0, uses[0]))
-            actions.append(SwapIn(buffer_id, begin, uses[0]))
-        for before, after in itertools.pairwise(uses):
-            across = before < peak < after  # evict everything idle at the peak op
-            options = ["swap", "recompute"] if across else ["keep", "swap", "recompute"]
-            choice = draw(st.sampled_from(options))
-            if choice == "recompute" and buffer.recompute is None:
-                choice = "swap" if across else "keep"
-            if choice == "keep":
-                continue
-            if across:
-                stop = draw(st.integers(before + 1, peak))
-                entry = draw(st.integers(peak + 1, after))
-            else:
-                stop = draw(st.integers(before + 1, after))
-                entry = draw(st.integers(stop, after))
-            pieces.append((buffer_id, begin, stop))
-            if choice == "swap":
-                actions.append(SwapOut(buffer_id, draw(st.integers(before, stop - 1))))
-                actions.append(SwapIn(buffer_id, entry, draw(st.integers(entry, after))))
-            else:
-                actions.append(RecomputeAction(buffer_id, entry))
-            begin = entry
-        persistent = buffer.kind == PERSISTENT
-        last = n if persistent else draw(st.sampled_from([uses[-1] + 1, buffer.end]))
-        if wraps:
-            last = draw(st.integers(max(begin, uses[-1]) + 1, n))
-            actions.append(SwapOut(buffer_id, draw(st.integers(max(begin, uses[-1]),
-                                                               last - 1))))
-        pieces.append((buffer_id, begin, last))
-        pieces.extend(actions)
-    spans = [p for p in pieces if isinstance(p, tuple)]
-    actions = [p for p in pieces if not isinstance(p, tuple)]
-    sizes = {b.id: b.size for b in buffers}
-    placed = []
-    for buffer_id, begin, stop in sorted(spans, key=lambda s: (s[1], s[0])):
-        offset = 0
-        for other, o_begin, o_stop, o_offset in sorted(placed, key=lambda p: p[3]):
-            if o_begin < stop and begin < o_stop and offset < o_offset + sizes[other] \
-                    and o_offset < offset + sizes[buffer_id]:
-                offset = o_offset + sizes[other]
-        clash = any(o_begin < stop and begin < o_stop and offset < o_off + sizes[o]
-                    and o_off < offset + sizes[buffer_id] for o, o_begin, o_stop, o_off in placed)
-        if clash:  # first fit by one pass can miss: put it on top of everything
-            offset = max(o_off + sizes[o] for o, *_rest, o_off in placed)
-        placed.append((buffer_id, begin, stop, offset))
-    # a persistent buffer resident at both ends stays at one address across the boundary:
-    # its first and last residencies move together to the top, free at every op
-    for buffer in buffers:
-        ends = [k for k, (b, begin, stop, _o) in enumerate(placed)
-                if b == buffer.id and (begin == 0 or stop == n)]
-        if buffer.kind == PERSISTENT and len(ends) == 2:
-            top = max(o_off + sizes[o] for o, *_rest, o_off in placed)
-            for k in ends:
-                placed[k] = (*placed[k][:3], top)
-    trace = trace_of(durations, *buffers)
-    residencies = [Residency(b, s, e, o) for b, s, e, o in placed]
-    link = draw(st.sampled_from([0.02, 0.05, 1.0]))
-    return trace, swap_plan(trace, residencies, actions), cost_model(link, latency_us=1.0)
-
-
 def _bound_below_the_plan(trace, plan_, cost):
     """The plan is valid, the bound feasible and no higher than the plan's simulated
     overhead; returns the simulation."""
@@ -291,22 +198,6 @@ def test_offloaded_persistent_state_is_copied_out_after_its_last_use():
     bound = overhead_lower_bound(trace, 1000, SLOW)
     assert bound.overhead == pytest.approx(13.0 / 40.0, rel=1e-6)
     assert bound.overhead <= simulated.overhead
-
-
-@st.composite
-def written_trace_and_plan(draw):
-    """:func:`trace_and_plan` with random ``writes`` (unknown, none, some of the uses) and
-    every swap-out of clean data a drop (the planners' rule, :func:`mark_drops`)."""
-    trace, plan_, cost = draw(trace_and_plan())
-    buffers = []
-    for b in trace.buffers:
-        mode = draw(st.sampled_from(["unknown", "none", "some"]))
-        writes = None if mode == "unknown" else () if mode == "none" else tuple(
-            sorted(draw(st.sets(st.sampled_from(b.uses), max_size=len(b.uses)))))
-        buffers.append(dataclasses.replace(b, writes=writes))
-    trace = dataclasses.replace(trace, buffers=tuple(buffers))
-    return trace, dataclasses.replace(plan_, actions=mark_drops(trace, plan_.residencies,
-                                                    plan_.actions)), cost
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
