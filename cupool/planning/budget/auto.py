@@ -32,8 +32,11 @@ uses / across the iteration boundary only when the budget still does not hold.
   default greedy placed first-fit.
 
 It checks each plan with the independent validator, simulates it, and keeps the one with
-the least simulated iteration time (ties: fewer swapped bytes, then member order); then
-applies Capuchin's feedback to it (:mod:`.feedback`: late swap-ins triggered earlier,
+the least simulated iteration time (ties: fewer swapped bytes, then member order). The
+members (all but the first-fit last resort) are planned, checked and simulated in
+``params.workers`` worker processes on a large trace (:mod:`.parallel`); their outcomes are
+combined in member order (:class:`Selection`), so the plan is the same for any count. Then
+it applies Capuchin's feedback to it (:mod:`.feedback`: late swap-ins triggered earlier,
 re-validated, kept only when faster), and finally improves it by the local search of
 :mod:`.multilevel` without its pageable level (``params.refine_evaluations`` simulations;
 never worse: only faster plans that pass the validator are kept; deterministic: bounded by
@@ -305,13 +308,13 @@ def plan_auto(trace, budget_bytes, cost, params: BudgetParams, started: float) -
     selection = Selection(trace)
     cache = OffsetCache()
     judged = {}  # what a plan the members already made got: its check and simulation
-    ranked = members(trace, budget_bytes, cost, params, cache)
-    listed = [*ranked, *boundary_members(trace, budget_bytes, cost, params)]  # batch's
+    listed = batch(trace, budget_bytes, cost, params, cache)  # what the workers list
+    ranked = len(members(trace, budget_bytes, cost, params))  # the boundary variants follow
     found = False
     for rank, outcome in enumerate(member_outcomes(trace, budget_bytes, cost, params, listed,
                                                    judged)):
         selection.add(rank, outcome)
-        if rank == len(ranked) - 1:
+        if rank == ranked - 1:
             found = selection.best is not None
     if not found:  # no member found a plan (whatever the boundary variants did)
         member = first_fit_member(trace, budget_bytes, cost, params, cache)

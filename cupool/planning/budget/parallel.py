@@ -103,11 +103,12 @@ def judge(trace: Trace, name: str, result: BudgetResult, cost, judged: dict) -> 
 def worker_count(params: BudgetParams, trace: Trace, members: int) -> int:
     """Processes to plan ``members`` members in: ``params.workers`` (at most one per member),
     or when it is 0, one per CPU this process may use on a trace of at least
-    :data:`PARALLEL_MIN_BUFFERS` buffers, else 1."""
+    :data:`PARALLEL_MIN_BUFFERS` buffers, else 1 (and 1 in a daemonic process, such as a
+    ``multiprocessing.Pool`` worker, which may not start processes)."""
     if params.workers:
         return max(1, min(params.workers, members))
-    if len(trace.buffers) < PARALLEL_MIN_BUFFERS:
-        return 1
+    if len(trace.buffers) < PARALLEL_MIN_BUFFERS or multiprocessing.current_process().daemon:
+        return 1  # too small to pay for starting workers, or in a process that may have none
     usable = (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
               else os.cpu_count() or 1)
     return max(1, min(usable, members))
