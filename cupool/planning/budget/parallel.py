@@ -45,9 +45,11 @@ if TYPE_CHECKING:
 
 PARALLEL_MIN_BUFFERS = 2000
 """Fewest buffers for which ``workers=0`` (automatic) plans in worker processes. Starting a
-worker (a fresh interpreter importing cupool and NumPy, then the trace) costs about a second
-on a loaded machine; below this size the members together take only a few seconds, above it
-tens (measured with ``bench/auto_speed.py``)."""
+worker (a fresh interpreter importing cupool and NumPy, then reading the inputs) costs
+about a second, and each worker re-derives what the members share; a 576-buffer LSTM
+(``lstm_trace(20, 2)``, members a few CPU seconds in all) planned slower with two workers
+than without, a 2,104-buffer one (``lstm_trace(40, 4)``, 17 CPU s) faster, its members
+costing about 3 CPU s more in all."""
 
 
 @dataclass(frozen=True)
