@@ -1,9 +1,10 @@
 """``auto``'s members in worker processes: the same plan, sooner on a large trace.
 
-Each worker gets the planning inputs once (:class:`PlanningInputs`, through the pool's
-initializer) with the function that lists the members; it lists them itself (a member is a
-closure, which does not pickle) and plans, validates and simulates the members it is sent,
-each named by its index in that list. What comes back is plain data (:class:`MemberOutcome`:
+Each worker gets the planning inputs once (:class:`PlanningInputs`, with the function that
+lists the members, pickled once to a temporary file that the pool's initializer reads); it
+lists the members itself (a member is a closure, which does not pickle) and plans,
+validates and simulates the members it is sent, each named by its index in that list.
+What comes back is plain data (:class:`MemberOutcome`:
 the plan, why there is none, the validator's report and the simulation; not the trace,
 which the parent already holds), and the parent combines the outcomes in member order
 exactly as it combines those of members planned in its own process: the plan, ``candidates``
