@@ -4,11 +4,11 @@ Each worker gets the planning inputs once (:class:`PlanningInputs`, with the fun
 lists the members, pickled once to a temporary file that the pool's initializer reads); it
 lists the members itself (a member is a closure, which does not pickle) and plans,
 validates and simulates the members it is sent, each named by its index in that list.
-What comes back is plain data (:class:`MemberOutcome`:
-the plan, why there is none, the validator's report and the simulation; not the trace,
-which the parent already holds), and the parent combines the outcomes in member order
-exactly as it combines those of members planned in its own process: the plan, ``candidates``
-and the member chosen do not depend on the number of workers. The greedy members a worker
+What comes back is plain data (:class:`MemberOutcome`: the plan, why there is none, the
+validator's report and the simulation; not the trace, which the parent already holds), and
+the parent combines the outcomes in member order exactly as it combines those of members
+planned in its own process: the plan, ``candidates`` and the member chosen do not depend on
+the number of workers. The greedy members a worker
 plans share that worker's :class:`~.engine.placement.OffsetCache` (an exact cache: a member
 planned in another worker solves its offsets again, which costs time only).
 
