@@ -2,9 +2,11 @@
 shared training traces, at 90/70/50% of each trace's lower bound (PCIe Gen5, the default
 link of :func:`cupool.planning.make_plan`).
 
-Per cell: the seconds ``make_plan(trace, budget, policy="auto")`` took (wall clock on this
-machine, and the CPU seconds of this process: on a shared machine the wall clock also
-counts other jobs' time), the plan's simulated overhead (a fraction of the iteration
+Per cell: the seconds ``auto`` took (``plan_with_budget(trace, budget, "auto")``, what
+``make_plan(trace, budget, policy="auto")`` runs; wall clock on this machine, the CPU
+seconds of this process and those of the worker processes it planned members in, which
+ended before the plan was returned: on a shared machine the wall clock also counts other
+jobs' time), the plan's simulated overhead (a fraction of the iteration
 without swaps), and whether the independent swap validator accepts the plan. The JSON
 also records the machine (CPU count, Python, NumPy, platform) and the git commit the
 code was at, with the paths under ``cupool/`` that differed from it.
@@ -12,6 +14,7 @@ code was at, with the paths under ``cupool/`` that differed from it.
     python bench/auto_speed.py                # every trace; writes bench/results/auto_speed.json
     python bench/auto_speed.py --traces lstm         # the LSTM trace only
     python bench/auto_speed.py --compare OLD.json    # also print OLD's seconds and overheads
+    python bench/auto_speed.py --workers 1           # every member in this process
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import subprocess
 import sys
 import time
@@ -29,7 +33,7 @@ import numpy as np
 
 from cupool.check import validate_swap_plan
 from cupool.io import load_trace
-from cupool.planning import make_plan
+from cupool.planning.budget import BudgetParams, plan_with_budget
 from cupool.planning.synthetic import lstm_trace
 
 TRACES = Path(__file__).resolve().parent.parent / "cupool" / "data" / "traces"
@@ -47,22 +51,30 @@ def traces(which: str):
     return out
 
 
-def measure(name: str, trace, fraction: float) -> dict:
+def children_cpu_seconds() -> float:
+    """User and system CPU seconds of this process's child processes that have ended."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def measure(name: str, trace, fraction: float, workers: int) -> dict:
     budget = int(trace.lower_bound_bytes() * fraction)
     started, cpu_started = time.perf_counter(), time.process_time()
-    planned = make_plan(trace, budget, policy="auto")
+    children_started = children_cpu_seconds()
+    result = plan_with_budget(trace, budget, "auto", None, BudgetParams(workers=workers))
     seconds = time.perf_counter() - started
     cpu_seconds = time.process_time() - cpu_started
-    result = planned.budget
+    workers_cpu_seconds = children_cpu_seconds() - children_started
     row = {"trace": name, "buffers": len(trace.buffers), "fraction": fraction,
-           "budget_bytes": budget, "seconds": round(seconds, 3),
+           "budget_bytes": budget, "workers": workers, "seconds": round(seconds, 3),
            "cpu_seconds": round(cpu_seconds, 3),
-           "status": planned.plan.status.value, "member": result.member,
+           "workers_cpu_seconds": round(workers_cpu_seconds, 3),
+           "status": result.plan.status.value, "member": result.member,
            "overhead": None, "valid": False}
     if result.simulation is not None:
         row["overhead"] = result.simulation.overhead
         row["iteration_us"] = result.simulation.iteration_us
-        check = validate_swap_plan(result.trace, planned.plan)
+        check = validate_swap_plan(result.trace, result.plan)
         row["valid"] = check.valid
         if not check.valid:
             row["invalid"] = f"{check.rule}: {check.message}"
@@ -101,14 +113,15 @@ def _pct(x) -> str:
 
 def print_table(rows, before=None) -> None:
     old = {(r["trace"], r["fraction"]): r for r in (before or [])}
-    head = "| trace | buffers | budget | seconds | overhead | valid |"
+    head = "| trace | buffers | budget | seconds | CPU s (+ workers') | overhead | valid |"
     if old:
         head += " seconds before | overhead before |"
     print(head)
     print("|" + "---|" * (head.count("|") - 1))
     for r in rows:
         line = (f"| {r['trace']} | {r['buffers']} | {int(100 * r['fraction'])}% | "
-                f"{r['seconds']:.1f} | {_pct(r['overhead'])} | {r['valid']} |")
+                f"{r['seconds']:.1f} | {r['cpu_seconds']:.1f} (+{r['workers_cpu_seconds']:.1f}) | "
+                f"{_pct(r['overhead'])} | {r['valid']} |")
         if old:
             o = old.get((r["trace"], r["fraction"]))
             line += (f" {o['seconds']:.1f} | {_pct(o['overhead'])} |" if o else " - | - |")
@@ -121,15 +134,18 @@ def main(argv=None) -> int:
     parser.add_argument("--fractions", type=float, nargs="+", default=list(FRACTIONS))
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--compare", type=Path, help="an earlier run's JSON to print beside")
+    parser.add_argument("--workers", type=int, default=BudgetParams().workers,
+                        help="BudgetParams.workers (0: automatic, 1: no worker processes)")
     args = parser.parse_args(argv)
     before = json.loads(args.compare.read_text())["rows"] if args.compare else None
     args.out.parent.mkdir(parents=True, exist_ok=True)
     header = {"link": "gen5", "machine": machine(), "code": code_version(),
-              "when": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+              "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "workers": args.workers,
+              "load_average": os.getloadavg() if hasattr(os, "getloadavg") else None}
     rows = []
     for name, trace in traces(args.traces):
         for fraction in args.fractions:
-            rows.append(measure(name, trace, fraction))
+            rows.append(measure(name, trace, fraction, args.workers))
             print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
             # written after every cell: a long run stopped early keeps what it measured
             args.out.write_text(json.dumps({**header, "rows": rows}, indent=1) + "\n")

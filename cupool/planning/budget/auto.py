@@ -32,8 +32,11 @@ uses / across the iteration boundary only when the budget still does not hold.
   default greedy placed first-fit.
 
 It checks each plan with the independent validator, simulates it, and keeps the one with
-the least simulated iteration time (ties: fewer swapped bytes, then member order); then
-applies Capuchin's feedback to it (:mod:`.feedback`: late swap-ins triggered earlier,
+the least simulated iteration time (ties: fewer swapped bytes, then member order). The
+members (all but the first-fit last resort) are planned, checked and simulated in
+``params.workers`` worker processes on a large trace (:mod:`.parallel`); their outcomes are
+combined in member order (:class:`Selection`), so the plan is the same for any count. Then
+it applies Capuchin's feedback to it (:mod:`.feedback`: late swap-ins triggered earlier,
 re-validated, kept only when faster), and finally improves it by the local search of
 :mod:`.multilevel` without its pageable level (``params.refine_evaluations`` simulations;
 never worse: only faster plans that pass the validator are kept; deterministic: bounded by
@@ -50,14 +53,20 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import NamedTuple
 
-from cupool.check import validate_plan
 from cupool.planning.budget.engine.greedy import GreedyOptions, fullest_op, run_repaired
 from cupool.planning.budget.engine.placement import Decision, OffsetCache, place_schedule
 from cupool.planning.budget.feedback import refine_triggers
+from cupool.planning.budget.parallel import (
+    MemberOutcome,
+    PlanningInputs,
+    judge,
+    plan_in_workers,
+    worker_count,
+)
 from cupool.planning.budget.params import BudgetParams
 from cupool.planning.budget.result import BudgetResult
 
@@ -159,44 +168,57 @@ def fallbacks(trace, budget_bytes, cost, params: BudgetParams, found: bool,
     the members' offsets, for the default greedy's schedule). When
     persistent state must leave the device (:func:`~.boundary.persistent_over`: then
     only a member that takes it off across the iteration boundary can do well, and most
-    find nothing or fall back to on-demand), :mod:`.boundary` in each of its variants;
-    and only when no plan was found, the default greedy whose residencies, when no offset
-    solver packs them within the budget, are placed first-fit with each stay across the
-    iteration boundary as one item (:func:`~.boundary.place_pairs_first_fit`) before the
-    budget is lowered. Where persistent state fits, a plan a member finds is kept as it
-    was."""
-    from cupool.planning.budget.boundary import (
-        VARIANTS,
-        persistent_over,
-        place_pairs_first_fit,
-        plan_boundary,
-    )
-
-    out = []
-    if persistent_over(trace, budget_bytes):  # persistent state must leave the device
-        out += [Member(variant.name, lambda started, variant=variant: plan_boundary(
-                    trace, budget_bytes, cost, params, started, variant))
-                for variant in VARIANTS]
+    find nothing or fall back to on-demand), :mod:`.boundary` in each of its variants
+    (:func:`boundary_members`); and only when no plan was found, the default greedy whose
+    residencies, when no offset solver packs them within the budget, are placed first-fit
+    (:func:`first_fit_member`). Where persistent state fits, a plan a member finds is kept
+    as it was."""
+    out = boundary_members(trace, budget_bytes, cost, params)
     if found:
         return out
+    return [*out, first_fit_member(trace, budget_bytes, cost, params, cache)]
+
+
+def boundary_members(trace, budget_bytes, cost, params: BudgetParams) -> list[Member]:
+    """:mod:`.boundary` in each of its variants when persistent state with what an op uses
+    does not fit the budget at some op (:func:`~.boundary.persistent_over`), else none."""
+    from cupool.planning.budget.boundary import VARIANTS, persistent_over, plan_boundary
+
+    if not persistent_over(trace, budget_bytes):
+        return []
+    return [Member(variant.name, lambda started, variant=variant: plan_boundary(
+                trace, budget_bytes, cost, params, started, variant))
+            for variant in VARIANTS]
+
+
+def first_fit_member(trace, budget_bytes, cost, params: BudgetParams,
+                     cache: OffsetCache | None = None) -> Member:
+    """The default greedy whose residencies, when no offset solver packs them within the
+    budget, are placed first-fit with each stay across the iteration boundary as one item
+    (:func:`~.boundary.place_pairs_first_fit`) before the budget is lowered: ``auto``'s
+    last resort."""
+    from cupool.planning.budget.boundary import place_pairs_first_fit
+
     weight = params.swap_weights[1] if len(params.swap_weights) > 1 else params.swap_weights[0]
-    return [*out, Member(f"greedy(swap_weight={weight:g}, first-fit placement)",
-                   lambda started: plan_greedy_with(trace, budget_bytes, cost, params, started,
-                                                    greedy_options(params, weight),
-                                                    last_resort=place_pairs_first_fit,
-                                                    cache=cache))]
+    return Member(f"greedy(swap_weight={weight:g}, first-fit placement)",
+                  lambda started: plan_greedy_with(trace, budget_bytes, cost, params, started,
+                                                   greedy_options(params, weight),
+                                                   last_resort=place_pairs_first_fit,
+                                                   cache=cache))
+
+
+def batch(trace, budget_bytes, cost, params: BudgetParams,
+          cache: OffsetCache | None = None) -> list[Member]:
+    """What ``auto`` plans whatever the others find, in rank order: :func:`members`, then
+    :func:`boundary_members`. Module-level: worker processes list them with it
+    (:mod:`.parallel`)."""
+    return [*members(trace, budget_bytes, cost, params, cache),
+            *boundary_members(trace, budget_bytes, cost, params)]
 
 
 SEARCHED_MEMBER = "stream(searched keep set)"
 """The member whose plan ``auto`` refines side by side with the best of the others (its
 kept set is searched: the local search may take either plan further)."""
-
-
-class Judged(NamedTuple):
-    """A member's plan checked by the validator, and its simulation when valid."""
-
-    check: object
-    simulation: object
 
 
 class Refined(NamedTuple):
@@ -232,48 +254,77 @@ def refine(trace, best: BudgetResult, cost, params: BudgetParams) -> Refined:
     return Refined(plan, sim, refined)
 
 
+class Selection:
+    """What ``auto`` keeps of its members' outcomes, given in rank order (:meth:`add`): the
+    ``candidates`` report, why members found nothing, the best plan (least simulated
+    iteration time; ties: fewer swapped bytes, then rank) and the best but the searched
+    member's."""
+
+    def __init__(self, trace) -> None:
+        self.trace = trace
+        self.report: dict[str, float | str] = {}
+        self.reasons: list[str] = []
+        self.best: BudgetResult | None = None
+        self.others: BudgetResult | None = None  # the best member but the searched one
+        self._best_key = self._others_key = None
+        self.last_plan = None
+
+    def add(self, rank: int, outcome: MemberOutcome) -> None:
+        self.last_plan = outcome.plan
+        name = outcome.name
+        if not outcome.feasible:
+            self.report[name] = outcome.reason
+            self.reasons.append(f"{name}: {outcome.reason}")
+            return
+        check, sim = outcome.check, outcome.simulation
+        if not check.valid:
+            self.report[name] = f"invalid ({check.rule}): {check.message}"
+            return
+        self.report[name] = sim.overhead
+        key = (sim.iteration_us, sim.swapped_bytes, rank)
+        entry = BudgetResult(outcome.plan, self.trace, outcome.policy, outcome.reason,
+                             simulation=sim, member=name)
+        if self._best_key is None or key < self._best_key:
+            self.best, self._best_key = entry, key
+        if name != SEARCHED_MEMBER and (self._others_key is None or key < self._others_key):
+            self.others, self._others_key = entry, key
+
+
+def member_outcomes(trace, budget_bytes, cost, params: BudgetParams, listed: list[Member],
+                    judged: dict) -> Iterator[MemberOutcome]:
+    """The outcomes of ``listed`` (:func:`batch`'s members), in rank order: planned in
+    :func:`~.parallel.worker_count` worker processes when that is over 1, else here one by
+    one (``judged``: :func:`~.parallel.judge`'s)."""
+    workers = worker_count(params, trace, len(listed))
+    if workers > 1:
+        yield from plan_in_workers(batch, PlanningInputs(trace, budget_bytes, cost, params),
+                                   [member.name for member in listed], workers)
+        return
+    for member in listed:
+        yield judge(trace, member.name, member.run(time.perf_counter()), cost, judged)
+
+
 def plan_auto(trace, budget_bytes, cost, params: BudgetParams, started: float) -> BudgetResult:
-    from cupool.sim.simulator import simulate
-
-    report = {}
-    best, best_key = None, None
-    others, others_key = None, None  # the best member but the searched one
-    reasons = []
-
+    selection = Selection(trace)
     cache = OffsetCache()
     judged = {}  # what a plan the members already made got: its check and simulation
-
-    def in_order():
-        yield from members(trace, budget_bytes, cost, params, cache)
-        yield from fallbacks(trace, budget_bytes, cost, params, found=best is not None,
-                             cache=cache)
-
-    for rank, member in enumerate(in_order()):
-        result = member.run(time.perf_counter())
-        plan = result.plan
-        if not result.feasible:
-            report[member.name] = result.reason
-            reasons.append(f"{member.name}: {result.reason}")
-            continue
-        same = (plan.status, plan.arena_bytes, plan.capacity_bytes, plan.placements,
-                plan.residencies, plan.actions)
-        if same not in judged:
-            check = validate_plan(trace, plan)
-            judged[same] = Judged(check, simulate(trace, plan, cost, validate=False)
-                                  if check.valid else None)
-        check, sim = judged[same]
-        if not check.valid:
-            report[member.name] = f"invalid ({check.rule}): {check.message}"
-            continue
-        report[member.name] = sim.overhead
-        key = (sim.iteration_us, sim.swapped_bytes, rank)
-        entry = replace(result, simulation=sim, member=member.name)
-        if best_key is None or key < best_key:
-            best, best_key = entry, key
-        if member.name != SEARCHED_MEMBER and (others_key is None or key < others_key):
-            others, others_key = entry, key
+    listed = batch(trace, budget_bytes, cost, params, cache)  # what the workers list
+    ranked = len(members(trace, budget_bytes, cost, params))  # the boundary variants follow
+    found = False
+    for rank, outcome in enumerate(member_outcomes(trace, budget_bytes, cost, params, listed,
+                                                   judged)):
+        selection.add(rank, outcome)
+        if rank == ranked - 1:
+            found = selection.best is not None
+    if not found:  # no member found a plan (whatever the boundary variants did)
+        member = first_fit_member(trace, budget_bytes, cost, params, cache)
+        selection.add(len(listed), judge(trace, member.name, member.run(time.perf_counter()),
+                                         cost, judged))
+    report, best, others = selection.report, selection.best, selection.others
     if best is None:
-        reason = "auto: no member found a plan within the budget (" + "; ".join(reasons) + ")"
+        reason = ("auto: no member found a plan within the budget ("
+                  + "; ".join(selection.reasons) + ")")
+        plan = selection.last_plan
         plan = replace(plan, solver="auto", stats={**plan.stats, "reason": reason})
         return BudgetResult(plan, trace, "auto", reason, candidates=report)
     refined = refine(trace, best, cost, params)

@@ -39,6 +39,12 @@ class BudgetParams:
       algorithm; the mutation rate grows linearly over the generations.
     small_fraction: ``segments-ga`` merges the smallest buffers into one static region
       whose peak is at most this fraction of the budget.
+    workers: processes ``auto`` plans its members in (:mod:`.parallel`); the plan is the
+      same for any count. 1: none, every member in the calling process; 0: automatic, one
+      per usable CPU (at most one per member) when the trace has at least
+      :data:`~.parallel.PARALLEL_MIN_BUFFERS` buffers, else 1. Workers are started with
+      ``spawn`` (safe in a CUDA program): a script that plans at its top level needs the
+      ``if __name__ == "__main__":`` guard, as any script using ``multiprocessing`` does.
     """
 
     seed: int = 0
@@ -62,6 +68,7 @@ class BudgetParams:
     mutation_rate_end: float = 0.2
     crossover_rate: float = 0.9
     small_fraction: float = 0.3
+    workers: int = 0
 
     def __post_init__(self) -> None:
         if (isinstance(self.refine_evaluations, bool) or not isinstance(
@@ -79,6 +86,9 @@ class BudgetParams:
                for k in self.checkpoint_segments):
             raise SolverError(f"checkpoint_segments (={self.checkpoint_segments!r}) must be "
                               f"integers >= 1")
+        if isinstance(self.workers, bool) or not isinstance(self.workers, int) or self.workers < 0:
+            raise SolverError(f"workers (={self.workers!r}) must be an integer >= 0 "
+                              f"(0: automatic, 1: no worker processes)")
         if self.placement_rounds < 1 or self.max_chain < 0 or self.recompute_chain < 0:
             raise SolverError(f"placement_rounds (={self.placement_rounds}) must be >= 1, "
                               f"max_chain (={self.max_chain}) and recompute_chain "

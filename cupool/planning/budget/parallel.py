@@ -1,0 +1,185 @@
+"""``auto``'s members in worker processes: the same plan, sooner on a large trace.
+
+Each worker gets the planning inputs once (:class:`PlanningInputs`, with the function that
+lists the members, pickled once to a temporary file that the pool's initializer reads); it
+lists the members itself (a member is a closure, which does not pickle) and plans,
+validates and simulates the members it is sent, each named by its index in that list.
+What comes back is plain data (:class:`MemberOutcome`: the plan, why there is none, the
+validator's report and the simulation; not the trace, which the parent already holds), and
+the parent combines the outcomes in member order exactly as it combines those of members
+planned in its own process: the plan, ``candidates`` and the member chosen do not depend on
+the number of workers. The greedy members a worker
+plans share that worker's :class:`~.engine.placement.OffsetCache` (an exact cache: a member
+planned in another worker solves its offsets again, which costs time only).
+
+Workers are started with ``spawn``: ``fork`` is unsafe in a process that uses CUDA, and the
+planner runs inside such programs. An exception a member raises in a worker is raised again
+in the parent (same class and message; the first in member order, as in process); a worker
+that dies (killed, out of memory, a script without its ``__main__`` guard) raises a
+:class:`~cupool.errors.SolverError` naming the member. The pool is always shut down.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import pickle
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from cupool.check import validate_plan
+from cupool.core.vocabulary import Plan, SolveStatus, Trace
+from cupool.errors import SolverError
+from cupool.planning.budget.engine.placement import OffsetCache
+from cupool.planning.budget.params import BudgetParams
+
+if TYPE_CHECKING:
+    from cupool.check.report import ValidationReport
+    from cupool.planning.budget.result import BudgetResult
+    from cupool.sim.cost import CostModel
+    from cupool.sim.simulator import SimReport
+
+PARALLEL_MIN_BUFFERS = 2000
+"""Fewest buffers for which ``workers=0`` (automatic) plans in worker processes. Starting a
+worker (a fresh interpreter importing cupool and NumPy, then reading the inputs) costs
+about a second, and each worker re-derives what the members share; a 576-buffer LSTM
+(``lstm_trace(20, 2)``, members a few CPU seconds in all) planned slower with two workers
+than without, a 2,104-buffer one (``lstm_trace(40, 4)``, 17 CPU s) faster, its members
+costing about 3 CPU s more in all."""
+
+
+@dataclass(frozen=True)
+class PlanningInputs:
+    """What every member plans from; sent to each worker once."""
+
+    trace: Trace
+    budget_bytes: int
+    cost: CostModel
+    params: BudgetParams
+
+
+@dataclass(frozen=True)
+class MemberOutcome:
+    """One member's plan, judged.
+
+    name: the member's name in ``candidates``.
+    plan: its plan (any status); ``policy`` and ``reason``: its :class:`BudgetResult`'s.
+    check: the validator's report of a feasible plan (``None`` for any other status).
+    simulation: the simulator's report of a valid plan (else ``None``).
+    """
+
+    name: str
+    plan: Plan
+    policy: str
+    reason: str | None
+    check: ValidationReport | None
+    simulation: SimReport | None
+
+    @property
+    def feasible(self) -> bool:
+        return self.plan.status == SolveStatus.FEASIBLE
+
+
+def judge(trace: Trace, name: str, result: BudgetResult, cost, judged: dict) -> MemberOutcome:
+    """``result`` (member ``name``'s) checked by the validator and, when valid, simulated;
+    ``judged`` holds what plans already seen got (a plan made twice is judged once)."""
+    from cupool.sim.simulator import simulate
+
+    plan = result.plan
+    check = sim = None
+    if result.feasible:
+        same = (plan.status, plan.arena_bytes, plan.capacity_bytes, plan.placements,
+                plan.residencies, plan.actions)
+        if same not in judged:
+            check = validate_plan(trace, plan)
+            judged[same] = (check, simulate(trace, plan, cost, validate=False)
+                            if check.valid else None)
+        check, sim = judged[same]
+    return MemberOutcome(name, plan, result.policy, result.reason, check, sim)
+
+
+def worker_count(params: BudgetParams, trace: Trace, members: int) -> int:
+    """Processes to plan ``members`` members in: ``params.workers`` (at most one per member),
+    or when it is 0, one per CPU this process may use on a trace of at least
+    :data:`PARALLEL_MIN_BUFFERS` buffers, else 1 (and 1 in a daemonic process, such as a
+    ``multiprocessing.Pool`` worker, which may not start processes)."""
+    if params.workers:
+        return max(1, min(params.workers, members))
+    if len(trace.buffers) < PARALLEL_MIN_BUFFERS or multiprocessing.current_process().daemon:
+        return 1  # too small to pay for starting workers, or in a process that may have none
+    usable = (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+              else os.cpu_count() or 1)
+    return max(1, min(usable, members))
+
+
+Build = Callable[..., Sequence]
+"""Lists the members: ``build(trace, budget_bytes, cost, params, cache)`` -> objects with
+``name`` and ``run(started) -> BudgetResult``; a module-level function (it is pickled by
+name)."""
+
+_worker: dict = {}
+"""A worker's state: the inputs, the function listing the members and, once listed, the
+members and the plans already judged."""
+
+
+def _start_worker(inputs_path: str) -> None:
+    with open(inputs_path, "rb") as file:
+        build, inputs = pickle.load(file)
+    _worker.clear()
+    _worker.update(build=build, inputs=inputs, members=None, judged={})
+
+
+def _plan_member(index: int) -> MemberOutcome:
+    inputs: PlanningInputs = _worker["inputs"]
+    if _worker["members"] is None:
+        _worker["members"] = _worker["build"](inputs.trace, inputs.budget_bytes, inputs.cost,
+                                              inputs.params, OffsetCache())
+    member = _worker["members"][index]
+    return judge(inputs.trace, member.name, member.run(time.perf_counter()), inputs.cost,
+                 _worker["judged"])
+
+
+def outcomes_in_order(futures: Sequence[Future], names: Sequence[str]) -> list[MemberOutcome]:
+    """The outcomes of ``futures`` (member ``names[i]``'s is ``futures[i]``), in member order.
+    The first member in order that raised raises its exception again; one whose worker died
+    raises a :class:`SolverError` naming it. Either way the futures not yet started are
+    cancelled."""
+    out = []
+    try:
+        for name, future in zip(names, futures, strict=True):
+            try:
+                out.append(future.result())
+            except BrokenProcessPool as exc:
+                raise SolverError(f"auto: the worker process planning member {name!r} stopped "
+                                  f"before it finished ({exc}); a script that plans at its "
+                                  f"top level needs the if __name__ == '__main__': guard, "
+                                  f"or plan with workers=1") from exc
+    except BaseException:
+        for future in futures:
+            future.cancel()
+        raise
+    return out
+
+
+def plan_in_workers(build: Build, inputs: PlanningInputs, names: Sequence[str],
+                    workers: int) -> list[MemberOutcome]:
+    """The members ``build`` lists (named ``names``, in that order), each planned and judged
+    in one of ``workers`` spawned processes; their outcomes in member order
+    (:func:`outcomes_in_order`)."""
+    context = multiprocessing.get_context("spawn")
+    # the inputs go through a file: what a spawned process is started with is written to a
+    # pipe it reads while starting, and a write larger than the pipe holds would wait
+    # forever on a process that died before reading it
+    with tempfile.TemporaryDirectory(prefix="cupool-auto-") as folder:
+        inputs_path = os.path.join(folder, "inputs.pickle")
+        with open(inputs_path, "wb") as file:
+            pickle.dump((build, inputs), file, protocol=pickle.HIGHEST_PROTOCOL)
+        with ProcessPoolExecutor(max_workers=workers, mp_context=context,
+                                 initializer=_start_worker, initargs=(inputs_path,)) as pool:
+            futures = [pool.submit(_plan_member, index) for index in range(len(names))]
+            return outcomes_in_order(futures, names)
