@@ -153,6 +153,17 @@ def test_simulate_plans_under_a_budget_and_reports_the_contract_fields(tmp_path)
     assert document["lower_bound_method"] in ("lp", "dual")
 
 
+def test_simulate_with_worker_processes_plans_the_same(tmp_path):
+    """``--workers`` changes where ``auto``'s members run, never the plan."""
+    runs = [cli("simulate", RESNET_TRAIN, "--budget", "50%", "--workers", workers, "--json")
+            for workers in ("1", "2")]
+    (code_a, out_a, err_a), (code_b, out_b, _) = runs
+    assert code_a == 0 == code_b, err_a
+    one, two = json.loads(out_a), json.loads(out_b)
+    for field in ("iteration_us", "swapped_bytes", "peak_bytes", "recompute_us"):
+        assert one[field] == two[field], field
+
+
 def test_plan_below_the_lower_bound_writes_a_swapping_plan_that_validates(tmp_path):
     out_path = tmp_path / "p70.json"
     code, out, _ = cli("plan", RESNET_TRAIN, "--budget", "70%", "--json", "--out", out_path)
@@ -177,6 +188,7 @@ def test_simulating_a_static_plan_costs_nothing(tmp_path):
     (("--budget", "70%", "--link", "gen9"), "gen9"),
     (("--budget", "70%", "--policy", "magic"), "invalid choice: 'magic'"),
     (("--budget", "70%", "--latency-us=-1"), "(='-1') must be a number >= 0"),
+    (("--budget", "70%", "--workers=-1"), "argument --workers: (='-1') must be an integer"),
 ])
 def test_simulate_bad_input_exits_2(argv, message):
     code, out, err = cli("simulate", RESNET_TRAIN, *argv)

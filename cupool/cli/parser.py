@@ -67,6 +67,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--budget", help="capacity: bytes, 4GiB, or 70%% of the lower bound")
     p.add_argument("--time-limit", type=positive_seconds, help="seconds for search solvers")
     p.add_argument("--seed", type=non_negative_int, default=0)
+    p.add_argument("--workers", type=non_negative_int, default=1,
+                   help="processes the auto budget policy plans its members in (1: none; "
+                   "0: one per CPU on traces of 2000+ buffers; the plan is the same)")
     p.add_argument("--out", help="write the plan: PLAN.json (plan format) or PLAN.csv")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--alignment", type=positive_int, default=512,
@@ -83,6 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--latency-us", type=non_negative_float)
     s.add_argument("--plan", help="simulate this plan (JSON) instead of planning")
     s.add_argument("--seed", type=non_negative_int, default=0)
+    s.add_argument("--workers", type=non_negative_int, default=1,
+                   help="processes the auto budget policy plans its members in (1: none; "
+                   "0: one per CPU on traces of 2000+ buffers; the plan is the same)")
     s.add_argument("--json", action="store_true")
 
     r = commands.add_parser("replay", help="run the swap runtime for a trace on a device and "

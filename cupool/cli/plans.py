@@ -35,7 +35,7 @@ def cmd_plan(args, stdout) -> int:
         raise InputError("the directory to write the plan into does not exist", path=args.out)
     planned = require_possible(make_plan(trace, capacity, solver=args.solver,
                                          cost=cost_from(args), solver_params=params,
-                                         seed=args.seed))
+                                         seed=args.seed, workers=args.workers))
     result, trace, valid, fits = planned.plan, planned.trace, planned.valid, planned.fits
     if args.out is not None and valid and fits:
         save_plan(result, args.out, trace)
@@ -139,7 +139,7 @@ def cmd_simulate(args, stdout) -> int:
                              f"budget (={budget})", path=args.plan)
     else:
         budgeted = require_possible(make_plan(trace, budget, policy=args.policy, cost=cost,
-                                              seed=args.seed))
+                                              seed=args.seed, workers=args.workers))
         planned, sim_trace = budgeted.plan, budgeted.trace
         policy = args.policy
     report = simulate(sim_trace, planned, cost)

@@ -72,15 +72,17 @@ class PlannedTrace:
 
 def make_plan(trace: Trace, budget_bytes: int | None = None, *, policy: str | None = None,
               solver: str = "auto", cost=None, solver_params: SolverParams | None = None,
-              seed: int = 0) -> PlannedTrace:
+              seed: int = 0, workers: int = 1) -> PlannedTrace:
     """Plan ``trace`` within ``budget_bytes`` (``None``: no limit).
 
     With ``policy`` (a budget policy such as ``"auto"`` or ``"capuchin"``) the budget
     planner plans swaps and recomputation for ``budget_bytes`` (required) on the link
     ``cost`` (a :class:`~cupool.sim.cost.CostModel`, default PCIe Gen5), seeded by
-    ``seed``. Without one, static ``solver`` places every buffer within ``budget_bytes``
-    with ``solver_params``; except that below the trace's lower bound, where no static plan
-    exists, solver ``"auto"`` hands over to the budget planner's ``auto`` policy.
+    ``seed``, its ``auto`` members planned in ``workers`` processes
+    (:class:`~cupool.planning.budget.BudgetParams`: 1, none; 0, automatic). Without one,
+    static ``solver`` places every buffer within ``budget_bytes`` with ``solver_params``;
+    except that below the trace's lower bound, where no static plan exists, solver
+    ``"auto"`` hands over to the budget planner's ``auto`` policy.
     """
     below_bound = budget_bytes is not None and budget_bytes < trace.lower_bound_bytes()
     if policy is None and solver == "auto" and below_bound:
@@ -88,17 +90,19 @@ def make_plan(trace: Trace, budget_bytes: int | None = None, *, policy: str | No
     if policy is not None:
         if budget_bytes is None:
             raise ValueError(f"policy (={policy!r}) plans for a budget: give budget_bytes")
-        return _budget_plan(trace, budget_bytes, policy, cost, seed)
+        return _budget_plan(trace, budget_bytes, policy, cost, seed, workers)
     from cupool.planning import plan
 
     static = plan(trace, solver, budget_bytes, solver_params)
     return PlannedTrace(static, trace, f"solver {solver}")
 
 
-def _budget_plan(trace: Trace, budget_bytes: int, policy: str, cost, seed: int) -> PlannedTrace:
+def _budget_plan(trace: Trace, budget_bytes: int, policy: str, cost, seed: int,
+                 workers: int) -> PlannedTrace:
     from cupool.planning.budget import BudgetParams, plan_with_budget
 
-    result = plan_with_budget(trace, budget_bytes, policy, cost, BudgetParams(seed=seed))
+    result = plan_with_budget(trace, budget_bytes, policy, cost,
+                              BudgetParams(seed=seed, workers=workers))
     return PlannedTrace(result.plan, result.trace, f"budget {budget_bytes} ({policy})", result)
 
 

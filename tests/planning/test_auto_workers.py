@@ -58,7 +58,8 @@ def test_bad_workers_rejected(bad):
 def test_worker_count():
     small = lstm_trace(20, 2, seed=0)
     assert len(small.buffers) < PARALLEL_MIN_BUFFERS
-    assert worker_count(BudgetParams(), small, 20) == 1  # automatic: too small to pay
+    assert BudgetParams().workers == 1  # in process unless asked
+    assert worker_count(BudgetParams(workers=0), small, 20) == 1  # automatic: too small
     assert worker_count(BudgetParams(workers=1), small, 20) == 1
     assert worker_count(BudgetParams(workers=8), small, 3) == 3  # at most one per member
 

@@ -40,9 +40,11 @@ class BudgetParams:
     small_fraction: ``segments-ga`` merges the smallest buffers into one static region
       whose peak is at most this fraction of the budget.
     workers: processes ``auto`` plans its members in (:mod:`.parallel`); the plan is the
-      same for any count. 1: none, every member in the calling process; 0: automatic, one
-      per usable CPU (at most one per member) when the trace has at least
-      :data:`~.parallel.PARALLEL_MIN_BUFFERS` buffers, else 1. Workers are started with
+      same for any count. 1 (the default): none, every member in the calling process; 0:
+      automatic, one per usable CPU (at most one per member) when the trace has at least
+      :data:`~.parallel.PARALLEL_MIN_BUFFERS` buffers, else 1; more: that many. Workers
+      pay on large traces with idle cores (each costs about a second to start and redoes
+      the placements the members would share in one process). They are started with
       ``spawn`` (safe in a CUDA program): a script that plans at its top level needs the
       ``if __name__ == "__main__":`` guard, as any script using ``multiprocessing`` does.
     """
@@ -68,7 +70,7 @@ class BudgetParams:
     mutation_rate_end: float = 0.2
     crossover_rate: float = 0.9
     small_fraction: float = 0.3
-    workers: int = 0
+    workers: int = 1
 
     def __post_init__(self) -> None:
         if (isinstance(self.refine_evaluations, bool) or not isinstance(
