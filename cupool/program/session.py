@@ -59,6 +59,18 @@ about a millisecond) and plans with the larger of it and the link's own latency,
 prefetches lead by what the device really needs and the simulator predicts what it does;
 ``session.cost`` is the cost model used, ``session.link_round_trip`` the measurement.
 
+**Engine overhead.** The passive iteration times each op's callable alone; a planned one
+also pays the swap engine's own work on the compute stream (each op's begin and end
+bookkeeping, the streams starting and the final synchronize). With ``measure_overhead``
+(default: on for the emulated device, whose compute stream is a thread running that
+bookkeeping in line with the ops; off on a GPU, where it runs batched and kernels run
+asynchronously of the host) the session measures it once when it opens
+(:func:`cupool.program.overhead.measure_engine_overhead`, a few tens of milliseconds) and
+the recorded trace it plans with holds each op's measured duration plus the engine's cost
+per op, and the first op also its cost per iteration: what a planned iteration really
+takes, so the simulator predicts it. ``session.op_overhead`` is the measurement
+(``None``: not measured), ``session.recording`` keeps the callables' own times.
+
 **Contract of an op.** ``fn(*inputs, *updates, *outputs)``: it must write every element of
 each output, may modify its ``updates`` in place, must not write into its inputs (caught:
 :class:`~cupool.program.errors.UndeclaredWriteError`) and must not keep the arrays it is
@@ -138,22 +150,26 @@ class Session:
     the emulated device, where it is free; on a GPU it costs two reductions per input);
     ``feedback``: move late swap-ins' triggers between iterations; ``measure_link``: plan
     with the device's measured fixed cost per copy where it exceeds the link's latency
-    (module docstring). A device object may be
+    (module docstring); ``measure_overhead``: add the engine's measured cost per op and
+    per iteration to the recorded durations (module docstring; default: on for the
+    emulated device, off on a GPU). A device object may be
     given instead of a kind (the caller keeps owning it). Use as a context manager or
     call :meth:`close`.
 
     State: ``reports`` (a :class:`StepReport` per iteration run), ``budget_bytes`` (once
     resolved), ``peak_bytes`` (the recorded program's peak), ``trace`` (the recorded trace,
-    with measured op durations), ``planned`` (its :class:`~cupool.planning.PlannedTrace`,
-    ``None`` without a plan), ``plan`` (the plan the next iteration runs, after feedback),
-    ``plan_reason`` (why there is no plan), ``recording`` (the last passive iteration's
-    :class:`~cupool.program.recorder.Recording`: durations, every access, swaps), ``cost``
-    (the link's cost model), ``xp`` (the array module of the device's arrays).
+    with measured op durations, the engine's overhead included), ``op_overhead`` (the
+    :class:`~cupool.program.overhead.EngineOverhead` measured, or ``None``), ``planned``
+    (its :class:`~cupool.planning.PlannedTrace`, ``None`` without a plan), ``plan`` (the
+    plan the next iteration runs, after feedback), ``plan_reason`` (why there is no plan),
+    ``recording`` (the last passive iteration's :class:`~cupool.program.recorder.Recording`:
+    durations, every access, swaps), ``cost`` (the link's cost model), ``xp`` (the array
+    module of the device's arrays).
     """
 
     def __init__(self, budget, *, device="auto", link="gen5", on_change: str = "record",
                  check_writes: bool | None = None, feedback: bool = True,
-                 measure_link: bool = True) -> None:
+                 measure_link: bool = True, measure_overhead: bool | None = None) -> None:
         if on_change not in ON_CHANGE:
             raise ProgramError(f"on_change (={on_change!r}) must be one of {ON_CHANGE}")
         self.cost = cost_model(link)
@@ -181,6 +197,9 @@ class Session:
         self._closed = False
         if measure_link:
             self._measure_link()
+        self.op_overhead = None
+        if (not gpu) if measure_overhead is None else measure_overhead:
+            self._measure_overhead()
 
     def _open(self, device):
         if not isinstance(device, str):
@@ -210,6 +229,16 @@ class Session:
         self.link_round_trip = measured
         if measured.latency_us > cost.latency_us:
             self.cost = replaced(cost, latency_us=measured.latency_us)
+
+    def _measure_overhead(self) -> None:
+        """Measure what the engine adds per op and per iteration (module docstring)."""
+        from cupool.program.overhead import measure_engine_overhead
+
+        try:
+            self.op_overhead = measure_engine_overhead(self.device)
+        except BaseException:
+            self.close()
+            raise
 
     # -- persistent state ----------------------------------------------------------------
     def register(self, name: str, value) -> Tensor:
@@ -320,7 +349,10 @@ class Session:
         wall = (time.perf_counter() - began) * 1e6
         self.recording = recording
         self._recorded = program
-        self.trace = program.to_trace(recording.durations_us, name=f"program@{number}")
+        durations = recording.durations_us
+        if self.op_overhead is not None:
+            durations = self.op_overhead.apply(durations)
+        self.trace = program.to_trace(durations, name=f"program@{number}")
         planning = time.perf_counter()
         self._plan(program)
         report = StepReport(number, "passive", True, None, wall, recording.wall_us, {}, 0.0, 0,
