@@ -391,9 +391,10 @@ class Session:
 
     def measured_trace(self, skip: int = 1):
         """The recorded trace with each op's duration the median of what the planned
-        iterations observed (after the first ``skip`` of them; recomputes before an op
-        included), or ``None`` before there are any: what the simulator should be given
-        when the one passive measurement was noisy."""
+        iterations observed (after the first ``skip`` of them; the recomputes before an op
+        are not its time: the simulator adds them itself), or ``None`` before there are
+        any: what the simulator should be given when the one passive measurement was
+        noisy."""
         runs = list(self._runner.op_us)[skip:] if self._runner is not None else []
         if not runs:
             return None

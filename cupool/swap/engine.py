@@ -37,8 +37,8 @@ closes an iteration something raised in). For op ``i`` the engine enqueues, in t
 enqueued as one host callback (on the emulated device, with all the compute stream's
 work) when another stream must see their effect, before a record of ``done[i]``, and at
 the end of the iteration (on a GPU also at a timed wait; its kernels go on the stream at
-once, the ops are timed by events at ``[begin]`` and ``[end]``, so a resident op costs
-the stream no host callback of its own). ``done[i]`` is recorded only after an op that
+once, the ops are timed by events after their recomputes and at ``[end]``, so a resident
+op costs the stream no host callback of its own). ``done[i]`` is recorded only after an op that
 something waits for (a swap-out after it, a swap-in triggered at ``i + 1``). The engine
 only measures: a due op's wait over :data:`LATE_THRESHOLD_WALL_US` is a late prefetch,
 reported per buffer; moving triggers for the next iteration is the feedback's job
@@ -338,6 +338,8 @@ class SwapEngine:
         self._begin_op(state, running, written, intents)
         if step.recomputed:
             self._recompute(state, running, step.recomputed)
+        if self.gpu:  # the op's start on the stream (after its recomputes: not its time)
+            self._op_marks[2 * op].record(self.compute)
         try:
             frame_ptrs = {b: ptrs[(b, start)] for b, start in frame}
         except KeyError:  # a use the plan holds in no residency served this iteration
@@ -487,12 +489,15 @@ class SwapEngine:
         """Enqueue the callback that moves the op's new residencies (``written``) onto the
         device and enters its uses (``intents``: ``(buffer, write)`` pairs)."""
         op, ptrs = running.op, state.ptrs
-        if self.gpu:  # the op's start on the stream, without a host callback there
-            self._op_marks[2 * op].record(self.compute)
         arrivals = [Arrival(b, p, self.array(b, p)) for b in written for p in (ptrs[(b, op)],)]
         self.work.callback(partial(self._enter_uses, state, running, arrivals, intents))
 
     def _recompute(self, state: IterationState, running: RunningOp, recomputed) -> None:
+        """Enqueue the recomputes before an op, each its callable then its producer's
+        duration; their time is not the op's (the emulated device times it, to leave it out
+        of the op's; a GPU starts timing the op after them)."""
+        if not self.gpu:
+            self.work.callback(running.begin_recomputes)
         for b in recomputed:
             producer = self.trace.buffer(b).recompute
             inputs = [self.array(s, self._resident_ptr(state, s, running.op))
@@ -500,6 +505,8 @@ class SwapEngine:
             out = self.array(b, state.ptrs[(b, running.op)])
             self.work.run(partial(self._call_recompute, state, running, b, out, inputs))
             self.spend(self.op_us[producer.op])
+        if not self.gpu:
+            self.work.callback(running.end_recomputes)
 
     def _issue_swap_outs(self, state: IterationState, op: int) -> None:
         for b in self.schedule.swap_outs[op]:
@@ -546,7 +553,7 @@ class SwapEngine:
                 self.handles[b].move(where)
         except Exception as exc:
             state.keep_first_error(exc)
-        state.op_wall_s[running.op] = time.perf_counter() - running.began
+        state.op_wall_s[running.op] = time.perf_counter() - running.began - running.recompute_s
 
     def _call_recompute(self, state: IterationState, running: RunningOp, b: int, out,
                         inputs) -> None:

@@ -49,15 +49,28 @@ class RunningOp:
     ``uses`` are the ``(handle, write)`` uses its begin callback entered (write for the
     buffers it produces or recomputes, read for the rest), which its end callback exits; ``entered``
     says the begin callback took them all (a recompute runs only then); ``began`` is when
-    the op began on the compute stream (``perf_counter`` s). ``first_fills`` are the
-    persistent buffers the op gives their first contents (marked as holding them once the
-    op is enqueued). The callbacks run on the compute stream, one op after another."""
+    the op began on the compute stream (``perf_counter`` s) and ``recompute_s`` how much
+    of its time since went to the recomputes before it (the emulated device times them,
+    from ``recompute_began``: the simulator counts a recompute apart from the op it
+    precedes). ``first_fills`` are the persistent buffers the op gives their first contents
+    (marked as holding them once the op is enqueued). The callbacks run on the compute
+    stream, one op after another."""
 
     op: int
     first_fills: frozenset
     uses: list = field(default_factory=list)
     entered: bool = False
     began: float = 0.0
+    recompute_began: float = 0.0
+    recompute_s: float = 0.0
+
+    def begin_recomputes(self) -> None:
+        """Callback: the recomputes before the op start now."""
+        self.recompute_began = time.perf_counter()
+
+    def end_recomputes(self) -> None:
+        """Callback: the recomputes before the op ended now."""
+        self.recompute_s += time.perf_counter() - self.recompute_began
 
 
 @dataclass(eq=False)
@@ -78,7 +91,7 @@ class IterationState:
     iteration's time: the persistent buffers' first fill), ``stall_us`` (every measured
     wait over the noise threshold), ``late_us`` (buffer → how long its due op waited for
     its swap-in: a *late prefetch*), ``op_wall_s`` (each op's wall time, waits and checks
-    included) and ``error`` (the first error a callback caught).
+    included, the recomputes before it not) and ``error`` (the first error a callback caught).
 
     ``started`` is when the iteration's timing began (the gate's release on the emulated
     device, the start of enqueuing on a GPU); ``gate`` holds the emulated streams until
@@ -188,7 +201,8 @@ class IterationResult:
     in trace µs; ``late_us``: buffer → trace µs its due op(s) waited for its swap-in (only
     waits over the timer-noise threshold: the *late prefetches*); ``stall_us``: every wait
     of the compute stream over that threshold (late prefetches and copies still reading
-    bytes an op was about to write); ``op_us``: each op's observed trace µs; ``bytes_checked``
+    bytes an op was about to write); ``op_us``: each op's observed trace µs (the
+    recomputes before it excluded: the simulator counts them apart); ``bytes_checked``
     and ``corrupt_bytes``: bytes compared with their pattern and those that differed;
     ``off_plan``: residencies the pool served away from their planned offset."""
 
