@@ -295,7 +295,7 @@ class SwapEngine:
         self.work.begin_batch()
         state = IterationState(iteration, done, gate, self.off_plan, self.time_scale,
                                op_wall_s=[0.0] * n)
-        state.started = state.clock = time.perf_counter()
+        state.started = state.clock = state.op_end = time.perf_counter()
         try:
             state.pool_iteration.enter_context(self.pool.iteration())
         except BaseException:
@@ -532,7 +532,6 @@ class SwapEngine:
     # -- host callbacks on the compute stream ----------------------------------------------
     def _enter_uses(self, state: IterationState, running: RunningOp, arrivals,
                     intents) -> None:
-        running.began = time.perf_counter()
         try:
             for arrival in arrivals:
                 self.handles[arrival.buffer_id].move(DEVICE, arrival.view, arrival.ptr)
@@ -553,7 +552,7 @@ class SwapEngine:
                 self.handles[b].move(where)
         except Exception as exc:
             state.keep_first_error(exc)
-        state.op_wall_s[running.op] = time.perf_counter() - running.began - running.recompute_s
+        state.end_op_time(running)
 
     def _call_recompute(self, state: IterationState, running: RunningOp, b: int, out,
                         inputs) -> None:
@@ -572,7 +571,7 @@ class SwapEngine:
     def _open_gate(state: IterationState) -> None:
         """Release the emulated streams (once), starting the iteration's timing."""
         if state.gate is not None and not state.gate.is_set():
-            state.started = state.clock = time.perf_counter()
+            state.started = state.clock = state.op_end = time.perf_counter()
             state.gate.set()
 
     def _quiesce(self) -> None:
