@@ -248,8 +248,7 @@ class SwapEngine:
         key = (b, ptr)
         array = self._arrays.get(key)
         if array is None:
-            array = self._arrays[key] = self.handles[b].array_at(self.device, ptr,
-                                                                 self.sizes[b])
+            array = self._arrays[key] = self.handles[b].array_at(self.device, ptr, self.sizes[b])
         return array
 
     # -- one iteration, op by op ---------------------------------------------------------
@@ -345,8 +344,7 @@ class SwapEngine:
         except KeyError:  # a use the plan holds in no residency served this iteration
             frame_ptrs = {b: self._resident_ptr(state, b, op) for b, _ in frame}
         state.running = running
-        return OpFrame(op, produced, running.first_fills, step.recomputed, step.uses,
-                       frame_ptrs)
+        return OpFrame(op, produced, running.first_fills, step.recomputed, step.uses, frame_ptrs)
 
     def _serve(self, state: IterationState, allocs) -> None:
         """Pool blocks for the residencies starting at an op (``allocs``, in the pool's
@@ -484,8 +482,7 @@ class SwapEngine:
                 if copy.low < ptr + self.sizes[b] and ptr < copy.high:
                     self.work.timed_wait(copy.copied, partial(state.measured_wait, None))
 
-    def _begin_op(self, state: IterationState, running: RunningOp, written,
-                  intents) -> None:
+    def _begin_op(self, state: IterationState, running: RunningOp, written, intents) -> None:
         """Enqueue the callback that moves the op's new residencies (``written``) onto the
         device and enters its uses (``intents``: ``(buffer, write)`` pairs)."""
         op, ptrs = running.op, state.ptrs
@@ -493,10 +490,7 @@ class SwapEngine:
         self.work.callback(partial(self._enter_uses, state, running, arrivals, intents))
 
     def _recompute(self, state: IterationState, running: RunningOp, recomputed) -> None:
-        """Enqueue the recomputes before an op, each its callable then its producer's
-        duration; their time is not the op's (the emulated device times it, to leave it out
-        of the op's; a GPU starts timing the op after them)."""
-        if not self.gpu:
+        if not self.gpu:  # timed apart: not the op's time (a GPU's op marks follow them)
             self.work.callback(running.begin_recomputes)
         for b in recomputed:
             producer = self.trace.buffer(b).recompute
@@ -530,8 +524,7 @@ class SwapEngine:
         return state.ptrs[(b, start)]
 
     # -- host callbacks on the compute stream ----------------------------------------------
-    def _enter_uses(self, state: IterationState, running: RunningOp, arrivals,
-                    intents) -> None:
+    def _enter_uses(self, state: IterationState, running: RunningOp, arrivals, intents) -> None:
         try:
             for arrival in arrivals:
                 self.handles[arrival.buffer_id].move(DEVICE, arrival.view, arrival.ptr)
