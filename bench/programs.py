@@ -17,7 +17,8 @@ once on plain NumPy arrays: the program without cupool), and records, from the t
   the passive step measured them, plus the engine's cost per op and per step the session
   measured when it opened: ``engine_per_op_us``, ``engine_per_iteration_us``), the plan
   the last step ran (after feedback) and the session's cost model (the link, with the
-  device's measured fixed cost per copy); ``sim_error`` is
+  measured fixed cost per copy: the larger of a bare copy's and of a swap-in's through the
+  engine, ``latency_us``); ``sim_error`` is
   ``engine_iteration_us / sim_iteration_us - 1``;
 - ``sim_observed_us``: the same prediction with each op's duration the median the planned
   steps observed (from the previous op's end, waits and recomputes left out; one passive
@@ -108,7 +109,8 @@ def measure(name: str, budget: str, steps: int, reference: dict) -> dict:
                   "modes": [r.mode for r in reports],
                   "plan_reason": session.plan_reason,
                   "engine_per_op_us": overhead.per_op_us if overhead else None,
-                  "engine_per_iteration_us": overhead.per_iteration_us if overhead else None}
+                  "engine_per_iteration_us": overhead.per_iteration_us if overhead else None,
+                  "latency_us": cost.latency_us}
     later = reports[SKIP:]
     result |= {
         "eager_step_us": statistics.median(reference["times"][SKIP:]),

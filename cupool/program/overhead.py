@@ -18,6 +18,17 @@ It is a measurement of this device and this engine, run through the same path as
 program (a passive recording, the ``auto`` plan, planned iterations on the swap engine),
 with a no-op op of two inputs and one output. Both numbers are clamped at zero (a
 measurement on a busy machine can come out slightly negative).
+
+A swap-in the plan needs at once (triggered at the op that uses it) costs the compute stream
+a whole round trip through the engine: the op before it recorded and handed over, the copy
+stream waking up, the handle's transitions around the copy, the compute stream waking up
+again. :func:`measure_swap_round_trip` times that on the engine itself (a four-op trace
+whose one buffer is swapped out after op 0 and in again at op 3, against the same trace
+with the buffer resident), so the session can price every copy with it::
+
+    op:       0        1 (long)      2        3
+    swap:   [ A ]─D2H─────────────────────H2D─[ A ]     the wait before op 3 is the round trip
+    resident[ A ==================================]
 """
 
 from __future__ import annotations
@@ -29,6 +40,8 @@ import numpy as np
 
 from cupool.program.errors import ProgramError
 
+ROUND_TRIP_BYTES = 64 * 1024
+"""Bytes of the buffer :func:`measure_swap_round_trip` swaps."""
 SHORT_OPS = 4
 LONG_OPS = 68
 ITERATIONS = 8
@@ -114,4 +127,66 @@ def measure_engine_overhead(device, *, short_ops: int = SHORT_OPS, long_ops: int
                           long.iteration_us, call_us, input_us)
 
 
-__all__ = ["EngineOverhead", "measure_engine_overhead"]
+@dataclass(frozen=True)
+class SwapRoundTrip:
+    """An on-demand swap-in through the engine (module docstring): ``latency_us`` (its fixed
+    cost: the median extra time of an iteration with the swap over one without, less the
+    bytes' time at the link's bandwidth; clamped at zero), ``swap_us`` and
+    ``resident_us`` (per iteration, the iteration's time beyond its ops' observed times,
+    with and without the swap), ``nbytes``."""
+
+    latency_us: float
+    swap_us: tuple
+    resident_us: tuple
+    nbytes: int
+
+
+def _round_trip_plans(nbytes: int):
+    from cupool.core.vocabulary import (
+        Buffer,
+        Op,
+        Plan,
+        Residency,
+        SolveStatus,
+        SwapIn,
+        SwapOut,
+        Trace,
+    )
+
+    trace = Trace("swap round trip", tuple(Op(f"op{i}", 0.0) for i in range(4)),
+                  (Buffer(0, nbytes, 0, 4, (0, 3)),))
+
+    def plan(residencies, actions):
+        return Plan(trace.name, trace.digest(), "round trip", SolveStatus.FEASIBLE, nbytes,
+                    nbytes, (), 0.0, nbytes, {}, tuple(residencies), tuple(actions))
+
+    swapping = plan([Residency(0, 0, 1, 0), Residency(0, 3, 4, 0)],
+                    [SwapOut(0, 0), SwapIn(0, 3, 3)])
+    return trace, swapping, plan([Residency(0, 0, 4, 0)], [])
+
+
+def _spend(engine, frame) -> None:
+    engine.spend(engine.op_us[frame.op])
+
+
+def measure_swap_round_trip(device, gbps: float, *, lead_us: float = 1000.0,
+                            nbytes: int = ROUND_TRIP_BYTES,
+                            iterations: int = 2 * ITERATIONS) -> SwapRoundTrip:
+    """Measure :class:`SwapRoundTrip` on ``device`` (module docstring) for a link of
+    ``gbps`` GB/s (the bytes' share of the copy). Op 1 spends ``lead_us``: give it enough
+    for the swap-out to land before the swap-in starts."""
+    from cupool.swap.engine import SwapEngine
+
+    trace, swapping, resident = _round_trip_plans(nbytes)
+    beyond = {}
+    for name, plan in (("swap", swapping), ("resident", resident)):
+        with SwapEngine(trace, plan, device, op_us=[0.0, lead_us, 0.0, 0.0]) as engine:
+            results = [engine.run_iteration(k, _spend) for k in range(iterations + 1)][1:]
+        beyond[name] = tuple(r.iteration_us - sum(r.op_us) for r in results)
+    extra = statistics.median(beyond["swap"]) - statistics.median(beyond["resident"])
+    latency = max(0.0, extra - nbytes / (gbps * 1e3))
+    return SwapRoundTrip(latency, beyond["swap"], beyond["resident"], nbytes)
+
+
+__all__ = ["EngineOverhead", "SwapRoundTrip", "measure_engine_overhead",
+           "measure_swap_round_trip"]

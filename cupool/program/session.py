@@ -58,6 +58,11 @@ session measures it once when it opens (:func:`cupool.devices.calibrate.measure_
 about a millisecond) and plans with the larger of it and the link's own latency, so
 prefetches lead by what the device really needs and the simulator predicts what it does;
 ``session.cost`` is the cost model used, ``session.link_round_trip`` the measurement.
+Where the engine's overhead is measured too (``measure_overhead``, below), so is a swap-in
+needed at once through the swap engine itself
+(:func:`cupool.program.overhead.measure_swap_round_trip`: the copy stream's and the
+handles' own work around the copy, some tens of milliseconds to measure), and the session
+plans with the largest of the three (``session.swap_round_trip``).
 
 **Engine overhead.** The passive iteration times each op's callable alone; a planned one
 also pays the swap engine's own work on the compute stream (each op's begin and end
@@ -151,15 +156,18 @@ class Session:
     ``feedback``: move late swap-ins' triggers between iterations; ``measure_link``: plan
     with the device's measured fixed cost per copy where it exceeds the link's latency
     (module docstring); ``measure_overhead``: add the engine's measured cost per op and
-    per iteration to the recorded durations (module docstring; default: on for the
-    emulated device, off on a GPU). A device object may be
+    per iteration to the recorded durations, and with ``measure_link`` price copies with
+    an on-demand swap-in's round trip through the engine where it is larger (module
+    docstring; default: on for the emulated device, off on a GPU). A device object may be
     given instead of a kind (the caller keeps owning it). Use as a context manager or
     call :meth:`close`.
 
     State: ``reports`` (a :class:`StepReport` per iteration run), ``budget_bytes`` (once
     resolved), ``peak_bytes`` (the recorded program's peak), ``trace`` (the recorded trace,
     with measured op durations, the engine's overhead included), ``op_overhead`` (the
-    :class:`~cupool.program.overhead.EngineOverhead` measured, or ``None``), ``planned``
+    :class:`~cupool.program.overhead.EngineOverhead` measured, or ``None``),
+    ``swap_round_trip`` (the :class:`~cupool.program.overhead.SwapRoundTrip`, or ``None``),
+    ``planned``
     (its :class:`~cupool.planning.PlannedTrace`, ``None`` without a plan), ``plan`` (the
     plan the next iteration runs, after feedback), ``plan_reason`` (why there is no plan),
     ``recording`` (the last passive iteration's :class:`~cupool.program.recorder.Recording`:
@@ -195,10 +203,11 @@ class Session:
         self._open_iteration: Iteration | None = None
         self._count = 0
         self._closed = False
+        overhead = (not gpu) if measure_overhead is None else measure_overhead
+        self.swap_round_trip = self.op_overhead = None
         if measure_link:
-            self._measure_link()
-        self.op_overhead = None
-        if (not gpu) if measure_overhead is None else measure_overhead:
+            self._measure_link(through_engine=overhead)
+        if overhead:
             self._measure_overhead()
 
     def _open(self, device):
@@ -214,21 +223,27 @@ class Session:
         return open_device(device, h2d_gbps=cost.h2d_gbps, d2h_gbps=cost.d2h_gbps,
                            latency_us=cost.latency_us), True
 
-    def _measure_link(self) -> None:
-        """Measure the device's fixed cost per copy; plan with it where it is the larger."""
+    def _measure_link(self, through_engine: bool) -> None:
+        """Measure the device's fixed cost per copy (``through_engine``: also an on-demand
+        swap-in's through the swap engine); plan with the largest."""
         from dataclasses import replace as replaced
 
         from cupool.devices.calibrate import measure_copy_round_trip
+        from cupool.program.overhead import measure_swap_round_trip
 
         cost = self.cost
         try:
             measured = measure_copy_round_trip(self.device, cost.h2d_gbps)
+            if through_engine:
+                self.swap_round_trip = measure_swap_round_trip(
+                    self.device, cost.h2d_gbps, lead_us=1000.0 + 2 * measured.latency_us)
         except BaseException:
             self.close()
             raise
         self.link_round_trip = measured
-        if measured.latency_us > cost.latency_us:
-            self.cost = replaced(cost, latency_us=measured.latency_us)
+        latency = max(measured.latency_us, getattr(self.swap_round_trip, "latency_us", 0.0))
+        if latency > cost.latency_us:
+            self.cost = replaced(cost, latency_us=latency)
 
     def _measure_overhead(self) -> None:
         """Measure what the engine adds per op and per iteration (module docstring)."""

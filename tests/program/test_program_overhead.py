@@ -11,7 +11,11 @@ import pytest
 import cupool
 from cupool.devices import open_device
 from cupool.program.errors import ProgramError
-from cupool.program.overhead import EngineOverhead, measure_engine_overhead
+from cupool.program.overhead import (
+    EngineOverhead,
+    measure_engine_overhead,
+    measure_swap_round_trip,
+)
 from tests.program_cases import example
 
 
@@ -75,3 +79,18 @@ def test_a_session_on_a_given_device_measures_on_it_and_leaves_it_open():
             assert session.op_overhead is not None
         assert not device.closed
         assert device.mem_info()[0] == device.mem_info()[1]  # everything returned
+
+
+def test_a_swap_in_needed_at_once_costs_at_least_its_copy():
+    """On a device whose every copy takes 2 ms, the round trip through the engine holds the
+    copy (its bytes' share at the link's bandwidth left out); with the buffer resident
+    nothing waits."""
+    with open_device("emulated", h2d_gbps=55, d2h_gbps=55, latency_us=2000.0) as device:
+        trip = measure_swap_round_trip(device, 55.0, lead_us=5000.0, nbytes=4096,
+                                       iterations=3)
+    assert len(trip.swap_us) == len(trip.resident_us) == 3 and trip.nbytes == 4096
+    assert trip.latency_us >= 2000.0 - 50.0  # less timer slack
+    assert statistics.median(trip.resident_us) < 2000.0
+    assert trip.latency_us == pytest.approx(max(
+        0.0, statistics.median(trip.swap_us) - statistics.median(trip.resident_us)
+        - 4096 / 55e3))
