@@ -86,7 +86,6 @@ keeping it.
 
 from __future__ import annotations
 
-import statistics
 import time
 from dataclasses import dataclass
 
@@ -105,7 +104,7 @@ from cupool.program.iteration import Iteration
 from cupool.program.planner import plan_program
 from cupool.program.program import Program
 from cupool.program.recorder import record
-from cupool.program.runner import PlannedRunner, RunnerOptions
+from cupool.program.runner import PlannedRunner, RunnerOptions, typical_op_us
 from cupool.program.tensors import Spec, Tensor, to_host
 from cupool.sim.cost import cost_model
 
@@ -405,19 +404,20 @@ class Session:
         return report, run.fetched
 
     def measured_trace(self, skip: int = 1):
-        """The recorded trace with each op's duration the median of what the planned
-        iterations observed (after the first ``skip`` of them; the recomputes before an op
-        are not its time: the simulator adds them itself), or ``None`` before there are
-        any: what the simulator should be given when the one passive measurement was
-        noisy."""
+        """The recorded trace with each op's duration what the planned iterations
+        observed (after the first ``skip`` of them; the recomputes before an op are not its
+        time: the simulator adds them itself), typically
+        (:func:`~cupool.program.runner.typical_op_us`: per-op medians scaled to the median
+        iteration's total), or ``None`` before there are any: what the simulator should be
+        given when the one passive measurement was noisy."""
         runs = list(self._runner.op_us)[skip:] if self._runner is not None else []
         if not runs:
             return None
         from dataclasses import replace as replaced
 
-        medians = [statistics.median(run[i] for run in runs) for i in range(len(runs[0]))]
         ops = tuple(replaced(op, duration_us=d) for op, d in zip(self.planned.trace.ops,
-                                                                medians, strict=True))
+                                                                typical_op_us(runs),
+                                                                strict=True))
         return replaced(self.planned.trace, ops=ops)
 
     @property

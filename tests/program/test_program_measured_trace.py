@@ -1,15 +1,18 @@
 """The measured trace: each op's observed duration, the recomputes before it left out (the
 simulator adds a recompute's cost itself, so counting it in the op too would count it
-twice)."""
+twice), typical over the planned iterations (medians scaled to the median total)."""
 
 from __future__ import annotations
 
 import time
 
 import numpy as np
+import pytest
 
 import cupool
 from cupool.core.vocabulary import RecomputeAction
+from cupool.program.errors import ProgramError
+from cupool.program.runner import typical_op_us
 from cupool.sim.simulator import simulate
 
 SLOW_S = 0.02
@@ -52,3 +55,16 @@ def test_an_op_after_a_recompute_is_measured_without_the_recompute():
     assert durations[4] < SLOW_S * 1e6 / 2  # the op after its recompute: not the recompute
     # the simulator counts the recompute once: about two slow ops, not three
     assert simulate(measured, plan, cost, validate=False).iteration_us < 2.5 * SLOW_S * 1e6
+
+
+def test_typical_op_times_are_the_medians_scaled_to_the_median_iterations_total():
+    """Three iterations, each with one slow op (a different one each time): the medians
+    (10, 20, 30) add up to 60, the iterations to 160, 70 and 65 (median 70)."""
+    runs = [(110.0, 20.0, 30.0), (10.0, 30.0, 30.0), (10.0, 20.0, 35.0)]
+    typical = typical_op_us(runs)
+    assert typical == pytest.approx((10 * 70 / 60, 20 * 70 / 60, 30 * 70 / 60))
+    assert sum(typical) == pytest.approx(70.0)
+    assert typical_op_us([(1.0, 2.0)]) == (1.0, 2.0)
+    assert typical_op_us([(0.0, 0.0), (0.0, 0.0)]) == (0.0, 0.0)
+    with pytest.raises(ProgramError, match="no iteration"):
+        typical_op_us([])
