@@ -20,10 +20,10 @@ once on plain NumPy arrays: the program without cupool), and records, from the t
   measured fixed cost per copy: the larger of a bare copy's and of a swap-in's through the
   engine, ``latency_us``); ``sim_error`` is
   ``engine_iteration_us / sim_iteration_us - 1``;
-- ``sim_observed_us``: the same prediction with each op's duration the median the planned
-  steps observed (from the previous op's end, waits and recomputes left out; one passive
-  measurement is noisy: a first BLAS call, a busy machine); ``sim_observed_error``
-  likewise;
+- ``sim_observed_us``: the same prediction with each op's duration what the planned steps
+  observed (from the previous op's end, waits and recomputes left out; per-op medians
+  scaled to the median step's total: ``session.measured_trace``; one passive measurement
+  is noisy: a first BLAS call, a busy machine); ``sim_observed_error`` likewise;
 - ``late_prefetches``: per step; ``sim_late_floor``: swap-ins the simulator predicts late
   (by more than the engine's timer-noise threshold) for that plan;
 - ``device_peak_bytes``: the most device bytes the session held in any step (the pool's
