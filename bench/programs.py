@@ -14,12 +14,16 @@ once on plain NumPy arrays: the program without cupool), and records, from the t
 - ``engine_iteration_us``: median of the iteration as the swap engine timed it (from its
   start on the streams to their end);
 - ``sim_iteration_us``: the simulator's prediction for the recorded trace (op durations as
-  the passive step measured them), the plan the last step ran (after feedback) and the
-  session's cost model (the link, with the device's measured fixed cost per copy);
-  ``sim_error`` is ``engine_iteration_us / sim_iteration_us - 1``;
-- ``sim_observed_us``: the same prediction with each op's duration the median the planned
-  steps observed (one passive measurement is noisy: a first BLAS call, a busy machine);
-  ``sim_observed_error`` likewise;
+  the passive step measured them, plus the engine's cost per op and per step the session
+  measured when it opened: ``engine_per_op_us``, ``engine_per_iteration_us``), the plan
+  the last step ran (after feedback) and the session's cost model (the link, with the
+  measured fixed cost per copy: the larger of a bare copy's and of a swap-in's through the
+  engine, ``latency_us``); ``sim_error`` is
+  ``engine_iteration_us / sim_iteration_us - 1``;
+- ``sim_observed_us``: the same prediction with each op's duration what the planned steps
+  observed (from the previous op's end, waits and recomputes left out; per-op medians
+  scaled to the median step's total: ``session.measured_trace``; one passive measurement
+  is noisy: a first BLAS call, a busy machine); ``sim_observed_error`` likewise;
 - ``late_prefetches``: per step; ``sim_late_floor``: swap-ins the simulator predicts late
   (by more than the engine's timer-noise threshold) for that plan;
 - ``device_peak_bytes``: the most device bytes the session held in any step (the pool's
@@ -99,10 +103,14 @@ def measure(name: str, budget: str, steps: int, reference: dict) -> dict:
         reports = session.reports
         plan, planned, cost = session.plan, session.planned, session.cost
         observed = session.measured_trace(skip=SKIP - 1)
+        overhead = session.op_overhead
         result = {"example": name, "budget": budget, "budget_bytes": session.budget_bytes,
                   "peak_bytes": session.peak_bytes, "steps": steps,
                   "modes": [r.mode for r in reports],
-                  "plan_reason": session.plan_reason}
+                  "plan_reason": session.plan_reason,
+                  "engine_per_op_us": overhead.per_op_us if overhead else None,
+                  "engine_per_iteration_us": overhead.per_iteration_us if overhead else None,
+                  "latency_us": cost.latency_us}
     later = reports[SKIP:]
     result |= {
         "eager_step_us": statistics.median(reference["times"][SKIP:]),

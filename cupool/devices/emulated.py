@@ -159,9 +159,21 @@ class EmulatedStream(Stream):
             self._submit("wait_event", wait)
 
     def _synchronize(self) -> None:
-        if self._worker is not None:
-            reached = threading.Event()
-            self._submit("synchronize", reached.set)
+        self._wait_reached(self._mark_reached())
+
+    def _mark_reached(self) -> threading.Event | None:
+        """Enqueue a token the stream sets when it reaches it; ``None`` when nothing
+        enqueued is still to run (the default stream, an idle worker): then there is
+        nothing to wait for, and no thread to wake."""
+        if self._worker is None or self._query():
+            return None
+        reached = threading.Event()
+        self._submit("synchronize", reached.set)
+        return reached
+
+    def _wait_reached(self, reached: threading.Event | None) -> None:
+        """Block until the stream set ``reached`` (if any); raise its first failure."""
+        if reached is not None:
             _wait_token(reached, self._shared)
         self._failures.raise_first()
 
@@ -405,10 +417,13 @@ class EmulatedDevice(Device):
     def _synchronize(self) -> None:
         with self._lock:
             streams = [self._default, *self._streams]
+        # every busy stream gets its token before any is waited for: they reach them in
+        # parallel, and idle ones (every stream a closed engine left) cost nothing
+        tokens = [stream._mark_reached() for stream in streams]
         failures = []
-        for stream in streams:
+        for stream, reached in zip(streams, tokens, strict=True):
             try:
-                stream._synchronize()
+                stream._wait_reached(reached)
             except StreamTaskError as exc:
                 failures.append(exc)
         if failures:

@@ -15,6 +15,8 @@ first:
   checked;
 - :mod:`.recorder`: the passive iteration (LRU eviction, durations measured);
 - :mod:`.planner`, :mod:`.runner`: the plan, and planned iterations on the swap engine;
+- :mod:`.overhead`: what the engine adds per op and per iteration beyond the ops'
+  callables, measured once when a session opens;
 - :mod:`.synthetic`: a recorded trace as a program of pattern-checking ops (what
   ``cupool replay`` runs through the same runner);
 - :mod:`.iteration`, :mod:`.session`: the user's API;

@@ -41,6 +41,7 @@ stay (as a run without cupool would keep them).
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -61,6 +62,21 @@ from cupool.swap.iteration import IterationResult
 
 OBSERVED_ITERATIONS = 64
 """How many iterations' observed op durations a runner keeps (the latest ones)."""
+
+
+def typical_op_us(runs) -> tuple[float, ...]:
+    """Typical op durations from several iterations' observed ones (``runs``: one sequence
+    per iteration, µs per op): each op's median, scaled so that they add up to the median
+    iteration's total. On a busy machine every iteration has a few slow ops, each time
+    others: the medians alone drop all of them and add up to less than any iteration
+    took, the scale puts back what a typical iteration loses to them."""
+    runs = [tuple(run) for run in runs]
+    if not runs:
+        raise ProgramError("typical_op_us: no iteration's durations given")
+    medians = [statistics.median(run[i] for run in runs) for i in range(len(runs[0]))]
+    total = sum(medians)
+    scale = statistics.median(sum(run) for run in runs) / total if total > 0 else 1.0
+    return tuple(m * scale for m in medians)
 
 
 @dataclass(frozen=True)
@@ -278,4 +294,4 @@ class PlannedRunner:
         self.engine.close()
 
 
-__all__ = ["PlannedRun", "PlannedRunner", "RunnerOptions"]
+__all__ = ["PlannedRun", "PlannedRunner", "RunnerOptions", "typical_op_us"]

@@ -58,6 +58,23 @@ session measures it once when it opens (:func:`cupool.devices.calibrate.measure_
 about a millisecond) and plans with the larger of it and the link's own latency, so
 prefetches lead by what the device really needs and the simulator predicts what it does;
 ``session.cost`` is the cost model used, ``session.link_round_trip`` the measurement.
+Where the engine's overhead is measured too (``measure_overhead``, below), so is a swap-in
+needed at once through the swap engine itself
+(:func:`cupool.program.overhead.measure_swap_round_trip`: the copy stream's and the
+handles' own work around the copy, some tens of milliseconds to measure), and the session
+plans with the largest of the three (``session.swap_round_trip``).
+
+**Engine overhead.** The passive iteration times each op's callable alone; a planned one
+also pays the swap engine's own work on the compute stream (each op's begin and end
+bookkeeping, the streams starting and the final synchronize). With ``measure_overhead``
+(default: on for the emulated device, whose compute stream is a thread running that
+bookkeeping in line with the ops; off on a GPU, where it runs batched and kernels run
+asynchronously of the host) the session measures it once when it opens
+(:func:`cupool.program.overhead.measure_engine_overhead`, a few tens of milliseconds) and
+the recorded trace it plans with holds each op's measured duration plus the engine's cost
+per op, and the first op also its cost per iteration: what a planned iteration really
+takes, so the simulator predicts it. ``session.op_overhead`` is the measurement
+(``None``: not measured), ``session.recording`` keeps the callables' own times.
 
 **Contract of an op.** ``fn(*inputs, *updates, *outputs)``: it must write every element of
 each output, may modify its ``updates`` in place, must not write into its inputs (caught:
@@ -69,7 +86,6 @@ keeping it.
 
 from __future__ import annotations
 
-import statistics
 import time
 from dataclasses import dataclass
 
@@ -88,7 +104,7 @@ from cupool.program.iteration import Iteration
 from cupool.program.planner import plan_program
 from cupool.program.program import Program
 from cupool.program.recorder import record
-from cupool.program.runner import PlannedRunner, RunnerOptions
+from cupool.program.runner import PlannedRunner, RunnerOptions, typical_op_us
 from cupool.program.tensors import Spec, Tensor, to_host
 from cupool.sim.cost import cost_model
 
@@ -138,22 +154,29 @@ class Session:
     the emulated device, where it is free; on a GPU it costs two reductions per input);
     ``feedback``: move late swap-ins' triggers between iterations; ``measure_link``: plan
     with the device's measured fixed cost per copy where it exceeds the link's latency
-    (module docstring). A device object may be
+    (module docstring); ``measure_overhead``: add the engine's measured cost per op and
+    per iteration to the recorded durations, and with ``measure_link`` price copies with
+    an on-demand swap-in's round trip through the engine where it is larger (module
+    docstring; default: on for the emulated device, off on a GPU). A device object may be
     given instead of a kind (the caller keeps owning it). Use as a context manager or
     call :meth:`close`.
 
     State: ``reports`` (a :class:`StepReport` per iteration run), ``budget_bytes`` (once
     resolved), ``peak_bytes`` (the recorded program's peak), ``trace`` (the recorded trace,
-    with measured op durations), ``planned`` (its :class:`~cupool.planning.PlannedTrace`,
-    ``None`` without a plan), ``plan`` (the plan the next iteration runs, after feedback),
-    ``plan_reason`` (why there is no plan), ``recording`` (the last passive iteration's
-    :class:`~cupool.program.recorder.Recording`: durations, every access, swaps), ``cost``
-    (the link's cost model), ``xp`` (the array module of the device's arrays).
+    with measured op durations, the engine's overhead included), ``op_overhead`` (the
+    :class:`~cupool.program.overhead.EngineOverhead` measured, or ``None``),
+    ``swap_round_trip`` (the :class:`~cupool.program.overhead.SwapRoundTrip`, or ``None``),
+    ``planned``
+    (its :class:`~cupool.planning.PlannedTrace`, ``None`` without a plan), ``plan`` (the
+    plan the next iteration runs, after feedback), ``plan_reason`` (why there is no plan),
+    ``recording`` (the last passive iteration's :class:`~cupool.program.recorder.Recording`:
+    durations, every access, swaps), ``cost`` (the link's cost model), ``xp`` (the array
+    module of the device's arrays).
     """
 
     def __init__(self, budget, *, device="auto", link="gen5", on_change: str = "record",
                  check_writes: bool | None = None, feedback: bool = True,
-                 measure_link: bool = True) -> None:
+                 measure_link: bool = True, measure_overhead: bool | None = None) -> None:
         if on_change not in ON_CHANGE:
             raise ProgramError(f"on_change (={on_change!r}) must be one of {ON_CHANGE}")
         self.cost = cost_model(link)
@@ -179,8 +202,12 @@ class Session:
         self._open_iteration: Iteration | None = None
         self._count = 0
         self._closed = False
+        overhead = (not gpu) if measure_overhead is None else measure_overhead
+        self.swap_round_trip = self.op_overhead = None
         if measure_link:
-            self._measure_link()
+            self._measure_link(through_engine=overhead)
+        if overhead:
+            self._measure_overhead()
 
     def _open(self, device):
         if not isinstance(device, str):
@@ -195,21 +222,37 @@ class Session:
         return open_device(device, h2d_gbps=cost.h2d_gbps, d2h_gbps=cost.d2h_gbps,
                            latency_us=cost.latency_us), True
 
-    def _measure_link(self) -> None:
-        """Measure the device's fixed cost per copy; plan with it where it is the larger."""
+    def _measure_link(self, through_engine: bool) -> None:
+        """Measure the device's fixed cost per copy (``through_engine``: also an on-demand
+        swap-in's through the swap engine); plan with the largest."""
         from dataclasses import replace as replaced
 
         from cupool.devices.calibrate import measure_copy_round_trip
+        from cupool.program.overhead import measure_swap_round_trip
 
         cost = self.cost
         try:
             measured = measure_copy_round_trip(self.device, cost.h2d_gbps)
+            if through_engine:
+                self.swap_round_trip = measure_swap_round_trip(
+                    self.device, cost.h2d_gbps, lead_us=1000.0 + 2 * measured.latency_us)
         except BaseException:
             self.close()
             raise
         self.link_round_trip = measured
-        if measured.latency_us > cost.latency_us:
-            self.cost = replaced(cost, latency_us=measured.latency_us)
+        latency = max(measured.latency_us, getattr(self.swap_round_trip, "latency_us", 0.0))
+        if latency > cost.latency_us:
+            self.cost = replaced(cost, latency_us=latency)
+
+    def _measure_overhead(self) -> None:
+        """Measure what the engine adds per op and per iteration (module docstring)."""
+        from cupool.program.overhead import measure_engine_overhead
+
+        try:
+            self.op_overhead = measure_engine_overhead(self.device)
+        except BaseException:
+            self.close()
+            raise
 
     # -- persistent state ----------------------------------------------------------------
     def register(self, name: str, value) -> Tensor:
@@ -320,7 +363,10 @@ class Session:
         wall = (time.perf_counter() - began) * 1e6
         self.recording = recording
         self._recorded = program
-        self.trace = program.to_trace(recording.durations_us, name=f"program@{number}")
+        durations = recording.durations_us
+        if self.op_overhead is not None:
+            durations = self.op_overhead.apply(durations)
+        self.trace = program.to_trace(durations, name=f"program@{number}")
         planning = time.perf_counter()
         self._plan(program)
         report = StepReport(number, "passive", True, None, wall, recording.wall_us, {}, 0.0, 0,
@@ -358,18 +404,20 @@ class Session:
         return report, run.fetched
 
     def measured_trace(self, skip: int = 1):
-        """The recorded trace with each op's duration the median of what the planned
-        iterations observed (after the first ``skip`` of them; recomputes before an op
-        included), or ``None`` before there are any: what the simulator should be given
-        when the one passive measurement was noisy."""
+        """The recorded trace with each op's duration what the planned iterations
+        observed (after the first ``skip`` of them; the recomputes before an op are not its
+        time: the simulator adds them itself), typically
+        (:func:`~cupool.program.runner.typical_op_us`: per-op medians scaled to the median
+        iteration's total), or ``None`` before there are any: what the simulator should be
+        given when the one passive measurement was noisy."""
         runs = list(self._runner.op_us)[skip:] if self._runner is not None else []
         if not runs:
             return None
         from dataclasses import replace as replaced
 
-        medians = [statistics.median(run[i] for run in runs) for i in range(len(runs[0]))]
         ops = tuple(replaced(op, duration_us=d) for op, d in zip(self.planned.trace.ops,
-                                                                medians, strict=True))
+                                                                typical_op_us(runs),
+                                                                strict=True))
         return replaced(self.planned.trace, ops=ops)
 
     @property

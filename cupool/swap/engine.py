@@ -37,8 +37,8 @@ closes an iteration something raised in). For op ``i`` the engine enqueues, in t
 enqueued as one host callback (on the emulated device, with all the compute stream's
 work) when another stream must see their effect, before a record of ``done[i]``, and at
 the end of the iteration (on a GPU also at a timed wait; its kernels go on the stream at
-once, the ops are timed by events at ``[begin]`` and ``[end]``, so a resident op costs
-the stream no host callback of its own). ``done[i]`` is recorded only after an op that
+once, the ops are timed by events after their recomputes and at ``[end]``, so a resident
+op costs the stream no host callback of its own). ``done[i]`` is recorded only after an op that
 something waits for (a swap-out after it, a swap-in triggered at ``i + 1``). The engine
 only measures: a due op's wait over :data:`LATE_THRESHOLD_WALL_US` is a late prefetch,
 reported per buffer; moving triggers for the next iteration is the feedback's job
@@ -248,8 +248,7 @@ class SwapEngine:
         key = (b, ptr)
         array = self._arrays.get(key)
         if array is None:
-            array = self._arrays[key] = self.handles[b].array_at(self.device, ptr,
-                                                                 self.sizes[b])
+            array = self._arrays[key] = self.handles[b].array_at(self.device, ptr, self.sizes[b])
         return array
 
     # -- one iteration, op by op ---------------------------------------------------------
@@ -295,7 +294,7 @@ class SwapEngine:
         self.work.begin_batch()
         state = IterationState(iteration, done, gate, self.off_plan, self.time_scale,
                                op_wall_s=[0.0] * n)
-        state.started = state.clock = time.perf_counter()
+        state.started = state.clock = state.op_end = time.perf_counter()
         try:
             state.pool_iteration.enter_context(self.pool.iteration())
         except BaseException:
@@ -338,13 +337,14 @@ class SwapEngine:
         self._begin_op(state, running, written, intents)
         if step.recomputed:
             self._recompute(state, running, step.recomputed)
+        if self.gpu:  # the op's start on the stream (after its recomputes: not its time)
+            self._op_marks[2 * op].record(self.compute)
         try:
             frame_ptrs = {b: ptrs[(b, start)] for b, start in frame}
         except KeyError:  # a use the plan holds in no residency served this iteration
             frame_ptrs = {b: self._resident_ptr(state, b, op) for b, _ in frame}
         state.running = running
-        return OpFrame(op, produced, running.first_fills, step.recomputed, step.uses,
-                       frame_ptrs)
+        return OpFrame(op, produced, running.first_fills, step.recomputed, step.uses, frame_ptrs)
 
     def _serve(self, state: IterationState, allocs) -> None:
         """Pool blocks for the residencies starting at an op (``allocs``, in the pool's
@@ -482,17 +482,16 @@ class SwapEngine:
                 if copy.low < ptr + self.sizes[b] and ptr < copy.high:
                     self.work.timed_wait(copy.copied, partial(state.measured_wait, None))
 
-    def _begin_op(self, state: IterationState, running: RunningOp, written,
-                  intents) -> None:
+    def _begin_op(self, state: IterationState, running: RunningOp, written, intents) -> None:
         """Enqueue the callback that moves the op's new residencies (``written``) onto the
         device and enters its uses (``intents``: ``(buffer, write)`` pairs)."""
         op, ptrs = running.op, state.ptrs
-        if self.gpu:  # the op's start on the stream, without a host callback there
-            self._op_marks[2 * op].record(self.compute)
         arrivals = [Arrival(b, p, self.array(b, p)) for b in written for p in (ptrs[(b, op)],)]
         self.work.callback(partial(self._enter_uses, state, running, arrivals, intents))
 
     def _recompute(self, state: IterationState, running: RunningOp, recomputed) -> None:
+        if not self.gpu:  # timed apart: not the op's time (a GPU's op marks follow them)
+            self.work.callback(running.begin_recomputes)
         for b in recomputed:
             producer = self.trace.buffer(b).recompute
             inputs = [self.array(s, self._resident_ptr(state, s, running.op))
@@ -500,6 +499,8 @@ class SwapEngine:
             out = self.array(b, state.ptrs[(b, running.op)])
             self.work.run(partial(self._call_recompute, state, running, b, out, inputs))
             self.spend(self.op_us[producer.op])
+        if not self.gpu:
+            self.work.callback(running.end_recomputes)
 
     def _issue_swap_outs(self, state: IterationState, op: int) -> None:
         for b in self.schedule.swap_outs[op]:
@@ -523,9 +524,7 @@ class SwapEngine:
         return state.ptrs[(b, start)]
 
     # -- host callbacks on the compute stream ----------------------------------------------
-    def _enter_uses(self, state: IterationState, running: RunningOp, arrivals,
-                    intents) -> None:
-        running.began = time.perf_counter()
+    def _enter_uses(self, state: IterationState, running: RunningOp, arrivals, intents) -> None:
         try:
             for arrival in arrivals:
                 self.handles[arrival.buffer_id].move(DEVICE, arrival.view, arrival.ptr)
@@ -546,7 +545,7 @@ class SwapEngine:
                 self.handles[b].move(where)
         except Exception as exc:
             state.keep_first_error(exc)
-        state.op_wall_s[running.op] = time.perf_counter() - running.began
+        state.end_op_time(running)
 
     def _call_recompute(self, state: IterationState, running: RunningOp, b: int, out,
                         inputs) -> None:
@@ -565,7 +564,7 @@ class SwapEngine:
     def _open_gate(state: IterationState) -> None:
         """Release the emulated streams (once), starting the iteration's timing."""
         if state.gate is not None and not state.gate.is_set():
-            state.started = state.clock = time.perf_counter()
+            state.started = state.clock = state.op_end = time.perf_counter()
             state.gate.set()
 
     def _quiesce(self) -> None:

@@ -48,16 +48,27 @@ class RunningOp:
 
     ``uses`` are the ``(handle, write)`` uses its begin callback entered (write for the
     buffers it produces or recomputes, read for the rest), which its end callback exits; ``entered``
-    says the begin callback took them all (a recompute runs only then); ``began`` is when
-    the op began on the compute stream (``perf_counter`` s). ``first_fills`` are the
-    persistent buffers the op gives their first contents (marked as holding them once the
-    op is enqueued). The callbacks run on the compute stream, one op after another."""
+    says the begin callback took them all (a recompute runs only then); ``recompute_s`` is
+    how long the recomputes before it took on the compute stream (the emulated device
+    times them, from ``recompute_began``: the simulator counts a recompute apart from the
+    op it precedes). ``first_fills`` are the persistent buffers the op gives their first contents
+    (marked as holding them once the op is enqueued). The callbacks run on the compute
+    stream, one op after another."""
 
     op: int
     first_fills: frozenset
     uses: list = field(default_factory=list)
     entered: bool = False
-    began: float = 0.0
+    recompute_began: float = 0.0
+    recompute_s: float = 0.0
+
+    def begin_recomputes(self) -> None:
+        """Callback: the recomputes before the op start now."""
+        self.recompute_began = time.perf_counter()
+
+    def end_recomputes(self) -> None:
+        """Callback: the recomputes before the op ended now."""
+        self.recompute_s += time.perf_counter() - self.recompute_began
 
 
 @dataclass(eq=False)
@@ -77,8 +88,12 @@ class IterationState:
     ``clock`` (the emulated op clock, s), ``setup_s`` (setup work excluded from the
     iteration's time: the persistent buffers' first fill), ``stall_us`` (every measured
     wait over the noise threshold), ``late_us`` (buffer → how long its due op waited for
-    its swap-in: a *late prefetch*), ``op_wall_s`` (each op's wall time, waits and checks
-    included) and ``error`` (the first error a callback caught).
+    its swap-in: a *late prefetch*), ``op_wall_s`` (each op's time on the compute stream:
+    on the emulated device from the previous op's end, or the iteration's start, to its
+    own, the waits and the recomputes in between left out, so that the engine's own work
+    between ops is some op's time, as it is part of the iteration; checks included),
+    ``op_end`` and ``waited_s`` (when the last op ended, every wait since: what
+    :meth:`end_op_time` needs) and ``error`` (the first error a callback caught).
 
     ``started`` is when the iteration's timing began (the gate's release on the emulated
     device, the start of enqueuing on a GPU); ``gate`` holds the emulated streams until
@@ -112,6 +127,8 @@ class IterationState:
     stall_us: float = 0.0
     late_us: dict = field(default_factory=dict)
     op_wall_s: list = field(default_factory=list)
+    op_end: float = 0.0
+    waited_s: float = 0.0
     error: BaseException | None = None
 
     def measured_wait(self, late_buffer: int | None, began: float, ended: float) -> None:
@@ -119,12 +136,21 @@ class IterationState:
         stall, and, for a swap-in's due op (``late_buffer``), a late prefetch of that
         buffer; the op clock moves to the wait's end."""
         ts = self.time_scale
+        self.waited_s += ended - began
         wait_us = (ended - began) * 1e6 / ts
         if wait_us * ts > LATE_THRESHOLD_WALL_US:
             self.stall_us += wait_us
             if late_buffer is not None:
                 self.late_us[late_buffer] = self.late_us.get(late_buffer, 0) + wait_us
         self.clock = max(self.clock, ended)
+
+    def end_op_time(self, running: RunningOp) -> None:
+        """Op ``running`` ended now (its end callback): its time is what passed since the
+        previous op ended, less the waits and its recomputes."""
+        now = time.perf_counter()
+        spent = now - self.op_end - self.waited_s - running.recompute_s
+        self.op_wall_s[running.op] = max(0.0, spent)
+        self.op_end, self.waited_s = now, 0.0
 
     def release_host_slots(self, staging) -> None:
         """Return the staging slots of host copies still held (swapped out and never
@@ -188,7 +214,9 @@ class IterationResult:
     in trace µs; ``late_us``: buffer → trace µs its due op(s) waited for its swap-in (only
     waits over the timer-noise threshold: the *late prefetches*); ``stall_us``: every wait
     of the compute stream over that threshold (late prefetches and copies still reading
-    bytes an op was about to write); ``op_us``: each op's observed trace µs; ``bytes_checked``
+    bytes an op was about to write); ``op_us``: each op's observed trace µs
+    (:class:`IterationState` ``op_wall_s``: the waits and the recomputes before it
+    excluded, which the simulator counts apart); ``bytes_checked``
     and ``corrupt_bytes``: bytes compared with their pattern and those that differed;
     ``off_plan``: residencies the pool served away from their planned offset."""
 

@@ -326,6 +326,31 @@ def test_failing_host_callback_is_reported_at_synchronize(device):
     stream.synchronize()  # reported once
 
 
+def test_device_synchronize_waits_for_busy_streams_and_reports_idle_ones_failures(device):
+    """Idle streams get no token (nothing to wait for), yet a failure one of them ran
+    into is still reported; a busy stream is waited for, however many idle ones there
+    are."""
+    idle = [device.create_stream(f"idle{k}") for k in range(20)]
+    failed = device.create_stream("failed")
+
+    def broken() -> None:
+        raise ValueError("boom")
+
+    device.host_callback(failed, broken)
+    failed_done = threading.Event()
+    device.host_callback(failed, failed_done.set)
+    assert failed_done.wait(5)  # the failing stream is idle again
+    busy, gate, ran = device.create_stream("busy"), threading.Event(), []
+    device.host_callback(busy, gate.wait)
+    device.host_callback(busy, lambda: ran.append(True))
+    threading.Timer(0.05, gate.set).start()
+    with pytest.raises(StreamTaskError, match=r"stream 'failed': host_callback broken"):
+        device.synchronize()
+    assert ran == [True]  # the busy stream was waited for
+    assert all(stream.query() for stream in idle)
+    device.synchronize()  # reported once
+
+
 def test_default_stream_runs_in_the_caller(device):
     host, target = device.alloc_pinned(64), device.reserve(64)
     device.pinned_array(host)[:] = 5

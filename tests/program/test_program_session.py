@@ -132,13 +132,23 @@ def test_the_session_plans_with_the_devices_measured_copy_cost():
     preset = cost_model("gen5")
     with cupool.Session("70%", device="emulated", measure_link=False) as session:
         assert session.cost == preset and session.link_round_trip is None
+        assert session.swap_round_trip is None
     # a device whose every copy costs 1.5 ms: the plan must lead its prefetches by that much
-    with open_device("emulated", h2d_gbps=55, d2h_gbps=55, latency_us=1500.0) as slow, \
-            cupool.Session("70%", device=slow) as session:
-        measured = session.link_round_trip
-        assert len(measured.round_trips_us) > 0 and measured.latency_us >= 1500.0
-        assert session.cost.latency_us == measured.latency_us
+    with open_device("emulated", h2d_gbps=55, d2h_gbps=55, latency_us=1500.0) as slow:
+        with cupool.Session("70%", device=slow, measure_overhead=False) as session:
+            measured = session.link_round_trip
+            assert len(measured.round_trips_us) > 0 and measured.latency_us >= 1500.0
+            assert session.cost.latency_us == measured.latency_us
+            assert session.swap_round_trip is None
+        # with the engine's overhead measured, a swap-in through the engine is priced too:
+        # the largest of the two round trips
+        with cupool.Session("70%", device=slow) as session:
+            engine = session.swap_round_trip
+            assert engine.latency_us >= 1500.0 - 50.0  # the copy itself, less timer slack
+            assert session.cost.latency_us == max(session.link_round_trip.latency_us,
+                                                  engine.latency_us)
         assert session.cost.h2d_gbps == preset.h2d_gbps
     with cupool.Session("70%", device="emulated") as session:  # never below the preset's
         assert session.cost.latency_us == max(preset.latency_us,
-                                              session.link_round_trip.latency_us)
+                                              session.link_round_trip.latency_us,
+                                              session.swap_round_trip.latency_us)

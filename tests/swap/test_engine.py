@@ -221,3 +221,18 @@ def test_resident_ops_cost_the_streams_no_host_callback_of_their_own():
     # gates 3, compute batches 3 (up to done[0], up to done[36], the rest),
     # swap-out 2 (to_host, host), swap-in 2 (to_device, device)
     assert callbacks == 10
+
+
+def test_an_ops_observed_time_leaves_out_the_recomputes_before_it():
+    """A is recomputed before op 4 from op 0, whose duration (20 ms) the recompute spends;
+    op 4 spends nothing itself, so its observed time holds no recompute (the simulator
+    counts the recompute apart), while the iteration does."""
+    trace = six_op_trace()
+    op_us = [20_000.0, 0.0, 0.0, 0.0, 0.0, 0.0]
+    with open_device("emulated") as device, \
+            SwapEngine(trace, six_op_recompute_plan(trace), device, op_us=op_us,
+                       recompute={1: _recompute_a_from_w}) as engine:
+        result = engine.run_iteration(0, pattern_body)
+    assert result.op_us[0] >= 20_000
+    assert result.op_us[4] < 10_000
+    assert result.iteration_us >= 40_000
