@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cupool.check import validate_swap_plan
 from cupool.core.vocabulary import PERSISTENT, Buffer, Op, SwapIn, SwapOut, Trace
@@ -166,3 +169,21 @@ def test_a_copy_in_brought_forward_never_starts_before_its_copy_out_releases_the
     assert result.feasible, result.reason
     report = validate_swap_plan(trace, result.plan)
     assert report.valid, report.message
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 60), st.integers(1, 20)), max_size=10),
+       st.integers(1, 30))
+def test_the_lowest_gap_is_the_first_fit_of_a_walk_over_the_ranges(ranges, size):
+    """The first-fit search over placed ranges equals walking them in order of their low
+    ends, keeping the highest end reached, until a gap holds ``size`` bytes."""
+    from cupool.planning.budget.boundary import _lowest_gap
+
+    cursor = 0
+    for low, high in sorted((low, low + length) for low, length in ranges):
+        if low - cursor >= size:
+            break
+        cursor = max(cursor, high)
+    lows = np.array([low for low, _length in ranges], dtype=np.int64)
+    highs = lows + np.array([length for _low, length in ranges], dtype=np.int64)
+    assert _lowest_gap(lows, highs, size) == cursor

@@ -327,6 +327,19 @@ def place_pairs_first_fit(trace: Trace, intervals: list, budget_bytes: int) -> P
     return placed
 
 
+def _lowest_gap(lows: np.ndarray, highs: np.ndarray, size: int) -> int:
+    """The lowest offset ``>= 0`` with ``size`` bytes free of the ranges ``[lows, highs)``:
+    walking the ranges by their low end, the first gap between the highest end so far and
+    the next range's low end that holds ``size`` bytes, else the highest end of all."""
+    if not len(lows):
+        return 0
+    order = np.argsort(lows, kind="stable")
+    lows, highs = lows[order], highs[order]
+    reached = np.maximum(np.concatenate(([0], np.maximum.accumulate(highs)[:-1])), 0)
+    fits = np.flatnonzero(lows - reached >= size)
+    return int(reached[fits[0]]) if len(fits) else max(0, int(highs.max()))
+
+
 def _first_fit(trace: Trace, intervals: list, items: list[tuple[int, ...]],
                budget_bytes: int) -> PlacedOffsets:
     """:func:`place_pairs_first_fit` for one order of its ``items``."""
@@ -341,12 +354,7 @@ def _first_fit(trace: Trace, intervals: list, items: list[tuple[int, ...]],
             busy |= (starts < ends[k]) & (ends > starts[k])
         busy &= offsets >= 0
         size = int(sizes[ks[0]])
-        cursor = 0
-        for low, high in sorted(zip(offsets[busy].tolist(),
-                                    (offsets + sizes)[busy].tolist(), strict=True)):
-            if low - cursor >= size:
-                break
-            cursor = max(cursor, high)
+        cursor = _lowest_gap(offsets[busy], (offsets + sizes)[busy], size)
         if cursor + size > budget_bytes:
             return PlacedOffsets(None, cursor + size)
         offsets[list(ks)] = cursor
