@@ -164,20 +164,42 @@ def _direct(trace: Trace, plan: Plan, cost: CostModel) -> SimReport:
         # a negative delay: the event core says which
         return _Replay(trace, plan, cost, False).run()
     timeline = replay(data, trace.num_ops, cost.copy_engines_per_direction)
-    ideal = math.fsum(data.op_us)
-    recompute = math.fsum(timeline.recompute_us)
-    copies = timeline.copies
-    last_op = timeline.op_times[-1][2] if timeline.op_times else 0.0
-    tail = max([0.0] + [c[5] - last_op for c in copies])
-    stall = math.fsum(timeline.waited) + tail
-    overhead = (recompute + stall) / ideal if ideal > 0 else 0.0
+    clock = _Clock.of(data.op_us, timeline.recompute_us, timeline.op_times, timeline.copies,
+                      timeline.waited)
     return SimReport(
-        feasible=True, iteration_us=ideal + recompute + stall, ideal_us=ideal,
-        overhead=overhead,
+        feasible=True, iteration_us=clock.iteration_us, ideal_us=clock.ideal_us,
+        overhead=clock.overhead,
         peak_bytes=peak_bytes(trace.num_ops, data, timeline),
-        swapped_bytes=sum(c[2] for c in copies), recompute_us=recompute, stall_us=stall,
-        ops_without_duration=data.ops_without_duration, op_times=tuple(timeline.op_times),
-        copies=tuple(copies), recomputes=tuple(timeline.recomputes))
+        swapped_bytes=sum(c[2] for c in timeline.copies), recompute_us=clock.recompute_us,
+        stall_us=clock.stall_us, ops_without_duration=data.ops_without_duration,
+        op_times=tuple(timeline.op_times), copies=tuple(timeline.copies),
+        recomputes=tuple(timeline.recomputes))
+
+
+@dataclass(frozen=True)
+class _Clock:
+    """An iteration's times from what a replay recorded, computed one way for both replays
+    (so that their reports agree bit for bit): ``iteration_us = ideal_us + recompute_us +
+    stall_us`` exactly, the stall being the ops' waits plus the copies still running after
+    the last op."""
+
+    ideal_us: float
+    recompute_us: float
+    stall_us: float
+    iteration_us: float
+    overhead: float
+
+    @classmethod
+    def of(cls, op_us, recompute_us, op_times, copies, waited) -> _Clock:
+        """From the ops' durations, each recompute's duration, ``(dispatch, start, end)``
+        per op, the copies (their end at index 5) and each wait."""
+        ideal = math.fsum(op_us)
+        recompute = math.fsum(recompute_us)
+        last_op = op_times[-1][2] if op_times else 0.0
+        tail = max([0.0] + [c[5] - last_op for c in copies])
+        stall = math.fsum(waited) + tail
+        overhead = (recompute + stall) / ideal if ideal > 0 else 0.0
+        return cls(ideal, recompute, stall, ideal + recompute + stall, overhead)
 
 
 class _Replay:
@@ -294,13 +316,9 @@ class _Replay:
         self.env.process(self.compute())
         self.env.run()
         n = self.trace.num_ops
-        ideal = math.fsum(self.op_us)
-        recompute = math.fsum(self.op_us[self.trace.buffer(b).recompute.op]
-                              for b, _i, _begin, _end in self.recompute_records)
-        last_op = self.op_times[-1][2] if self.op_times else 0.0
-        tail = max([0.0] + [c[5] - last_op for c in self.copies])
-        stall = math.fsum(self.waited) + tail
-        iteration = ideal + recompute + stall  # the clock, without its rounding noise
+        clock = _Clock.of(self.op_us, [self.op_us[self.trace.buffer(b).recompute.op]
+                                       for b, _i, _begin, _end in self.recompute_records],
+                          self.op_times, self.copies, self.waited)
         held = [0] * (n + 1)
         for r in self.residencies:
             held[r.start] += self.sizes[r.buffer_id]
@@ -323,12 +341,11 @@ class _Replay:
                 if not np.any((later_starts <= i) & (i < later_ends)):
                     per_op[i] += size
                 i += 1
-        overhead = (recompute + stall) / ideal if ideal > 0 else 0.0
         return SimReport(
-            feasible=True, iteration_us=iteration, ideal_us=ideal, overhead=overhead,
-            peak_bytes=max(per_op, default=0),
-            swapped_bytes=sum(c[2] for c in self.copies), recompute_us=recompute,
-            stall_us=stall, ops_without_duration=ops_without_duration(self.trace),
+            feasible=True, iteration_us=clock.iteration_us, ideal_us=clock.ideal_us,
+            overhead=clock.overhead, peak_bytes=max(per_op, default=0),
+            swapped_bytes=sum(c[2] for c in self.copies), recompute_us=clock.recompute_us,
+            stall_us=clock.stall_us, ops_without_duration=ops_without_duration(self.trace),
             op_times=tuple(self.op_times), copies=tuple(self.copies),
             recomputes=tuple(self.recompute_records),
             log=tuple(self.log) if self.log is not None else ())
