@@ -90,7 +90,7 @@ def test_dead_worker_names_its_member_and_cancels_the_rest():
     futures = [_future("first"), _future(error=BrokenProcessPool("terminated abruptly")),
                pending]
     with pytest.raises(SolverError, match=r"member 'second' stopped before it finished"):
-        outcomes_in_order(futures, ["first", "second", "third"])
+        list(outcomes_in_order(futures, ["first", "second", "third"]))
     assert pending.cancelled()
 
 
@@ -98,5 +98,37 @@ def test_first_error_in_member_order_is_raised():
     futures = [_future("a"), _future(error=ValueError("second's")),
                _future(error=KeyError("third's"))]
     with pytest.raises(ValueError, match="second's"):
-        outcomes_in_order(futures, ["a", "b", "c"])
-    assert outcomes_in_order([_future("a"), _future("b")], ["a", "b"]) == ["a", "b"]
+        list(outcomes_in_order(futures, ["a", "b", "c"]))
+    assert list(outcomes_in_order([_future("a"), _future("b")], ["a", "b"])) == ["a", "b"]
+
+
+def test_stopping_early_cancels_the_members_not_started():
+    pending = Future()
+    outcomes = outcomes_in_order([_future("a"), pending], ["a", "b"])
+    assert next(outcomes) == "a"
+    outcomes.close()
+    assert pending.cancelled()
+
+
+def test_a_plan_at_the_ideal_iteration_ends_the_search():
+    """Once a member's plan runs the ideal iteration (overhead 0) nothing can be faster: the
+    members after it are reported as not planned, with one worker or two."""
+    from cupool.planning.budget.auto import batch
+    from cupool.sim import cost_model
+
+    path = next(p for p in bundled_traces() if p.name.startswith("resnet50_infer_b8"))
+    trace = load_trace(path)
+    sequential = planned(trace, 0.9, 1)
+    assert sequential["status"] == "feasible"
+    members = [name for name, _value in sequential["candidates"]]
+    budget = int(trace.lower_bound_bytes() * 0.9)
+    listed = [m.name for m in batch(trace, budget, cost_model("gen5"), BudgetParams())]
+    assert members == listed  # every member is reported, in order
+    kept = members.index(sequential["member"])
+    assert kept < len(members) - 1  # the case tests something: members follow the kept one
+    report = dict(sequential["candidates"])
+    assert report[sequential["member"]] == 0.0
+    assert all(not (isinstance(report[m], float) and report[m] <= 0.0) for m in members[:kept])
+    assert all(report[m] == f"not planned: {sequential['member']} already runs the ideal "
+               f"iteration (overhead 0)" for m in members[kept + 1:])
+    assert planned(trace, 0.9, 2) == sequential

@@ -32,7 +32,10 @@ uses / across the iteration boundary only when the budget still does not hold.
   default greedy placed first-fit.
 
 It checks each plan with the independent validator, simulates it, and keeps the one with
-the least simulated iteration time (ties: fewer swapped bytes, then member order). The
+the least simulated iteration time (ties: fewer swapped bytes, then member order). A plan
+whose simulated iteration is the ideal one (overhead 0: no stall, no recompute) cannot be
+beaten on time, so the members after it are not planned (``candidates`` says so); among
+plans at the ideal, the first in member order is kept. The
 members (all but the first-fit last resort) are planned, checked and simulated in
 ``params.workers`` worker processes on a large trace (:mod:`.parallel`); their outcomes are
 combined in member order (:class:`Selection`), so the plan is the same for any count. Then
@@ -269,6 +272,17 @@ class Selection:
         self._best_key = self._others_key = None
         self.last_plan = None
 
+    def at_ideal(self) -> bool:
+        """Whether the best plan so far runs the ideal iteration (overhead 0): no member
+        can be faster."""
+        return self.best is not None and self.best.simulation.overhead <= 0.0
+
+    def skip(self, names: list[str]) -> None:
+        """Report ``names`` (members after a plan at the ideal) as not planned."""
+        for name in names:
+            self.report[name] = (f"not planned: {self.best.member} already runs the ideal "
+                                 f"iteration (overhead 0)")
+
     def add(self, rank: int, outcome: MemberOutcome) -> None:
         self.last_plan = outcome.plan
         name = outcome.name
@@ -311,11 +325,16 @@ def plan_auto(trace, budget_bytes, cost, params: BudgetParams, started: float) -
     listed = batch(trace, budget_bytes, cost, params, cache)  # what the workers list
     ranked = len(members(trace, budget_bytes, cost, params))  # the boundary variants follow
     found = False
-    for rank, outcome in enumerate(member_outcomes(trace, budget_bytes, cost, params, listed,
-                                                   judged)):
+    outcomes = member_outcomes(trace, budget_bytes, cost, params, listed, judged)
+    for rank, outcome in enumerate(outcomes):
         selection.add(rank, outcome)
         if rank == ranked - 1:
             found = selection.best is not None
+        if selection.at_ideal():
+            outcomes.close()  # workers: the members not started are cancelled
+            selection.skip([member.name for member in listed[rank + 1:]])
+            found = True
+            break
     if not found:  # no member found a plan (whatever the boundary variants did)
         member = first_fit_member(trace, budget_bytes, cost, params, cache)
         selection.add(len(listed), judge(trace, member.name, member.run(time.perf_counter()),

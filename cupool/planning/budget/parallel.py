@@ -26,7 +26,7 @@ import os
 import pickle
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
@@ -144,16 +144,16 @@ def _plan_member(index: int) -> MemberOutcome:
                  _worker["judged"])
 
 
-def outcomes_in_order(futures: Sequence[Future], names: Sequence[str]) -> list[MemberOutcome]:
-    """The outcomes of ``futures`` (member ``names[i]``'s is ``futures[i]``), in member order.
-    The first member in order that raised raises its exception again; one whose worker died
-    raises a :class:`SolverError` naming it. Either way the futures not yet started are
-    cancelled."""
-    out = []
+def outcomes_in_order(futures: Sequence[Future], names: Sequence[str]) -> Iterator[MemberOutcome]:
+    """The outcomes of ``futures`` (member ``names[i]``'s is ``futures[i]``), in member order,
+    each as soon as it and those before it are done. The first member in order that raised
+    raises its exception again; one whose worker died raises a :class:`SolverError` naming
+    it. Either way, and when the caller stops early (closes the generator), the futures not
+    yet started are cancelled."""
     try:
         for name, future in zip(names, futures, strict=True):
             try:
-                out.append(future.result())
+                yield future.result()
             except BrokenProcessPool as exc:
                 raise SolverError(f"auto: the worker process planning member {name!r} stopped "
                                   f"before it finished ({exc}); a script that plans at its "
@@ -163,14 +163,14 @@ def outcomes_in_order(futures: Sequence[Future], names: Sequence[str]) -> list[M
         for future in futures:
             future.cancel()
         raise
-    return out
 
 
 def plan_in_workers(build: Build, inputs: PlanningInputs, names: Sequence[str],
-                    workers: int) -> list[MemberOutcome]:
+                    workers: int) -> Iterator[MemberOutcome]:
     """The members ``build`` lists (named ``names``, in that order), each planned and judged
     in one of ``workers`` spawned processes; their outcomes in member order
-    (:func:`outcomes_in_order`)."""
+    (:func:`outcomes_in_order`: closing this generator cancels the members not started and
+    waits for those running)."""
     context = multiprocessing.get_context("spawn")
     # the inputs go through a file: what a spawned process is started with is written to a
     # pipe it reads while starting, and a write larger than the pipe holds would wait
@@ -182,4 +182,4 @@ def plan_in_workers(build: Build, inputs: PlanningInputs, names: Sequence[str],
         with ProcessPoolExecutor(max_workers=workers, mp_context=context,
                                  initializer=_start_worker, initargs=(inputs_path,)) as pool:
             futures = [pool.submit(_plan_member, index) for index in range(len(names))]
-            return outcomes_in_order(futures, names)
+            yield from outcomes_in_order(futures, names)
