@@ -20,6 +20,8 @@ iteration go across the iteration boundary, and so do those not used yet this it
 
 from __future__ import annotations
 
+import bisect
+
 import numpy as np
 
 from cupool.core.vocabulary import PERSISTENT
@@ -95,40 +97,48 @@ def plan_on_demand(trace, budget_bytes, cost, params: BudgetParams,
         schedule = Schedule()
         away_until = {}  # buffer -> op it comes back at
         wrapped = {}  # persistent buffer -> its gap across the boundary, while open-ended
+        starting: list[list] = [[] for _ in range(n)]  # buffers by the op they start at
+        for b in trace.buffers:
+            s, e = state.base[b.id]
+            if s < e and 0 <= s < n:
+                starting[s].append(b)
+        active = {}  # buffers whose base interval began; those that ended leave when met
         for t in range(n):
+            for b in starting[t]:
+                active[b.id] = b
             if live[t] <= internal:
                 continue
-            used_now = set()
             resident = []
-            for b in trace.buffers:
-                s, e = state.base[b.id]
-                if not s <= t < e or away_until.get(b.id, -1) > t:
+            for b in list(active.values()):
+                if state.base[b.id][1] <= t:
+                    del active[b.id]
+                    continue
+                if away_until.get(b.id, -1) > t:
                     continue
                 u = uses[b.id]
-                if t in u:
-                    used_now.add(b.id)
+                k = bisect.bisect_left(u, t)
+                if k < len(u) and u[k] == t:  # used by op t
                     continue
-                before = [x for x in u if x < t]
-                if not before and (b.kind != PERSISTENT or not u):
+                if not k and (b.kind != PERSISTENT or not u):
                     continue
                 # a persistent buffer not used yet this iteration may start it on the host
-                resident.append((before[-1] if before else -1, b.id))
+                resident.append((u[k - 1] if k else -1, b.id))
             resident.sort()
             for last, buffer_id in resident:
                 if live[t] <= internal:
                     break
                 u = uses[buffer_id]
-                after = [x for x in u if x > t]
+                k = bisect.bisect_right(u, t)
                 buf = trace.buffer(buffer_id)
                 if last < 0:  # across the boundary: back at its first use
                     gap = Gap(buffer_id, u[-1], u[0], SWAP, n, u[0])
                     wrapped[buffer_id] = gap
                     live[:u[0]] -= buf.size
                     away_until[buffer_id] = u[0]
-                elif after:
-                    gap = Gap(buffer_id, last, after[0], SWAP, t, after[0])
-                    live[t:after[0]] -= buf.size
-                    away_until[buffer_id] = after[0]
+                elif k < len(u):
+                    gap = Gap(buffer_id, last, u[k], SWAP, t, u[k])
+                    live[t:u[k]] -= buf.size
+                    away_until[buffer_id] = u[k]
                 elif buf.kind == PERSISTENT:
                     gap = Gap(buffer_id, last, u[0], SWAP, t, u[0])
                     early = wrapped.pop(buffer_id, None)

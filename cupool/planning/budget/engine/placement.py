@@ -276,7 +276,9 @@ def place_schedule(trace: Trace, budget_bytes: int, decide, policy: str,
         over = max(placed.arena_bytes - budget_bytes, budget_bytes // 100, 1)
         internal = max(1, internal - over)
         reason = (f"offsets of the residencies need {placed.arena_bytes} bytes "
-                  f"(budget {budget_bytes})")
+                  f"(budget {budget_bytes})" if placed.arena_bytes else
+                  f"no offset solver placed the residencies within the budget "
+                  f"({budget_bytes} bytes; tried {', '.join(solvers)})")
     plan = failed_plan(trace, budget_bytes, policy, started, SolveStatus.OVER_CAPACITY,
                        {**stats, "reason": reason})
     return BudgetResult(plan, trace, policy, reason)
