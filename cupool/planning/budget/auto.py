@@ -35,7 +35,10 @@ It checks each plan with the independent validator, simulates it, and keeps the 
 the least simulated iteration time (ties: fewer swapped bytes, then member order). A plan
 whose simulated iteration is the ideal one (overhead 0: no stall, no recompute) cannot be
 beaten on time, so the members after it are not planned (``candidates`` says so); among
-plans at the ideal, the first in member order is kept. The
+plans at the ideal, the first in member order is kept. A greedy member whose holes end on
+time does not run where it cannot fit: where, at some op, what the op uses and the
+persistent bytes no on-time swap can take off the device exceed the budget
+(:func:`~.engine.greedy.out_of_reach`; its reason in ``candidates`` says so). The
 members (all but the first-fit last resort) are planned, checked and simulated in
 ``params.workers`` worker processes on a large trace (:mod:`.parallel`); their outcomes are
 combined in member order (:class:`Selection`), so the plan is the same for any count. Then
@@ -60,7 +63,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import NamedTuple
 
-from cupool.planning.budget.engine.greedy import GreedyOptions, fullest_op, run_repaired
+from cupool.planning.budget.engine.greedy import (
+    GreedyOptions,
+    fullest_op,
+    out_of_reach,
+    run_repaired,
+)
 from cupool.planning.budget.engine.placement import Decision, OffsetCache, place_schedule
 from cupool.planning.budget.feedback import refine_triggers
 from cupool.planning.budget.parallel import (
@@ -92,6 +100,9 @@ def plan_greedy_with(trace, budget_bytes, cost, params: BudgetParams, started: f
     and placed (``last_resort``, ``cache``: :func:`~.engine.placement.place_schedule`'s):
     one ``auto`` member."""
     def decide(internal: int) -> Decision:
+        unreachable = out_of_reach(trace, internal, cost, options)
+        if unreachable is not None:  # known without running the greedy
+            return Decision(None, reason=unreachable)
         state = run_repaired(trace, internal, cost, options)
         fullest = fullest_op(state)
         if fullest.resident_bytes > internal:

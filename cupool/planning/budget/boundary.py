@@ -59,7 +59,8 @@ from cupool.planning.budget.engine.placement import (
     place,
     place_schedule,
 )
-from cupool.planning.budget.engine.residency import residency_intervals, working_set_bytes
+from cupool.planning.budget.engine.relief import persistent_floor
+from cupool.planning.budget.engine.residency import residency_intervals
 from cupool.planning.budget.engine.schedule import SWAP, Gap, IdleGap, gaps_of
 from cupool.planning.budget.engine.state import PlanState, SwapWindow
 from cupool.planning.budget.params import BudgetParams
@@ -89,24 +90,12 @@ VARIANTS = (Variant("working"), Variant("live"), Variant("working", eager=True),
 """The variants ``auto`` runs, in the order that breaks ties."""
 
 
-def _persistent_floor(trace: Trace) -> np.ndarray:
-    """Bytes each op cannot do without while persistent state stays resident: every
-    persistent byte plus the temporaries the op uses."""
-    persistent = sum(b.size for b in trace.buffers if b.kind == PERSISTENT)
-    used = working_set_bytes(trace)
-    for b in trace.buffers:
-        if b.kind == PERSISTENT:
-            for u in set(b.uses):
-                used[u] -= b.size
-    return used + persistent
-
-
 def persistent_over(trace: Trace, budget_bytes: int) -> bool:
     """True when, at some op, the persistent bytes plus the temporaries that op uses do
     not fit ``budget_bytes``: some persistent buffer must leave the device."""
     if trace.num_ops == 0 or not any(b.kind == PERSISTENT for b in trace.buffers):
         return False
-    return int(_persistent_floor(trace).max()) > budget_bytes
+    return int(persistent_floor(trace).max()) > budget_bytes
 
 
 def _idle_ops(n: int, gap: IdleGap) -> list[int]:
@@ -169,7 +158,7 @@ def offload_persistent(state: PlanState, target: str = "working", eager: bool = 
     trace, n = state.trace, state.n
     if target not in TARGETS:
         raise ValueError(f"target {target!r}: expected one of {TARGETS}")
-    floor = _persistent_floor(trace) if target == "working" else None
+    floor = persistent_floor(trace) if target == "working" else None
     gaps = [g for b in trace.buffers if b.kind == PERSISTENT for g in gaps_of(trace, b)]
     gaps.sort(key=lambda g: (-len(_idle_ops(n, g)), -trace.buffer(g.buffer_id).size, g))
     taken = 0

@@ -11,6 +11,8 @@ module              what it holds
                     resident per op, and what taking one gap off the device would cost
 :mod:`.checkpoint`  segment checkpointing: re-run each segment of the forward once, at the
                     start of its backward
+:mod:`.relief`      what on-time swaps of persistent state can free at each op: a floor
+                    under what such plans keep resident
 :mod:`.greedy`      the greedy that takes gaps off the device until every op fits
 :mod:`.residency`   schedule → residencies and actions; each op's working set
 :mod:`.placement`   residencies → offsets within the budget → plan; the loop every

@@ -32,6 +32,7 @@ import numpy as np
 
 from cupool.core.vocabulary import PERSISTENT, Trace
 from cupool.planning.budget.engine.checkpoint import apply_batches
+from cupool.planning.budget.engine.relief import highest_floor
 from cupool.planning.budget.engine.schedule import RECOMPUTE, SWAP, IdleGap, OpSpan, gaps_of
 from cupool.planning.budget.engine.state import PlanState, RecomputeChain, SwapWindow
 
@@ -379,6 +380,29 @@ def _take_cheapest(state: PlanState, table: _Scores, options: GreedyOptions) -> 
         table.active[i] = False
         return True
     return False
+
+
+ON_TIME_TRIGGERS = ("earliest", "latest")
+"""Late triggers under which every hole of a swap ends at or before the latest trigger
+whose copy in lands on time (``"covering"`` may stretch a hole past it)."""
+
+
+def out_of_reach(trace: Trace, budget_bytes: int, cost, options: GreedyOptions) -> str | None:
+    """Why :func:`run_greedy` with ``options`` cannot end within ``budget_bytes``, known
+    without running it, or ``None``: at some op the persistent bytes that no on-time swap
+    can take off the device, with what the op uses, exceed the budget
+    (:func:`~.relief.on_time_floor`). Only for options whose holes end on time (no segment
+    checkpointing, :data:`ON_TIME_TRIGGERS`); without swaps of persistent buffers, all
+    persistent state counts."""
+    if options.segments or options.late_trigger not in ON_TIME_TRIGGERS:
+        return None
+    relief = options.allow_swap and options.offload_persistent
+    over = highest_floor(trace, cost, relief)
+    if over is None or over.floor_bytes <= budget_bytes:
+        return None
+    return (f"greedy: op {over.op} needs at least {over.floor_bytes} bytes resident "
+            f"(budget {budget_bytes}): what it uses and the persistent bytes no swap "
+            f"landing on time can take off the device there")
 
 
 class FullestOp(NamedTuple):
