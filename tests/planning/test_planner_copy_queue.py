@@ -11,11 +11,7 @@ from cupool.planning.budget.engine.copies import CopyEngine, QueuedCopy
 
 
 def fresh(engine: CopyEngine) -> CopyEngine:
-    again = CopyEngine()
-    again.issues, again.lengths, again.dues = (list(engine.issues), list(engine.lengths),
-                                               list(engine.dues))
-    again._finishes, again._tol = None, None
-    return again
+    return type(engine).from_queue(engine.issues, engine.lengths, engine.dues)
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -35,7 +31,7 @@ def test_incremental_caches_equal_fresh_ones(seed):
         if step % 3:                  # query sometimes, so caches are both kept and rebuilt
             other = fresh(engine)
             assert engine.finishes() == other.finishes()
-            assert engine._tolerance() == other._tolerance()
+            assert engine.tolerances() == other.tolerances()
             probe = (float(rng.randrange(0, 300)), 2.5, float(rng.randrange(0, 400)))
             assert engine.fits(*probe) == other.fits(*probe)
             assert engine.lateness(*probe) == other.lateness(*probe)
