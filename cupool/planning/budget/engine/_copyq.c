@@ -9,15 +9,14 @@
  *
  *   - max(a, b) and min(a, b) are Python's: the first argument unless the second compares
  *     greater (smaller), which decides ties such as 0.0 and -0.0 alike (py_max, py_min);
- *   - bisection is Python's bisect_right / bisect_left over the issue times;
- *   - the 1e-9 µs tolerances are the same double constant;
- *   - caches are brought up to date by the same incremental walks (changed,
- *     tolerance_down), including where they stop.
+ *   - bisection is Python's bisect_right / bisect_left; the 1e-9 µs slack is the same double;
+ *   - caches are updated by the same incremental walks (changed, tolerance_down), stopping
+ *     where they stop.
  *
- * Where Python keeps references to its old lists, this queue updates its arrays in place:
- * after an insertion or removal at k every array is shifted at k first, so that the old
- * value of the copy now at j is where the Python walks read it (old_f[j - shift], and
- * old_after[j] below k, which no walk has overwritten when it is read).
+ * Where Python keeps its old lists, this queue updates its arrays in place: on an insertion
+ * or removal at k every array is shifted at k first, so the old value of the copy now at j
+ * is where the Python walks read it (old_f[j - shift]; old_after[j] below k, not yet
+ * overwritten when read).
  *
  * set_aside and put_back: Python restores the caches it kept from before set_aside; this
  * queue inserts the copy again with the incremental walk of add, which computes the same
@@ -28,6 +27,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <math.h>
+#include <stddef.h>
 #include <string.h>
 
 #define SLACK 1e-9 /* µs of rounding the on-time checks tolerate, as the Python code does */
@@ -45,25 +45,18 @@ typedef struct {
 static inline double py_max(double a, double b) { return b > a ? b : a; }
 static inline double py_min(double a, double b) { return b < a ? b : a; }
 
-static Py_ssize_t bisect_right(const Queue *q, double x) {
+/* Python's bisect_right (right = 1) and bisect_left (right = 0) over the issue times. */
+static inline Py_ssize_t bisect(const Queue *q, double x, int right) {
     Py_ssize_t lo = 0, hi = q->n;
     while (lo < hi) {
         Py_ssize_t mid = (lo + hi) / 2;
-        if (x < q->issue[mid]) hi = mid;
-        else lo = mid + 1;
-    }
-    return lo;
-}
-
-static Py_ssize_t bisect_left(const Queue *q, double x) {
-    Py_ssize_t lo = 0, hi = q->n;
-    while (lo < hi) {
-        Py_ssize_t mid = (lo + hi) / 2;
-        if (q->issue[mid] < x) lo = mid + 1;
+        if (right ? !(x < q->issue[mid]) : q->issue[mid] < x) lo = mid + 1;
         else hi = mid;
     }
     return lo;
 }
+#define bisect_right(q, x) bisect((q), (x), 1)
+#define bisect_left(q, x) bisect((q), (x), 0)
 
 static int reserve(Queue *q, Py_ssize_t need) {
     if (need <= q->cap) return 0;
@@ -79,25 +72,21 @@ static int reserve(Queue *q, Py_ssize_t need) {
     return 0;
 }
 
-/* Opens slot k in every array (the caller fills issue, length, due). */
-static int open_slot(Queue *q, Py_ssize_t k) {
-    if (reserve(q, q->n + 1)) return -1;
-    size_t bytes = (size_t)(q->n - k) * sizeof(double);
+/* Opens slot k in every array (by = 1; the caller fills issue, length, due) or closes it
+ * (by = -1), moving what is behind it. */
+static int shift_at(Queue *q, Py_ssize_t k, int by) {
+    if (by > 0 && reserve(q, q->n + 1)) return -1;
+    Py_ssize_t from = by > 0 ? k : k + 1;
+    size_t bytes = (size_t)(q->n - from) * sizeof(double);
     double *arrays[] = {q->issue, q->length, q->due, q->finish, q->tol, q->after};
-    for (size_t i = 0; i < 6; i++) memmove(arrays[i] + k + 1, arrays[i] + k, bytes);
-    q->n++;
+    for (size_t i = 0; i < 6; i++) memmove(arrays[i] + from + by, arrays[i] + from, bytes);
+    q->n += by;
     return 0;
 }
+#define open_slot(q, k) shift_at((q), (k), 1)
+#define close_slot(q, k) shift_at((q), (k), -1)
 
-static void close_slot(Queue *q, Py_ssize_t k) {
-    size_t bytes = (size_t)(q->n - k - 1) * sizeof(double);
-    double *arrays[] = {q->issue, q->length, q->due, q->finish, q->tol, q->after};
-    for (size_t i = 0; i < 6; i++) memmove(arrays[i] + k, arrays[i] + k + 1, bytes);
-    q->n--;
-}
-
-/* finishes(): FIFO in issue order, each copy starting when the engine is free and it is
- * issued. */
+/* finishes(): FIFO in issue order, a copy starting once the engine is free and issued. */
 static void ensure_finishes(Queue *q) {
     if (q->finishes_valid) return;
     double free_at = 0.0;
@@ -184,27 +173,35 @@ static double finish_if_added(Queue *q, double issue, double length) {
     return py_max(free_at, issue) + length;
 }
 
-static int fits(Queue *q, double issue, double length, double due) {
-    Py_ssize_t k = bisect_right(q, issue);
+/* A copy that would be added: its place k, its finish, and the delay it pushes onto the
+ * copy now at k (0 when k == n); what fits and lateness both start from. */
+typedef struct {
+    Py_ssize_t k;
+    double finish, delay;
+} Probe;
+
+static Probe probe(Queue *q, double issue, double length) {
+    Probe p = {bisect_right(q, issue), 0.0, 0.0};
     ensure_finishes(q);
-    double before = k ? q->finish[k - 1] : 0.0;
-    double finish = py_max(before, issue) + length;
-    if (finish > due + SLACK) return 0;
-    if (k == q->n) return 1;
-    double old_start = py_max(before, q->issue[k]);
-    double delay = py_max(0.0, py_max(finish, q->issue[k]) - old_start);
-    ensure_tolerances(q);
-    return delay <= q->tol[k] + SLACK;
+    double before = p.k ? q->finish[p.k - 1] : 0.0;
+    p.finish = py_max(before, issue) + length;
+    if (p.k < q->n) {
+        double old_start = py_max(before, q->issue[p.k]);
+        p.delay = py_max(0.0, py_max(p.finish, q->issue[p.k]) - old_start);
+    }
+    return p;
 }
 
-/* ---- arguments ------------------------------------------------------------------------ */
+static int fits(Queue *q, double issue, double length, double due) {
+    Probe p = probe(q, issue, length);
+    if (p.finish > due + SLACK) return 0;
+    if (p.k == q->n) return 1;
+    ensure_tolerances(q);
+    return p.delay <= q->tol[p.k] + SLACK;
+}
 
 static inline int as_double(PyObject *o, double *out) {
-    if (PyFloat_CheckExact(o)) {
-        *out = PyFloat_AS_DOUBLE(o);
-        return 0;
-    }
-    *out = PyFloat_AsDouble(o);
+    *out = PyFloat_CheckExact(o) ? PyFloat_AS_DOUBLE(o) : PyFloat_AsDouble(o);
     return (*out == -1.0 && PyErr_Occurred()) ? -1 : 0;
 }
 
@@ -214,26 +211,19 @@ static int read_doubles(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnam
                         const char *method, const char *const *names, int count,
                         int required, double *out) {
     int given[8] = {0};
-    if (nargs > count) {
-        PyErr_Format(PyExc_TypeError, "%s() takes at most %d arguments (%zd given)", method,
-                     count, nargs);
-        return -1;
-    }
-    for (Py_ssize_t i = 0; i < nargs; i++) {
-        if (as_double(args[i], &out[i])) return -1;
-        given[i] = 1;
-    }
-    Py_ssize_t keywords = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
-    for (Py_ssize_t i = 0; i < keywords; i++) {
-        PyObject *name = PyTuple_GET_ITEM(kwnames, i);
-        int at = 0;
-        while (at < count && PyUnicode_CompareWithASCIIString(name, names[at]) != 0) at++;
+    Py_ssize_t all = nargs + (kwnames ? PyTuple_GET_SIZE(kwnames) : 0);
+    for (Py_ssize_t i = 0; i < all; i++) {
+        int at = i < count ? (int)i : count;
+        if (i >= nargs) {
+            PyObject *name = PyTuple_GET_ITEM(kwnames, i - nargs);
+            for (at = 0; at < count && PyUnicode_CompareWithASCIIString(name, names[at]); at++) {}
+        }
         if (at == count || given[at]) {
-            PyErr_Format(PyExc_TypeError, "%s() got an unexpected or repeated argument %R",
-                         method, name);
+            PyErr_Format(PyExc_TypeError, "%s(): argument %zd is extra, unknown or repeated",
+                         method, i + 1);
             return -1;
         }
-        if (as_double(args[nargs + i], &out[at])) return -1;
+        if (as_double(args[i], &out[at])) return -1;
         given[at] = 1;
     }
     for (int i = 0; i < required; i++) {
@@ -249,14 +239,17 @@ static const char *const ISSUE_LENGTH[] = {"issue", "length"};
 static const char *const ISSUE_LENGTH_DUE[] = {"issue", "length", "due"};
 static const char *const ISSUE_LENGTH_END[] = {"issue", "length", "end"};
 
-/* A QueuedCopy's three numbers (its fields issue_us, length_us, due_us). */
+/* A QueuedCopy's three numbers (its fields issue_us, length_us, due_us), and the fields
+ * themselves (new references) when `fields` is not NULL. */
 static int read_copy(PyObject *copy, PyObject **fields, double *values) {
     static const char *const names[] = {"issue_us", "length_us", "due_us"};
-    for (int i = 0; i < 3; i++) fields[i] = NULL;
     for (int i = 0; i < 3; i++) {
-        fields[i] = PyObject_GetAttrString(copy, names[i]);
-        if (!fields[i] || as_double(fields[i], &values[i])) {
-            for (int j = 0; j <= i; j++) Py_XDECREF(fields[j]);
+        PyObject *field = PyObject_GetAttrString(copy, names[i]);
+        int failed = !field || as_double(field, &values[i]);
+        if (fields && !failed) fields[i] = field;
+        else Py_XDECREF(field);
+        if (failed) {
+            for (int j = 0; fields && j < i; j++) Py_DECREF(fields[j]);
             return -1;
         }
     }
@@ -299,8 +292,6 @@ static int start_at(PyObject *starts, Py_ssize_t i, double *out) {
     return as_double(PyList_GET_ITEM(starts, i), out);
 }
 
-/* ---- methods -------------------------------------------------------------------------- */
-
 static PyObject *Queue_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
     if (PyTuple_GET_SIZE(args) || (kwargs && PyDict_GET_SIZE(kwargs))) {
         PyErr_SetString(PyExc_TypeError, "CopyQueue() takes no arguments");
@@ -313,12 +304,8 @@ static PyObject *Queue_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 }
 
 static void Queue_dealloc(Queue *q) {
-    PyMem_Free(q->issue);
-    PyMem_Free(q->length);
-    PyMem_Free(q->due);
-    PyMem_Free(q->finish);
-    PyMem_Free(q->tol);
-    PyMem_Free(q->after);
+    double *arrays[] = {q->issue, q->length, q->due, q->finish, q->tol, q->after};
+    for (size_t i = 0; i < 6; i++) PyMem_Free(arrays[i]);
     Py_TYPE(q)->tp_free((PyObject *)q);
 }
 
@@ -330,34 +317,38 @@ static PyObject *Queue_add(Queue *q, PyObject *const *args, Py_ssize_t nargs,
     Py_RETURN_NONE;
 }
 
+/* Where remove finds a copy (v: issue, length, due): the first from bisect_left(issue) on
+ * with its length and due (n if none). */
+static Py_ssize_t find_copy(const Queue *q, const double *v) {
+    Py_ssize_t k = bisect_left(q, v[0]);
+    while (k < q->n && !(q->length[k] == v[1] && q->due[k] == v[2])) k++;
+    return k;
+}
+
 static PyObject *Queue_remove(Queue *q, PyObject *copy) {
     PyObject *fields[3];
     double v[3];
     if (read_copy(copy, fields, v)) return NULL;
-    for (Py_ssize_t k = bisect_left(q, v[0]); k < q->n; k++) {
-        if (q->length[k] == v[1] && q->due[k] == v[2]) {
-            close_slot(q, k);
-            changed(q, k, 0);
-            for (int i = 0; i < 3; i++) Py_DECREF(fields[i]);
-            Py_RETURN_NONE;
-        }
+    Py_ssize_t k = find_copy(q, v);
+    int found = k < q->n;
+    if (found) {
+        close_slot(q, k);
+        changed(q, k, 0);
+    } else {
+        PyErr_Format(PyExc_ValueError, "no copy issued at %S us for %S us due %S us",
+                     fields[0], fields[1], fields[2]);
     }
-    PyErr_Format(PyExc_ValueError, "no copy issued at %S us for %S us due %S us", fields[0],
-                 fields[1], fields[2]);
     for (int i = 0; i < 3; i++) Py_DECREF(fields[i]);
-    return NULL;
+    return found ? Py_NewRef(Py_None) : NULL;
 }
 
 /* _set_aside(copy) -> (index, caches): removes the copy as set_aside does; `caches` says
  * which caches were computed before (0 none, 1 the finishes, 2 finishes and tolerances). */
 static PyObject *Queue_set_aside(Queue *q, PyObject *copy) {
-    PyObject *fields[3];
     double v[3];
-    if (read_copy(copy, fields, v)) return NULL;
-    for (int i = 0; i < 3; i++) Py_DECREF(fields[i]);
+    if (read_copy(copy, NULL, v)) return NULL;
     int caches = q->finishes_valid + (q->finishes_valid && q->tolerances_valid);
-    Py_ssize_t k = bisect_left(q, v[0]);
-    while (k < q->n && !(q->length[k] == v[1] && q->due[k] == v[2])) k++;
+    Py_ssize_t k = find_copy(q, v);
     if (k == q->n) {
         PyErr_SetString(PyExc_IndexError, "list index out of range");
         return NULL;
@@ -368,17 +359,12 @@ static PyObject *Queue_set_aside(Queue *q, PyObject *copy) {
 }
 
 /* _put_back(copy, index, caches): the copy back at `index` (see the file's comment). */
-static PyObject *Queue_put_back(Queue *q, PyObject *const *args, Py_ssize_t nargs) {
-    PyObject *fields[3];
+static PyObject *Queue_put_back(Queue *q, PyObject *args) {
+    PyObject *copy;
     double v[3];
     Py_ssize_t k, caches;
-    if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "_put_back(copy, index, caches)");
-        return NULL;
-    }
-    if (read_index(args[1], &k) || read_index(args[2], &caches)) return NULL;
-    if (read_copy(args[0], fields, v)) return NULL;
-    for (int i = 0; i < 3; i++) Py_DECREF(fields[i]);
+    if (!PyArg_ParseTuple(args, "Onn:_put_back", &copy, &k, &caches)) return NULL;
+    if (read_copy(copy, NULL, v)) return NULL;
     if (k < 0) {
         PyErr_Format(PyExc_ValueError, "put_back: index (=%zd) must be >= 0", k);
         return NULL;
@@ -425,17 +411,11 @@ static PyObject *Queue_lateness(Queue *q, PyObject *const *args, Py_ssize_t narg
     double v[3];
     if (read_doubles(args, nargs, kwnames, "lateness", ISSUE_LENGTH_DUE, 3, 3, v))
         return NULL;
-    double issue = v[0], length = v[1], due = v[2];
-    Py_ssize_t k = bisect_right(q, issue);
-    ensure_finishes(q);
-    double before = k ? q->finish[k - 1] : 0.0;
-    double finish = py_max(before, issue) + length;
-    double late = py_max(0.0, finish - due);
-    if (k < q->n) {
-        double old_start = py_max(before, q->issue[k]);
-        double delay = py_max(0.0, py_max(finish, q->issue[k]) - old_start);
+    Probe p = probe(q, v[0], v[1]);
+    double late = py_max(0.0, p.finish - v[2]);
+    if (p.k < q->n) {
         ensure_tolerances(q);
-        late += py_max(0.0, delay - py_max(q->tol[k], 0.0));
+        late += py_max(0.0, p.delay - py_max(q->tol[p.k], 0.0));
     }
     return PyFloat_FromDouble(late);
 }
@@ -454,18 +434,24 @@ static PyObject *Queue_end_growth(Queue *q, PyObject *const *args, Py_ssize_t na
     return PyFloat_FromDouble(py_max(0.0, free_at - before));
 }
 
+/* The arguments (starts: list, i, j, length, due) of first_late and latest_fitting. */
+static int read_scan(PyObject *const *args, Py_ssize_t nargs, Py_ssize_t *i, Py_ssize_t *j,
+                     double *length_due) {
+    if (nargs != 5 || !PyList_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "expected (starts: list, int, int, length, due)");
+        return -1;
+    }
+    return (read_index(args[1], i) || read_index(args[2], j)
+            || as_double(args[3], &length_due[0]) || as_double(args[4], &length_due[1])) ? -1 : 0;
+}
+
 /* first_late(starts, lo, hi, length, due): bisection over [lo, hi) for the first i whose
  * copy issued at starts[i] finishes after due + SLACK. */
 static PyObject *Queue_first_late(Queue *q, PyObject *const *args, Py_ssize_t nargs) {
     Py_ssize_t lo, hi;
-    double length, due;
-    if (nargs != 5 || !PyList_Check(args[0])) {
-        PyErr_SetString(PyExc_TypeError, "first_late(starts: list, lo, hi, length, due)");
-        return NULL;
-    }
-    if (read_index(args[1], &lo) || read_index(args[2], &hi) || as_double(args[3], &length)
-        || as_double(args[4], &due))
-        return NULL;
+    double v[2];
+    if (read_scan(args, nargs, &lo, &hi, v)) return NULL;
+    double length = v[0], due = v[1];
     PyObject *starts = args[0];
     ensure_finishes(q);
     while (lo < hi) {
@@ -483,45 +469,27 @@ static PyObject *Queue_first_late(Queue *q, PyObject *const *args, Py_ssize_t na
  * issued at starts[i] fits, else None. */
 static PyObject *Queue_latest_fitting(Queue *q, PyObject *const *args, Py_ssize_t nargs) {
     Py_ssize_t low, top;
-    double length, due;
-    if (nargs != 5 || !PyList_Check(args[0])) {
-        PyErr_SetString(PyExc_TypeError, "latest_fitting(starts: list, low, top, length, due)");
-        return NULL;
-    }
-    if (read_index(args[1], &low) || read_index(args[2], &top) || as_double(args[3], &length)
-        || as_double(args[4], &due))
-        return NULL;
+    double v[2];
+    if (read_scan(args, nargs, &low, &top, v)) return NULL;
     for (Py_ssize_t i = top; i >= low; i--) {
         double issue;
         if (start_at(args[0], i, &issue)) return NULL;
-        if (fits(q, issue, length, due)) return PyLong_FromSsize_t(i);
+        if (fits(q, issue, v[0], v[1])) return PyLong_FromSsize_t(i);
     }
     Py_RETURN_NONE;
+}
+
+static PyObject *cached_list(const Queue *q, const double *values, int valid) {
+    return valid ? list_of(values, q->n) : Py_NewRef(Py_None);
 }
 
 /* __getstate__: (issues, lengths, dues, finishes or None, tolerances or None, absorbed
  * delays or None), the caches as they are (None: not computed). */
 static PyObject *Queue_getstate(Queue *q, PyObject *Py_UNUSED(ignored)) {
-    Py_ssize_t n = q->n;
-    PyObject *items[6] = {list_of(q->issue, n), list_of(q->length, n), list_of(q->due, n),
-                          NULL, NULL, NULL};
-    int ok = items[0] && items[1] && items[2];
-    if (ok && q->finishes_valid) ok = (items[3] = list_of(q->finish, n)) != NULL;
-    if (ok && q->finishes_valid && q->tolerances_valid) {
-        ok = (items[4] = list_of(q->tol, n)) && (items[5] = list_of(q->after, n));
-    }
-    if (!ok) {
-        for (int i = 0; i < 6; i++) Py_XDECREF(items[i]);
-        return NULL;
-    }
-    for (int i = 3; i < 6; i++) if (!items[i]) items[i] = Py_NewRef(Py_None);
-    PyObject *state = PyTuple_New(6);
-    if (!state) {
-        for (int i = 0; i < 6; i++) Py_DECREF(items[i]);
-        return NULL;
-    }
-    for (int i = 0; i < 6; i++) PyTuple_SET_ITEM(state, i, items[i]);
-    return state;
+    int tolerances = q->finishes_valid && q->tolerances_valid;
+    return Py_BuildValue("(NNNNNN)", list_of(q->issue, q->n), list_of(q->length, q->n),
+                         list_of(q->due, q->n), cached_list(q, q->finish, q->finishes_valid),
+                         cached_list(q, q->tol, tolerances), cached_list(q, q->after, tolerances));
 }
 
 /* __setstate__: the queue from a __getstate__ tuple (finishes may be None; tolerances and
@@ -554,16 +522,9 @@ static PyObject *Queue_setstate(Queue *q, PyObject *state) {
     Py_RETURN_NONE;
 }
 
-static PyObject *Queue_issues(Queue *q, void *Py_UNUSED(closure)) {
-    return list_of(q->issue, q->n);
-}
-
-static PyObject *Queue_lengths(Queue *q, void *Py_UNUSED(closure)) {
-    return list_of(q->length, q->n);
-}
-
-static PyObject *Queue_dues(Queue *q, void *Py_UNUSED(closure)) {
-    return list_of(q->due, q->n);
+/* issues, lengths, dues: `closure` is the offset of the array's pointer in Queue. */
+static PyObject *Queue_column(Queue *q, void *closure) {
+    return list_of(*(double **)((char *)q + (size_t)closure), q->n);
 }
 
 #define FAST_KW (METH_FASTCALL | METH_KEYWORDS)
@@ -574,9 +535,8 @@ static PyMethodDef Queue_methods[] = {
     {"remove", (PyCFunction)Queue_remove, METH_O,
      "remove(copy): take back a copy added with these numbers (ValueError if none)."},
     {"_set_aside", (PyCFunction)Queue_set_aside, METH_O,
-     "_set_aside(copy) -> (index, caches): remove the copy, saying where it was and which "
-     "caches were computed (0, 1 finishes, 2 finishes and tolerances)."},
-    {"_put_back", (PyCFunction)(void (*)(void))Queue_put_back, METH_FASTCALL,
+     "_set_aside(copy) -> (index, caches computed: 0, 1 finishes, 2 and tolerances)"},
+    {"_put_back", (PyCFunction)Queue_put_back, METH_VARARGS,
      "_put_back(copy, index, caches): undo _set_aside."},
     {"finishes", (PyCFunction)Queue_finishes, METH_NOARGS,
      "finishes() -> list: every queued copy's finish time (a new list)."},
@@ -601,9 +561,12 @@ static PyMethodDef Queue_methods[] = {
 };
 
 static PyGetSetDef Queue_getset[] = {
-    {"issues", (getter)Queue_issues, NULL, "issue times in queue order (a new list)", NULL},
-    {"lengths", (getter)Queue_lengths, NULL, "copy lengths in queue order (a new list)", NULL},
-    {"dues", (getter)Queue_dues, NULL, "due times in queue order (a new list)", NULL},
+    {"issues", (getter)Queue_column, NULL, "issue times in queue order (a new list)",
+     (void *)offsetof(Queue, issue)},
+    {"lengths", (getter)Queue_column, NULL, "copy lengths in queue order (a new list)",
+     (void *)offsetof(Queue, length)},
+    {"dues", (getter)Queue_column, NULL, "due times in queue order (a new list)",
+     (void *)offsetof(Queue, due)},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -627,14 +590,7 @@ static struct PyModuleDef module = {
 };
 
 PyMODINIT_FUNC PyInit__copyq(void) {
-    if (PyType_Ready(&QueueType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
-    if (!m) return NULL;
-    Py_INCREF(&QueueType);
-    if (PyModule_AddObject(m, "CopyQueue", (PyObject *)&QueueType) < 0) {
-        Py_DECREF(&QueueType);
-        Py_DECREF(m);
-        return NULL;
-    }
+    if (m && PyModule_AddType(m, &QueueType) < 0) Py_CLEAR(m);
     return m;
 }
