@@ -80,7 +80,8 @@ class PythonCopyEngine:
         return QueueCaches(self._finishes, tol, None if tol is None else self._after)
 
     def finishes(self) -> list[float]:
-        """Finish time of every queued copy (FIFO in issue order), cached."""
+        """Finish time of every queued copy (FIFO in issue order); the cached list, not to
+        be changed."""
         if self._finishes is None:
             out, free = [], 0.0
             for issue, length in zip(self.issues, self.lengths, strict=True):
@@ -98,7 +99,8 @@ class PythonCopyEngine:
 
     def tolerances(self) -> list[float]:
         """``tol[j]``: how much later copy ``j`` may finish without any copy from ``j`` on
-        missing its due time (delays are absorbed by idle time between copies)."""
+        missing its due time (delays are absorbed by idle time between copies); the cached
+        list, not to be changed."""
         if self._tol is None:
             n = len(self.issues)
             self._tol, self._after = [0.0] * n, [0.0] * n
@@ -207,7 +209,8 @@ class PythonCopyEngine:
 
     def set_aside(self, copy: QueuedCopy) -> SetAside:
         """:meth:`remove` a copy for a while (to ask the queue without it), keeping what
-        :meth:`put_back` needs to restore the queue exactly as it was."""
+        :meth:`put_back` needs to restore the queue exactly as it was; only queries may run
+        until then."""
         saved = (self._finishes, self._tol, self._after)
         k = bisect.bisect_left(self.issues, copy.issue_us)
         while not (self.lengths[k] == copy.length_us and self.dues[k] == copy.due_us):
