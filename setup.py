@@ -1,7 +1,10 @@
-"""Builds cupool's optional C accelerators (one per ``cupool/planning/solvers/_*.c``).
+"""Builds cupool's optional C accelerators: one per ``cupool/planning/solvers/_*.c`` and
+``cupool/planning/budget/engine/_*.c``, named after its path.
 
 Each extension is ``optional``: when no C compiler is present the install still
-succeeds and the solvers use their pure-Python paths, which give identical results.
+succeeds and the solvers and the budget planner use their pure-Python paths, which give
+identical results. No fused multiply-add (``-ffp-contract=off``): a compiled path rounds
+every operation as Python does.
 """
 
 from glob import glob
@@ -9,14 +12,17 @@ from pathlib import Path
 
 from setuptools import Extension, setup
 
+SOURCES = ("cupool/planning/solvers/_*.c", "cupool/planning/budget/engine/_*.c")
+
 extensions = [
     Extension(
-        "cupool.planning.solvers." + Path(source).stem,
+        ".".join(Path(source).with_suffix("").parts),
         [source],
-        extra_compile_args=["-O3"],
+        extra_compile_args=["-O3", "-ffp-contract=off"],
         optional=True,
     )
-    for source in sorted(glob("cupool/planning/solvers/_*.c"))
+    for pattern in SOURCES
+    for source in sorted(glob(pattern))
 ]
 
 setup(ext_modules=extensions)

@@ -90,7 +90,7 @@ def test_a_copy_set_aside_and_put_back_leaves_the_queue_as_remove_then_add(seed)
         engine.fits(float(rng.randint(0, 50)), 3.0, 200.0)  # the tolerances are cached
 
     def queue(e: CopyEngine):
-        return e.issues, e.lengths, e.dues, e.finishes(), e._tolerance()
+        return e.issues, e.lengths, e.dues, e.finishes(), e.tolerances()
 
     for copy in copies:
         expected = copy_module.deepcopy(engine)

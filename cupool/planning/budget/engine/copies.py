@@ -9,6 +9,13 @@ last word on the real schedule::
     issue:   t0        t1   t2
     queue:   [copy a   ][copy b][copy c]     FIFO in issue order, one copy at a time
     due:                  ^a        ^b   ^c  a copy's delay propagates to those behind it
+
+Two implementations answer identically, bit for bit: :class:`PythonCopyEngine`, and
+:class:`CompiledCopyEngine` over the optional C extension ``_copyq`` (built by ``pip
+install``, see ``setup.py``), which runs the same floating-point operations in the same
+order without Python's per-copy cost. :data:`CopyEngine` names the compiled one when it is
+built, else the Python one; :class:`~.state.PlanState` makes its queues with whatever
+``copies.CopyEngine`` names when it starts, so tests and benchmarks may assign it.
 """
 
 from __future__ import annotations
@@ -26,15 +33,26 @@ class QueuedCopy(NamedTuple):
 
 
 class SetAside(NamedTuple):
-    """A copy :meth:`CopyEngine.set_aside` took out of the queue: the copy, the index it had,
-    and the queue's cached finishes, tolerances and absorbed delays from before."""
+    """A copy ``set_aside`` took out of the queue: the copy, the index it had, and what
+    ``put_back`` needs to leave the caches as they were (:class:`PythonCopyEngine`: the
+    cached finishes, tolerances and absorbed delays from before; :class:`CompiledCopyEngine`:
+    which of them were computed, 0, 1 or 2)."""
 
     copy: QueuedCopy
     index: int
-    saved: tuple
+    saved: object
 
 
-class CopyEngine:
+class QueueCaches(NamedTuple):
+    """What a queue has cached, each in queue order (``None``: not computed): the finish
+    times, the tolerances and the delays the copies behind each one absorb."""
+
+    finishes: list[float] | None
+    tolerances: list[float] | None
+    absorbed: list[float] | None
+
+
+class PythonCopyEngine:
     """One FIFO copy engine: its copies kept in issue order (copies issued at the same time
     in the order they were added)."""
 
@@ -46,8 +64,24 @@ class CopyEngine:
         self._tol: list[float] | None = []
         self._after: list[float] = []   # the delay copies from j + 1 on absorb (inf at the end)
 
+    @classmethod
+    def from_queue(cls, issues: list[float], lengths: list[float],
+                   dues: list[float]) -> PythonCopyEngine:
+        """A queue holding these copies (in this order, issue times ascending), its caches
+        computed when first asked."""
+        engine = cls()
+        engine.issues, engine.lengths, engine.dues = list(issues), list(lengths), list(dues)
+        engine._finishes = engine._tol = None
+        return engine
+
+    def caches(self) -> QueueCaches:
+        """The caches as they are, computing nothing."""
+        tol = self._tol
+        return QueueCaches(self._finishes, tol, None if tol is None else self._after)
+
     def finishes(self) -> list[float]:
-        """Finish time of every queued copy (FIFO in issue order), cached."""
+        """Finish time of every queued copy (FIFO in issue order); the cached list, not to
+        be changed."""
         if self._finishes is None:
             out, free = [], 0.0
             for issue, length in zip(self.issues, self.lengths, strict=True):
@@ -63,9 +97,10 @@ class CopyEngine:
         free = self.finishes()[k - 1] if k else 0.0
         return max(free, issue) + length
 
-    def _tolerance(self) -> list[float]:
+    def tolerances(self) -> list[float]:
         """``tol[j]``: how much later copy ``j`` may finish without any copy from ``j`` on
-        missing its due time (delays are absorbed by idle time between copies)."""
+        missing its due time (delays are absorbed by idle time between copies); the cached
+        list, not to be changed."""
         if self._tol is None:
             n = len(self.issues)
             self._tol, self._after = [0.0] * n, [0.0] * n
@@ -140,7 +175,7 @@ class CopyEngine:
             return True
         old_start = max(finishes[k - 1] if k else 0.0, self.issues[k])
         delay = max(0.0, max(finish, self.issues[k]) - old_start)
-        return delay <= self._tolerance()[k] + 1e-9
+        return delay <= self.tolerances()[k] + 1e-9
 
     def lateness(self, issue: float, length: float, due: float) -> float:
         """Estimated µs of waiting a copy that does not fit on time adds: its own delay
@@ -152,7 +187,7 @@ class CopyEngine:
         if k < len(self.issues):
             old_start = max(finishes[k - 1] if k else 0.0, self.issues[k])
             delay = max(0.0, max(finish, self.issues[k]) - old_start)
-            late += max(0.0, delay - max(self._tolerance()[k], 0.0))
+            late += max(0.0, delay - max(self.tolerances()[k], 0.0))
         return late
 
     def add(self, issue: float, length: float, due: float = float("inf")) -> None:
@@ -174,7 +209,8 @@ class CopyEngine:
 
     def set_aside(self, copy: QueuedCopy) -> SetAside:
         """:meth:`remove` a copy for a while (to ask the queue without it), keeping what
-        :meth:`put_back` needs to restore the queue exactly as it was."""
+        :meth:`put_back` needs to restore the queue exactly as it was; only queries may run
+        until then."""
         saved = (self._finishes, self._tol, self._after)
         k = bisect.bisect_left(self.issues, copy.issue_us)
         while not (self.lengths[k] == copy.length_us and self.dues[k] == copy.due_us):
@@ -206,3 +242,76 @@ class CopyEngine:
         for j in range(bisect.bisect_right(self.issues, issue), len(self.issues)):
             free = max(free, self.issues[j]) + self.lengths[j]
         return max(0.0, free - before)
+
+    def first_late(self, starts: list[float], lo: int, hi: int, length: float,
+                   due: float) -> int:
+        """The first ``i`` in ``[lo, hi)`` whose copy, issued at ``starts[i]``, would finish
+        after ``due`` (+ 1e-9 of rounding), else ``hi``. A bisection: with ``starts``
+        ascending, a copy issued later never finishes earlier behind a FIFO queue."""
+        issues, finishes = self.issues, self.finishes()
+        while lo < hi:
+            mid = (lo + hi) // 2
+            issue = starts[mid]
+            k = bisect.bisect_right(issues, issue)
+            if max(finishes[k - 1] if k else 0.0, issue) + length <= due + 1e-9:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    def latest_fitting(self, starts: list[float], low: int, top: int, length: float,
+                       due: float) -> int | None:
+        """The largest ``i`` in ``[low, top]`` whose copy, issued at ``starts[i]``,
+        :meth:`fits`, else ``None``."""
+        for i in range(top, low - 1, -1):
+            if self.fits(starts[i], length, due):
+                return i
+        return None
+
+
+try:
+    from cupool.planning.budget.engine import _copyq
+except ImportError:  # the optional C extension is not built
+    _copyq = None
+
+if _copyq is not None:
+    class CompiledCopyEngine(_copyq.CopyQueue):
+        """:class:`PythonCopyEngine` compiled: the same methods and answers (``issues``,
+        ``lengths``, ``dues``, ``finishes()`` and ``tolerances()`` return new lists).
+        ``set_aside``/``put_back`` put the copy back with ``add``'s incremental update,
+        which gives the cached values Python restores, and then forgets the caches that were
+        not computed before, as Python's restore does; only queries may run between them."""
+
+        __slots__ = ()
+
+        @classmethod
+        def from_queue(cls, issues: list[float], lengths: list[float],
+                       dues: list[float]) -> CompiledCopyEngine:
+            """A queue holding these copies (in this order, issue times ascending), its
+            caches computed when first asked."""
+            engine = cls()
+            engine.__setstate__((list(issues), list(lengths), list(dues), None, None, None))
+            return engine
+
+        def caches(self) -> QueueCaches:
+            """The caches as they are, computing nothing."""
+            return QueueCaches(*self.__getstate__()[3:])
+
+        def set_aside(self, copy: QueuedCopy) -> SetAside:
+            """:meth:`remove` a copy for a while (to ask the queue without it), keeping what
+            :meth:`put_back` needs to restore the queue exactly as it was."""
+            index, saved = self._set_aside(copy)
+            return SetAside(copy, index, saved)
+
+        def put_back(self, aside: SetAside) -> None:
+            """Add a copy :meth:`set_aside` took out again, as
+            :meth:`PythonCopyEngine.put_back` does."""
+            self._put_back(aside.copy, aside.index, aside.saved)
+else:
+    CompiledCopyEngine = None
+
+COMPILED_AVAILABLE = CompiledCopyEngine is not None
+"""Whether the C extension ``_copyq`` is built (and :data:`CopyEngine` is compiled)."""
+
+CopyEngine = CompiledCopyEngine if COMPILED_AVAILABLE else PythonCopyEngine
+"""The copy queue the planners use: compiled when built, else pure Python."""

@@ -21,7 +21,8 @@ from typing import NamedTuple
 import numpy as np
 
 from cupool.core.vocabulary import PERSISTENT, Trace
-from cupool.planning.budget.engine.copies import CopyEngine, QueuedCopy
+from cupool.planning.budget.engine import copies
+from cupool.planning.budget.engine.copies import QueuedCopy
 from cupool.planning.budget.engine.schedule import (
     RECOMPUTE,
     SWAP,
@@ -141,8 +142,8 @@ class PlanState:
             self.live[e] -= b.size
         self.live = np.cumsum(self.live[:-1])
         self._over: list[int] | None = None  # over_budget_ops(), until live changes
-        self.d2h = CopyEngine()
-        self.h2d = CopyEngine()
+        self.d2h = copies.CopyEngine()
+        self.h2d = copies.CopyEngine()
         self.h2d_copies: dict[tuple[int, int], QueuedCopy] = {}  # by (buffer, prev_use)
         self.recompute_us = 0.0
         self.taken: set[IdleGap] = set()
@@ -445,16 +446,7 @@ class PlanState:
         # the latest trigger whose own copy lands by ``due`` (monotone: FIFO engine), found
         # by bisection; below it, scan a bounded number of triggers for one that also keeps
         # every later copy on time
-        lo, hi = earliest, next_use + 1
-        starts, issues, finishes = self._starts, self.h2d.issues, self.h2d.finishes()
-        while lo < hi:  # h2d.finish_if_added(starts[mid], in_len) <= due + 1e-9, inlined
-            mid = (lo + hi) // 2
-            issue = starts[mid]
-            k = bisect.bisect_right(issues, issue)
-            if max(finishes[k - 1] if k else 0.0, issue) + in_len <= due + 1e-9:
-                lo = mid + 1
-            else:
-                hi = mid
+        lo = self.h2d.first_late(self._starts, earliest, next_use + 1, in_len, due)
         trigger = self._fitting_trigger(lo - 1, earliest, in_len, due)
         if trigger is not None:
             issue = float(self.start_us[trigger])
@@ -492,11 +484,8 @@ class PlanState:
     def _fitting_trigger(self, top: int, low: int, in_len: float, due: float) -> int | None:
         """The latest trigger in ``[max(low, top - TRIGGER_SCAN), top]`` whose copy in
         keeps itself and every later-issued copy on time (``None``: none does)."""
-        starts, fits = self._starts, self.h2d.fits
-        for trigger in range(top, max(low, top - TRIGGER_SCAN) - 1, -1):
-            if fits(starts[trigger], in_len, due):
-                return trigger
-        return None
+        return self.h2d.latest_fitting(self._starts, max(low, top - TRIGGER_SCAN), top, in_len,
+                                       due)
 
     def apply_swap(self, buffer_id: int, prev_use: int, next_use: int,
                    window: SwapWindow) -> None:
