@@ -57,12 +57,23 @@ class HostHold(NamedTuple):
     nbytes: int
 
 
+class _Made(NamedTuple):
+    """A buffer's residencies as :meth:`TierState.plan` made them from ``spans`` (that
+    list object), and the arena bytes they reach."""
+
+    spans: list
+    residencies: tuple
+    arena_bytes: int
+
+
 class TierState:
     """A mutable plan: ``spans[b]``, buffer ``b``'s residencies in op order, and
     ``actions`` in plan order. ``template`` is the plan it came from (its other fields).
 
-    Copies share their :class:`Span` objects until one is edited: a move takes
-    :meth:`own` of a buffer's spans before it changes any of them."""
+    Copies share their buffers' span lists and :class:`Span` objects until one is edited:
+    a move takes :meth:`own` of a buffer's spans before it changes any of them (after a
+    copy, neither state owns a shared list). :meth:`plan` keeps each buffer's residencies
+    while its span list is the same object (``own`` forgets them)."""
 
     def __init__(self, trace: Trace, plan: Plan):
         self.trace = trace
@@ -77,29 +88,42 @@ class TierState:
         self.actions = list(plan.actions)
         self.template = plan
         self._owned: set[int] = set(self.spans)
+        self._made: dict[int, _Made] = {}  # by buffer: its residencies, made by plan()
 
     def copy(self) -> TierState:
         other = object.__new__(TierState)
         other.trace, other.n, other.budget, other.sizes = (self.trace, self.n, self.budget,
                                                            self.sizes)
-        other.spans = defaultdict(list, {b: list(v) for b, v in self.spans.items()})
+        other.spans = defaultdict(list, self.spans)
         other.actions = list(self.actions)
         other.template = self.template
         other._owned = set()
+        other._made = dict(self._made)
+        self._owned = set()  # the lists are shared now: either state copies before editing
         return other
 
     def own(self, b: int) -> list[Span]:
         """Buffer ``b``'s spans, copied first if this state still shares them."""
+        self._made.pop(b, None)
         if b not in self._owned:
             self.spans[b] = [Span(s.start, s.end, s.offset) for s in self.spans[b]]
             self._owned.add(b)
         return self.spans[b]
 
+    def _residencies_of(self, b: int) -> _Made:
+        spans = self.spans[b]
+        made = self._made.get(b)
+        if made is None or made.spans is not spans:
+            size = self.sizes[b]
+            made = _Made(spans, tuple(Residency(b, s.start, s.end, s.offset) for s in spans),
+                         max((s.offset + size for s in spans), default=0))
+            self._made[b] = made
+        return made
+
     def plan(self, solver: str = "tiers") -> Plan:
-        residencies = tuple(Residency(b, s.start, s.end, s.offset) for b in sorted(self.spans)
-                            for s in self.spans[b])
-        arena = max((s.offset + self.sizes[b] for b in self.spans for s in self.spans[b]),
-                    default=0)
+        made = [self._residencies_of(b) for b in sorted(self.spans)]
+        residencies = tuple(r for m in made for r in m.residencies)
+        arena = max((m.arena_bytes for m in made), default=0)
         return replace(self.template, solver=solver, residencies=residencies,
                        actions=mark_drops(self.trace, residencies, self.actions),
                        arena_bytes=int(arena))
