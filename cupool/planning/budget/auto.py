@@ -35,10 +35,11 @@ It checks each plan with the independent validator, simulates it, and keeps the 
 the least simulated iteration time (ties: fewer swapped bytes, then member order). A plan
 whose simulated iteration is the ideal one (overhead 0: no stall, no recompute) cannot be
 beaten on time, so the members after it are not planned (``candidates`` says so); among
-plans at the ideal, the first in member order is kept. A greedy member whose holes end on
-time does not run where it cannot fit: where, at some op, what the op uses and the
-persistent bytes no on-time swap can take off the device exceed the budget
-(:func:`~.engine.greedy.out_of_reach`; its reason in ``candidates`` says so). The
+plans at the ideal, the first in member order is kept. A greedy member does not run where
+it cannot fit: where, at some op, what the op uses and the persistent bytes no swap can
+take off the device there (copies in landing on time, or, with covering late triggers,
+copies out landed) exceed the budget (:func:`~.engine.greedy.out_of_reach`; its reason in
+``candidates`` says so). The
 members (all but the first-fit last resort) are planned, checked and simulated in
 ``params.workers`` worker processes on a large trace (:mod:`.parallel`); their outcomes are
 combined in member order (:class:`Selection`), so the plan is the same for any count. Then

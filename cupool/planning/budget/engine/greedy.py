@@ -384,25 +384,25 @@ def _take_cheapest(state: PlanState, table: _Scores, options: GreedyOptions) -> 
 
 ON_TIME_TRIGGERS = ("earliest", "latest")
 """Late triggers under which every hole of a swap ends at or before the latest trigger
-whose copy in lands on time (``"covering"`` may stretch a hole past it)."""
+whose copy in lands on time (``"covering"`` may stretch a hole up to the next use)."""
 
 
 def out_of_reach(trace: Trace, budget_bytes: int, cost, options: GreedyOptions) -> str | None:
     """Why :func:`run_greedy` with ``options`` cannot end within ``budget_bytes``, known
-    without running it, or ``None``: at some op the persistent bytes that no on-time swap
-    can take off the device, with what the op uses, exceed the budget
-    (:func:`~.relief.on_time_floor`). Only for options whose holes end on time (no segment
-    checkpointing, :data:`ON_TIME_TRIGGERS`); without swaps of persistent buffers, all
-    persistent state counts."""
-    if options.segments or options.late_trigger not in ON_TIME_TRIGGERS:
-        return None
+    without running it, or ``None``: at some op the persistent bytes that no swap can take
+    off the device, with what the op uses, exceed the budget
+    (:func:`~.relief.on_time_floor`: copies in on time under :data:`ON_TIME_TRIGGERS`, only
+    copies out otherwise); without swaps of persistent buffers, all persistent state
+    counts."""
     relief = options.allow_swap and options.offload_persistent
-    over = highest_floor(trace, cost, relief)
+    late_in = options.late_trigger not in ON_TIME_TRIGGERS
+    over = highest_floor(trace, cost, relief, late_in)
     if over is None or over.floor_bytes <= budget_bytes:
         return None
+    how = "copied out by then" if late_in else "landing on time"
     return (f"greedy: op {over.op} needs at least {over.floor_bytes} bytes resident "
             f"(budget {budget_bytes}): what it uses and the persistent bytes no swap "
-            f"landing on time can take off the device there")
+            f"{how} can take off the device there")
 
 
 class FullestOp(NamedTuple):

@@ -19,9 +19,12 @@ and recomputations brings that op under::
 
     floor(k) = every persistent byte + the temporaries op k uses - relief(k)
 
-The cost-aware greedy (without segment checkpointing, and with swaps that are either on
-time or triggered no later than their latest on-time trigger) is such a planner: when the
-floor is over the budget at some op, it cannot end within the budget there.
+The cost-aware greedy with swaps that are on time or triggered no later than their
+latest on-time trigger is such a planner: when the floor is over the budget at some op, it
+cannot end within the budget there. With late triggers that may stretch a hole up to the
+next use (``"covering"``), only the copy out bounds a hole. Segment checkpointing re-runs
+a segment before the first backward op that reads one of its activations, a temporary
+buffer: it stretches the timeline where a recompute may.
 """
 
 from __future__ import annotations
@@ -96,10 +99,11 @@ def _last_in_time(timeline: _Timeline, first: int, last: int, due_op: int,
                                                                      need_us)) + first
 
 
-def persistent_relief(trace: Trace, cost) -> np.ndarray:
+def persistent_relief(trace: Trace, cost, late_in: bool = False) -> np.ndarray:
     """Per op, the bytes of persistent buffers it does not use that an on-time swap could
     have off the device during it (module docstring): an upper bound on what swapping
-    persistent state frees there."""
+    persistent state frees there. With ``late_in`` a copy in may land late (a hole may
+    reach up to the next use): only the copy out bounds the ops a gap covers."""
     n = trace.num_ops
     timeline = _timeline(trace, cost)
     relief = np.zeros(n + 1, dtype=np.int64)
@@ -114,12 +118,12 @@ def persistent_relief(trace: Trace, cost) -> np.ndarray:
             out_us = cost.copy_us(b.size, "d2h") if dirty else 0.0
             if q > p:  # between two uses: ops after the copy out, before the copy in
                 spans = [(_first_reached(timeline, p + 1, q, p + 1, out_us),
-                          _last_in_time(timeline, p + 1, q, q, in_us))]
+                          q if late_in else _last_in_time(timeline, p + 1, q, q, in_us))]
             elif q == 0:
                 continue  # across the boundary to op 0: no op to trigger the copy in at
             else:  # across the boundary: the tail after the copy out, the head before the in
                 spans = [(_first_reached(timeline, p + 1, n, p + 1, out_us), n),
-                         (0, _last_in_time(timeline, 0, q, q, in_us))]
+                         (0, q if late_in else _last_in_time(timeline, 0, q, q, in_us))]
             for lo, hi in spans:
                 if hi > lo:
                     covered[lo] += 1
@@ -128,12 +132,14 @@ def persistent_relief(trace: Trace, cost) -> np.ndarray:
     return relief[:n]
 
 
-def on_time_floor(trace: Trace, cost, relief: bool = True) -> np.ndarray:
+def on_time_floor(trace: Trace, cost, relief: bool = True,
+                  late_in: bool = False) -> np.ndarray:
     """Per op, the bytes resident under any plan whose swaps of persistent buffers are on
-    time (module docstring); without ``relief``, under any plan that keeps persistent
+    time (module docstring; ``late_in``: whose copies out are, see
+    :func:`persistent_relief`); without ``relief``, under any plan that keeps persistent
     state on the device."""
     floor = persistent_floor(trace)
-    return floor - persistent_relief(trace, cost) if relief else floor
+    return floor - persistent_relief(trace, cost, late_in) if relief else floor
 
 
 class FloorOver(NamedTuple):
@@ -143,11 +149,12 @@ class FloorOver(NamedTuple):
     floor_bytes: int
 
 
-def highest_floor(trace: Trace, cost, relief: bool = True) -> FloorOver | None:
+def highest_floor(trace: Trace, cost, relief: bool = True,
+                  late_in: bool = False) -> FloorOver | None:
     """The op with the highest :func:`on_time_floor` (the first of ties); ``None`` for a
     trace without ops."""
     if trace.num_ops == 0:
         return None
-    floor = on_time_floor(trace, cost, relief)
+    floor = on_time_floor(trace, cost, relief, late_in)
     k = int(np.argmax(floor))
     return FloorOver(k, int(floor[k]))
