@@ -90,55 +90,49 @@ def plan_on_demand(trace, budget_bytes, cost, params: BudgetParams,
                    started: float) -> BudgetResult:
     n = trace.num_ops
     uses = {b.id: sorted(set(b.uses)) for b in trace.buffers}
+    ids = sorted(uses)
+    used_at: list[list[int]] = [[] for _ in range(n)]  # the buffers each op uses, by id
+    for i in ids:
+        for u in uses[i]:
+            used_at[u].append(i)
 
     def decide(internal):
         state = PlanState(trace, internal, cost, max_chain=0)
         live = state.live  # updated in place as buffers leave
         schedule = Schedule()
-        away_until = {}  # buffer -> op it comes back at
         wrapped = {}  # persistent buffer -> its gap across the boundary, while open-ended
-        starting: list[list] = [[] for _ in range(n)]  # buffers by the op they start at
-        for b in trace.buffers:
-            s, e = state.base[b.id]
-            if s < e and 0 <= s < n:
-                starting[s].append(b)
-        active = {}  # buffers whose base interval began; those that ended leave when met
+        # least recently used first, as (last use before op t, id): persistent buffers not
+        # used yet this iteration first of all (they may start it on the host), then each
+        # buffer moved to the end after each use; a buffer leaves while it is away
+        recency = dict.fromkeys(i for i in ids if trace.buffer(i).kind == PERSISTENT and uses[i])
         for t in range(n):
-            for b in starting[t]:
-                active[b.id] = b
+            for x in used_at[t - 1] if t else ():
+                recency.pop(x, None)
+                recency[x] = None
             if live[t] <= internal:
                 continue
-            resident = []
-            for b in list(active.values()):
-                if state.base[b.id][1] <= t:
-                    del active[b.id]
-                    continue
-                if away_until.get(b.id, -1) > t:
-                    continue
-                u = uses[b.id]
-                k = bisect.bisect_left(u, t)
-                if k < len(u) and u[k] == t:  # used by op t
-                    continue
-                if not k and (b.kind != PERSISTENT or not u):
-                    continue
-                # a persistent buffer not used yet this iteration may start it on the host
-                resident.append((u[k - 1] if k else -1, b.id))
-            resident.sort()
-            for last, buffer_id in resident:
+            now, gone = set(used_at[t]), []
+            for buffer_id in recency:
                 if live[t] <= internal:
                     break
+                start, end = state.base[buffer_id]
+                if end <= t:
+                    gone.append(buffer_id)
+                    continue
+                if start > t or buffer_id in now:
+                    continue
                 u = uses[buffer_id]
                 k = bisect.bisect_right(u, t)
+                last = u[k - 1] if k else -1
                 buf = trace.buffer(buffer_id)
+                gone.append(buffer_id)  # away (or dead): back in the order at its next use
                 if last < 0:  # across the boundary: back at its first use
                     gap = Gap(buffer_id, u[-1], u[0], SWAP, n, u[0])
                     wrapped[buffer_id] = gap
                     live[:u[0]] -= buf.size
-                    away_until[buffer_id] = u[0]
                 elif k < len(u):
                     gap = Gap(buffer_id, last, u[k], SWAP, t, u[k])
                     live[t:u[k]] -= buf.size
-                    away_until[buffer_id] = u[k]
                 elif buf.kind == PERSISTENT:
                     gap = Gap(buffer_id, last, u[0], SWAP, t, u[0])
                     early = wrapped.pop(buffer_id, None)
@@ -147,10 +141,11 @@ def plan_on_demand(trace, budget_bytes, cost, params: BudgetParams,
                         live[:u[0]] += buf.size
                     live[t:] -= buf.size
                     live[:u[0]] -= buf.size
-                    away_until[buffer_id] = n
                 else:
                     continue  # dead temporaries are not resident in the first place
                 schedule.add(gap)
+            for x in gone:
+                recency.pop(x, None)
             if live[t] > internal:
                 return Decision(None, reason=f"on-demand: op {t} still needs {int(live[t])} "
                                              f"bytes resident (budget {internal})")
