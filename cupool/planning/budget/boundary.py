@@ -47,6 +47,7 @@ import numpy as np
 from cupool.core.vocabulary import PERSISTENT, Trace
 from cupool.planning.budget.engine.copies import QueuedCopy
 from cupool.planning.budget.engine.greedy import (
+    FullestOp,
     GreedyOptions,
     candidate_gaps,
     cost_pass,
@@ -61,7 +62,7 @@ from cupool.planning.budget.engine.placement import (
 )
 from cupool.planning.budget.engine.relief import persistent_floor
 from cupool.planning.budget.engine.residency import residency_intervals
-from cupool.planning.budget.engine.schedule import SWAP, Gap, IdleGap, gaps_of
+from cupool.planning.budget.engine.schedule import SWAP, Gap, IdleGap, Schedule, gaps_of
 from cupool.planning.budget.engine.state import PlanState, SwapWindow
 from cupool.planning.budget.params import BudgetParams
 from cupool.planning.budget.result import BudgetResult
@@ -263,7 +264,7 @@ def plan_boundary(trace, budget_bytes, cost, params: BudgetParams, started: floa
     options = GreedyOptions(swap_weight=params.checkpoint_swap_weight,
                             max_chain=params.max_chain, late_trigger="covering")
 
-    def decide(internal: int, forward: bool = True) -> Decision:
+    def decide(internal: int) -> Decision:
         state = PlanState(trace, internal, cost, max_chain=options.max_chain,
                           late_trigger=options.late_trigger)
         taken = offload_persistent(state, variant.target, variant.eager)
@@ -271,19 +272,25 @@ def plan_boundary(trace, budget_bytes, cost, params: BudgetParams, started: floa
         for include_persistent in (False, True):
             if state.live.max() > internal:
                 cost_pass(state, candidate_gaps(trace, include_persistent), options)
-        moved = bring_forward(state, persistent_gaps) if forward else 0
+
+        def decision(schedule, fullest: FullestOp, moved: int) -> Decision:
+            if fullest.resident_bytes > internal:
+                return Decision(None, reason=f"boundary: op {fullest.op} still needs "
+                                             f"{fullest.resident_bytes} bytes resident "
+                                             f"(budget {internal})")
+            return Decision(schedule, {"persistent_gaps": taken, "target": variant.target,
+                                       "eager_release": variant.eager,
+                                       "brought_forward": moved,
+                                       "planned_recompute_us": state.recompute_us})
+
+        # bring_forward edits the schedule's gap lists in place: keep them as they were
+        as_decided = decision(Schedule({b: list(gaps) for b, gaps in state.schedule.gaps.items()},
+                                       list(state.schedule.chains)), fullest_op(state), 0)
+        moved = bring_forward(state, persistent_gaps)
         if moved and not _placeable(trace, state, budget_bytes, params):
             # copies brought forward can tie residencies into a knot no offsets untie
-            return decide(internal, forward=False)
-        fullest = fullest_op(state)
-        if fullest.resident_bytes > internal:
-            return Decision(None, reason=f"boundary: op {fullest.op} still needs "
-                                         f"{fullest.resident_bytes} bytes resident "
-                                         f"(budget {internal})")
-        return Decision(state.schedule, {"persistent_gaps": taken, "target": variant.target,
-                                         "eager_release": variant.eager,
-                                         "brought_forward": moved,
-                                         "planned_recompute_us": state.recompute_us})
+            return as_decided
+        return decision(state.schedule, fullest_op(state), moved)
 
     return place_schedule(trace, budget_bytes, decide, "boundary", params.placement, started,
                           last_resort=place_pairs_first_fit)
