@@ -42,6 +42,13 @@ COMPILED_AVAILABLE = _firstfit is not None
 _INT64 = np.iinfo(np.int64)
 
 
+def _require_compiled(native: bool | None) -> None:
+    if native and _firstfit is None:
+        raise SolverError("native=True but the C extension "
+                          "cupool.planning.budget.engine._firstfit is not built "
+                          "(pip install -e . with a C compiler)")
+
+
 class Layout(NamedTuple):
     """The residencies as arrays, by index: op ranges ``[starts, ends)`` and ``sizes`` in
     bytes; the same ranges in *slots* (the gaps between consecutive distinct endpoints,
@@ -71,7 +78,7 @@ class Layout(NamedTuple):
 def place_pairs_first_fit(trace: Trace, intervals: list, budget_bytes: int,
                           native: bool | None = None) -> PlacedOffsets:
     """Offsets for the residencies, each persistent buffer's stay across the iteration
-    boundary (:func:`~.engine.placement.boundary_pairs`) placed as one item at the lowest
+    boundary (:func:`~.placement.boundary_pairs`) placed as one item at the lowest
     offset free during every op it spans: largest first, else longest (in ops) first, else
     earliest first (longest of those first).
     The static solvers place the two halves of such a stay apart and then tie them,
@@ -80,29 +87,63 @@ def place_pairs_first_fit(trace: Trace, intervals: list, budget_bytes: int,
     ``native``: ``None`` places with the C extension when it is built, ``True`` requires
     it (:class:`~cupool.errors.SolverError` if not), ``False`` uses NumPy; the offsets and
     the arena are the same."""
-    if native and _firstfit is None:
-        raise SolverError("native=True but the C extension "
-                          "cupool.planning.budget.engine._firstfit is not built "
-                          "(pip install -e . with a C compiler)")
-    m = len(intervals)
-    if m == 0:
+    _require_compiled(native)
+    if not intervals:
         return PlacedOffsets(np.zeros(0, dtype=np.int64), 0)
-    pair_of = {}
-    for pair in boundary_pairs(trace, intervals):
-        pair_of[pair.first] = pair_of[pair.last] = (pair.first, pair.last)
-    items = sorted({pair_of.get(k, (k,)) for k in range(m)})
-    sizes = [trace.buffer(intervals[ks[0]].buffer_id).size for ks in items]
-    spans = [sum(intervals[k].end - intervals[k].start for k in ks) for ks in items]
-    firsts = [min(intervals[k].start for k in ks) for ks in items]
     layout = Layout.of(trace, intervals)
+    items = Items.of(trace, intervals, layout)
     placed = PlacedOffsets(None, 0)
-    for key in (lambda j: (-sizes[j], j), lambda j: (-spans[j], -sizes[j], j),
-                lambda j: (firsts[j], -spans[j], -sizes[j], j)):
-        order = [items[j] for j in sorted(range(len(items)), key=key)]
-        placed = first_fit(layout, order, budget_bytes, native)
+    for order in items.orders():
+        placed = first_fit(layout, items.in_order(order), budget_bytes, native)
         if placed.offsets is not None:
             break
     return placed
+
+
+class Items(NamedTuple):
+    """The items of :func:`place_pairs_first_fit`, by their first member (``heads``,
+    ascending): the second member of each (a stay's last residency; ``-1`` for an item of
+    one residency), its size (of its first member), the ops its members span together
+    (``spans``) and the first op of any of them (``firsts``)."""
+
+    heads: np.ndarray
+    seconds: np.ndarray
+    sizes: np.ndarray
+    spans: np.ndarray
+    firsts: np.ndarray
+
+    @classmethod
+    def of(cls, trace: Trace, intervals: list, layout: Layout) -> Items:
+        """Each :func:`~.placement.boundary_pairs` pair one item, every other residency
+        one."""
+        m = len(intervals)
+        second_of = np.full(m, -1, dtype=np.int64)
+        is_second = np.zeros(m, dtype=bool)
+        for pair in boundary_pairs(trace, intervals):
+            second_of[pair.first] = pair.last
+            is_second[pair.last] = True
+        heads = np.flatnonzero(~is_second)
+        seconds = second_of[heads]
+        paired = seconds >= 0
+        other = np.where(paired, seconds, heads)
+        lengths = layout.ends - layout.starts
+        return cls(heads, seconds, layout.sizes[heads],
+                   lengths[heads] + np.where(paired, lengths[other], 0),
+                   np.minimum(layout.starts[heads], layout.starts[other]))
+
+    def orders(self) -> tuple[np.ndarray, ...]:
+        """The item orders tried, in turn: largest first, else longest (in ops) first,
+        else earliest first (longest of those first); ties by head."""
+        index = np.arange(len(self.heads))
+        return (np.lexsort((index, -self.sizes)),
+                np.lexsort((index, -self.sizes, -self.spans)),
+                np.lexsort((index, -self.sizes, -self.spans, self.firsts)))
+
+    def in_order(self, order: np.ndarray) -> list[tuple[int, ...]]:
+        """The items in ``order`` as tuples of residency indices."""
+        return [(head,) if second < 0 else (head, second)
+                for head, second in zip(self.heads[order].tolist(),
+                                        self.seconds[order].tolist(), strict=True)]
 
 
 def first_fit(layout: Layout, items: list[tuple[int, ...]], budget_bytes: int,
@@ -112,14 +153,13 @@ def first_fit(layout: Layout, items: list[tuple[int, ...]], budget_bytes: int,
     lowest offset free during every op its members span (:func:`_lowest_gap`), or
     ``PlacedOffsets(None, cursor + size)`` for the first item that would end above
     ``budget_bytes``. ``native`` as in :func:`place_pairs_first_fit`; an empty op range
-    (``start >= end``), which the slots cannot express, is placed by NumPy unless
-    ``native`` is ``True`` (then the extension refuses it)."""
-    if native and _firstfit is None:
-        raise SolverError("native=True but the C extension "
-                          "cupool.planning.budget.engine._firstfit is not built "
-                          "(pip install -e . with a C compiler)")
-    compiled = _firstfit is not None and (
-        native or (native is None and bool((layout.starts < layout.ends).all())))
+    (``start >= end``), which the slots cannot express, or a size ``<= 0``, where the
+    walk of :func:`_lowest_gap` is not the lowest free offset the extension finds, is
+    placed by NumPy unless ``native`` is ``True`` (then the extension refuses it)."""
+    _require_compiled(native)
+    compiled = _firstfit is not None and (native or (
+        native is None and bool((layout.starts < layout.ends).all())
+        and bool((layout.sizes > 0).all())))
     if compiled:
         return _first_fit_compiled(layout, items, budget_bytes)
     return _first_fit_numpy(layout, items, budget_bytes)
