@@ -16,6 +16,7 @@ from cupool.planning.budget.engine.firstfit import (
     COMPILED_AVAILABLE,
     Items,
     Layout,
+    PackedItems,
     first_fit,
     place_pairs_first_fit,
 )
@@ -153,6 +154,10 @@ def test_the_three_orders_are_the_reference_orders(case):
     items = Items.of(trace, intervals, Layout.of(trace, intervals))
     assert [items.in_order(order) for order in items.orders()] == \
         reference_orders(trace, intervals)
+    for order in items.orders():  # the packed form the C extension gets: the same items
+        packed, expected = items.packed(order), PackedItems.of(items.in_order(order))
+        assert packed.ptr.tolist() == expected.ptr.tolist()
+        assert packed.members.tolist() == expected.members.tolist()
 
 
 @needs_compiled

@@ -92,12 +92,32 @@ def place_pairs_first_fit(trace: Trace, intervals: list, budget_bytes: int,
         return PlacedOffsets(np.zeros(0, dtype=np.int64), 0)
     layout = Layout.of(trace, intervals)
     items = Items.of(trace, intervals, layout)
+    compiled = _compiled(layout, native)
     placed = PlacedOffsets(None, 0)
     for order in items.orders():
-        placed = first_fit(layout, items.in_order(order), budget_bytes, native)
+        if compiled:
+            placed = _first_fit_compiled(layout, items.packed(order), budget_bytes)
+        else:
+            placed = _first_fit_numpy(layout, items.in_order(order), budget_bytes)
         if placed.offsets is not None:
             break
     return placed
+
+
+class PackedItems(NamedTuple):
+    """Items in order, packed for the C extension: item ``i`` is the residencies
+    ``members[ptr[i]:ptr[i + 1]]`` (``int64`` arrays)."""
+
+    ptr: np.ndarray
+    members: np.ndarray
+
+    @classmethod
+    def of(cls, items: list[tuple[int, ...]]) -> PackedItems:
+        ptr = np.zeros(len(items) + 1, dtype=np.int64)
+        ptr[1:] = np.cumsum([len(ks) for ks in items])
+        members = np.fromiter((k for ks in items for k in ks), dtype=np.int64,
+                              count=int(ptr[-1]))
+        return cls(ptr, members)
 
 
 class Items(NamedTuple):
@@ -145,6 +165,17 @@ class Items(NamedTuple):
                 for head, second in zip(self.heads[order].tolist(),
                                         self.seconds[order].tolist(), strict=True)]
 
+    def packed(self, order: np.ndarray) -> PackedItems:
+        """The items in ``order``, packed: :meth:`in_order` without the tuples."""
+        heads, seconds = self.heads[order], self.seconds[order]
+        paired = seconds >= 0
+        ptr = np.zeros(len(order) + 1, dtype=np.int64)
+        np.cumsum(1 + paired, out=ptr[1:])
+        members = np.empty(int(ptr[-1]), dtype=np.int64)
+        members[ptr[:-1]] = heads
+        members[ptr[:-1][paired] + 1] = seconds[paired]
+        return PackedItems(ptr, members)
+
 
 def first_fit(layout: Layout, items: list[tuple[int, ...]], budget_bytes: int,
               native: bool | None = None) -> PlacedOffsets:
@@ -156,29 +187,28 @@ def first_fit(layout: Layout, items: list[tuple[int, ...]], budget_bytes: int,
     (``start >= end``), which the slots cannot express, or a size ``<= 0``, where the
     walk of :func:`_lowest_gap` is not the lowest free offset the extension finds, is
     placed by NumPy unless ``native`` is ``True`` (then the extension refuses it)."""
-    _require_compiled(native)
-    compiled = _firstfit is not None and (native or (
-        native is None and bool((layout.starts < layout.ends).all())
-        and bool((layout.sizes > 0).all())))
-    if compiled:
-        return _first_fit_compiled(layout, items, budget_bytes)
+    if _compiled(layout, native):
+        return _first_fit_compiled(layout, PackedItems.of(items), budget_bytes)
     return _first_fit_numpy(layout, items, budget_bytes)
 
 
-def _first_fit_compiled(layout: Layout, items: list[tuple[int, ...]],
+def _compiled(layout: Layout, native: bool | None) -> bool:
+    """Whether :func:`first_fit` places by the C extension (its docstring)."""
+    _require_compiled(native)
+    return _firstfit is not None and (native or (
+        native is None and bool((layout.starts < layout.ends).all())
+        and bool((layout.sizes > 0).all())))
+
+
+def _first_fit_compiled(layout: Layout, items: PackedItems,
                         budget_bytes: int) -> PlacedOffsets:
-    """:func:`first_fit` by the C extension: the items in CSR form (``item_ptr[i]`` to
-    ``item_ptr[i + 1]`` in ``item_members``)."""
-    item_ptr = np.zeros(len(items) + 1, dtype=np.int64)
-    item_ptr[1:] = np.cumsum([len(ks) for ks in items])
-    item_members = np.fromiter((k for ks in items for k in ks), dtype=np.int64,
-                               count=int(item_ptr[-1]))
+    """:func:`first_fit` by the C extension."""
     offsets = np.full(len(layout.sizes), -1, dtype=np.int64)
     # an integer end is above the budget exactly when it is above its floor
     budget = (_INT64.max if budget_bytes >= _INT64.max else
               _INT64.min if budget_bytes <= _INT64.min else math.floor(budget_bytes))
-    placed, arena = _firstfit.place(layout.first, layout.last, layout.sizes, item_ptr,
-                                    item_members, layout.num_slots, budget, offsets)
+    placed, arena = _firstfit.place(layout.first, layout.last, layout.sizes, items.ptr,
+                                    items.members, layout.num_slots, budget, offsets)
     return PlacedOffsets(offsets if placed else None, int(arena))
 
 
