@@ -283,3 +283,7 @@ def test_the_extension_checks_its_arguments():
     with pytest.raises(ValueError, match="every interval must be in one"):
         place(np.zeros(2, dtype=np.int64), np.ones(2, dtype=np.int64),
               np.full(2, 4, dtype=np.int64), ptr, one, 1, 10, np.zeros(2, dtype=np.int64))
+    with pytest.raises(ValueError, match="sizes add up past"):
+        place(np.zeros(2, dtype=np.int64), np.ones(2, dtype=np.int64),
+              np.full(2, 2**61, dtype=np.int64), np.array([0, 1, 2], dtype=np.int64),
+              np.arange(2, dtype=np.int64), 1, 10, np.zeros(2, dtype=np.int64))

@@ -42,14 +42,14 @@ typedef struct {
 /* A set of bytes: disjoint blocks [low, top), sorted, none touching the next. */
 typedef struct {
     Block *blocks;
-    int32_t len, cap;
+    Py_ssize_t len, cap;
 } ByteSet;
 
 /* The first block of `set` from `at` on whose top is above `x`. */
-static int32_t first_above(const ByteSet *set, int32_t at, int64_t x) {
-    int32_t hi = set->len;
+static Py_ssize_t first_above(const ByteSet *set, Py_ssize_t at, int64_t x) {
+    Py_ssize_t hi = set->len;
     while (at < hi) {
-        int32_t mid = at + (hi - at) / 2;
+        Py_ssize_t mid = at + (hi - at) / 2;
         if (set->blocks[mid].top > x) hi = mid;
         else at = mid + 1;
     }
@@ -58,9 +58,9 @@ static int32_t first_above(const ByteSet *set, int32_t at, int64_t x) {
 
 /* Adds the bytes [low, top) to `set`, merging the blocks they overlap or touch. */
 static int byteset_add(ByteSet *set, int64_t low, int64_t top) {
-    int32_t i = set->len && set->blocks[set->len - 1].top < low ? set->len
-                                                                : first_above(set, 0, low - 1);
-    int32_t j = i;
+    Py_ssize_t i = set->len && set->blocks[set->len - 1].top < low ? set->len
+                                                                   : first_above(set, 0, low - 1);
+    Py_ssize_t j = i;
     while (j < set->len && set->blocks[j].low <= top) j++;
     if (j > i) {
         if (set->blocks[i].low < low) low = set->blocks[i].low;
@@ -72,7 +72,7 @@ static int byteset_add(ByteSet *set, int64_t low, int64_t top) {
         return 0;
     }
     if (set->len == set->cap) {
-        int32_t cap = set->cap ? 2 * set->cap : 4;
+        Py_ssize_t cap = set->cap ? 2 * set->cap : 4;
         Block *blocks = realloc(set->blocks, (size_t)cap * sizeof(Block));
         if (!blocks) return -1;
         set->blocks = blocks;
@@ -87,7 +87,7 @@ static int byteset_add(ByteSet *set, int64_t low, int64_t top) {
 
 typedef struct {
     const ByteSet *set;
-    int32_t at; /* blocks before it end at or below the cursor */
+    Py_ssize_t at; /* blocks before it end at or below the cursor */
 } Cursor;
 
 /* The lowest offset >= 0 where `size` (> 0) bytes meet no block of the sets: from 0, over
@@ -97,7 +97,7 @@ static int64_t lowest_free(Cursor *sets, Py_ssize_t num_sets, int64_t size) {
     Py_ssize_t settled = 0, c = 0;
     while (settled < num_sets) {
         Cursor *q = &sets[c];
-        int32_t at = first_above(q->set, q->at, x);
+        Py_ssize_t at = first_above(q->set, q->at, x);
         const Block *b = q->set->blocks;
         int moved = 0;
         while (at < q->set->len && b[at].low < x + size) {
@@ -131,12 +131,13 @@ static int get_int64(PyObject *obj, Arg *arg, int writable, const char *name) {
 }
 
 /* Checks the arguments: every interval of positive size over a non-empty range of slots,
- * and items that split the intervals into non-empty groups, each interval in exactly one
+ * the sizes adding up to at most INT64_MAX / 2 (no offset or end can overflow), and items that split the intervals into non-empty groups, each interval in exactly one
  * (`listed` is scratch, zeroed). */
 static int check_items(const int64_t *first, const int64_t *last, const int64_t *sizes,
                        Py_ssize_t n, Py_ssize_t num_slots, const int64_t *ptr,
                        Py_ssize_t num_items, const int64_t *members, Py_ssize_t num_members,
                        char *listed) {
+    int64_t total = 0;
     for (Py_ssize_t j = 0; j < n; j++) {
         if (first[j] < 0 || last[j] > num_slots || first[j] >= last[j]) {
             PyErr_Format(PyExc_ValueError, "interval %zd: slots [%lld, %lld) must be a "
@@ -149,6 +150,12 @@ static int check_items(const int64_t *first, const int64_t *last, const int64_t 
                          (long long)sizes[j]);
             return -1;
         }
+        if (sizes[j] > INT64_MAX / 2 - total) {
+            PyErr_Format(PyExc_ValueError, "interval %zd: sizes add up past %lld bytes", j,
+                         (long long)(INT64_MAX / 2));
+            return -1;
+        }
+        total += sizes[j];
     }
     if (ptr[0] != 0 || ptr[num_items] != num_members) {
         PyErr_Format(PyExc_ValueError, "item_ptr must run from 0 to len(item_members) (=%zd), "

@@ -185,8 +185,9 @@ def first_fit(layout: Layout, items: list[tuple[int, ...]], budget_bytes: int,
     ``PlacedOffsets(None, cursor + size)`` for the first item that would end above
     ``budget_bytes``. ``native`` as in :func:`place_pairs_first_fit`; an empty op range
     (``start >= end``), which the slots cannot express, or a size ``<= 0``, where the
-    walk of :func:`_lowest_gap` is not the lowest free offset the extension finds, is
-    placed by NumPy unless ``native`` is ``True`` (then the extension refuses it)."""
+    walk of :func:`_lowest_gap` is not the lowest free offset the extension finds (or
+    sizes that could add up past ``int64``), is placed by NumPy unless ``native`` is
+    ``True`` (then the extension refuses it)."""
     if _compiled(layout, native):
         return _first_fit_compiled(layout, PackedItems.of(items), budget_bytes)
     return _first_fit_numpy(layout, items, budget_bytes)
@@ -195,9 +196,11 @@ def first_fit(layout: Layout, items: list[tuple[int, ...]], budget_bytes: int,
 def _compiled(layout: Layout, native: bool | None) -> bool:
     """Whether :func:`first_fit` places by the C extension (its docstring)."""
     _require_compiled(native)
+    sizes = layout.sizes
     return _firstfit is not None and (native or (
         native is None and bool((layout.starts < layout.ends).all())
-        and bool((layout.sizes > 0).all())))
+        and bool((sizes > 0).all())
+        and (not len(sizes) or int(sizes.max()) <= _INT64.max // (2 * len(sizes)))))
 
 
 def _first_fit_compiled(layout: Layout, items: PackedItems,
