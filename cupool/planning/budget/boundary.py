@@ -42,10 +42,9 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-import numpy as np
-
 from cupool.core.vocabulary import PERSISTENT, Trace
 from cupool.planning.budget.engine.copies import QueuedCopy
+from cupool.planning.budget.engine.firstfit import place_pairs_first_fit
 from cupool.planning.budget.engine.greedy import (
     FullestOp,
     GreedyOptions,
@@ -55,8 +54,6 @@ from cupool.planning.budget.engine.greedy import (
 )
 from cupool.planning.budget.engine.placement import (
     Decision,
-    PlacedOffsets,
-    boundary_pairs,
     place,
     place_schedule,
 )
@@ -294,64 +291,3 @@ def plan_boundary(trace, budget_bytes, cost, params: BudgetParams, started: floa
 
     return place_schedule(trace, budget_bytes, decide, "boundary", params.placement, started,
                           last_resort=place_pairs_first_fit)
-
-
-def place_pairs_first_fit(trace: Trace, intervals: list, budget_bytes: int) -> PlacedOffsets:
-    """Offsets for the residencies, each persistent buffer's stay across the iteration
-    boundary (:func:`~.engine.placement.boundary_pairs`) placed as one item at the lowest
-    offset free during every op it spans: largest first, else longest (in ops) first, else
-    earliest first (longest of those first).
-    The static solvers place the two halves of such a stay apart and then tie them,
-    which fails when the budget is tight; placing them together does not."""
-    m = len(intervals)
-    if m == 0:
-        return PlacedOffsets(np.zeros(0, dtype=np.int64), 0)
-    pair_of = {}
-    for pair in boundary_pairs(trace, intervals):
-        pair_of[pair.first] = pair_of[pair.last] = (pair.first, pair.last)
-    items = sorted({pair_of.get(k, (k,)) for k in range(m)})
-    sizes = [trace.buffer(intervals[ks[0]].buffer_id).size for ks in items]
-    spans = [sum(intervals[k].end - intervals[k].start for k in ks) for ks in items]
-    firsts = [min(intervals[k].start for k in ks) for ks in items]
-    placed = PlacedOffsets(None, 0)
-    for key in (lambda j: (-sizes[j], j), lambda j: (-spans[j], -sizes[j], j),
-                lambda j: (firsts[j], -spans[j], -sizes[j], j)):
-        order = [items[j] for j in sorted(range(len(items)), key=key)]
-        placed = _first_fit(trace, intervals, order, budget_bytes)
-        if placed.offsets is not None:
-            break
-    return placed
-
-
-def _lowest_gap(lows: np.ndarray, highs: np.ndarray, size: int) -> int:
-    """The lowest offset ``>= 0`` with ``size`` bytes free of the ranges ``[lows, highs)``:
-    walking the ranges by their low end, the first gap between the highest end so far and
-    the next range's low end that holds ``size`` bytes, else the highest end of all."""
-    if not len(lows):
-        return 0
-    order = np.argsort(lows, kind="stable")
-    lows, highs = lows[order], highs[order]
-    reached = np.maximum(np.concatenate(([0], np.maximum.accumulate(highs)[:-1])), 0)
-    fits = np.flatnonzero(lows - reached >= size)
-    return int(reached[fits[0]]) if len(fits) else max(0, int(highs.max()))
-
-
-def _first_fit(trace: Trace, intervals: list, items: list[tuple[int, ...]],
-               budget_bytes: int) -> PlacedOffsets:
-    """:func:`place_pairs_first_fit` for one order of its ``items``."""
-    m = len(intervals)
-    starts = np.array([r.start for r in intervals], dtype=np.int64)
-    ends = np.array([r.end for r in intervals], dtype=np.int64)
-    sizes = np.array([trace.buffer(r.buffer_id).size for r in intervals], dtype=np.int64)
-    offsets = np.full(m, -1, dtype=np.int64)
-    for ks in items:
-        busy = np.zeros(m, dtype=bool)
-        for k in ks:
-            busy |= (starts < ends[k]) & (ends > starts[k])
-        busy &= offsets >= 0
-        size = int(sizes[ks[0]])
-        cursor = _lowest_gap(offsets[busy], (offsets + sizes)[busy], size)
-        if cursor + size > budget_bytes:
-            return PlacedOffsets(None, cursor + size)
-        offsets[list(ks)] = cursor
-    return PlacedOffsets(offsets, int((offsets + sizes).max()))

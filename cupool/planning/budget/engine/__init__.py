@@ -18,6 +18,9 @@ module              what it holds
 :mod:`.residency`   schedule → residencies and actions; each op's working set
 :mod:`.placement`   residencies → offsets within the budget → plan; the loop every
                     policy's ``decide(internal_budget)`` runs in
+:mod:`.firstfit`    the last-resort placement: first fit, a persistent buffer's stay across
+                    the iteration boundary as one item (compiled in ``_firstfit.c`` when
+                    built, with an identical NumPy fallback)
 ==================  ======================================================================
 
 Policies (:mod:`cupool.planning.budget.auto`, ``capuchin``, ``classic``,
