@@ -455,10 +455,18 @@ class Anchors:
                 self.actions[a.before_op].append(a)
             elif isinstance(a, SwapIn):
                 self.actions[a.due_op].append(a)
-        self.spans: dict[int, list[SpanRef]] = defaultdict(list)
-        for b, spans in state.spans.items():
-            for k, span in enumerate(spans):
-                self.spans[span.start].append(SpanRef(b, k))
+        self._state = state
+        self._spans: dict[int, list[SpanRef]] | None = None
+
+    @property
+    def spans(self) -> dict[int, list[SpanRef]]:
+        """The residencies by start op, made on first use (only ops that waited read them)."""
+        if self._spans is None:
+            self._spans = defaultdict(list)
+            for b, spans in self._state.spans.items():
+                for k, span in enumerate(spans):
+                    self._spans[span.start].append(SpanRef(b, k))
+        return self._spans
 
 
 def moves_at(state: TierState, op: int, report, waited: np.ndarray, link_moves: bool,
