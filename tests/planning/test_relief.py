@@ -4,6 +4,8 @@ greedy leaves resident, so a member skipped is one that would have ended over th
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -112,6 +114,8 @@ ELIGIBLE = [greedy_options(BudgetParams(), w) for w in (0.0, 0.2, float("inf"))]
                    lazy_release=True),
     greedy_options(BudgetParams(), 0.05, late_trigger="covering", segments=3, split="count",
                    lazy_release=True),
+    GreedyOptions(order="free-time", swap_weight=0.0, max_chain=BudgetParams().max_chain),
+    GreedyOptions(allow_recompute=False, swap_weight=0.0),
 ]
 
 
@@ -165,3 +169,35 @@ def test_out_of_reach_lets_the_greedy_run_where_it_can_fit(fraction):
     budget = int(trace.lower_bound_bytes() * fraction)
     assert out_of_reach(trace, budget, cost_model("gen5"),
                         greedy_options(BudgetParams(), 0.02)) is None
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow],
+          derandomize=True, database=None)
+@given(trace=persistent_traces(), fraction=st.sampled_from([0.9, 0.7, 0.5, 0.3]),
+       planner=st.sampled_from(["capuchin", "vdnn"]), link=st.sampled_from(["gen5", 2.0]))
+def test_capuchin_and_vdnn_fail_wherever_their_floor_is_over_the_budget(trace, fraction,
+                                                                        planner, link):
+    """``capuchin`` and ``vdnn`` skip planning where the floor of their options is over the
+    budget; planned anyway (the check switched off), they end without a plan there."""
+    from cupool.planning.budget import capuchin, classic
+
+    cost = cost_model(link, latency_us=1.0)
+    budget = max(1, int(fraction * trace.lower_bound_bytes()))
+    module, plan, options = (
+        (capuchin, capuchin.plan_capuchin,
+         GreedyOptions(order="free-time", swap_weight=0.0, max_chain=BudgetParams().max_chain))
+        if planner == "capuchin" else
+        (classic, classic.plan_vdnn, GreedyOptions(allow_recompute=False, swap_weight=0.0)))
+    reason = out_of_reach(trace, budget, cost, options, planner)
+    screened = plan(trace, budget, cost, BudgetParams(), 0.0)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(module, "out_of_reach", lambda *args: None)
+        unscreened = plan(trace, budget, cost, BudgetParams(), 0.0)
+    assert screened.feasible == unscreened.feasible
+    if reason is not None:
+        assert reason.startswith(f"{planner}: op ")
+        assert not unscreened.feasible
+        assert screened.reason == reason
+    else:
+        assert (replace(screened.plan, solve_seconds=0.0)
+                == replace(unscreened.plan, solve_seconds=0.0))

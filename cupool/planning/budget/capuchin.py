@@ -18,7 +18,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from cupool.planning.budget.engine.greedy import GreedyOptions, fullest_op, run_greedy
+from cupool.planning.budget.engine.greedy import (
+    GreedyOptions,
+    fullest_op,
+    out_of_reach,
+    run_greedy,
+)
 from cupool.planning.budget.engine.placement import Decision, place_schedule
 from cupool.planning.budget.feedback import refine_triggers
 from cupool.planning.budget.params import BudgetParams
@@ -27,9 +32,13 @@ from cupool.planning.budget.result import BudgetResult
 
 def plan_capuchin(trace, budget_bytes, cost, params: BudgetParams,
                   started: float) -> BudgetResult:
+    options = GreedyOptions(order="free-time", swap_weight=0.0, max_chain=params.max_chain)
+
     def decide(internal):
-        state = run_greedy(trace, internal, cost, GreedyOptions(
-            order="free-time", swap_weight=0.0, max_chain=params.max_chain))
+        unreachable = out_of_reach(trace, internal, cost, options, "capuchin")
+        if unreachable is not None:  # known without running the greedy
+            return Decision(None, reason=unreachable)
+        state = run_greedy(trace, internal, cost, options)
         fullest = fullest_op(state)
         if fullest.resident_bytes > internal:
             return Decision(None, reason=f"capuchin: op {fullest.op} still needs "

@@ -30,6 +30,7 @@ from cupool.planning.budget.engine.greedy import (
     candidate_gaps,
     free_time_pass,
     fullest_op,
+    out_of_reach,
 )
 from cupool.planning.budget.engine.placement import Decision, place_schedule
 from cupool.planning.budget.engine.schedule import SWAP, Gap, IdleGap, Schedule
@@ -59,6 +60,9 @@ def plan_vdnn(trace, budget_bytes, cost, params: BudgetParams, started: float) -
     swaps_only = GreedyOptions(allow_recompute=False, swap_weight=0.0)
 
     def decide(internal):
+        unreachable = out_of_reach(trace, internal, cost, swaps_only, "vdnn")
+        if unreachable is not None:  # known without planning the swaps
+            return Decision(None, reason=unreachable)
         state = PlanState(trace, internal, cost, max_chain=0)
         for gap in sorted(acts, key=lambda a: a.next_use):
             p, q = gap.prev_use, gap.next_use

@@ -387,20 +387,23 @@ ON_TIME_TRIGGERS = ("earliest", "latest")
 whose copy in lands on time (``"covering"`` may stretch a hole up to the next use)."""
 
 
-def out_of_reach(trace: Trace, budget_bytes: int, cost, options: GreedyOptions) -> str | None:
+def out_of_reach(trace: Trace, budget_bytes: int, cost, options: GreedyOptions,
+                 planner: str = "greedy") -> str | None:
     """Why :func:`run_greedy` with ``options`` cannot end within ``budget_bytes``, known
     without running it, or ``None``: at some op the persistent bytes that no swap can take
     off the device, with what the op uses, exceed the budget
     (:func:`~.relief.on_time_floor`: copies in on time under :data:`ON_TIME_TRIGGERS`, only
     copies out otherwise); without swaps of persistent buffers, all persistent state
-    counts."""
+    counts. The same holds for any planner whose persistent swaps are windows of
+    :class:`~.state.PlanState` under ``options`` (``capuchin``, ``vdnn``); ``planner``
+    names it in the reason."""
     relief = options.allow_swap and options.offload_persistent
     late_in = options.late_trigger not in ON_TIME_TRIGGERS
     over = highest_floor(trace, cost, relief, late_in)
     if over is None or over.floor_bytes <= budget_bytes:
         return None
     how = "copied out by then" if late_in else "landing on time"
-    return (f"greedy: op {over.op} needs at least {over.floor_bytes} bytes resident "
+    return (f"{planner}: op {over.op} needs at least {over.floor_bytes} bytes resident "
             f"(budget {budget_bytes}): what it uses and the persistent bytes no swap "
             f"{how} can take off the device there")
 
