@@ -4,16 +4,23 @@
  * covers time slots [first[j], last[j]) and goes into the smallest gap (ties: lowest offset)
  * left by the already placed buffers whose slots overlap its own, else just above the highest
  * of them; offsets[j] receives its offset. It is the rule of greedy._place_python and gives
- * the same offsets (the gap choice depends only on the set of overlapping byte ranges).
+ * the same offsets.
  *
- * Placed buffers are indexed by a segment tree over slots: cover[v] holds the buffers whose
- * canonical nodes include v, touch[v] those with a canonical node in v's subtree. The
- * buffers overlapping [lo, hi) are touch[c] for the query's canonical nodes c plus cover[a]
- * for the nodes a on the root paths of its two end slots. Buffers spanning every slot
- * (weights, optimizer state) overlap every query, so they are kept apart in one array sorted
- * by offset and merged into each query's sorted candidates instead of being sorted again.
+ * That choice depends only on the *union* of the overlapping buffers' byte ranges: with every
+ * size >= 1, a gap of the scan in best_gap is either a hole of the union or <= 0 bytes (no
+ * buffer fits). So instead of the buffers themselves the index keeps unions, which stay
+ * small when many long-lived buffers are packed side by side: a few ranges where thousands
+ * of buffers overlap a query.
  *
- * All arrays are C-contiguous int64 (NumPy's default integer on 64-bit Linux/macOS).
+ * Placed buffers are indexed by a segment tree over slots: cover[v] is the union of the
+ * buffers whose canonical nodes include v, touch[v] the union of those with a canonical node
+ * in v's subtree. The buffers overlapping [lo, hi) are those in touch[c] for the query's
+ * canonical nodes c and in cover[a] for the nodes a on the root paths of its two end slots
+ * (buffers spanning every slot included); their union is the union of those sets. Each set
+ * is a sorted array, so a query merges O(log T) sorted runs.
+ *
+ * All arrays are C-contiguous int64 (NumPy's default integer on 64-bit Linux/macOS); every
+ * size must be >= 1 (greedy.Decoder sends other problems to the Python decoder).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -22,23 +29,65 @@
 #include <string.h>
 
 typedef struct {
-    int32_t *items;
-    int32_t len, cap;
-} IndexList;
-
-typedef struct {
     int64_t offset, top;
 } Range;
 
-static int list_push(IndexList *list, int32_t value) {
-    if (list->len == list->cap) {
-        int32_t cap = list->cap ? 2 * list->cap : 4;
-        int32_t *items = realloc(list->items, (size_t)cap * sizeof(int32_t));
-        if (!items) return -1;
-        list->items = items;
-        list->cap = cap;
+/* A union of byte ranges: disjoint, sorted by offset, none touching the next (a range
+ * [a, b) and [b, c) are stored as [a, c)). */
+typedef struct {
+    Range *items;
+    int32_t len, cap;
+} RangeSet;
+
+static int set_reserve(RangeSet *set, int32_t len) {
+    if (len <= set->cap) return 0;
+    int32_t cap = set->cap ? 2 * set->cap : 4;
+    while (cap < len) cap *= 2;
+    Range *items = realloc(set->items, (size_t)cap * sizeof(Range));
+    if (!items) return -1;
+    set->items = items;
+    set->cap = cap;
+    return 0;
+}
+
+/* Adds [offset, top) to the union: the ranges it overlaps or touches are merged into one. */
+static int set_add(RangeSet *set, int64_t offset, int64_t top) {
+    Range *items = set->items;
+    int32_t len = set->len;
+    if (len == 0 || items[len - 1].top < offset) {  /* above everything: append */
+        if (set_reserve(set, len + 1)) return -1;
+        set->items[len].offset = offset;
+        set->items[len].top = top;
+        set->len = len + 1;
+        return 0;
     }
-    list->items[list->len++] = value;
+    int32_t lo = 0, hi = len;  /* first = the first range with top >= offset */
+    while (lo < hi) {
+        int32_t mid = lo + (hi - lo) / 2;
+        if (items[mid].top < offset) lo = mid + 1; else hi = mid;
+    }
+    int32_t first = lo;
+    hi = len;  /* end = the first range from `first` on with offset > top */
+    while (lo < hi) {
+        int32_t mid = lo + (hi - lo) / 2;
+        if (items[mid].offset <= top) lo = mid + 1; else hi = mid;
+    }
+    int32_t end = lo;
+    if (first == end) {  /* overlaps and touches nothing: insert before `first` */
+        if (set_reserve(set, len + 1)) return -1;
+        items = set->items;
+        memmove(items + first + 1, items + first, (size_t)(len - first) * sizeof(Range));
+        items[first].offset = offset;
+        items[first].top = top;
+        set->len = len + 1;
+        return 0;
+    }
+    if (items[first].offset < offset) offset = items[first].offset;
+    if (items[end - 1].top > top) top = items[end - 1].top;
+    items[first].offset = offset;
+    items[first].top = top;
+    memmove(items + first + 1, items + end, (size_t)(len - end) * sizeof(Range));
+    set->len = len - (end - first - 1);
     return 0;
 }
 
@@ -77,13 +126,11 @@ static void sort_ranges(Range *a, Py_ssize_t n) {
     }
 }
 
-/* The best-fit offset for `size` bytes among two offset-sorted runs of byte ranges. */
-static int64_t best_gap(const Range *a, Py_ssize_t na, const Range *b, Py_ssize_t nb,
-                        int64_t size) {
+/* The best-fit offset for `size` bytes among offset-sorted byte ranges. */
+static int64_t best_gap(const Range *ranges, Py_ssize_t count, int64_t size) {
     int64_t reached = 0, best = -1, best_at = 0;
-    Py_ssize_t i = 0, k = 0;
-    while (i < na || k < nb) {
-        const Range *r = (k >= nb || (i < na && a[i].offset <= b[k].offset)) ? &a[i++] : &b[k++];
+    for (Py_ssize_t i = 0; i < count; i++) {
+        const Range *r = &ranges[i];
         int64_t gap = r->offset - reached;
         if (gap >= size && (best < 0 || gap < best)) {
             best = gap;
@@ -117,10 +164,8 @@ static PyObject *place(PyObject *self, PyObject *args) {
     PyObject *o_first, *o_last, *o_sizes, *o_order, *o_offsets;
     Py_ssize_t num_slots;
     Arg a_first = {0}, a_last = {0}, a_sizes = {0}, a_order = {0}, a_offsets = {0};
-    IndexList *cover = NULL, *touch = NULL;
-    Range *ranges = NULL, *spanning = NULL;
-    int32_t *stamp = NULL, *seen = NULL;
-    int64_t *tops = NULL;
+    RangeSet *cover = NULL, *touch = NULL, gathered = {0};
+    int32_t *seen = NULL;
     PyObject *result = NULL;
     Py_ssize_t leaves = 1, nodes = 0;
     (void)self;
@@ -141,19 +186,6 @@ static PyObject *place(PyObject *self, PyObject *args) {
     const int64_t *first = a_first.view.buf, *last = a_last.view.buf, *sizes = a_sizes.view.buf;
     const int64_t *order = a_order.view.buf;
     int64_t *offsets = a_offsets.view.buf;
-    while (leaves < num_slots) leaves *= 2;
-    nodes = 2 * leaves;
-    cover = calloc((size_t)nodes, sizeof(IndexList));
-    touch = calloc((size_t)nodes, sizeof(IndexList));
-    seen = calloc((size_t)nodes, sizeof(int32_t));
-    stamp = calloc((size_t)n + 1, sizeof(int32_t));
-    tops = calloc((size_t)n + 1, sizeof(int64_t));
-    ranges = malloc(((size_t)n + 1) * sizeof(Range));
-    spanning = malloc(((size_t)n + 1) * sizeof(Range));
-    if (!cover || !touch || !seen || !stamp || !tops || !ranges || !spanning) {
-        PyErr_NoMemory();
-        goto done;
-    }
     for (Py_ssize_t q = 0; q < count; q++) {
         int64_t j = order[q];
         if (j < 0 || j >= n || first[j] < 0 || last[j] > num_slots || first[j] >= last[j]) {
@@ -161,15 +193,25 @@ static PyObject *place(PyObject *self, PyObject *args) {
                          "[0, %zd)", q, (long long)j, num_slots);
             goto done;
         }
+        if (sizes[j] < 1) {
+            PyErr_Format(PyExc_ValueError, "order[%zd]: buffer %lld has size %lld (must be "
+                         ">= 1)", q, (long long)j, (long long)sizes[j]);
+            goto done;
+        }
+    }
+    while (leaves < num_slots) leaves *= 2;
+    nodes = 2 * leaves;
+    cover = calloc((size_t)nodes, sizeof(RangeSet));
+    touch = calloc((size_t)nodes, sizeof(RangeSet));
+    seen = calloc((size_t)nodes, sizeof(int32_t));
+    if (!cover || !touch || !seen) {
+        PyErr_NoMemory();
+        goto done;
     }
 
-    Py_ssize_t num_spanning = 0;
-    int32_t query = 0;
     for (Py_ssize_t q = 0; q < count; q++) {
         int64_t j = order[q], size = sizes[j];
-        Py_ssize_t lo = first[j] + leaves, hi = last[j] + leaves, k = 0;
-        int spans_all = first[j] == 0 && last[j] == num_slots;
-        query++;
+        Py_ssize_t lo = first[j] + leaves, hi = last[j] + leaves;
         /* the canonical nodes of [lo, hi) */
         Py_ssize_t canon[128], num_canon = 0;
         while (lo < hi) {
@@ -178,43 +220,35 @@ static PyObject *place(PyObject *self, PyObject *args) {
             lo >>= 1;
             hi >>= 1;
         }
-#define TAKE(list)                                                        \
-        for (int32_t t = 0; t < (list).len; t++) {                        \
-            int32_t b = (list).items[t];                                  \
-            if (stamp[b] != query) {                                      \
-                stamp[b] = query;                                         \
-                ranges[k].offset = offsets[b];                            \
-                ranges[k++].top = tops[b];                                \
-            }                                                             \
-        }
-        for (Py_ssize_t c = 0; c < num_canon; c++) TAKE(touch[canon[c]]);
+        /* the sets to merge: touch of the canonical nodes, cover of both end slots' paths */
+        const RangeSet *sets[256];
+        Py_ssize_t num_sets = 0, total = 0;
+        for (Py_ssize_t c = 0; c < num_canon; c++) sets[num_sets++] = &touch[canon[c]];
         Py_ssize_t left = first[j] + leaves, right = last[j] - 1 + leaves;
-        while (left != right) {
-            TAKE(cover[left]);
-            TAKE(cover[right]);
-            left >>= 1;
-            right >>= 1;
+        for (; left != right; left >>= 1, right >>= 1) {
+            sets[num_sets++] = &cover[left];
+            sets[num_sets++] = &cover[right];
         }
-        for (; left; left >>= 1) TAKE(cover[left]);
-#undef TAKE
+        for (; left; left >>= 1) sets[num_sets++] = &cover[left];
+        for (Py_ssize_t s = 0; s < num_sets; s++) total += sets[s]->len;
+        if (total > INT32_MAX || set_reserve(&gathered, (int32_t)total)) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        Range *ranges = gathered.items;
+        Py_ssize_t k = 0;
+        for (Py_ssize_t s = 0; s < num_sets; s++) {
+            memcpy(ranges + k, sets[s]->items, (size_t)sets[s]->len * sizeof(Range));
+            k += sets[s]->len;
+        }
         sort_ranges(ranges, k);
-        int64_t offset = best_gap(ranges, k, spanning, num_spanning, size);
+        int64_t offset = best_gap(ranges, k, size);
         offsets[j] = offset;
-        tops[j] = offset + size;
-        if (spans_all) {
-            Py_ssize_t at = num_spanning;
-            while (at > 0 && spanning[at - 1].offset > offset) at--;
-            memmove(spanning + at + 1, spanning + at, (size_t)(num_spanning - at) * sizeof(Range));
-            spanning[at].offset = offset;
-            spanning[at].top = offset + size;
-            num_spanning++;
-            continue;
-        }
         for (Py_ssize_t c = 0; c < num_canon; c++) {
-            if (list_push(&cover[canon[c]], (int32_t)j)) { PyErr_NoMemory(); goto done; }
-            for (Py_ssize_t v = canon[c]; v && seen[v] != query; v >>= 1) {
-                seen[v] = query;
-                if (list_push(&touch[v], (int32_t)j)) { PyErr_NoMemory(); goto done; }
+            if (set_add(&cover[canon[c]], offset, offset + size)) { PyErr_NoMemory(); goto done; }
+            for (Py_ssize_t v = canon[c]; v && seen[v] != q + 1; v >>= 1) {
+                seen[v] = (int32_t)(q + 1);
+                if (set_add(&touch[v], offset, offset + size)) { PyErr_NoMemory(); goto done; }
             }
         }
     }
@@ -226,10 +260,7 @@ done:
     free(cover);
     free(touch);
     free(seen);
-    free(stamp);
-    free(tops);
-    free(ranges);
-    free(spanning);
+    free(gathered.items);
     Arg *held[] = {&a_first, &a_last, &a_sizes, &a_order, &a_offsets};
     for (size_t i = 0; i < 5; i++)
         if (held[i]->held) PyBuffer_Release(&held[i]->view);

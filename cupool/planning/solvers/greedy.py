@@ -167,16 +167,18 @@ class Slots:
 class Decoder:
     """Best-fit placement of one problem's buffers in any order; reusable across orders.
 
-    Built once per problem (slot compression), then :meth:`place` decodes an order in
-    ``O(sum of k log k)`` for ``k`` time-overlapping placed buffers per placement. ``native``
-    as in :class:`~cupool.planning.solvers.base.SolverParams`.
+    Built once per problem (slot compression), then :meth:`place` decodes an order.
+    ``native`` as in :class:`~cupool.planning.solvers.base.SolverParams`; a problem with a
+    buffer of fewer than 1 byte always takes the Python decoder (the compiled one keeps
+    unions of byte ranges, and an empty range changes the gaps without adding to a union).
     """
 
     def __init__(self, problem: StaticProblem, native: bool | None = None) -> None:
         if native and _native is None:
             raise SolverError("native=True but the C extension cupool.planning.solvers._greedy "
                               "is not built (pip install -e . with a C compiler)")
-        self.native = _native is not None and native is not False
+        self.native = (_native is not None and native is not False
+                       and (problem.n == 0 or int(problem.sizes.min()) >= 1))
         self.n = problem.n
         self.sizes = problem.sizes
         slots = Slots.of(problem)
