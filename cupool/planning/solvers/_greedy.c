@@ -32,19 +32,30 @@ typedef struct {
     int64_t offset, top;
 } Range;
 
+/* Ends every run of ranges below, so that merging needs no bounds checks (no range reaches
+ * it: offset + size fits in an int64). */
+static const Range SENTINEL = {INT64_MAX, INT64_MAX};
+
 /* A union of byte ranges: disjoint, sorted by offset, none touching the next (a range
- * [a, b) and [b, c) are stored as [a, c)). */
+ * [a, b) and [b, c) are stored as [a, c)), followed by SENTINEL. */
 typedef struct {
     Range *items;
     int32_t len, cap;
 } RangeSet;
 
+/* A segment tree node's two unions (see the top of this file). */
+typedef struct {
+    RangeSet cover, touch;
+} Node;
+
+/* Room for `len` ranges and the sentinel. */
 static int set_reserve(RangeSet *set, int32_t len) {
-    if (len <= set->cap) return 0;
+    if (len < set->cap) return 0;
     int32_t cap = set->cap ? 2 * set->cap : 4;
-    while (cap < len) cap *= 2;
+    while (cap <= len) cap *= 2;
     Range *items = realloc(set->items, (size_t)cap * sizeof(Range));
     if (!items) return -1;
+    if (!set->cap) items[0] = SENTINEL;
     set->items = items;
     set->cap = cap;
     return 0;
@@ -52,15 +63,9 @@ static int set_reserve(RangeSet *set, int32_t len) {
 
 /* Adds [offset, top) to the union: the ranges it overlaps or touches are merged into one. */
 static int set_add(RangeSet *set, int64_t offset, int64_t top) {
-    Range *items = set->items;
     int32_t len = set->len;
-    if (len == 0 || items[len - 1].top < offset) {  /* above everything: append */
-        if (set_reserve(set, len + 1)) return -1;
-        set->items[len].offset = offset;
-        set->items[len].top = top;
-        set->len = len + 1;
-        return 0;
-    }
+    if (set_reserve(set, len + 1)) return -1;
+    Range *items = set->items;
     int32_t lo = 0, hi = len;  /* first = the first range with top >= offset */
     while (lo < hi) {
         int32_t mid = lo + (hi - lo) / 2;
@@ -73,57 +78,97 @@ static int set_add(RangeSet *set, int64_t offset, int64_t top) {
         if (items[mid].offset <= top) lo = mid + 1; else hi = mid;
     }
     int32_t end = lo;
-    if (first == end) {  /* overlaps and touches nothing: insert before `first` */
-        if (set_reserve(set, len + 1)) return -1;
-        items = set->items;
-        memmove(items + first + 1, items + first, (size_t)(len - first) * sizeof(Range));
-        items[first].offset = offset;
-        items[first].top = top;
-        set->len = len + 1;
-        return 0;
+    if (first < end) {  /* merge with ranges first..end-1 */
+        if (items[first].offset < offset) offset = items[first].offset;
+        if (items[end - 1].top > top) top = items[end - 1].top;
     }
-    if (items[first].offset < offset) offset = items[first].offset;
-    if (items[end - 1].top > top) top = items[end - 1].top;
+    /* ranges end.. (and the sentinel) move to first + 1 */
+    memmove(items + first + 1, items + end, (size_t)(len - end + 1) * sizeof(Range));
     items[first].offset = offset;
     items[first].top = top;
-    memmove(items + first + 1, items + end, (size_t)(len - end) * sizeof(Range));
-    set->len = len - (end - first - 1);
+    set->len = len - (end - first) + 1;
     return 0;
 }
 
-/* Sort by offset: quicksort with median-of-three pivots, insertion sort for short runs. */
-static void sort_ranges(Range *a, Py_ssize_t n) {
-    while (n > 16) {
-        Py_ssize_t mid = n / 2, i = 0, j = n - 1;
-        Range t;
-        if (a[mid].offset < a[0].offset) { t = a[mid]; a[mid] = a[0]; a[0] = t; }
-        if (a[n - 1].offset < a[0].offset) { t = a[n - 1]; a[n - 1] = a[0]; a[0] = t; }
-        if (a[n - 1].offset < a[mid].offset) { t = a[n - 1]; a[n - 1] = a[mid]; a[mid] = t; }
-        int64_t pivot = a[mid].offset;
-        for (;;) {
-            while (a[i].offset < pivot) i++;
-            while (a[j].offset > pivot) j--;
-            if (i >= j) break;
-            t = a[i]; a[i] = a[j]; a[j] = t;
-            i++;
-            j--;
-        }
-        /* recurse on the smaller part, loop on the larger */
-        if (j + 1 < n - j - 1) {
-            sort_ranges(a, j + 1);
-            a += j + 1;
-            n -= j + 1;
-        } else {
-            sort_ranges(a + j + 1, n - j - 1);
-            n = j + 1;
-        }
+/* Writes the union of two offset-sorted, sentinel-ended runs (nx + ny >= 1 ranges) to `out`
+ * (sorted, disjoint, none touching the next), followed by the sentinel; returns its length.
+ * Branch-free in the loop: which run goes next and whether a range starts a new one of the
+ * union are unpredictable. */
+static Py_ssize_t merge_union(const Range *x, const Range *y, Py_ssize_t count, Range *out) {
+    int take_x = x->offset <= y->offset;
+    Range current = take_x ? *x : *y;
+    x += take_x;
+    y += !take_x;
+    Py_ssize_t len = 0;
+    for (Py_ssize_t i = 1; i < count; i++) {
+        take_x = x->offset <= y->offset;
+        Range next = take_x ? *x : *y;
+        x += take_x;
+        y += !take_x;
+        int fresh = next.offset > current.top;
+        out[len] = current;
+        len += fresh;
+        current.offset = fresh ? next.offset : current.offset;
+        current.top = fresh || next.top > current.top ? next.top : current.top;
     }
-    for (Py_ssize_t i = 1; i < n; i++) {
-        Range x = a[i];
-        Py_ssize_t j = i;
-        while (j > 0 && a[j - 1].offset > x.offset) { a[j] = a[j - 1]; j--; }
-        a[j] = x;
+    out[len++] = current;
+    out[len] = SENTINEL;
+    return len;
+}
+
+/* Growable scratch space for one query's merge. */
+typedef struct {
+    Range *items[2];
+    Py_ssize_t cap;
+} Scratch;
+
+static int scratch_reserve(Scratch *scratch, Py_ssize_t len) {
+    if (len <= scratch->cap) return 0;
+    Py_ssize_t cap = scratch->cap ? 2 * scratch->cap : 256;
+    while (cap < len) cap *= 2;
+    for (int h = 0; h < 2; h++) {
+        Range *items = realloc(scratch->items[h], (size_t)cap * sizeof(Range));
+        if (!items) return -1;
+        scratch->items[h] = items;
     }
+    scratch->cap = cap;
+    return 0;
+}
+
+/* The union of `count` (2 to 256) non-empty sets, merged pairwise round by round: its ranges
+ * are left in *out, their number is returned (-1: out of memory). */
+static Py_ssize_t union_of_sets(const RangeSet **sets, Py_ssize_t count, Scratch *scratch,
+                                const Range **out) {
+    Py_ssize_t total = 0, start[128], len[128];
+    for (Py_ssize_t s = 0; s < count; s++) total += sets[s]->len;
+    /* each run is followed by its sentinel */
+    if (scratch_reserve(scratch, total + count)) return -1;
+    Range *from = scratch->items[0], *to = scratch->items[1];
+    Py_ssize_t runs = 0, used = 0;
+    for (Py_ssize_t s = 0; s < count; s += 2) {  /* the first round reads the sets */
+        const RangeSet *y = s + 1 < count ? sets[s + 1] : NULL;
+        start[runs] = used;
+        len[runs] = merge_union(sets[s]->items, y ? y->items : &SENTINEL,
+                                sets[s]->len + (y ? y->len : 0), from + used);
+        used += len[runs++] + 1;
+    }
+    while (runs > 1) {
+        Py_ssize_t merged = 0;
+        used = 0;
+        for (Py_ssize_t r = 0; r < runs; r += 2) {
+            const Range *y = r + 1 < runs ? from + start[r + 1] : &SENTINEL;
+            Py_ssize_t count_y = r + 1 < runs ? len[r + 1] : 0;
+            start[merged] = used;
+            len[merged] = merge_union(from + start[r], y, len[r] + count_y, to + used);
+            used += len[merged++] + 1;
+        }
+        runs = merged;
+        Range *swap = from;
+        from = to;
+        to = swap;
+    }
+    *out = from;
+    return len[0];
 }
 
 /* The best-fit offset for `size` bytes among offset-sorted byte ranges. */
@@ -160,12 +205,43 @@ static int get_int64(PyObject *obj, Arg *arg, int writable, const char *name) {
     return 0;
 }
 
+/* The canonical nodes of slots [lo, hi) in a tree with `leaves` leaves: the fewest nodes
+ * whose slots make up exactly [lo, hi), at most 2 per level. Returns how many. */
+static Py_ssize_t canonical_nodes(Py_ssize_t lo, Py_ssize_t hi, Py_ssize_t leaves,
+                                  Py_ssize_t *canon) {
+    Py_ssize_t count = 0;
+    for (lo += leaves, hi += leaves; lo < hi; lo >>= 1, hi >>= 1) {
+        if (lo & 1) canon[count++] = lo++;
+        if (hi & 1) canon[count++] = --hi;
+    }
+    return count;
+}
+
+/* Marks in `asked` the nodes whose touch set some query reads (ASKED: a canonical node of a
+ * buffer in `order`) and those with such a node at or above them (ASKED_ABOVE): a touch set
+ * no query reads is not kept, and an insertion walking up stops where none is left. */
+enum { ASKED = 1, ASKED_ABOVE = 2 };
+
+static void mark_asked(const int64_t *first, const int64_t *last, const int64_t *order,
+                       Py_ssize_t count, Py_ssize_t leaves, uint8_t *asked) {
+    Py_ssize_t canon[128];
+    for (Py_ssize_t q = 0; q < count; q++) {
+        int64_t j = order[q];
+        Py_ssize_t num_canon = canonical_nodes(first[j], last[j], leaves, canon);
+        for (Py_ssize_t c = 0; c < num_canon; c++) asked[canon[c]] = ASKED;
+    }
+    for (Py_ssize_t v = 1; v < 2 * leaves; v++)
+        if (asked[v] || asked[v >> 1] & ASKED_ABOVE) asked[v] |= ASKED_ABOVE;
+}
+
 static PyObject *place(PyObject *self, PyObject *args) {
     PyObject *o_first, *o_last, *o_sizes, *o_order, *o_offsets;
     Py_ssize_t num_slots;
     Arg a_first = {0}, a_last = {0}, a_sizes = {0}, a_order = {0}, a_offsets = {0};
-    RangeSet *cover = NULL, *touch = NULL, gathered = {0};
+    Node *tree = NULL;
+    Scratch scratch = {{NULL, NULL}, 0};
     int32_t *seen = NULL;
+    uint8_t *asked = NULL;
     PyObject *result = NULL;
     Py_ssize_t leaves = 1, nodes = 0;
     (void)self;
@@ -201,66 +277,66 @@ static PyObject *place(PyObject *self, PyObject *args) {
     }
     while (leaves < num_slots) leaves *= 2;
     nodes = 2 * leaves;
-    cover = calloc((size_t)nodes, sizeof(RangeSet));
-    touch = calloc((size_t)nodes, sizeof(RangeSet));
+    tree = calloc((size_t)nodes, sizeof(Node));
     seen = calloc((size_t)nodes, sizeof(int32_t));
-    if (!cover || !touch || !seen) {
+    asked = calloc((size_t)nodes, 1);
+    if (!tree || !seen || !asked) {
         PyErr_NoMemory();
         goto done;
     }
+    mark_asked(first, last, order, count, leaves, asked);
 
     for (Py_ssize_t q = 0; q < count; q++) {
         int64_t j = order[q], size = sizes[j];
-        Py_ssize_t lo = first[j] + leaves, hi = last[j] + leaves;
-        /* the canonical nodes of [lo, hi) */
-        Py_ssize_t canon[128], num_canon = 0;
-        while (lo < hi) {
-            if (lo & 1) canon[num_canon++] = lo++;
-            if (hi & 1) canon[num_canon++] = --hi;
-            lo >>= 1;
-            hi >>= 1;
-        }
+        Py_ssize_t canon[128], num_canon = canonical_nodes(first[j], last[j], leaves, canon);
         /* the sets to merge: touch of the canonical nodes, cover of both end slots' paths */
         const RangeSet *sets[256];
-        Py_ssize_t num_sets = 0, total = 0;
-        for (Py_ssize_t c = 0; c < num_canon; c++) sets[num_sets++] = &touch[canon[c]];
+        Py_ssize_t num_sets = 0;
+#define GATHER(set) if ((set).len) sets[num_sets++] = &(set)
+        for (Py_ssize_t c = 0; c < num_canon; c++) GATHER(tree[canon[c]].touch);
         Py_ssize_t left = first[j] + leaves, right = last[j] - 1 + leaves;
         for (; left != right; left >>= 1, right >>= 1) {
-            sets[num_sets++] = &cover[left];
-            sets[num_sets++] = &cover[right];
+            GATHER(tree[left].cover);
+            GATHER(tree[right].cover);
         }
-        for (; left; left >>= 1) sets[num_sets++] = &cover[left];
-        for (Py_ssize_t s = 0; s < num_sets; s++) total += sets[s]->len;
-        if (total > INT32_MAX || set_reserve(&gathered, (int32_t)total)) {
+        for (; left; left >>= 1) GATHER(tree[left].cover);
+#undef GATHER
+        const Range *ranges = NULL;
+        Py_ssize_t k = 0;
+        if (num_sets == 1) {
+            ranges = sets[0]->items;
+            k = sets[0]->len;
+        } else if (num_sets > 1 && (k = union_of_sets(sets, num_sets, &scratch, &ranges)) < 0) {
             PyErr_NoMemory();
             goto done;
         }
-        Range *ranges = gathered.items;
-        Py_ssize_t k = 0;
-        for (Py_ssize_t s = 0; s < num_sets; s++) {
-            memcpy(ranges + k, sets[s]->items, (size_t)sets[s]->len * sizeof(Range));
-            k += sets[s]->len;
-        }
-        sort_ranges(ranges, k);
         int64_t offset = best_gap(ranges, k, size);
         offsets[j] = offset;
         for (Py_ssize_t c = 0; c < num_canon; c++) {
-            if (set_add(&cover[canon[c]], offset, offset + size)) { PyErr_NoMemory(); goto done; }
-            for (Py_ssize_t v = canon[c]; v && seen[v] != q + 1; v >>= 1) {
+            if (set_add(&tree[canon[c]].cover, offset, offset + size)) goto no_memory;
+            for (Py_ssize_t v = canon[c]; asked[v] & ASKED_ABOVE && seen[v] != q + 1; v >>= 1) {
                 seen[v] = (int32_t)(q + 1);
-                if (set_add(&touch[v], offset, offset + size)) { PyErr_NoMemory(); goto done; }
+                if (asked[v] & ASKED && set_add(&tree[v].touch, offset, offset + size))
+                    goto no_memory;
             }
         }
     }
     result = Py_NewRef(Py_None);
+    goto done;
+no_memory:
+    PyErr_NoMemory();
 
 done:
-    if (cover) for (Py_ssize_t v = 0; v < nodes; v++) free(cover[v].items);
-    if (touch) for (Py_ssize_t v = 0; v < nodes; v++) free(touch[v].items);
-    free(cover);
-    free(touch);
+    if (tree)
+        for (Py_ssize_t v = 0; v < nodes; v++) {
+            free(tree[v].cover.items);
+            free(tree[v].touch.items);
+        }
+    free(tree);
     free(seen);
-    free(gathered.items);
+    free(asked);
+    free(scratch.items[0]);
+    free(scratch.items[1]);
     Arg *held[] = {&a_first, &a_last, &a_sizes, &a_order, &a_offsets};
     for (size_t i = 0; i < 5; i++)
         if (held[i]->held) PyBuffer_Release(&held[i]->view);
