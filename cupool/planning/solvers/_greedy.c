@@ -90,26 +90,28 @@ static int set_add(RangeSet *set, int64_t offset, int64_t top) {
     return 0;
 }
 
-/* Writes the union of two offset-sorted, sentinel-ended runs (nx + ny >= 1 ranges) to `out`
- * (sorted, disjoint, none touching the next), followed by the sentinel; returns its length.
- * Branch-free in the loop: which run goes next and whether a range starts a new one of the
- * union are unpredictable. */
+/* `a` where mask is all ones, `b` where it is zero: a select the compiler cannot turn into
+ * a branch. */
+static inline int64_t pick(int64_t mask, int64_t a, int64_t b) { return (a & mask) | (b & ~mask); }
+
+/* Writes the union of two offset-sorted, sentinel-ended runs (count >= 1 ranges in all) to
+ * `out` (sorted, disjoint, none touching the next), followed by the sentinel; returns its
+ * length. Free of branches in the loop: which run goes next and whether a range starts a new
+ * one of the union are unpredictable. */
 static Py_ssize_t merge_union(const Range *x, const Range *y, Py_ssize_t count, Range *out) {
-    int take_x = x->offset <= y->offset;
-    Range current = take_x ? *x : *y;
-    x += take_x;
-    y += !take_x;
+    Range current = x->offset <= y->offset ? *x++ : *y++;
     Py_ssize_t len = 0;
     for (Py_ssize_t i = 1; i < count; i++) {
-        take_x = x->offset <= y->offset;
-        Range next = take_x ? *x : *y;
+        int64_t take_x = x->offset <= y->offset;
+        const Range *next = (const Range *)pick(-take_x, (int64_t)x, (int64_t)y);
         x += take_x;
-        y += !take_x;
-        int fresh = next.offset > current.top;
+        y += 1 - take_x;
+        int64_t offset = next->offset, top = next->top;
+        int64_t fresh = offset > current.top;
         out[len] = current;
         len += fresh;
-        current.offset = fresh ? next.offset : current.offset;
-        current.top = fresh || next.top > current.top ? next.top : current.top;
+        current.offset = pick(-fresh, offset, current.offset);
+        current.top = pick(-(fresh | (top > current.top)), top, current.top);
     }
     out[len++] = current;
     out[len] = SENTINEL;
@@ -217,6 +219,22 @@ static Py_ssize_t canonical_nodes(Py_ssize_t lo, Py_ssize_t hi, Py_ssize_t leave
     return count;
 }
 
+/* Requests from memory the nodes a query for slots [lo, hi) reads: its canonical nodes and
+ * the root paths of its two end slots. */
+static void prefetch_nodes(const Node *tree, Py_ssize_t lo, Py_ssize_t hi, Py_ssize_t leaves) {
+    for (Py_ssize_t left = lo + leaves, right = hi - 1 + leaves; left; left >>= 1, right >>= 1) {
+        __builtin_prefetch(&tree[left]);
+        __builtin_prefetch(&tree[right]);
+    }
+    for (lo += leaves, hi += leaves; lo < hi; lo >>= 1, hi >>= 1) {
+        if (lo & 1) __builtin_prefetch(&tree[lo++]);
+        if (hi & 1) __builtin_prefetch(&tree[--hi]);
+    }
+}
+
+/* How many buffers ahead of the one being placed its lifetime and size are requested. */
+#define PREFETCH_AHEAD 8
+
 /* Marks in `asked` the nodes whose touch set some query reads (ASKED: a canonical node of a
  * buffer in `order`) and those with such a node at or above them (ASKED_ABOVE): a touch set
  * no query reads is not kept, and an insertion walking up stops where none is left. */
@@ -288,6 +306,14 @@ static PyObject *place(PyObject *self, PyObject *args) {
 
     for (Py_ssize_t q = 0; q < count; q++) {
         int64_t j = order[q], size = sizes[j];
+        /* memory the next queries read is requested now, while this one is being placed */
+        if (q + PREFETCH_AHEAD < count) {
+            int64_t ahead = order[q + PREFETCH_AHEAD];
+            __builtin_prefetch(&first[ahead]);
+            __builtin_prefetch(&last[ahead]);
+            __builtin_prefetch(&sizes[ahead]);
+        }
+        if (q + 1 < count) prefetch_nodes(tree, first[order[q + 1]], last[order[q + 1]], leaves);
         Py_ssize_t canon[128], num_canon = canonical_nodes(first[j], last[j], leaves, canon);
         /* the sets to merge: touch of the canonical nodes, cover of both end slots' paths */
         const RangeSet *sets[256];
@@ -301,6 +327,7 @@ static PyObject *place(PyObject *self, PyObject *args) {
         }
         for (; left; left >>= 1) GATHER(tree[left].cover);
 #undef GATHER
+        for (Py_ssize_t s = 0; s < num_sets; s++) __builtin_prefetch(sets[s]->items);
         const Range *ranges = NULL;
         Py_ssize_t k = 0;
         if (num_sets == 1) {
