@@ -48,23 +48,77 @@ typedef struct {
     RangeSet cover, touch;
 } Node;
 
+/* Storage of the sets' ranges: chunks of 4 << c ranges (class c) cut from large blocks; a
+ * chunk a set outgrows is reused for the next request of its class. Sets that are filled
+ * one after another lie side by side, and the end frees a few blocks, not every set. */
+#define POOL_BLOCK ((Py_ssize_t)1 << 16)
+
+typedef struct {
+    Range **blocks;
+    Py_ssize_t num_blocks, max_blocks, left;
+    Range *next, *unused[32];
+} Pool;
+
+static Range *pool_take(Pool *pool, int cls) {
+    Py_ssize_t size = (Py_ssize_t)4 << cls;
+    Range *chunk = pool->unused[cls];
+    if (chunk) {
+        memcpy(&pool->unused[cls], chunk, sizeof(Range *));
+        return chunk;
+    }
+    if (size > pool->left) {
+        if (pool->num_blocks == pool->max_blocks) {
+            Py_ssize_t max_blocks = pool->max_blocks ? 2 * pool->max_blocks : 16;
+            Range **blocks = realloc(pool->blocks, (size_t)max_blocks * sizeof(Range *));
+            if (!blocks) return NULL;
+            pool->blocks = blocks;
+            pool->max_blocks = max_blocks;
+        }
+        Py_ssize_t block = size > POOL_BLOCK ? size : POOL_BLOCK;
+        Range *items = malloc((size_t)block * sizeof(Range));
+        if (!items) return NULL;
+        pool->blocks[pool->num_blocks++] = items;
+        pool->next = items;
+        pool->left = block;
+    }
+    chunk = pool->next;
+    pool->next += size;
+    pool->left -= size;
+    return chunk;
+}
+
+static void pool_give(Pool *pool, Range *chunk, int cls) {
+    memcpy(chunk, &pool->unused[cls], sizeof(Range *));
+    pool->unused[cls] = chunk;
+}
+
+static void pool_free(Pool *pool) {
+    for (Py_ssize_t b = 0; b < pool->num_blocks; b++) free(pool->blocks[b]);
+    free(pool->blocks);
+}
+
 /* Room for `len` ranges and the sentinel. */
-static int set_reserve(RangeSet *set, int32_t len) {
+static int set_reserve(Pool *pool, RangeSet *set, int32_t len) {
     if (len < set->cap) return 0;
-    int32_t cap = set->cap ? 2 * set->cap : 4;
-    while (cap <= len) cap *= 2;
-    Range *items = realloc(set->items, (size_t)cap * sizeof(Range));
+    int cls = set->cap ? __builtin_ctz((unsigned)set->cap) - 1 : 0;
+    while ((4 << cls) <= len) cls++;
+    Range *items = pool_take(pool, cls);
     if (!items) return -1;
-    if (!set->cap) items[0] = SENTINEL;
+    if (set->cap) {
+        memcpy(items, set->items, (size_t)(set->len + 1) * sizeof(Range));
+        pool_give(pool, set->items, __builtin_ctz((unsigned)set->cap) - 2);
+    } else {
+        items[0] = SENTINEL;
+    }
     set->items = items;
-    set->cap = cap;
+    set->cap = 4 << cls;
     return 0;
 }
 
 /* Adds [offset, top) to the union: the ranges it overlaps or touches are merged into one. */
-static int set_add(RangeSet *set, int64_t offset, int64_t top) {
+static int set_add(Pool *pool, RangeSet *set, int64_t offset, int64_t top) {
     int32_t len = set->len;
-    if (set_reserve(set, len + 1)) return -1;
+    if (set_reserve(pool, set, len + 1)) return -1;
     Range *items = set->items;
     int32_t lo = 0, hi = len;  /* first = the first range with top >= offset */
     while (lo < hi) {
@@ -258,6 +312,7 @@ static PyObject *place(PyObject *self, PyObject *args) {
     Arg a_first = {0}, a_last = {0}, a_sizes = {0}, a_order = {0}, a_offsets = {0};
     Node *tree = NULL;
     Scratch scratch = {{NULL, NULL}, 0};
+    Pool pool = {0};
     int32_t *seen = NULL;
     uint8_t *asked = NULL;
     PyObject *result = NULL;
@@ -340,10 +395,10 @@ static PyObject *place(PyObject *self, PyObject *args) {
         int64_t offset = best_gap(ranges, k, size);
         offsets[j] = offset;
         for (Py_ssize_t c = 0; c < num_canon; c++) {
-            if (set_add(&tree[canon[c]].cover, offset, offset + size)) goto no_memory;
+            if (set_add(&pool, &tree[canon[c]].cover, offset, offset + size)) goto no_memory;
             for (Py_ssize_t v = canon[c]; asked[v] & ASKED_ABOVE && seen[v] != q + 1; v >>= 1) {
                 seen[v] = (int32_t)(q + 1);
-                if (asked[v] & ASKED && set_add(&tree[v].touch, offset, offset + size))
+                if (asked[v] & ASKED && set_add(&pool, &tree[v].touch, offset, offset + size))
                     goto no_memory;
             }
         }
@@ -354,11 +409,7 @@ no_memory:
     PyErr_NoMemory();
 
 done:
-    if (tree)
-        for (Py_ssize_t v = 0; v < nodes; v++) {
-            free(tree[v].cover.items);
-            free(tree[v].touch.items);
-        }
+    pool_free(&pool);
     free(tree);
     free(seen);
     free(asked);
