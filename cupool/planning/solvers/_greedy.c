@@ -53,6 +53,8 @@ typedef struct {
  * one after another lie side by side, and the end frees a few blocks, not every set. */
 #define POOL_BLOCK ((Py_ssize_t)1 << 16)
 
+#define MAX_BUFFERS ((Py_ssize_t)1 << 30)
+
 typedef struct {
     Range **blocks;
     Py_ssize_t num_blocks, max_blocks, left;
@@ -157,7 +159,7 @@ static Py_ssize_t merge_union(const Range *x, const Range *y, Py_ssize_t count, 
     Py_ssize_t len = 0;
     for (Py_ssize_t i = 1; i < count; i++) {
         int64_t take_x = x->offset <= y->offset;
-        const Range *next = (const Range *)pick(-take_x, (int64_t)x, (int64_t)y);
+        const Range *next = (const Range *)(intptr_t)pick(-take_x, (intptr_t)x, (intptr_t)y);
         x += take_x;
         y += 1 - take_x;
         int64_t offset = next->offset, top = next->top;
@@ -327,9 +329,12 @@ static PyObject *place(PyObject *self, PyObject *args) {
         get_int64(o_offsets, &a_offsets, 1, "offsets"))
         goto done;
     Py_ssize_t n = a_sizes.view.len / 8, count = a_order.view.len / 8;
-    if (a_first.view.len / 8 != n || a_last.view.len / 8 != n || a_offsets.view.len / 8 != n ||
-        n > INT32_MAX) {
+    if (a_first.view.len / 8 != n || a_last.view.len / 8 != n || a_offsets.view.len / 8 != n) {
         PyErr_SetString(PyExc_ValueError, "first, last, sizes and offsets must have one length");
+        goto done;
+    }
+    if (n >= MAX_BUFFERS) {  /* a set's capacity, a power of two above its length, is an int32 */
+        PyErr_Format(PyExc_ValueError, "%zd buffers (must be < 2^30)", n);
         goto done;
     }
     const int64_t *first = a_first.view.buf, *last = a_last.view.buf, *sizes = a_sizes.view.buf;
@@ -353,10 +358,7 @@ static PyObject *place(PyObject *self, PyObject *args) {
     tree = calloc((size_t)nodes, sizeof(Node));
     seen = calloc((size_t)nodes, sizeof(int32_t));
     asked = calloc((size_t)nodes, 1);
-    if (!tree || !seen || !asked) {
-        PyErr_NoMemory();
-        goto done;
-    }
+    if (!tree || !seen || !asked) goto no_memory;
     mark_asked(first, last, order, count, leaves, asked);
 
     for (Py_ssize_t q = 0; q < count; q++) {
@@ -389,8 +391,7 @@ static PyObject *place(PyObject *self, PyObject *args) {
             ranges = sets[0]->items;
             k = sets[0]->len;
         } else if (num_sets > 1 && (k = union_of_sets(sets, num_sets, &scratch, &ranges)) < 0) {
-            PyErr_NoMemory();
-            goto done;
+            goto no_memory;
         }
         int64_t offset = best_gap(ranges, k, size);
         offsets[j] = offset;
