@@ -299,3 +299,8 @@ def test_a_problem_with_an_empty_buffer_takes_the_python_decoder():
     decoder = greedy.Decoder(p, native=None)
     assert decoder.native is False
     assert decoder.place([0, 1, 2]).tolist() == place_in_order(p, [0, 1, 2], native=False).tolist()
+    if NATIVE_AVAILABLE:
+        with pytest.raises(ValueError, match=r"buffer 1 has size 0 \(must be >= 1\)"):
+            greedy._native.place(decoder.first, decoder.last, decoder.sizes,
+                                 np.arange(3, dtype=np.int64), decoder.num_slots,
+                                 np.zeros(3, dtype=np.int64))
