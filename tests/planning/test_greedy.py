@@ -257,3 +257,50 @@ def test_the_vectorised_gap_search_agrees_with_the_plain_one(p, seed):
         assert np.array_equal(place_in_order(p, order, native=False), expected)
     finally:
         greedy._NUMPY_GAP_SEARCH_FROM = original
+
+
+@st.composite
+def crowded_problems(draw):
+    """Problems that stress the compiled decoder's unions of byte ranges: many long and
+    slot-spanning lifetimes (the few ranges a query sees stand for many buffers), few distinct
+    sizes (ranges that touch and merge, gaps that fit exactly, equal gaps tied on offset)."""
+    num_ops = draw(st.integers(1, 40))
+    sizes = draw(st.lists(st.integers(1, 64), min_size=1, max_size=4))
+    buffers = []
+    for _ in range(draw(st.integers(0, 90))):
+        shape = draw(st.sampled_from(["spanning", "long", "long", "short"]))
+        if shape == "spanning":
+            start, end = 0, num_ops
+        elif shape == "long":
+            start = draw(st.integers(0, num_ops // 4))
+            end = draw(st.integers(max(start + 1, num_ops - num_ops // 4), num_ops))
+        else:
+            start = draw(st.integers(0, num_ops - 1))
+            end = draw(st.integers(start + 1, min(start + 3, num_ops)))
+        buffers.append((start, end, draw(st.sampled_from(sizes))))
+    return problem(*buffers, num_ops=num_ops)
+
+
+@pytest.mark.skipif(not NATIVE_AVAILABLE, reason="the C extension _greedy is not built")
+@settings(max_examples=300, deadline=None)
+@given(crowded_problems(), st.integers(0, 2**32 - 1))
+def test_c_decoder_matches_python_on_crowded_long_lived_problems(p, seed):
+    orders = [size_order(p), size_order(p, "index"), breadth_order(p),
+              np.random.default_rng(seed).permutation(p.n)]
+    for order in orders:
+        expected = place_in_order(p, order, native=False)
+        assert np.array_equal(place_in_order(p, order, native=True), expected)
+    assert validate_offsets(p.with_capacity(None), expected).valid
+
+
+def test_a_problem_with_an_empty_buffer_takes_the_python_decoder():
+    # the compiled decoder keeps unions of byte ranges, and [o, o) is no range of a union
+    p = problem((0, 2, 4), (0, 1, 0), (1, 2, 2))
+    decoder = greedy.Decoder(p, native=None)
+    assert decoder.native is False
+    assert decoder.place([0, 1, 2]).tolist() == place_in_order(p, [0, 1, 2], native=False).tolist()
+    if NATIVE_AVAILABLE:
+        with pytest.raises(ValueError, match=r"buffer 1 has size 0 \(must be >= 1\)"):
+            greedy._native.place(decoder.first, decoder.last, decoder.sizes,
+                                 np.arange(3, dtype=np.int64), decoder.num_slots,
+                                 np.zeros(3, dtype=np.int64))

@@ -24,11 +24,19 @@ highest of them. Example, placing ``a, b, c, d, e`` in that order::
   computed for all buffers at once.
 
 Scale: placed buffers are indexed by time in a segment tree over the distinct lifetime
-endpoints, so a placement costs ``O(k log k + log T)`` for ``k`` time-overlapping placed
-buffers — never a scan over everything placed (one decode of 100,000 short-lived buffers:
-about 0.5 s compiled, 5 s in Python, on one core). When the optional C extension
-``cupool.planning.solvers._greedy`` is built the decoder runs there (``params.native``),
-with the same rule and identical offsets.
+endpoints, so a placement looks only at the placed buffers that overlap it — never a scan
+over everything placed. The gap chosen depends only on the *union* of their byte ranges
+(every gap between two ranges that touch or overlap is too small for a buffer of at least one
+byte), so when the optional C extension ``cupool.planning.solvers._greedy`` is built
+(``params.native``) its tree keeps, per node, the union of the ranges below it: a sorted
+array of disjoint ranges. A placement merges ``O(log T)`` such arrays instead of gathering
+and sorting the ``k`` overlapping buffers. Where long-lived buffers are packed side by side
+the unions stay small: an LSTM step's 15,000 residencies, thousands overlapping each one,
+leave about 7 ranges per placement, and one decode in size or breadth order takes about
+15 ms instead of 0.6 s with a gather-and-sort decoder (one core). In a random order (the
+genetic solver's) the placed ranges scatter, the unions grow to hundreds of ranges, and the
+gain shrinks to about 5x. 100,000 short-lived buffers take about 0.13 s compiled, 2 s in
+Python. The Python decoder gathers and sorts; both give identical offsets.
 """
 
 from __future__ import annotations
@@ -167,16 +175,18 @@ class Slots:
 class Decoder:
     """Best-fit placement of one problem's buffers in any order; reusable across orders.
 
-    Built once per problem (slot compression), then :meth:`place` decodes an order in
-    ``O(sum of k log k)`` for ``k`` time-overlapping placed buffers per placement. ``native``
-    as in :class:`~cupool.planning.solvers.base.SolverParams`.
+    Built once per problem (slot compression), then :meth:`place` decodes an order.
+    ``native`` as in :class:`~cupool.planning.solvers.base.SolverParams`; a problem with a
+    buffer of fewer than 1 byte always takes the Python decoder (the compiled one keeps
+    unions of byte ranges, and an empty range changes the gaps without adding to a union).
     """
 
     def __init__(self, problem: StaticProblem, native: bool | None = None) -> None:
         if native and _native is None:
             raise SolverError("native=True but the C extension cupool.planning.solvers._greedy "
                               "is not built (pip install -e . with a C compiler)")
-        self.native = _native is not None and native is not False
+        self.native = (_native is not None and native is not False
+                       and (problem.n == 0 or int(problem.sizes.min()) >= 1))
         self.n = problem.n
         self.sizes = problem.sizes
         slots = Slots.of(problem)
@@ -207,7 +217,8 @@ def _place_python(first, last, sizes, order, num_slots, offsets) -> None:
     """The pure-Python decoder: fills ``offsets[order]`` (see :meth:`Decoder.place`).
 
     Buffers spanning every slot overlap every placement: they are kept out of the time index,
-    in one offset-sorted list merged into each search (as the C decoder does).
+    in one offset-sorted list merged into each search. This is the reference the compiled
+    decoder is tested against.
     """
     index = _TimeIndex(num_slots)
     spanning: list[tuple[int, int]] = []
