@@ -103,3 +103,39 @@ def test_front_door_refuses_an_invalid_solver_result(monkeypatch):
     problem = random_problem([(0, 2, 4), (1, 2, 4)])
     with pytest.raises(SolverError, match="invalid plan: buffers 0 and 1"):
         solve(problem, "broken")
+
+
+def test_a_caller_may_leave_the_validator_to_itself_but_not_the_claims(monkeypatch):
+    import cupool.planning as planning
+    from cupool.planning.solvers.base import SolveResult
+
+    def overlapping(problem, params):  # both buffers at 0: a clash, arena 4
+        return SolveResult(SolveStatus.FEASIBLE, np.zeros(problem.n, dtype=np.int64), 4, 0.0)
+
+    monkeypatch.setattr(planning, "get_solver", lambda name: overlapping)
+    problem = random_problem([(0, 2, 4), (1, 2, 4)]).with_capacity(8)
+    with pytest.raises(SolverError, match="invalid plan: buffers 0 and 1"):
+        solve(problem, "overlapping")
+    assert solve(problem, "overlapping", validate=False).arena_bytes == 4
+    with pytest.raises(SolverError, match="says feasible with arena_bytes"):
+        solve(problem.with_capacity(3), "overlapping", validate=False)
+
+
+def test_budget_placement_validates_the_offsets_it_keeps(monkeypatch):
+    import cupool.planning as planning
+    from cupool.core.vocabulary import Buffer, Op, Trace
+    from cupool.planning.budget.engine.placement import place
+    from cupool.planning.budget.engine.residency import ResidencyInterval
+    from cupool.planning.solvers.base import SolveResult
+
+    def overlapping(problem, params):  # every residency at 0: a clash, arena 4
+        status = (SolveStatus.OVER_CAPACITY if problem.capacity < 4 else SolveStatus.FEASIBLE)
+        return SolveResult(status, np.zeros(problem.n, dtype=np.int64), 4, 0.0)
+
+    monkeypatch.setattr(planning, "get_solver", lambda name: overlapping)
+    trace = Trace("two", (Op("a"), Op("b")),
+                  (Buffer(0, 4, 0, 2, (0, 1)), Buffer(1, 4, 0, 2, (0, 1))))
+    intervals = [ResidencyInterval(0, 0, 2), ResidencyInterval(1, 0, 2)]
+    with pytest.raises(SolverError, match="boundary pairs tied are invalid: buffers 0 and 1"):
+        place(trace, intervals, 8, "greedy-size")
+    assert place(trace, intervals, 3, "greedy-size").offsets is None  # discarded unchecked

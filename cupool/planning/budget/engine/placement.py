@@ -23,7 +23,9 @@ from typing import NamedTuple
 
 import numpy as np
 
+from cupool.check import validate_offsets
 from cupool.core.vocabulary import PERSISTENT, Residency, SolveStatus, Trace
+from cupool.errors import SolverError
 from cupool.planning.budget.engine.residency import (
     ResidencyInterval,
     assemble,
@@ -97,15 +99,21 @@ def place(trace: Trace, intervals: list[ResidencyInterval], budget_bytes: int,
         [r.start for r in intervals], [r.end for r in intervals],
         [trace.buffer(r.buffer_id).size for r in intervals], capacity=budget_bytes,
         num_ops=trace.num_ops, name=trace.name)
-    result = solve(problem, solver, OFFSET_SOLVER_PARAMS)
+    # most offsets are discarded (over the budget, or pairs not tied): the validator
+    # checks those kept, after the tie
+    result = solve(problem, solver, OFFSET_SOLVER_PARAMS, validate=False)
     if result.offsets is None:
         return PlacedOffsets(None, 0)
     arena = problem.arena_of(result.offsets)
     if arena > budget_bytes:
         return PlacedOffsets(None, arena)
-    offsets = np.asarray(result.offsets, dtype=np.int64)
+    offsets = np.array(result.offsets, dtype=np.int64)
     if not tie_boundary_pairs(trace, intervals, offsets, budget_bytes):
         return PlacedOffsets(None, 0)
+    report = validate_offsets(problem.with_capacity(None), offsets)
+    if not report.valid:
+        raise SolverError(f"offsets of solver {solver!r} with boundary pairs tied are "
+                          f"invalid: {report.message}")
     return PlacedOffsets(offsets, int(max(int(o) + trace.buffer(r.buffer_id).size
                                           for r, o in zip(intervals, offsets, strict=True))))
 

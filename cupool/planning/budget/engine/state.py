@@ -16,6 +16,7 @@ A copy is issued at an op boundary and served FIFO by its direction's engine::
 from __future__ import annotations
 
 import bisect
+import itertools
 from typing import NamedTuple
 
 import numpy as np
@@ -54,6 +55,38 @@ class Hole(NamedTuple):
     start: int
     end: int
     kind: str
+
+
+class _HoleIndex(NamedTuple):
+    """A buffer's holes as :meth:`PlanState.resident` reads them: its first :data:`WRAP`
+    hole, and the others by start op (``starts``) when no two of them share an op
+    (``disjoint``: then at most one holds an op, found by bisection), else in the order
+    they were taken, looked through one by one."""
+
+    wrap: Hole | None
+    holes: list[Hole]
+    starts: list[int]
+    disjoint: bool
+
+    @classmethod
+    def of(cls, holes: list[Hole]) -> _HoleIndex:
+        wrap = next((h for h in holes if h.kind == WRAP), None)
+        inner = [h for h in holes if h.kind != WRAP]
+        ordered = sorted(inner, key=lambda h: (h.start, h.end))
+        disjoint = all(h.end > h.start for h in ordered) and all(
+            a.end <= b.start for a, b in itertools.pairwise(ordered))
+        if disjoint:
+            return cls(wrap, ordered, [h.start for h in ordered], True)
+        return cls(wrap, inner, [], False)
+
+    def at(self, op: int) -> Hole | None:
+        """The first (non-wrap) hole, in the order taken, that holds ``op``."""
+        if self.disjoint:
+            k = bisect.bisect_right(self.starts, op) - 1
+            if k >= 0 and op < self.holes[k].end:
+                return self.holes[k]
+            return None
+        return next((h for h in self.holes if h.start <= op < h.end), None)
 
 
 class SwapWindow(NamedTuple):
@@ -130,7 +163,8 @@ class PlanState:
         self.extra = np.zeros(self.n, dtype=float)
         self._times()
         self.schedule = Schedule()
-        self.holes: dict[int, list[Hole]] = {}
+        self.holes: dict[int, list[Hole]] = {}  # edit through _add_hole / _set_hole
+        self._hole_index: dict[int, _HoleIndex] = {}  # by buffer, until its holes change
         self.transient: dict[int, set[int]] = {}
         self.pinned: dict[int, set[int]] = {}
         self.base = {b.id: base_interval(trace, b) for b in trace.buffers}
@@ -193,20 +227,35 @@ class PlanState:
         holes = self.holes.get(buffer_id)
         if not holes:
             return s <= op < e
-        wrap = [h for h in holes if h.kind == WRAP]
-        if wrap:  # resident [wrap.end, wrap.start) inside the iteration
-            if op >= wrap[0].start or op < wrap[0].end:
+        index = self._holes_of(buffer_id)
+        if index.wrap is not None:  # resident [wrap.end, wrap.start) inside the iteration
+            if op >= index.wrap.start or op < index.wrap.end:
                 return False
         elif not s <= op < e:
             return False
-        return all(not (start <= op < end) for start, end, kind in holes if kind != WRAP)
+        return index.at(op) is None
 
     def hole_kind(self, buffer_id: int, op: int) -> str | None:
         """The kind of the (non-wrap) hole the buffer has at ``op``, if any."""
-        for start, end, kind in self.holes.get(buffer_id, ()):
-            if kind != WRAP and start <= op < end:
-                return kind
-        return None
+        if not self.holes.get(buffer_id):
+            return None
+        hole = self._holes_of(buffer_id).at(op)
+        return None if hole is None else hole.kind
+
+    def _holes_of(self, buffer_id: int) -> _HoleIndex:
+        index = self._hole_index.get(buffer_id)
+        if index is None:
+            index = self._hole_index[buffer_id] = _HoleIndex.of(self.holes[buffer_id])
+        return index
+
+    def _add_hole(self, buffer_id: int, hole: Hole) -> None:
+        self.holes.setdefault(buffer_id, []).append(hole)
+        self._hole_index.pop(buffer_id, None)
+
+    def _set_hole(self, buffer_id: int, old: Hole, new: Hole) -> None:
+        holes = self.holes[buffer_id]
+        holes[holes.index(old)] = new
+        self._hole_index.pop(buffer_id, None)
 
     # -- recompute -----------------------------------------------------------------------
     def chain(self, buffer_id: int, op: int) -> RecomputeChain | None:
@@ -349,9 +398,8 @@ class PlanState:
         gaps = self.schedule.gaps[gap.buffer_id]
         gaps[gaps.index(gap)] = Gap(gap.buffer_id, gap.prev_use, op, SWAP, gap.resident_until,
                                     trigger)
-        holes = self.holes[gap.buffer_id]
-        holes[holes.index(Hole(gap.resident_until, gap.next_use, SWAP))] = Hole(
-            gap.resident_until, op, SWAP)
+        self._set_hole(gap.buffer_id, Hole(gap.resident_until, gap.next_use, SWAP),
+                       Hole(gap.resident_until, op, SWAP))
         self._residency_changed(gap.buffer_id, op, gap.next_use)
 
     # -- applying decisions --------------------------------------------------------------
@@ -385,7 +433,7 @@ class PlanState:
         ``remade_at`` (<= ``next_use``)."""
         self.schedule.add(Gap(buffer_id, prev_use, next_use, RECOMPUTE, prev_use + 1,
                               remade_at))
-        self.holes.setdefault(buffer_id, []).append(Hole(prev_use + 1, remade_at, RECOMPUTE))
+        self._add_hole(buffer_id, Hole(prev_use + 1, remade_at, RECOMPUTE))
         self._residency_changed(buffer_id, prev_use + 1, remade_at)
         self._free(self.trace.buffer(buffer_id).size, prev_use + 1, remade_at)
 
@@ -496,13 +544,13 @@ class PlanState:
         gap = Gap(buffer_id, prev_use, next_use, SWAP, until, trigger)
         self.schedule.add(gap)
         if gap.wraps:
-            self.holes.setdefault(buffer_id, []).append(Hole(until, next_use, WRAP))
+            self._add_hole(buffer_id, Hole(until, next_use, WRAP))
             self._free(size, until, self.n)
             self._free(size, 0, trigger)
             self._residency_changed(buffer_id, until, self.n)
             self._residency_changed(buffer_id, 0, next_use)
         else:
-            self.holes.setdefault(buffer_id, []).append(Hole(until, next_use, SWAP))
+            self._add_hole(buffer_id, Hole(until, next_use, SWAP))
             self._free(size, until, trigger)
             self._residency_changed(buffer_id, until, next_use)
         if window.out_us > 0:  # clean data is dropped: nothing joins the D2H queue
@@ -522,7 +570,7 @@ class PlanState:
         size = self.trace.buffer(buffer_id).size
         due = self.n - 1
         self.schedule.add(Gap(buffer_id, last_use, first_use, SWAP, last_use + 1, trigger))
-        self.holes.setdefault(buffer_id, []).append(Hole(last_use + 1, due, SWAP))
+        self._add_hole(buffer_id, Hole(last_use + 1, due, SWAP))
         self._free(size, last_use + 1, trigger)
         self._residency_changed(buffer_id, last_use + 1, trigger)
         copy = QueuedCopy(float(self.start_us[trigger]), self.cost.copy_us(size, "h2d"),
