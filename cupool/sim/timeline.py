@@ -40,6 +40,14 @@ import numpy as np
 from cupool.sim.cost import D2H, H2D
 from cupool.sim.replay_input import ReplayInput
 
+try:
+    from cupool.sim import _timeline
+except ImportError:  # the optional C extension is not built: the Python loop runs
+    _timeline = None
+
+COMPILED_AVAILABLE = _timeline is not None
+"""Whether the C extension ``_timeline`` is built (and :func:`replay` runs compiled)."""
+
 URGENT = 0
 NORMAL = 1
 
@@ -86,14 +94,25 @@ class Timeline:
 
 def replay(data: ReplayInput, num_ops: int, engines: int) -> Timeline:
     """Run one iteration of the machine on ``engines`` copy engines per direction; see the
-    module docstring for the order kept."""
+    module docstring for the order kept. Compiled (``_timeline``) where built, else
+    :func:`python_replay`: the same timeline."""
+    if _timeline is not None:
+        records = _timeline.replay(data, num_ops, engines, D2H, H2D)
+        if records is not None:  # None: an input the compiled loop leaves to Python
+            return Timeline(*records)
+    return python_replay(data, num_ops, engines)
+
+
+def python_replay(data: ReplayInput, num_ops: int, engines: int) -> Timeline:
+    """:func:`replay` in Python."""
     heap: list = []
     push, pop, seq = heapq.heappush, heapq.heappop, itertools.count().__next__
     now = 0.0
-    op_us, swap_ins, due, recomputes = data.op_us, data.swap_ins, data.due, data.recomputes
-    swap_outs, widest = data.swap_outs, data.widest_swap_out
-    filled_first, filled_lows, filled_highs = (data.filled_first, data.filled_lows,
-                                               data.filled_highs)
+    op_us, widest = data.op_us, data.widest_swap_out
+    swap_ins, due, recomputes, swap_outs = _rows_by_op(data)
+    filled_first, filled_lows, filled_highs = (data.filled.first.tolist(),
+                                               data.filled.lows.tolist(),
+                                               data.filled.highs.tolist())
     idle = [engines, engines]  # idle engines per direction: 0 = D2H, 1 = H2D
     queued = ([], [])          # per direction, copies handed over in order ...
     taken = [0, 0]             # ... of which this many were taken by an engine
@@ -245,6 +264,31 @@ def replay(data: ReplayInput, num_ops: int, engines: int) -> Timeline:
             queued[direction].append(subject)
     return Timeline(op_times, copies, recompute_records, recompute_us, waited,
                     [(r, copy[_DONE]) for r, copy in held_after])
+
+
+def _rows_by_op(data: ReplayInput) -> tuple[dict, dict, dict, dict]:
+    """``data``'s rows as :func:`python_replay` reads them: per op (only those with any), a
+    list of tuples -- swap-ins ``(buffer_id, low, high, nbytes, copy_us, trigger_op)``, dues
+    ``(buffer_id, trigger_op)``, recomputes ``(buffer_id, duration_us)`` and copies out
+    ``(buffer_id, residency, nbytes, copy_us, low, high)``."""
+    ins, due, recomputes, outs = data.swap_ins, data.due, data.recomputes, data.swap_outs
+    residencies = data.residencies
+    return (
+        _by_op(ins.first, zip(ins.buffer_ids.tolist(), ins.lows.tolist(), ins.highs.tolist(),
+                              ins.nbytes.tolist(), ins.copy_us.tolist(),
+                              ins.triggers.tolist(), strict=True)),
+        _by_op(due.first, zip(due.buffer_ids.tolist(), due.triggers.tolist(), strict=True)),
+        _by_op(recomputes.first, zip(recomputes.buffer_ids.tolist(),
+                                     recomputes.duration_us.tolist(), strict=True)),
+        _by_op(outs.first, zip(outs.buffer_ids.tolist(),
+                               [residencies[k] for k in outs.residencies.tolist()],
+                               outs.nbytes.tolist(), outs.copy_us.tolist(),
+                               outs.lows.tolist(), outs.highs.tolist(), strict=True)))
+
+
+def _by_op(first: np.ndarray, rows) -> dict:
+    rows, bounds = list(rows), first.tolist()
+    return {i: rows[bounds[i]:bounds[i + 1]] for i in np.flatnonzero(np.diff(first)).tolist()}
 
 
 def _reading(lows, pending, low, high, widest):
