@@ -1,10 +1,10 @@
-"""Builds cupool's optional C accelerators: one per ``cupool/planning/solvers/_*.c`` and
-``cupool/planning/budget/engine/_*.c``, named after its path.
+"""Builds cupool's optional C accelerators: one per ``cupool/planning/solvers/_*.c``,
+``cupool/planning/budget/engine/_*.c`` and ``cupool/sim/_*.c``, named after its path.
 
 Each extension is ``optional``: when no C compiler is present the install still
-succeeds and the solvers and the budget planner use their pure-Python paths, which give
-identical results. No fused multiply-add (``-ffp-contract=off``): a compiled path rounds
-every operation as Python does.
+succeeds and the solvers, the budget planner and the simulator use their pure-Python
+paths, which give identical results. No fused multiply-add (``-ffp-contract=off``): a
+compiled path rounds every operation as Python does.
 """
 
 from glob import glob
@@ -12,7 +12,8 @@ from pathlib import Path
 
 from setuptools import Extension, setup
 
-SOURCES = ("cupool/planning/solvers/_*.c", "cupool/planning/budget/engine/_*.c")
+SOURCES = ("cupool/planning/solvers/_*.c", "cupool/planning/budget/engine/_*.c",
+           "cupool/sim/_*.c")
 
 extensions = [
     Extension(
