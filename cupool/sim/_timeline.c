@@ -442,11 +442,11 @@ static int run(Replay *r) {
                 waits->n = 0;
                 for (Py_ssize_t d = due_first[i]; d < due_first[i + 1]; d++) {
                     Py_ssize_t landed = table_get(&r->landed, due_ids[d], due_triggers[d]);
-                    if (landed < 0) { /* Python's landed[key] */
-                        PyObject *key = Py_BuildValue("(LL)", due_ids[d], due_triggers[d]);
-                        if (key) {
-                            PyErr_SetObject(PyExc_KeyError, key);
-                            Py_DECREF(key);
+                    if (landed < 0) { /* Python's landed[key]: KeyError(key) */
+                        PyObject *error = Py_BuildValue("((LL))", due_ids[d], due_triggers[d]);
+                        if (error) {
+                            PyErr_SetObject(PyExc_KeyError, error);
+                            Py_DECREF(error);
                         }
                         return -1;
                     }

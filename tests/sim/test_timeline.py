@@ -1,6 +1,7 @@
 """The flat replay (``cupool.sim.timeline``) against the event replay it stands in for
 (``simulate(..., reference=True)``): every report field equal, floats bit for bit, records
-in the same order -- on the bundled traces' plans, random plans and hand-made corner cases."""
+in the same order -- on the bundled traces' plans, random plans and hand-made corner cases.
+Every test runs twice: with the compiled loop and with the Python one (``replay_loop``)."""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ from cupool.core.vocabulary import (
 )
 from cupool.io import load_trace
 from cupool.planning import make_plan
-from cupool.sim import SimReport, cost_model, simulate
+from cupool.sim import SimReport, cost_model, simulate, timeline
 from cupool.sim.events import SimulationError
 from cupool.sim.replay_input import ResidencyArrays, _by_op_columns, _by_op_loop
 from tests.conftest import TRACES
@@ -43,6 +44,16 @@ from tests.swap_cases import (
 BENCH_TRACES = sorted((Path(__file__).resolve().parents[2] / "bench" / "data" / "traces")
                       .glob("*.trace.json.gz"))
 ENGINES = (1, 2)
+
+pytestmark = pytest.mark.usefixtures("replay_loop")
+
+
+def test_the_loop_asked_for_runs(replay_loop):
+    trace = overlap_trace()
+    plan = overlap_plan(trace)
+    with mock.patch.object(timeline, "python_replay", wraps=timeline.python_replay) as python:
+        simulate(trace, plan, cost_model(0.1), validate=False)
+    assert python.called == (replay_loop == "python")
 
 
 def assert_same(trace, plan, cost, valid=True) -> SimReport:
