@@ -1,5 +1,7 @@
 """Builds cupool's optional C accelerators: one per ``cupool/planning/solvers/_*.c``,
-``cupool/planning/budget/engine/_*.c`` and ``cupool/sim/_*.c``, named after its path.
+``cupool/planning/budget/engine/_*.c`` and ``cupool/sim/_*.c``, named after its path (the
+``_*.h`` headers next to a source are its dependencies: a change rebuilds it, and an
+sdist carries them).
 
 Each extension is ``optional``: when no C compiler is present the install still
 succeeds and the solvers, the budget planner and the simulator use their pure-Python
@@ -19,6 +21,7 @@ extensions = [
     Extension(
         ".".join(Path(source).with_suffix("").parts),
         [source],
+        depends=sorted(glob(str(Path(source).parent / "_*.h"))),
         extra_compile_args=["-O3", "-ffp-contract=off"],
         optional=True,
     )

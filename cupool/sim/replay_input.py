@@ -2,7 +2,9 @@
 
 The event replay looks each action's residency up by scanning the buffer's residencies
 (``next(r for r in spans[b] if ...)``) and sorts actions into per-op lists in plan order;
-:func:`replay_input` gives the same lists. It looks residencies up by NumPy columns: a
+:func:`replay_input` gives the same lists, as NumPy columns grouped by op (what the
+compiled replay reads without a Python object per row). It looks residencies up by
+NumPy columns too (the attributes read by ``_columns.c`` where built): a
 residency's key is ``buffer_id * (num_ops + 1) + start``, a swap-in's residency the first
 (in plan order) with its key, a swap-out's the one whose span holds its op. Where those
 lookups cannot stand in for the scan (a key out of range, one buffer's residencies
@@ -25,6 +27,40 @@ import numpy as np
 from cupool.core.vocabulary import RecomputeAction, Residency, SwapIn, SwapOut
 from cupool.sim.cost import D2H, H2D, CostModel, ops_without_duration
 
+try:
+    from cupool.sim import _columns
+except ImportError:  # the optional C extension is not built: NumPy reads the columns
+    _columns = None
+
+
+@dataclass(frozen=True)
+class BufferSizes:
+    """Buffer sizes by id: ``by_id``, and the same as two ``int64`` columns sorted by id
+    (``ids``, ``sizes``; None when a size is past 64 bits), to look many ids up at once."""
+
+    by_id: dict
+    ids: np.ndarray | None
+    sizes: np.ndarray | None
+
+    @classmethod
+    def of(cls, by_id: dict) -> BufferSizes:
+        try:
+            ids = np.array(list(by_id), np.int64)
+            sizes = np.array(list(by_id.values()), np.int64)
+        except (OverflowError, TypeError, ValueError):
+            return cls(by_id, None, None)
+        order = np.argsort(ids, kind="stable")
+        return cls(by_id, ids[order], sizes[order])
+
+    def each(self, ids: np.ndarray) -> np.ndarray:
+        """The size of each buffer of ``ids`` (``by_id[id]``: a ``KeyError`` names an
+        unknown one)."""
+        if self.ids is not None and len(self.ids):
+            at = np.minimum(np.searchsorted(self.ids, ids), len(self.ids) - 1)
+            if np.array_equal(self.ids[at], ids):
+                return self.sizes[at]
+        return np.fromiter(map(self.by_id.__getitem__, ids.tolist()), np.int64, len(ids))
+
 
 @dataclass(frozen=True)
 class ResidencyArrays:
@@ -39,13 +75,24 @@ class ResidencyArrays:
     sizes: np.ndarray
 
     @classmethod
-    def of(cls, residencies, sizes: dict) -> ResidencyArrays:
-        count = len(residencies)
-        ids, starts, ends, lows = (np.fromiter(map(attrgetter(name), residencies), np.int64,
-                                               count)
-                                   for name in ("buffer_id", "start", "end", "offset"))
-        held = np.fromiter(map(sizes.__getitem__, ids.tolist()), np.int64, count)
+    def of(cls, residencies, sizes: dict | BufferSizes) -> ResidencyArrays:
+        if not isinstance(sizes, BufferSizes):
+            sizes = BufferSizes.of(sizes)
+        ids, starts, ends, lows = int_columns(residencies, ("buffer_id", "start", "end",
+                                                           "offset"))
+        held = sizes.each(ids)
         return cls(ids, starts, ends, lows, lows + held, held)
+
+
+def int_columns(objects, names: tuple[str, ...]) -> list[np.ndarray]:
+    """Attribute ``names[k]`` of every object as an ``int64`` column, for each ``k``: what
+    ``numpy.fromiter`` gives (compiled where built: ``_columns``)."""
+    count = len(objects)
+    if _columns is not None:
+        block = _columns.int_columns(objects, names)
+        if block is not None:  # None: a value only Python converts (or fails on) alike
+            return list(np.frombuffer(block, np.int64).reshape(len(names), count))
+    return [np.fromiter(map(attrgetter(name), objects), np.int64, count) for name in names]
 
 
 @dataclass(frozen=True)
@@ -117,9 +164,10 @@ class ReplayInput:
     ``first`` column of ``num_ops + 1`` bounds. Rows at ops outside the iteration
     (``[0, num_ops)``) are left out: the replay never reaches them.
 
-    ``op_us`` is each op's duration; ``widest_swap_out`` the most bytes one copy out
-    copies; ``shortest_copy_us`` the shortest copy time (0 when there is no copy);
-    ``ops_without_duration`` how many ops took the cost model's default duration.
+    ``op_us`` is each op's duration (``op_us_nonnegative``: every one ``>= 0``);
+    ``widest_swap_out`` the most bytes one copy out copies; ``shortest_copy_us`` the
+    shortest copy time (0 when there is no copy); ``ops_without_duration`` how many ops took
+    the cost model's default duration.
     """
 
     sizes: dict
@@ -134,13 +182,16 @@ class ReplayInput:
     widest_swap_out: int
     shortest_copy_us: float
     ops_without_duration: int
+    op_us_nonnegative: bool
 
 
 def replay_input(trace, residencies: tuple[Residency, ...], actions,
                  cost: CostModel) -> ReplayInput:
     """Sort ``actions`` by op the way the event replay does (same lookups, same ties)."""
-    sizes, op_us, ops_without_duration, recompute_ops = _trace_facts(trace, cost)
-    arrays = ResidencyArrays.of(residencies, sizes)
+    facts = _trace_facts(trace)
+    op_us, op_us_nonnegative = facts.op_us(trace, cost)
+    recompute_ops, sizes = facts.recompute_ops, facts.sizes.by_id
+    arrays = ResidencyArrays.of(residencies, facts.sizes)
     by_op = _by_op_columns(trace.num_ops, residencies, arrays, actions, cost)
     if by_op is None:
         by_op = _by_op_loop(trace.num_ops, residencies, actions, sizes, cost)
@@ -167,7 +218,7 @@ def replay_input(trace, residencies: tuple[Residency, ...], actions,
     filled = FilledRows(first, arrays.lows[rows], arrays.highs[rows])
     return ReplayInput(sizes, op_us, residencies, arrays, swap_ins, due, recomputes,
                        swap_outs, filled, by_op.widest_swap_out, by_op.shortest_copy_us,
-                       ops_without_duration)
+                       facts.ops_without_duration, op_us_nonnegative)
 
 
 def _grouped(ops: np.ndarray, num_ops: int) -> tuple[np.ndarray, np.ndarray]:
@@ -178,28 +229,42 @@ def _grouped(ops: np.ndarray, num_ops: int) -> tuple[np.ndarray, np.ndarray]:
     return order[first[0]:first[-1]], first - first[0]
 
 
-_TRACE_FACTS: dict = {}  # id(trace) -> (weak reference, sizes, ops without duration,
-#                                        recompute ops, {default_op_us: op_us})
+@dataclass(frozen=True)
+class _TraceFacts:
+    """What every replay of one trace reads: buffer sizes, the number of ops without a
+    duration, the producing op of each buffer with a recompute recipe, and per cost
+    model default op duration: the ops' durations and whether each is ``>= 0``."""
+
+    sizes: BufferSizes
+    ops_without_duration: int
+    recompute_ops: dict
+    durations: dict
+
+    def op_us(self, trace, cost: CostModel) -> tuple[list, bool]:
+        found = self.durations.get(cost.default_op_us)
+        if found is None:
+            op_us = cost.op_times(trace)
+            found = self.durations[cost.default_op_us] = (op_us, all(d >= 0 for d in op_us))
+        return found
 
 
-def _trace_facts(trace, cost: CostModel) -> tuple[dict, list, int, dict]:
-    """Buffer sizes by id, op durations, the number of ops without a duration and the
-    producing op of each buffer with a recompute recipe, of ``trace``, kept while the trace
-    lives (a planner replays hundreds of plans of one trace; traces are immutable). Read
-    only."""
+_TRACE_FACTS: dict = {}  # id(trace) -> (weak reference, _TraceFacts)
+
+
+def _trace_facts(trace) -> _TraceFacts:
+    """The facts of ``trace``, kept while the trace lives (a planner replays hundreds of
+    plans of one trace; traces are immutable). Read only."""
     entry = _TRACE_FACTS.get(id(trace))
     if entry is None or entry[0]() is not trace:
         if len(_TRACE_FACTS) >= 8:
             _TRACE_FACTS.clear()
-        entry = (weakref.ref(trace), {b.id: b.size for b in trace.buffers},
-                 ops_without_duration(trace),
-                 {b.id: b.recompute.op for b in {b.id: b for b in trace.buffers}.values()
-                  if b.recompute is not None}, {})
-        _TRACE_FACTS[id(trace)] = entry
-    op_us = entry[4].get(cost.default_op_us)
-    if op_us is None:
-        op_us = entry[4][cost.default_op_us] = cost.op_times(trace)
-    return entry[1], op_us, entry[2], entry[3]
+        by_id = {b.id: b for b in trace.buffers}
+        facts = _TraceFacts(BufferSizes.of({b.id: b.size for b in trace.buffers}),
+                            ops_without_duration(trace),
+                            {i: b.recompute.op for i, b in by_id.items()
+                             if b.recompute is not None}, {})
+        entry = _TRACE_FACTS[id(trace)] = (weakref.ref(trace), facts)
+    return entry[1]
 
 
 _SHORT = 8  # a buffer with at most this many residencies is searched in plan order
@@ -335,15 +400,17 @@ def _rows(rows, width):
 def _by_op_columns(num_ops, residencies, arrays: ResidencyArrays, actions, cost):
     """The same as :func:`_by_op_loop` by NumPy lookups, or None where they cannot stand in
     for the scans (see the module docstring)."""
-    if not set(map(type, actions)) <= {SwapIn, SwapOut, RecomputeAction}:
+    kinds = {SwapIn: [], SwapOut: [], RecomputeAction: []}
+    try:
+        for action in actions:
+            kinds[type(action)].append(action)
+    except KeyError:  # an action of another type
         return None
-    ins = [a for a in actions if type(a) is SwapIn]
-    outs = [a for a in actions if type(a) is SwapOut]
-    recomputes = [a for a in actions if type(a) is RecomputeAction]
+    ins, outs, recomputes = kinds[SwapIn], kinds[SwapOut], kinds[RecomputeAction]
     width = num_ops + 1
     ids, starts, ends = arrays.buffer_ids, arrays.starts, arrays.ends
-    in_ids, triggers, dues = _columns(ins, ("buffer_id", "trigger_op", "due_op"))
-    out_ids, afters = _columns(outs, ("buffer_id", "after_op"))
+    in_ids, triggers, dues = int_columns(ins, ("buffer_id", "trigger_op", "due_op"))
+    out_ids, afters = int_columns(outs, ("buffer_id", "after_op"))
     every_id = np.concatenate([ids, in_ids, out_ids])
     every_op = np.concatenate([starts, ends, triggers, afters])
     if every_id.size and (every_id.min() < 0 or every_id.max() >= (1 << 62) // width):
@@ -372,8 +439,8 @@ def _by_op_columns(num_ops, residencies, arrays: ResidencyArrays, actions, cost)
     if np.any(at < 0) or np.any(ids[leaving] != out_ids) or np.any(afters >= ends[leaving]):
         return None
     times = _CopyTimes(cost)
-    in_us = times.each(arrays.sizes[entering], H2D, [a.level for a in ins])
-    kept = np.fromiter((not a.drop for a in outs), bool, len(outs))
+    in_us = times.each(arrays.sizes[entering], H2D, list(map(attrgetter("level"), ins)))
+    kept = _copied(outs)
     leaving = leaving[kept]
     nbytes = arrays.sizes[leaving]
     out_us = times.each(nbytes, D2H, [a.level for a, keep in zip(outs, kept.tolist(),
@@ -384,9 +451,13 @@ def _by_op_columns(num_ops, residencies, arrays: ResidencyArrays, actions, cost)
                  int(nbytes.max(initial=0)), times.shortest())
 
 
-def _columns(actions, names):
-    return [np.fromiter(map(attrgetter(name), actions), np.int64, len(actions))
-            for name in names]
+def _copied(outs) -> np.ndarray:
+    """Which swap-outs copy (``not drop``), as a ``bool`` column."""
+    if _columns is not None:
+        block = _columns.int_columns(outs, ("drop",))
+        if block is not None:  # every drop an int (a bool)
+            return np.frombuffer(block, np.int64) == 0
+    return np.fromiter((not a.drop for a in outs), bool, len(outs))
 
 
 class _CopyTimes:
@@ -401,8 +472,14 @@ class _CopyTimes:
             self.times[key] = self.cost.copy_us(nbytes, direction, level)
         return self.times[key]
 
-    def each(self, nbytes: np.ndarray, direction, levels) -> np.ndarray:
+    def each(self, nbytes: np.ndarray, direction, levels: list) -> np.ndarray:
         """The copy time of each ``(nbytes[k], levels[k])``, as a ``float64`` column."""
+        distinct = set(levels)
+        if len(distinct) == 1:  # one level (the usual case): once per size
+            (level,) = distinct
+            unique, inverse = np.unique(nbytes, return_inverse=True)
+            times = [self.of(n, direction, level) for n in unique.tolist()]
+            return np.array(times, np.float64)[inverse]
         keys = list(zip(nbytes.tolist(), levels, strict=True))
         times = {key: self.of(key[0], direction, key[1]) for key in dict.fromkeys(keys)}
         return np.array([times[key] for key in keys], np.float64)

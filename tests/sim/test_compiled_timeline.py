@@ -4,11 +4,13 @@ record, in the same order, floats bit for bit (compared by ``repr``, which tells
 doubles apart, ``0.0`` from ``-0.0`` included, and an ``int`` from a ``float``) -- on the
 inputs of generated valid plans and on generated replay inputs no plan would make (deep
 queues, copies over each other's bytes, many events at one instant, no engine at all).
-Skipped when the extension is not built."""
+And the compiled reading of attributes as columns (``cupool.sim._columns``) against NumPy's.
+Skipped when the extensions are not built."""
 
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import math
 
 import numpy as np
@@ -19,6 +21,7 @@ from hypothesis import strategies as st
 from cupool.core.vocabulary import Residency, plan_residencies
 from cupool.planning.synthetic import lstm_trace
 from cupool.sim import cost_model
+from cupool.sim import replay_input as replay_input_module
 from cupool.sim.cost import D2H, H2D
 from cupool.sim.replay_input import (
     DueRows,
@@ -34,11 +37,11 @@ from cupool.sim.timeline import COMPILED_AVAILABLE, Timeline, python_replay
 from tests.sim.test_timeline import varied
 from tests.swap_cases import written_trace_and_plan
 
-pytestmark = pytest.mark.skipif(not COMPILED_AVAILABLE,
-                                reason="the C extension cupool.sim._timeline is not built")
+BUILT = COMPILED_AVAILABLE and replay_input_module._columns is not None
+pytestmark = pytest.mark.skipif(not BUILT, reason="the C extensions of cupool.sim are not built")
 
-if COMPILED_AVAILABLE:
-    from cupool.sim import _timeline
+if BUILT:
+    from cupool.sim import _columns, _timeline
 
 
 def outcome(replay, data, num_ops, engines):
@@ -143,7 +146,7 @@ def replay_inputs(draw):
     widest = max((row[3] for row in outs), default=0)
     data = ReplayInput(sizes, op_us, residencies, ResidencyArrays.of(residencies, sizes),
                        swap_ins, due, recompute_rows, swap_outs, filled_rows, widest,
-                       0.0, 0)
+                       0.0, 0, all(d >= 0 for d in op_us))
     return data, n
 
 
@@ -164,7 +167,7 @@ def test_an_input_with_a_nan_time_is_left_to_python():
     trace = lstm_trace(3, 1, seed=0)
     residencies = tuple(Residency(b.id, b.start, b.end, 0) for b in trace.buffers)
     data = replay_input(trace, residencies, (), cost_model())
-    odd = ReplayInput(data.sizes, [math.nan, *data.op_us[1:]], *list(vars(data).values())[2:])
+    odd = dataclasses.replace(data, op_us=[math.nan, *data.op_us[1:]])
     assert _timeline.replay(odd, trace.num_ops, 1, D2H, H2D) is None
     assert repr(replay(odd, trace.num_ops, 1)) == repr(python_replay(odd, trace.num_ops, 1))
     assert _timeline.replay(data, trace.num_ops, 1, D2H, H2D) is not None
@@ -174,15 +177,38 @@ def test_malformed_input_is_an_error_not_a_crash():
     trace = lstm_trace(3, 1, seed=0)
     residencies = tuple(Residency(b.id, b.start, b.end, 0) for b in trace.buffers)
     data = replay_input(trace, residencies, (), cost_model())
-    fields = list(vars(data).values())
     assert len(data.filled.lows) == len(residencies)
-    ungrouped = ReplayInput(*fields[:8], FilledRows(np.zeros_like(data.filled.first),
-                                                    data.filled.lows, data.filled.highs),
-                            *fields[9:])
+    ungrouped = dataclasses.replace(data, filled=dataclasses.replace(
+        data.filled, first=np.zeros_like(data.filled.first)))
     with pytest.raises(ValueError, match="filled: first does not group"):
         _timeline.replay(ungrouped, trace.num_ops, 1, D2H, H2D)
-    wrong = ReplayInput(*fields[:5],
-                        DueRows(data.due.first, data.due.buffer_ids.astype(np.float64),
-                                data.due.triggers), *fields[6:])
+    wrong = dataclasses.replace(data, due=dataclasses.replace(
+        data.due, buffer_ids=data.due.buffer_ids.astype(np.float64)))
     with pytest.raises(TypeError, match="buffer_ids must be a 1-d int64 array"):
         _timeline.replay(wrong, trace.num_ops, 1, D2H, H2D)
+
+
+# -- attributes as columns --------------------------------------------------------------------
+
+class Row:
+    def __init__(self, **values):
+        self.__dict__.update(values)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(-(2 ** 63), 2 ** 63 - 1), st.booleans()), max_size=20))
+def test_int_columns_are_numpys(rows):
+    objects = [Row(a=a, b=b) for a, b in rows]
+    block = _columns.int_columns(objects, ("a", "b"))
+    expected = [np.fromiter((getattr(o, name) for o in objects), np.int64, len(objects))
+                for name in ("a", "b")]
+    assert np.frombuffer(block, np.int64).reshape(2, len(objects)).tolist() == [
+        column.tolist() for column in expected]
+
+
+@pytest.mark.parametrize("odd", [2 ** 63, -(2 ** 63) - 1, 1.0, np.int64(3), None, "a"])
+def test_int_columns_leave_other_values_to_python(odd):
+    """A value past 64 bits or not an int: None (``numpy.fromiter`` converts or raises)."""
+    assert _columns.int_columns([Row(a=1), Row(a=odd)], ("a",)) is None
+    assert _columns.int_columns([Row(a=1), Row(b=1)], ("a",)) is None  # missing
+    assert _columns.int_columns([Row(a=1)], ("a",)) is not None
