@@ -31,7 +31,12 @@ from cupool.io import load_trace
 from cupool.planning import make_plan
 from cupool.sim import SimReport, cost_model, simulate, timeline
 from cupool.sim.events import SimulationError
-from cupool.sim.replay_input import ResidencyArrays, _by_op_columns, _by_op_loop
+from cupool.sim.replay_input import (
+    BufferSizes,
+    ResidencyArrays,
+    _by_op_columns,
+    _by_op_loop,
+)
 from tests.conftest import TRACES
 from tests.swap_cases import (
     resnet_capuchin_plan,
@@ -289,6 +294,18 @@ def test_column_lookups_sort_a_valid_plans_actions_as_the_scans_do(case):
             assert left.dtype == right.dtype, field.name
             left, right = left.tolist(), right.tolist()
         assert repr(left) == repr(right), field.name
+
+
+def test_buffer_sizes_are_looked_up_by_sorted_ids():
+    sizes = BufferSizes.of({7: 100, 2: 300, 5: 0})
+    assert sizes.each(np.array([5, 7, 2, 7])).tolist() == [0, 100, 300, 100]
+    with pytest.raises(KeyError, match="3"):  # as the dict says it
+        sizes.each(np.array([2, 3]))
+    assert BufferSizes.of({}).each(np.array([], np.int64)).tolist() == []
+    huge = BufferSizes.of({1: 2 ** 70})  # past 64 bits: the dict alone, which overflows
+    assert huge.ids is None
+    with pytest.raises(OverflowError):
+        huge.each(np.array([1]))
 
 
 def test_plans_the_column_lookups_leave_to_the_scans():
