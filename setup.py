@@ -1,10 +1,12 @@
-"""Builds cupool's optional C accelerators: one per ``cupool/planning/solvers/_*.c`` and
-``cupool/planning/budget/engine/_*.c``, named after its path.
+"""Builds cupool's optional C accelerators: one per ``cupool/planning/solvers/_*.c``,
+``cupool/planning/budget/engine/_*.c`` and ``cupool/sim/_*.c``, named after its path (the
+``_*.h`` headers next to a source are its dependencies: a change rebuilds it, and an
+sdist carries them).
 
 Each extension is ``optional``: when no C compiler is present the install still
-succeeds and the solvers and the budget planner use their pure-Python paths, which give
-identical results. No fused multiply-add (``-ffp-contract=off``): a compiled path rounds
-every operation as Python does.
+succeeds and the solvers, the budget planner and the simulator use their pure-Python
+paths, which give identical results. No fused multiply-add (``-ffp-contract=off``): a
+compiled path rounds every operation as Python does.
 """
 
 from glob import glob
@@ -12,12 +14,14 @@ from pathlib import Path
 
 from setuptools import Extension, setup
 
-SOURCES = ("cupool/planning/solvers/_*.c", "cupool/planning/budget/engine/_*.c")
+SOURCES = ("cupool/planning/solvers/_*.c", "cupool/planning/budget/engine/_*.c",
+           "cupool/sim/_*.c")
 
 extensions = [
     Extension(
         ".".join(Path(source).with_suffix("").parts),
         [source],
+        depends=sorted(glob(str(Path(source).parent / "_*.h"))),
         extra_compile_args=["-O3", "-ffp-contract=off"],
         optional=True,
     )

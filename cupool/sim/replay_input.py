@@ -2,7 +2,9 @@
 
 The event replay looks each action's residency up by scanning the buffer's residencies
 (``next(r for r in spans[b] if ...)``) and sorts actions into per-op lists in plan order;
-:func:`replay_input` gives the same lists. It looks residencies up by NumPy columns: a
+:func:`replay_input` gives the same lists, as NumPy columns grouped by op (what the
+compiled replay reads without a Python object per row). It looks residencies up by
+NumPy columns too (the attributes read by ``_columns.c`` where built): a
 residency's key is ``buffer_id * (num_ops + 1) + start``, a swap-in's residency the first
 (in plan order) with its key, a swap-out's the one whose span holds its op. Where those
 lookups cannot stand in for the scan (a key out of range, one buffer's residencies
@@ -25,6 +27,40 @@ import numpy as np
 from cupool.core.vocabulary import RecomputeAction, Residency, SwapIn, SwapOut
 from cupool.sim.cost import D2H, H2D, CostModel, ops_without_duration
 
+try:
+    from cupool.sim import _columns
+except ImportError:  # the optional C extension is not built: NumPy reads the columns
+    _columns = None
+
+
+@dataclass(frozen=True)
+class BufferSizes:
+    """Buffer sizes by id: ``by_id``, and the same as two ``int64`` columns sorted by id
+    (``ids``, ``sizes``; None when a size is past 64 bits), to look many ids up at once."""
+
+    by_id: dict
+    ids: np.ndarray | None
+    sizes: np.ndarray | None
+
+    @classmethod
+    def of(cls, by_id: dict) -> BufferSizes:
+        try:
+            ids = np.array(list(by_id), np.int64)
+            sizes = np.array(list(by_id.values()), np.int64)
+        except (OverflowError, TypeError, ValueError):
+            return cls(by_id, None, None)
+        order = np.argsort(ids, kind="stable")
+        return cls(by_id, ids[order], sizes[order])
+
+    def each(self, ids: np.ndarray) -> np.ndarray:
+        """The size of each buffer of ``ids`` (``by_id[id]``: a ``KeyError`` names an
+        unknown one)."""
+        if self.ids is not None and len(self.ids):
+            at = np.minimum(np.searchsorted(self.ids, ids), len(self.ids) - 1)
+            if np.array_equal(self.ids[at], ids):
+                return self.sizes[at]
+        return np.fromiter(map(self.by_id.__getitem__, ids.tolist()), np.int64, len(ids))
+
 
 @dataclass(frozen=True)
 class ResidencyArrays:
@@ -39,90 +75,196 @@ class ResidencyArrays:
     sizes: np.ndarray
 
     @classmethod
-    def of(cls, residencies, sizes: dict) -> ResidencyArrays:
-        count = len(residencies)
-        ids, starts, ends, lows = (np.fromiter(map(attrgetter(name), residencies), np.int64,
-                                               count)
-                                   for name in ("buffer_id", "start", "end", "offset"))
-        held = np.fromiter(map(sizes.__getitem__, ids.tolist()), np.int64, count)
+    def of(cls, residencies, sizes: dict | BufferSizes) -> ResidencyArrays:
+        if not isinstance(sizes, BufferSizes):
+            sizes = BufferSizes.of(sizes)
+        ids, starts, ends, lows = int_columns(residencies, ("buffer_id", "start", "end",
+                                                           "offset"))
+        held = sizes.each(ids)
         return cls(ids, starts, ends, lows, lows + held, held)
+
+
+def int_columns(objects, names: tuple[str, ...]) -> list[np.ndarray]:
+    """Attribute ``names[k]`` of every object as an ``int64`` column, for each ``k``: what
+    ``numpy.fromiter`` gives (compiled where built: ``_columns``)."""
+    count = len(objects)
+    if _columns is not None:
+        block = _columns.int_columns(objects, names)
+        if block is not None:  # None: a value only Python converts (or fails on) alike
+            return list(np.frombuffer(block, np.int64).reshape(len(names), count))
+    return [np.fromiter(map(attrgetter(name), objects), np.int64, count) for name in names]
+
+
+@dataclass(frozen=True)
+class SwapInRows:
+    """The swap-ins triggered at some op of the iteration, by trigger op (plan order within
+    an op): those of op ``i`` are rows ``first[i]:first[i + 1]``. Each lands in bytes
+    ``[lows, highs)`` (``nbytes`` of them) and takes ``copy_us`` on an engine."""
+
+    first: np.ndarray
+    buffer_ids: np.ndarray
+    lows: np.ndarray
+    highs: np.ndarray
+    nbytes: np.ndarray
+    copy_us: np.ndarray
+    triggers: np.ndarray
+
+
+@dataclass(frozen=True)
+class DueRows:
+    """What each op waits for, by op: op ``i`` waits for the swap-ins named by
+    ``(buffer_ids[k], triggers[k])`` for ``k`` in ``range(first[i], first[i + 1])``."""
+
+    first: np.ndarray
+    buffer_ids: np.ndarray
+    triggers: np.ndarray
+
+
+@dataclass(frozen=True)
+class RecomputeRows:
+    """The recomputes run before each op (plan order): before op ``i``, rows
+    ``first[i]:first[i + 1]``, each re-running its buffer's producer for ``duration_us``."""
+
+    first: np.ndarray
+    buffer_ids: np.ndarray
+    duration_us: np.ndarray
+
+
+@dataclass(frozen=True)
+class SwapOutRows:
+    """The copies out (swap-outs that are not drops) issued after each op (plan order):
+    after op ``i``, rows ``first[i]:first[i + 1]``. Each copies ``nbytes`` from bytes
+    ``[lows, highs)`` of the residency it leaves (``residencies``: its index in
+    :attr:`ReplayInput.residencies`) and takes ``copy_us`` on an engine."""
+
+    first: np.ndarray
+    buffer_ids: np.ndarray
+    residencies: np.ndarray
+    nbytes: np.ndarray
+    copy_us: np.ndarray
+    lows: np.ndarray
+    highs: np.ndarray
+
+
+@dataclass(frozen=True)
+class FilledRows:
+    """The residencies compute fills (those no swap-in enters), by start op: those starting
+    at op ``i`` hold bytes ``[lows[k], highs[k])`` for ``k`` in
+    ``range(first[i], first[i + 1])`` (plan order within an op)."""
+
+    first: np.ndarray
+    lows: np.ndarray
+    highs: np.ndarray
 
 
 @dataclass(frozen=True)
 class ReplayInput:
-    """A plan's actions sorted by op, as the replay reads them.
+    """A plan's actions sorted by op, as the replay reads them: NumPy columns (``int64``
+    counts, bytes and ops, ``float64`` times), each kind of row grouped by op with a
+    ``first`` column of ``num_ops + 1`` bounds. Rows at ops outside the iteration
+    (``[0, num_ops)``) are left out: the replay never reaches them.
 
-    - ``swap_ins[i]``: ``(buffer_id, low, high, nbytes, copy_us, trigger_op)`` of each
-      swap-in triggered at op ``i``, in plan order; ``[low, high)`` are the bytes it lands
-      in, ``copy_us`` its time on an engine;
-    - ``due[i]``: ``(buffer_id, trigger_op)`` of each swap-in op ``i`` waits for;
-    - ``recomputes[i]``: ``(buffer_id, duration_us)`` run before op ``i``, in plan order;
-    - ``swap_outs[i]``: ``(buffer_id, residency, nbytes, copy_us, low, high)`` of each copy
-      out after op ``i``, in plan order;
-    - the residencies compute fills (those no swap-in enters), by start op: those starting
-      at op ``i`` hold bytes ``[filled_lows[k], filled_highs[k])`` for ``k`` in
-      ``range(filled_first[i], filled_first[i + 1])``;
-    - ``widest_swap_out``: the most bytes one swap-out copies; ``shortest_copy_us`` the
-      shortest copy time (0 when there is no copy); ``ops_without_duration`` how many ops
-      took the cost model's default duration.
+    ``op_us`` is each op's duration (``op_us_nonnegative``: every one ``>= 0``);
+    ``widest_swap_out`` the most bytes one copy out copies; ``shortest_copy_us`` the
+    shortest copy time (0 when there is no copy); ``ops_without_duration`` how many ops took
+    the cost model's default duration.
     """
 
     sizes: dict
     op_us: list
     residencies: tuple
     arrays: ResidencyArrays
-    swap_ins: dict
-    due: dict
-    recomputes: dict
-    swap_outs: dict
-    filled_first: list
-    filled_lows: list
-    filled_highs: list
+    swap_ins: SwapInRows
+    due: DueRows
+    recomputes: RecomputeRows
+    swap_outs: SwapOutRows
+    filled: FilledRows
     widest_swap_out: int
     shortest_copy_us: float
     ops_without_duration: int
+    op_us_nonnegative: bool
 
 
 def replay_input(trace, residencies: tuple[Residency, ...], actions,
                  cost: CostModel) -> ReplayInput:
     """Sort ``actions`` by op the way the event replay does (same lookups, same ties)."""
-    sizes, op_us, ops_without_duration = _trace_facts(trace, cost)
-    arrays = ResidencyArrays.of(residencies, sizes)
+    facts = _trace_facts(trace)
+    op_us, op_us_nonnegative = facts.op_us(trace, cost)
+    recompute_ops, sizes = facts.recompute_ops, facts.sizes.by_id
+    arrays = ResidencyArrays.of(residencies, facts.sizes)
     by_op = _by_op_columns(trace.num_ops, residencies, arrays, actions, cost)
     if by_op is None:
-        by_op = _by_op_loop(residencies, actions, sizes, cost)
-    recomputes = defaultdict(list)
-    for action in by_op.recomputes:
-        recomputes[action.before_op].append((action.buffer_id,
-                                             op_us[trace.buffer(action.buffer_id).recompute.op]))
-    filled = np.flatnonzero(by_op.filled)
-    filled = filled[np.argsort(arrays.starts[filled], kind="stable")]
-    first = np.searchsorted(arrays.starts[filled], np.arange(trace.num_ops + 1), "left")
-    return ReplayInput(sizes, op_us, residencies, arrays, by_op.swap_ins, by_op.due,
-                       dict(recomputes), by_op.swap_outs, first.tolist(),
-                       arrays.lows[filled].tolist(), arrays.highs[filled].tolist(),
-                       by_op.widest_swap_out, by_op.shortest_copy_us, ops_without_duration)
+        by_op = _by_op_loop(trace.num_ops, residencies, actions, sizes, cost)
+    n = trace.num_ops
+    rows, first = _grouped(by_op.triggers, n)
+    entering = by_op.entering[rows]
+    swap_ins = SwapInRows(first, by_op.in_ids[rows], arrays.lows[entering],
+                          arrays.highs[entering], arrays.sizes[entering], by_op.in_us[rows],
+                          by_op.triggers[rows])
+    rows, first = _grouped(by_op.dues, n)
+    due = DueRows(first, by_op.in_ids[rows], by_op.triggers[rows])
+    rows, first = _grouped(by_op.afters, n)
+    leaving = by_op.leaving[rows]
+    swap_outs = SwapOutRows(first, by_op.out_ids[rows], leaving, arrays.sizes[leaving],
+                            by_op.out_us[rows], arrays.lows[leaving], arrays.highs[leaving])
+    recompute_ids = [a.buffer_id for a in by_op.recomputes]
+    durations = [op_us[recompute_ops[b]] if b in recompute_ops
+                 else op_us[trace.buffer(b).recompute.op] for b in recompute_ids]
+    befores = [a.before_op if a.before_op in range(n) else -1 for a in by_op.recomputes]
+    rows, first = _grouped(np.array(befores, np.int64), n)
+    recomputes = RecomputeRows(first, np.array(recompute_ids, np.int64)[rows],
+                               np.array(durations, np.float64)[rows])
+    rows, first = _grouped(np.where(by_op.filled, arrays.starts, -1), n)
+    filled = FilledRows(first, arrays.lows[rows], arrays.highs[rows])
+    return ReplayInput(sizes, op_us, residencies, arrays, swap_ins, due, recomputes,
+                       swap_outs, filled, by_op.widest_swap_out, by_op.shortest_copy_us,
+                       facts.ops_without_duration, op_us_nonnegative)
 
 
-_TRACE_FACTS: dict = {}  # id(trace) -> (weak reference, sizes, ops without duration,
-#                                        {default_op_us: op_us})
+def _grouped(ops: np.ndarray, num_ops: int) -> tuple[np.ndarray, np.ndarray]:
+    """The rows whose op is in ``[0, num_ops)``, ordered by op (stable: plan order within
+    an op), and ``first``: op ``i``'s rows are ``rows[first[i]:first[i + 1]]``."""
+    order = np.argsort(ops, kind="stable")
+    first = np.searchsorted(ops[order], np.arange(num_ops + 1), "left")
+    return order[first[0]:first[-1]], first - first[0]
 
 
-def _trace_facts(trace, cost: CostModel) -> tuple[dict, list, int]:
-    """Buffer sizes by id, op durations and the number of ops without a duration of
-    ``trace``, kept while the trace lives (a planner replays hundreds of plans of one
-    trace; traces are immutable). Read only."""
+@dataclass(frozen=True)
+class _TraceFacts:
+    """What every replay of one trace reads: buffer sizes, the number of ops without a
+    duration, the producing op of each buffer with a recompute recipe, and per cost
+    model default op duration: the ops' durations and whether each is ``>= 0``."""
+
+    sizes: BufferSizes
+    ops_without_duration: int
+    recompute_ops: dict
+    durations: dict
+
+    def op_us(self, trace, cost: CostModel) -> tuple[list, bool]:
+        found = self.durations.get(cost.default_op_us)
+        if found is None:
+            op_us = cost.op_times(trace)
+            found = self.durations[cost.default_op_us] = (op_us, all(d >= 0 for d in op_us))
+        return found
+
+
+_TRACE_FACTS: dict = {}  # id(trace) -> (weak reference, _TraceFacts)
+
+
+def _trace_facts(trace) -> _TraceFacts:
+    """The facts of ``trace``, kept while the trace lives (a planner replays hundreds of
+    plans of one trace; traces are immutable). Read only."""
     entry = _TRACE_FACTS.get(id(trace))
     if entry is None or entry[0]() is not trace:
         if len(_TRACE_FACTS) >= 8:
             _TRACE_FACTS.clear()
-        entry = (weakref.ref(trace), {b.id: b.size for b in trace.buffers},
-                 ops_without_duration(trace), {})
-        _TRACE_FACTS[id(trace)] = entry
-    op_us = entry[3].get(cost.default_op_us)
-    if op_us is None:
-        op_us = entry[3][cost.default_op_us] = cost.op_times(trace)
-    return entry[1], op_us, entry[2]
+        by_id = {b.id: b for b in trace.buffers}
+        facts = _TraceFacts(BufferSizes.of({b.id: b.size for b in trace.buffers}),
+                            ops_without_duration(trace),
+                            {i: b.recompute.op for i, b in by_id.items()
+                             if b.recompute is not None}, {})
+        entry = _TRACE_FACTS[id(trace)] = (weakref.ref(trace), facts)
+    return entry[1]
 
 
 _SHORT = 8  # a buffer with at most this many residencies is searched in plan order
@@ -130,13 +272,15 @@ _SHORT = 8  # a buffer with at most this many residencies is searched in plan or
 
 class _Spans:
     """The residencies of the buffers some action names, looked up as the event replay does:
-    the first residency (in plan order) of a buffer that starts at, or covers, an op."""
+    the first residency (in plan order) of a buffer that starts at, or covers, an op. Each
+    lookup gives the residency's index in plan order."""
 
     def __init__(self, residencies, buffer_ids):
+        self.residencies = residencies
         self.by_buffer = defaultdict(list)
-        for r in residencies:
+        for k, r in enumerate(residencies):
             if r.buffer_id in buffer_ids:
-                self.by_buffer[r.buffer_id].append(r)
+                self.by_buffer[r.buffer_id].append(k)
         self.indexed = {}
 
     def _index(self, buffer_id):
@@ -144,105 +288,129 @@ class _Spans:
         (when no two overlap, so that at most one covers an op) all sorted by start."""
         index = self.indexed.get(buffer_id)
         if index is None:
+            residencies = self.residencies
             spans = self.by_buffer[buffer_id]
             by_start = {}
-            for r in spans:
-                by_start.setdefault(r.start, r)
-            ordered = sorted(spans, key=attrgetter("start"))
-            disjoint = all(x.end <= y.start for x, y in itertools.pairwise(ordered))
-            index = (by_start, [r.start for r in ordered] if disjoint else None, ordered)
+            for k in spans:
+                by_start.setdefault(residencies[k].start, k)
+            ordered = sorted(spans, key=lambda k: residencies[k].start)
+            disjoint = all(residencies[x].end <= residencies[y].start
+                           for x, y in itertools.pairwise(ordered))
+            index = (by_start, [residencies[k].start for k in ordered] if disjoint else None,
+                     ordered)
             self.indexed[buffer_id] = index
         return index
 
-    def starting(self, buffer_id, op):
+    def starting(self, buffer_id, op) -> int:
         spans = self.by_buffer[buffer_id]
         if len(spans) > _SHORT:
-            r = self._index(buffer_id)[0].get(op)
-            if r is not None:
-                return r
+            k = self._index(buffer_id)[0].get(op)
+            if k is not None:
+                return k
         else:
-            for r in spans:
-                if r.start == op:
-                    return r
+            for k in spans:
+                if self.residencies[k].start == op:
+                    return k
         raise StopIteration  # the event replay's ``next(...)`` fails the same way
 
-    def covering(self, buffer_id, op):
+    def covering(self, buffer_id, op) -> int:
         spans = self.by_buffer[buffer_id]
         if len(spans) > _SHORT and self._index(buffer_id)[1] is not None:
             _by_start, starts, ordered = self._index(buffer_id)
             k = bisect_right(starts, op) - 1
-            if k >= 0 and op < ordered[k].end:
+            if k >= 0 and op < self.residencies[ordered[k]].end:
                 return ordered[k]
             raise StopIteration
-        for r in spans:
+        for k in spans:
+            r = self.residencies[k]
             if r.start <= op < r.end:
-                return r
+                return k
         raise StopIteration
 
 
 @dataclass(frozen=True)
 class _ByOp:
-    """Actions sorted by op (the lists of :class:`ReplayInput`), the recomputes in plan
-    order, and ``filled``: which residencies compute fills (no swap-in enters them)."""
+    """A plan's actions in plan order, each with the residency it enters or leaves (its
+    index in plan order), as NumPy columns: the swap-ins (``in_ids``, ``triggers``,
+    ``dues``, ``entering``, ``in_us``), the copies out (swap-outs that are not drops:
+    ``out_ids``, ``afters``, ``leaving``, ``out_us``); the recomputes; ``filled``: which
+    residencies compute fills (no swap-in enters them). Ops outside ``[0, num_ops)`` may
+    read -1 (no row of the replay)."""
 
-    swap_ins: dict
-    due: dict
-    swap_outs: dict
+    in_ids: np.ndarray
+    triggers: np.ndarray
+    dues: np.ndarray
+    entering: np.ndarray
+    in_us: np.ndarray
+    out_ids: np.ndarray
+    afters: np.ndarray
+    leaving: np.ndarray
+    out_us: np.ndarray
     recomputes: list
     filled: np.ndarray
     widest_swap_out: int
     shortest_copy_us: float
 
 
-def _by_op_loop(residencies, actions, sizes, cost) -> _ByOp:
+def _by_op_loop(num_ops, residencies, actions, sizes, cost) -> _ByOp:
     """Any plan: each action's residency found by the event replay's scan."""
     spans = _Spans(residencies, {action.buffer_id for action in actions})
     times = _CopyTimes(cost)
     entered = {}
-    swap_ins, due, swap_outs = defaultdict(list), defaultdict(list), defaultdict(list)
-    recomputes = []
+    ins, outs, recomputes = [], [], []
     widest = 0
+    iteration = range(num_ops)  # ``in`` finds what a dict keyed by op finds
     for action in actions:
         b = action.buffer_id
         if isinstance(action, SwapIn):
             trigger = action.trigger_op
-            r = spans.starting(b, trigger)
+            k = spans.starting(b, trigger)
             nbytes = sizes[b]
-            swap_ins[trigger].append((b, r.offset, r.offset + nbytes, nbytes,
-                                      times.of(nbytes, H2D, action.level), trigger))
-            due[action.due_op].append((b, trigger))
-            entered[(b, r.start)] = action
+            due = action.due_op
+            ins.append((b, trigger, due if due in iteration else -1, k,
+                        times.of(nbytes, H2D, action.level)))
+            entered[(b, residencies[k].start)] = action
         elif isinstance(action, RecomputeAction):
             recomputes.append(action)
             entered[(b, action.before_op)] = action
         elif isinstance(action, SwapOut):
-            r = spans.covering(b, action.after_op)
+            k = spans.covering(b, action.after_op)
             if not action.drop:
                 nbytes = sizes[b]
-                swap_outs[action.after_op].append((b, r, nbytes,
-                                                   times.of(nbytes, D2H, action.level),
-                                                   r.offset, r.offset + nbytes))
+                after = action.after_op
+                outs.append((b, after if after in iteration else -1, k,
+                             times.of(nbytes, D2H, action.level)))
                 widest = max(widest, nbytes)
     swapped_in = {key for key, action in entered.items() if isinstance(action, SwapIn)}
     filled = np.fromiter(((r.buffer_id, r.start) not in swapped_in for r in residencies),
                          bool, len(residencies))
-    return _ByOp(dict(swap_ins), dict(due), dict(swap_outs), recomputes, filled, widest,
-                 times.shortest())
+    in_ids, triggers, dues, entering, in_us = _rows(ins, 5)
+    out_ids, afters, leaving, out_us = _rows(outs, 4)
+    return _ByOp(in_ids, triggers, dues, entering, in_us, out_ids, afters, leaving, out_us,
+                 recomputes, filled, widest, times.shortest())
+
+
+def _rows(rows, width):
+    """Columns of ``rows`` (tuples of ints, a float last)."""
+    columns = list(zip(*rows, strict=True)) or [()] * width
+    return ([np.array(c, np.int64) for c in columns[:-1]]
+            + [np.array(columns[-1], np.float64)])
 
 
 def _by_op_columns(num_ops, residencies, arrays: ResidencyArrays, actions, cost):
     """The same as :func:`_by_op_loop` by NumPy lookups, or None where they cannot stand in
     for the scans (see the module docstring)."""
-    if not set(map(type, actions)) <= {SwapIn, SwapOut, RecomputeAction}:
+    kinds = {SwapIn: [], SwapOut: [], RecomputeAction: []}
+    try:
+        for action in actions:
+            kinds[type(action)].append(action)
+    except KeyError:  # an action of another type
         return None
-    ins = [a for a in actions if type(a) is SwapIn]
-    outs = [a for a in actions if type(a) is SwapOut]
-    recomputes = [a for a in actions if type(a) is RecomputeAction]
+    ins, outs, recomputes = kinds[SwapIn], kinds[SwapOut], kinds[RecomputeAction]
     width = num_ops + 1
     ids, starts, ends = arrays.buffer_ids, arrays.starts, arrays.ends
-    column = _columns(ins, ("buffer_id", "trigger_op", "due_op"))
-    in_ids, triggers, dues = column
-    out_ids, afters = _columns(outs, ("buffer_id", "after_op"))
+    in_ids, triggers, dues = int_columns(ins, ("buffer_id", "trigger_op", "due_op"))
+    out_ids, afters = int_columns(outs, ("buffer_id", "after_op"))
     every_id = np.concatenate([ids, in_ids, out_ids])
     every_op = np.concatenate([starts, ends, triggers, afters])
     if every_id.size and (every_id.min() < 0 or every_id.max() >= (1 << 62) // width):
@@ -271,32 +439,25 @@ def _by_op_columns(num_ops, residencies, arrays: ResidencyArrays, actions, cost)
     if np.any(at < 0) or np.any(ids[leaving] != out_ids) or np.any(afters >= ends[leaving]):
         return None
     times = _CopyTimes(cost)
-    swap_ins, due, swap_outs = defaultdict(list), defaultdict(list), defaultdict(list)
-    nbytes = arrays.sizes[entering].tolist()
-    lows = arrays.lows[entering].tolist()
-    in_us = times.each(nbytes, H2D, [a.level for a in ins])
-    for row in zip(in_ids.tolist(), lows, arrays.highs[entering].tolist(), nbytes, in_us,
-                   triggers.tolist(), strict=True):
-        swap_ins[row[5]].append(row)
-    for b, trigger, due_op in zip(in_ids.tolist(), triggers.tolist(), dues.tolist(),
-                                  strict=True):
-        due[due_op].append((b, trigger))
-    kept = [k for k, a in enumerate(outs) if not a.drop]
+    in_us = times.each(arrays.sizes[entering], H2D, list(map(attrgetter("level"), ins)))
+    kept = _copied(outs)
     leaving = leaving[kept]
-    nbytes = arrays.sizes[leaving].tolist()
-    out_us = times.each(nbytes, D2H, [outs[k].level for k in kept])
-    for row in zip(out_ids[kept].tolist(), [residencies[k] for k in leaving.tolist()],
-                   nbytes, out_us, arrays.lows[leaving].tolist(),
-                   arrays.highs[leaving].tolist(), afters[kept].tolist(), strict=True):
-        swap_outs[row[6]].append(row[:6])
-    filled = ~np.isin(keys, in_keys)
-    return _ByOp(dict(swap_ins), dict(due), dict(swap_outs), recomputes, filled,
-                 max(nbytes, default=0), times.shortest())
+    nbytes = arrays.sizes[leaving]
+    out_us = times.each(nbytes, D2H, [a.level for a, keep in zip(outs, kept.tolist(),
+                                                                   strict=True) if keep])
+    dues = np.where((dues >= 0) & (dues < num_ops), dues, -1)
+    return _ByOp(in_ids, triggers, dues, entering, in_us, out_ids[kept], afters[kept],
+                 leaving, out_us, recomputes, ~np.isin(keys, in_keys),
+                 int(nbytes.max(initial=0)), times.shortest())
 
 
-def _columns(actions, names):
-    return [np.fromiter(map(attrgetter(name), actions), np.int64, len(actions))
-            for name in names]
+def _copied(outs) -> np.ndarray:
+    """Which swap-outs copy (``not drop``), as a ``bool`` column."""
+    if _columns is not None:
+        block = _columns.int_columns(outs, ("drop",))
+        if block is not None:  # every drop an int (a bool)
+            return np.frombuffer(block, np.int64) == 0
+    return np.fromiter((not a.drop for a in outs), bool, len(outs))
 
 
 class _CopyTimes:
@@ -311,8 +472,17 @@ class _CopyTimes:
             self.times[key] = self.cost.copy_us(nbytes, direction, level)
         return self.times[key]
 
-    def each(self, nbytes, direction, levels):
-        return [self.of(n, direction, level) for n, level in zip(nbytes, levels, strict=True)]
+    def each(self, nbytes: np.ndarray, direction, levels: list) -> np.ndarray:
+        """The copy time of each ``(nbytes[k], levels[k])``, as a ``float64`` column."""
+        distinct = set(levels)
+        if len(distinct) == 1:  # one level (the usual case): once per size
+            (level,) = distinct
+            unique, inverse = np.unique(nbytes, return_inverse=True)
+            times = [self.of(n, direction, level) for n in unique.tolist()]
+            return np.array(times, np.float64)[inverse]
+        keys = list(zip(nbytes.tolist(), levels, strict=True))
+        times = {key: self.of(key[0], direction, key[1]) for key in dict.fromkeys(keys)}
+        return np.array([times[key] for key in keys], np.float64)
 
     def shortest(self):
         return min(self.times.values(), default=0.0)

@@ -46,6 +46,7 @@ import gc
 import math
 from collections import defaultdict
 from dataclasses import asdict, dataclass
+from operator import itemgetter
 
 import numpy as np
 
@@ -160,7 +161,7 @@ def _direct(trace: Trace, plan: Plan, cost: CostModel) -> SimReport:
     """The replay as one flat loop; the report is computed as :meth:`_Replay.run` does."""
     residencies = plan_residencies(trace, plan)
     data = replay_input(trace, residencies, plan.actions, cost)
-    if data.shortest_copy_us < 0 or not all(d >= 0 for d in data.op_us):
+    if data.shortest_copy_us < 0 or not data.op_us_nonnegative:
         # a negative delay: the event core says which
         return _Replay(trace, plan, cost, False).run()
     timeline = replay(data, trace.num_ops, cost.copy_engines_per_direction)
@@ -170,10 +171,13 @@ def _direct(trace: Trace, plan: Plan, cost: CostModel) -> SimReport:
         feasible=True, iteration_us=clock.iteration_us, ideal_us=clock.ideal_us,
         overhead=clock.overhead,
         peak_bytes=peak_bytes(trace.num_ops, data, timeline),
-        swapped_bytes=sum(c[2] for c in timeline.copies), recompute_us=clock.recompute_us,
+        swapped_bytes=sum(map(_NBYTES, timeline.copies)), recompute_us=clock.recompute_us,
         stall_us=clock.stall_us, ops_without_duration=data.ops_without_duration,
         op_times=tuple(timeline.op_times), copies=tuple(timeline.copies),
         recomputes=tuple(timeline.recomputes))
+
+
+_NBYTES = itemgetter(2)  # of a copy record
 
 
 @dataclass(frozen=True)

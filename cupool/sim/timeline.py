@@ -3,7 +3,10 @@
 :func:`replay` runs the machine that :mod:`cupool.sim.simulator` defines (one compute
 stream, FIFO copy engines per direction, swap-ins handed over once the bytes they land in
 and their own host copy are ready) and gives the same numbers as the event replay, bit for
-bit: the copies, op and recompute times, and their order.
+bit: the copies, op and recompute times, and their order. The loop runs compiled
+(``_timeline.c``, where the optional extension is built) or as :func:`python_replay`: the
+same timeline either way, every float bit for bit (the C code does the same double
+operations in the same order, and its heap is heapq's, over the same key).
 
 Equal numbers need equal order, not just equal times. Several copies handed over at one
 instant are served in the order the event core hands them over, and copies ending at one
@@ -39,6 +42,14 @@ import numpy as np
 
 from cupool.sim.cost import D2H, H2D
 from cupool.sim.replay_input import ReplayInput
+
+try:
+    from cupool.sim import _timeline
+except ImportError:  # the optional C extension is not built: the Python loop runs
+    _timeline = None
+
+COMPILED_AVAILABLE = _timeline is not None
+"""Whether the C extension ``_timeline`` is built (and :func:`replay` runs compiled)."""
 
 URGENT = 0
 NORMAL = 1
@@ -86,14 +97,25 @@ class Timeline:
 
 def replay(data: ReplayInput, num_ops: int, engines: int) -> Timeline:
     """Run one iteration of the machine on ``engines`` copy engines per direction; see the
-    module docstring for the order kept."""
+    module docstring for the order kept. Compiled (``_timeline``) where built, else
+    :func:`python_replay`: the same timeline."""
+    if _timeline is not None:
+        records = _timeline.replay(data, num_ops, engines, D2H, H2D)
+        if records is not None:  # None: an input the compiled loop leaves to Python
+            return Timeline(*records)
+    return python_replay(data, num_ops, engines)
+
+
+def python_replay(data: ReplayInput, num_ops: int, engines: int) -> Timeline:
+    """:func:`replay` in Python."""
     heap: list = []
     push, pop, seq = heapq.heappush, heapq.heappop, itertools.count().__next__
     now = 0.0
-    op_us, swap_ins, due, recomputes = data.op_us, data.swap_ins, data.due, data.recomputes
-    swap_outs, widest = data.swap_outs, data.widest_swap_out
-    filled_first, filled_lows, filled_highs = (data.filled_first, data.filled_lows,
-                                               data.filled_highs)
+    op_us, widest = data.op_us, data.widest_swap_out
+    swap_ins, due, recomputes, swap_outs = _rows_by_op(data)
+    filled_first, filled_lows, filled_highs = (data.filled.first.tolist(),
+                                               data.filled.lows.tolist(),
+                                               data.filled.highs.tolist())
     idle = [engines, engines]  # idle engines per direction: 0 = D2H, 1 = H2D
     queued = ([], [])          # per direction, copies handed over in order ...
     taken = [0, 0]             # ... of which this many were taken by an engine
@@ -247,6 +269,31 @@ def replay(data: ReplayInput, num_ops: int, engines: int) -> Timeline:
                     [(r, copy[_DONE]) for r, copy in held_after])
 
 
+def _rows_by_op(data: ReplayInput) -> tuple[dict, dict, dict, dict]:
+    """``data``'s rows as :func:`python_replay` reads them: per op (only those with any), a
+    list of tuples -- swap-ins ``(buffer_id, low, high, nbytes, copy_us, trigger_op)``, dues
+    ``(buffer_id, trigger_op)``, recomputes ``(buffer_id, duration_us)`` and copies out
+    ``(buffer_id, residency, nbytes, copy_us, low, high)``."""
+    ins, due, recomputes, outs = data.swap_ins, data.due, data.recomputes, data.swap_outs
+    residencies = data.residencies
+    return (
+        _by_op(ins.first, zip(ins.buffer_ids.tolist(), ins.lows.tolist(), ins.highs.tolist(),
+                              ins.nbytes.tolist(), ins.copy_us.tolist(),
+                              ins.triggers.tolist(), strict=True)),
+        _by_op(due.first, zip(due.buffer_ids.tolist(), due.triggers.tolist(), strict=True)),
+        _by_op(recomputes.first, zip(recomputes.buffer_ids.tolist(),
+                                     recomputes.duration_us.tolist(), strict=True)),
+        _by_op(outs.first, zip(outs.buffer_ids.tolist(),
+                               [residencies[k] for k in outs.residencies.tolist()],
+                               outs.nbytes.tolist(), outs.copy_us.tolist(),
+                               outs.lows.tolist(), outs.highs.tolist(), strict=True)))
+
+
+def _by_op(first: np.ndarray, rows) -> dict:
+    rows, bounds = list(rows), first.tolist()
+    return {i: rows[bounds[i]:bounds[i + 1]] for i in np.flatnonzero(np.diff(first)).tolist()}
+
+
 def _reading(lows, pending, low, high, widest):
     """The copies of ``pending`` (``(high, copy)`` by ``lows``) still reading bytes of
     ``[low, high)``: those from ``low - widest`` up (narrower ranges below cannot reach
@@ -263,38 +310,48 @@ def peak_bytes(num_ops: int, data: ReplayInput, timeline: Timeline) -> int:
     if num_ops == 0:
         return 0
     arrays = data.arrays
-    starts, ends, lows, highs = arrays.starts, arrays.ends, arrays.lows, arrays.highs
+    starts, ends = arrays.starts, arrays.ends
     held = np.zeros(num_ops + 1, np.int64)
     np.add.at(held, starts, arrays.sizes)
     np.add.at(held, ends, -arrays.sizes)
     per_op = np.cumsum(held[:num_ops])
-    held_after = timeline.held_after
-    if held_after:
+    count = len(timeline.held_after)
+    if count:
         op_starts = np.fromiter(map(_START, timeline.op_times), np.float64, num_ops)
-        count = len(held_after)
-        after = np.fromiter((r.end for r, _done in held_after), np.int64, count)
-        done = np.fromiter((d for _r, d in held_after), np.float64, count)
+        done = np.fromiter(map(_DONE_US, timeline.held_after), np.float64, count)
+        # copies out are issued in row order: held_after[k] leaves row k's residency
+        leaving = data.swap_outs.residencies[:count]
         stops = np.searchsorted(op_starts, done, "left")  # ops [end, stop) start before
-        late = np.flatnonzero(stops > after)
+        late = np.flatnonzero(stops > ends[leaving])
         if late.size:
-            by_start = np.argsort(starts, kind="stable")
-            prefix = np.searchsorted(starts[by_start], stops[late], "left").tolist()
-        for k, q in enumerate(late.tolist()):
-            r = held_after[q][0]
-            first, stop = r.end, int(stops[q])
-            size = data.sizes[r.buffer_id]
-            low, high = r.offset, r.offset + size
-            near = by_start[:prefix[k]]  # residencies starting before op ``stop``
-            near = near[(ends[near] > first) & (lows[near] < high) & (low < highs[near])]
-            window = per_op[first:stop]
-            if not near.size:
-                window += size
-                continue
-            covered = np.zeros(stop - first + 1, np.int64)
-            np.add.at(covered, np.clip(starts[near] - first, 0, stop - first), 1)
-            np.add.at(covered, ends[near].clip(max=stop) - first, -1)
-            window[np.cumsum(covered[:-1]) == 0] += size
+            _add_late_copies(per_op, arrays, leaving[late], stops[late])
     return int(per_op.max())
 
 
+def _add_late_copies(per_op, arrays, gone, stops) -> None:
+    """Add to ``per_op`` the bytes of each copy out still running when ops
+    ``[end, stops[k])`` start (``end`` that of residency ``gone[k]``), at the ops no
+    residency over those bytes covers."""
+    by_start = np.argsort(arrays.starts, kind="stable")
+    starts, ends, lows, highs = (arrays.starts[by_start], arrays.ends[by_start],
+                                 arrays.lows[by_start], arrays.highs[by_start])
+    prefix = np.searchsorted(starts, stops, "left").tolist()
+    for near, first, stop, size, low, high in zip(
+            prefix, arrays.ends[gone].tolist(), stops.tolist(), arrays.sizes[gone].tolist(),
+            arrays.lows[gone].tolist(), arrays.highs[gone].tolist(), strict=True):
+        # of the first ``near`` residencies by start (those starting before op ``stop``),
+        # those ending after op ``first`` over the copy's bytes
+        near = np.flatnonzero((ends[:near] > first) & (lows[:near] < high)
+                              & (low < highs[:near]))
+        window = per_op[first:stop]
+        if not near.size:
+            window += size
+            continue
+        covered = np.zeros(stop - first + 1, np.int64)
+        np.add.at(covered, np.clip(starts[near] - first, 0, stop - first), 1)
+        np.add.at(covered, ends[near].clip(max=stop) - first, -1)
+        window[np.cumsum(covered[:-1]) == 0] += size
+
+
 _START = itemgetter(1)
+_DONE_US = itemgetter(1)

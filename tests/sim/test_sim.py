@@ -1,4 +1,5 @@
-"""Simulator, event core and cost model: hand-computed timelines, compared exactly."""
+"""Simulator, event core and cost model: hand-computed timelines, compared exactly (each
+test with the compiled flat replay and with the Python one: ``replay_loop``)."""
 
 from __future__ import annotations
 
@@ -30,6 +31,8 @@ from tests.swap_cases import swap_plan, trace_of
 
 # 0.1 GB/s = 100 bytes/us: a 1000-byte copy takes 3 + 10 = 13 us
 SLOW = cost_model(0.1)
+
+pytestmark = pytest.mark.usefixtures("replay_loop")
 
 
 # -- the event core -------------------------------------------------------------------

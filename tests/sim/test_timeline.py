@@ -1,6 +1,7 @@
 """The flat replay (``cupool.sim.timeline``) against the event replay it stands in for
 (``simulate(..., reference=True)``): every report field equal, floats bit for bit, records
-in the same order -- on the bundled traces' plans, random plans and hand-made corner cases."""
+in the same order -- on the bundled traces' plans, random plans and hand-made corner cases.
+Every test runs twice: with the compiled loop and with the Python one (``replay_loop``)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import dataclasses
 from pathlib import Path
 from unittest import mock
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -27,9 +29,14 @@ from cupool.core.vocabulary import (
 )
 from cupool.io import load_trace
 from cupool.planning import make_plan
-from cupool.sim import SimReport, cost_model, simulate
+from cupool.sim import SimReport, cost_model, simulate, timeline
 from cupool.sim.events import SimulationError
-from cupool.sim.replay_input import ResidencyArrays, _by_op_columns, _by_op_loop
+from cupool.sim.replay_input import (
+    BufferSizes,
+    ResidencyArrays,
+    _by_op_columns,
+    _by_op_loop,
+)
 from tests.conftest import TRACES
 from tests.swap_cases import (
     resnet_capuchin_plan,
@@ -42,6 +49,16 @@ from tests.swap_cases import (
 BENCH_TRACES = sorted((Path(__file__).resolve().parents[2] / "bench" / "data" / "traces")
                       .glob("*.trace.json.gz"))
 ENGINES = (1, 2)
+
+pytestmark = pytest.mark.usefixtures("replay_loop")
+
+
+def test_the_loop_asked_for_runs(replay_loop):
+    trace = overlap_trace()
+    plan = overlap_plan(trace)
+    with mock.patch.object(timeline, "python_replay", wraps=timeline.python_replay) as python:
+        simulate(trace, plan, cost_model(0.1), validate=False)
+    assert python.called == (replay_loop == "python")
 
 
 def assert_same(trace, plan, cost, valid=True) -> SimReport:
@@ -270,12 +287,25 @@ def test_column_lookups_sort_a_valid_plans_actions_as_the_scans_do(case):
     arrays = ResidencyArrays.of(residencies, sizes)
     columns = _by_op_columns(trace.num_ops, residencies, arrays, plan.actions, cost)
     assert columns is not None  # a valid plan never needs the scans
-    scans = _by_op_loop(residencies, plan.actions, sizes, cost)
+    scans = _by_op_loop(trace.num_ops, residencies, plan.actions, sizes, cost)
     for field in dataclasses.fields(scans):
-        if field.name == "filled":
-            assert columns.filled.tolist() == scans.filled.tolist()
-        else:
-            assert getattr(columns, field.name) == getattr(scans, field.name), field.name
+        left, right = getattr(columns, field.name), getattr(scans, field.name)
+        if isinstance(left, np.ndarray):
+            assert left.dtype == right.dtype, field.name
+            left, right = left.tolist(), right.tolist()
+        assert repr(left) == repr(right), field.name
+
+
+def test_buffer_sizes_are_looked_up_by_sorted_ids():
+    sizes = BufferSizes.of({7: 100, 2: 300, 5: 0})
+    assert sizes.each(np.array([5, 7, 2, 7])).tolist() == [0, 100, 300, 100]
+    with pytest.raises(KeyError, match="3"):  # as the dict says it
+        sizes.each(np.array([2, 3]))
+    assert BufferSizes.of({}).each(np.array([], np.int64)).tolist() == []
+    huge = BufferSizes.of({1: 2 ** 70})  # past 64 bits: the dict alone, which overflows
+    assert huge.ids is None
+    with pytest.raises(OverflowError):
+        huge.each(np.array([1]))
 
 
 def test_plans_the_column_lookups_leave_to_the_scans():

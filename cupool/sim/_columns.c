@@ -1,0 +1,73 @@
+/* Integer attributes of many objects as int64 columns, for cupool.sim.replay_input.
+ *
+ * int_columns(objects, names) reads attribute names[c] of every object (a residency's
+ * buffer_id, start, end, offset; an action's buffer_id and ops) into one bytearray holding
+ * the columns one after the other, each len(objects) int64 values: what
+ * numpy.fromiter(map(attrgetter(name), objects), numpy.int64) gives per name, without a
+ * Python call per value. Where that could differ (an attribute that is not an int, one past
+ * 64 bits, one missing) it returns None, and the caller reads the columns in Python, which
+ * converts or raises as it always has.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+static PyObject *int_columns(PyObject *module, PyObject *args) {
+    PyObject *objects, *names;
+    if (!PyArg_ParseTuple(args, "OO!:int_columns", &objects, &PyTuple_Type, &names))
+        return NULL;
+    Py_ssize_t width = PyTuple_GET_SIZE(names);
+    for (Py_ssize_t c = 0; c < width; c++) {
+        if (!PyUnicode_Check(PyTuple_GET_ITEM(names, c))) {
+            PyErr_SetString(PyExc_TypeError, "int_columns: names must be strings");
+            return NULL;
+        }
+    }
+    PyObject *items = PySequence_Fast(objects, "int_columns: objects must be a sequence");
+    if (!items) return NULL;
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(items);
+    PyObject *block = PyByteArray_FromStringAndSize(NULL, count * width * 8);
+    if (!block) {
+        Py_DECREF(items);
+        return NULL;
+    }
+    long long *out = (long long *)PyByteArray_AS_STRING(block);
+    PyObject **objs = PySequence_Fast_ITEMS(items);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        for (Py_ssize_t c = 0; c < width; c++) {
+            PyObject *value = PyObject_GetAttr(objs[i], PyTuple_GET_ITEM(names, c));
+            int overflow = 0;
+            long long number = -1;
+            if (value && PyLong_Check(value))
+                number = PyLong_AsLongLongAndOverflow(value, &overflow);
+            int usable = value && PyLong_Check(value) && !overflow
+                         && !(number == -1 && PyErr_Occurred());
+            Py_XDECREF(value);
+            if (!usable) {
+                Py_DECREF(items);
+                Py_DECREF(block);
+                if (PyErr_Occurred() && PyErr_ExceptionMatches(PyExc_MemoryError)) return NULL;
+                PyErr_Clear();
+                Py_RETURN_NONE;
+            }
+            out[c * count + i] = number;
+        }
+    }
+    Py_DECREF(items);
+    return block;
+}
+
+static PyMethodDef methods[] = {
+    {"int_columns", int_columns, METH_VARARGS,
+     "int_columns(objects, names) -> bytearray of len(names) int64 columns of "
+     "len(objects) values each (attribute names[c] of every object), or None where Python "
+     "should read them."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_columns",
+    "Integer attributes of many objects as int64 columns (cupool.sim.replay_input).", -1,
+    methods, NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__columns(void) { return PyModule_Create(&module); }

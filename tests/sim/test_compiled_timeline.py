@@ -1,0 +1,214 @@
+"""The compiled flat replay (``cupool.sim._timeline``) against the Python one
+(:func:`cupool.sim.timeline.python_replay`): the same :class:`Timeline` -- every list, every
+record, in the same order, floats bit for bit (compared by ``repr``, which tells every two
+doubles apart, ``0.0`` from ``-0.0`` included, and an ``int`` from a ``float``) -- on the
+inputs of generated valid plans and on generated replay inputs no plan would make (deep
+queues, copies over each other's bytes, many events at one instant, no engine at all).
+And the compiled reading of attributes as columns (``cupool.sim._columns``) against NumPy's.
+Skipped when the extensions are not built."""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from cupool.core.vocabulary import Residency, plan_residencies
+from cupool.planning.synthetic import lstm_trace
+from cupool.sim import cost_model
+from cupool.sim import replay_input as replay_input_module
+from cupool.sim.cost import D2H, H2D
+from cupool.sim.replay_input import (
+    DueRows,
+    FilledRows,
+    RecomputeRows,
+    ReplayInput,
+    ResidencyArrays,
+    SwapInRows,
+    SwapOutRows,
+    replay_input,
+)
+from cupool.sim.timeline import COMPILED_AVAILABLE, Timeline, python_replay
+from tests.sim.test_timeline import varied
+from tests.swap_cases import written_trace_and_plan
+
+BUILT = COMPILED_AVAILABLE and replay_input_module._columns is not None
+pytestmark = pytest.mark.skipif(not BUILT, reason="the C extensions of cupool.sim are not built")
+
+if BUILT:
+    from cupool.sim import _columns, _timeline
+
+
+def outcome(replay, data, num_ops, engines):
+    """``repr`` of the timeline ``replay`` gives, or of the error it raises."""
+    try:
+        return repr(replay(data, num_ops, engines))
+    except KeyError as error:
+        return f"KeyError{error.args!r}"
+
+
+def compiled(data, num_ops, engines) -> Timeline:
+    records = _timeline.replay(data, num_ops, engines, D2H, H2D)
+    assert records is not None, "the compiled loop left a modelled input to Python"
+    return Timeline(*records)
+
+
+def assert_same_timeline(data, num_ops, engines):
+    python = outcome(python_replay, data, num_ops, engines)
+    assert outcome(compiled, data, num_ops, engines) == python
+    return python
+
+
+# -- inputs of valid plans ---------------------------------------------------------------
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(varied(written_trace_and_plan()), st.sampled_from([1, 2, 3]))
+def test_generated_plans_give_the_python_timeline(case, engines):
+    """Swaps (pinned and pageable), recomputes, drops of clean data, 0 µs ops and whole-number
+    copy times (ties), on 1 to 3 engines per direction."""
+    trace, plan, cost = case
+    data = replay_input(trace, plan_residencies(trace, plan), plan.actions, cost)
+    assert not assert_same_timeline(data, trace.num_ops, engines).startswith("KeyError")
+
+
+@pytest.mark.parametrize("engines", [1, 2, 4])
+def test_a_planned_lstm_gives_the_python_timeline(engines):
+    """A budget plan of thousands of copies (swaps, recomputes, drops)."""
+    from cupool.planning.budget import plan_with_budget
+    from cupool.planning.budget.recipes import with_recompute_recipes
+
+    trace = with_recompute_recipes(lstm_trace(40, 2, seed=1))
+    cost = cost_model("gen5", copy_engines_per_direction=engines)
+    result = plan_with_budget(trace, int(trace.lower_bound_bytes() * 0.5), "auto", cost=cost)
+    plan = result.plan
+    data = replay_input(result.trace, plan_residencies(result.trace, plan), plan.actions, cost)
+    assert len(data.swap_outs.buffer_ids) > 100 and len(data.recomputes.buffer_ids) > 10
+    assert_same_timeline(data, result.trace.num_ops, engines)
+
+
+# -- inputs no plan would make --------------------------------------------------------------
+
+def grouped(rows, num_ops, columns):
+    """``rows`` (an op and ``columns`` values each) ordered by op, plan order within an op:
+    the columns after the op, and ``first``."""
+    rows = sorted(rows, key=lambda row: row[0])
+    first = np.array([bisect.bisect_left([row[0] for row in rows], i)
+                      for i in range(num_ops + 1)], np.int64)
+    return [[row[k] for row in rows] for k in range(1, columns + 1)], first
+
+
+TIMES = st.sampled_from([0.0, 0.0, 0.5, 1.0, 1.0, 2.0, 3.0, 0.1, -0.0, math.inf])
+
+
+@st.composite
+def replay_inputs(draw):
+    """``(input, num_ops)``: ops of a few whole durations (0 often), copies of a few byte
+    ranges (over each other) and times, swap-ins of a few buffers with dues (some naming a
+    swap-in not landed by then: Python's ``KeyError``), recomputes, filled ranges."""
+    n = draw(st.integers(1, 9))
+    op = st.integers(0, n - 1)
+    buffer = st.integers(0, 4)
+    low = st.integers(0, 6).map(lambda k: 100 * k)
+    size = st.integers(0, 3).map(lambda k: 100 * k)
+    outs = draw(st.lists(st.tuples(op, buffer, low, size, TIMES), max_size=14))
+    ins = draw(st.lists(st.tuples(op, buffer, low, size, TIMES), max_size=14))
+    dues = []
+    for trigger, b, *_rest in ins:
+        for _ in range(draw(st.integers(0, 2))):
+            late = draw(st.integers(0, 9)) == 0  # rarely due before it is triggered
+            due = draw(st.integers(0, n - 1) if late else st.integers(trigger, n - 1))
+            dues.append((due, b, trigger))
+    recomputes = draw(st.lists(st.tuples(op, buffer, TIMES), max_size=5))
+    filled = draw(st.lists(st.tuples(op, low, size), max_size=10))
+    residencies = tuple(Residency(b, 0, after + 1, offset) for after, b, offset, _s, _t in outs)
+    sizes = dict.fromkeys(range(5), 100)
+    ints = lambda values: np.array(values, np.int64)  # noqa: E731
+    floats = lambda values: np.array(values, np.float64)  # noqa: E731
+    (ids, lows, nbytes, us), first = grouped(ins, n, 4)
+    swap_ins = SwapInRows(first, ints(ids), ints(lows), ints(lows) + ints(nbytes), ints(nbytes),
+                          floats(us), ints(sorted(row[0] for row in ins)))
+    (ids, triggers), first = grouped(dues, n, 2)
+    due = DueRows(first, ints(ids), ints(triggers))
+    (ids, us), first = grouped(recomputes, n, 2)
+    recompute_rows = RecomputeRows(first, ints(ids), floats(us))
+    (ids, lows, nbytes, us, index), first = grouped(
+        [(*row, k) for k, row in enumerate(outs)], n, 5)
+    swap_outs = SwapOutRows(first, ints(ids), ints(index), ints(nbytes), floats(us), ints(lows),
+                            ints(lows) + ints(nbytes))
+    (lows, nbytes), first = grouped(filled, n, 2)
+    filled_rows = FilledRows(first, ints(lows), ints(lows) + ints(nbytes))
+    op_us = [draw(TIMES) for _ in range(n)]
+    widest = max((row[3] for row in outs), default=0)
+    data = ReplayInput(sizes, op_us, residencies, ResidencyArrays.of(residencies, sizes),
+                       swap_ins, due, recompute_rows, swap_outs, filled_rows, widest,
+                       0.0, 0, all(d >= 0 for d in op_us))
+    return data, n
+
+
+@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(replay_inputs(), st.sampled_from([0, 1, 1, 2, 3]))
+def test_generated_replay_inputs_give_the_python_timeline(case, engines):
+    """With no engine nothing is copied: both stop where the compute stream waits for ever
+    (copies out not done are held ``None``)."""
+    data, num_ops = case
+    assert_same_timeline(data, num_ops, engines)
+
+
+def test_an_input_with_a_nan_time_is_left_to_python():
+    """Python orders heap tuples holding NaN by identity as well: the compiled loop does not
+    model that and answers None; :func:`replay` then runs the Python loop."""
+    from cupool.sim.timeline import replay
+
+    trace = lstm_trace(3, 1, seed=0)
+    residencies = tuple(Residency(b.id, b.start, b.end, 0) for b in trace.buffers)
+    data = replay_input(trace, residencies, (), cost_model())
+    odd = dataclasses.replace(data, op_us=[math.nan, *data.op_us[1:]])
+    assert _timeline.replay(odd, trace.num_ops, 1, D2H, H2D) is None
+    assert repr(replay(odd, trace.num_ops, 1)) == repr(python_replay(odd, trace.num_ops, 1))
+    assert _timeline.replay(data, trace.num_ops, 1, D2H, H2D) is not None
+
+
+def test_malformed_input_is_an_error_not_a_crash():
+    trace = lstm_trace(3, 1, seed=0)
+    residencies = tuple(Residency(b.id, b.start, b.end, 0) for b in trace.buffers)
+    data = replay_input(trace, residencies, (), cost_model())
+    assert len(data.filled.lows) == len(residencies)
+    ungrouped = dataclasses.replace(data, filled=dataclasses.replace(
+        data.filled, first=np.zeros_like(data.filled.first)))
+    with pytest.raises(ValueError, match="filled: first does not group"):
+        _timeline.replay(ungrouped, trace.num_ops, 1, D2H, H2D)
+    wrong = dataclasses.replace(data, due=dataclasses.replace(
+        data.due, buffer_ids=data.due.buffer_ids.astype(np.float64)))
+    with pytest.raises(TypeError, match="buffer_ids must be a 1-d int64 array"):
+        _timeline.replay(wrong, trace.num_ops, 1, D2H, H2D)
+
+
+# -- attributes as columns --------------------------------------------------------------------
+
+class Row:
+    def __init__(self, **values):
+        self.__dict__.update(values)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(-(2 ** 63), 2 ** 63 - 1), st.booleans()), max_size=20))
+def test_int_columns_are_numpys(rows):
+    objects = [Row(a=a, b=b) for a, b in rows]
+    block = _columns.int_columns(objects, ("a", "b"))
+    expected = [np.fromiter((getattr(o, name) for o in objects), np.int64, len(objects))
+                for name in ("a", "b")]
+    assert np.frombuffer(block, np.int64).reshape(2, len(objects)).tolist() == [
+        column.tolist() for column in expected]
+
+
+@pytest.mark.parametrize("odd", [2 ** 63, -(2 ** 63) - 1, 1.0, np.int64(3), None, "a"])
+def test_int_columns_leave_other_values_to_python(odd):
+    """A value past 64 bits or not an int: None (``numpy.fromiter`` converts or raises)."""
+    assert _columns.int_columns([Row(a=1), Row(a=odd)], ("a",)) is None
+    assert _columns.int_columns([Row(a=1), Row(b=1)], ("a",)) is None  # missing
+    assert _columns.int_columns([Row(a=1)], ("a",)) is not None
