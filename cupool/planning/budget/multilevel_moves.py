@@ -20,6 +20,7 @@ again by the allocation rules (:meth:`TierState.best_fit`), in start order.
 
 from __future__ import annotations
 
+import itertools
 from collections import defaultdict
 from dataclasses import dataclass, replace
 from typing import NamedTuple
@@ -121,19 +122,31 @@ class TierState:
         return made
 
     def plan(self, solver: str = "tiers") -> Plan:
-        made = [self._residencies_of(b) for b in sorted(self.spans)]
-        residencies = tuple(r for m in made for r in m.residencies)
-        arena = max((m.arena_bytes for m in made), default=0)
+        parts, arena = [], 0
+        for b in sorted(self.spans):
+            made = self._made.get(b)
+            if made is None or made.spans is not self.spans[b]:
+                made = self._residencies_of(b)
+            parts.append(made.residencies)
+            arena = max(arena, made.arena_bytes)
+        residencies = tuple(itertools.chain.from_iterable(parts))
         return replace(self.template, solver=solver, residencies=residencies,
                        actions=mark_drops(self.trace, residencies, self.actions),
                        arena_bytes=int(arena))
 
     def live(self) -> np.ndarray:
-        delta = np.zeros(self.n + 1, dtype=np.int64)
+        """Bytes resident at each op."""
+        starts, ends, sizes = [], [], []
         for b, spans in self.spans.items():
+            size = self.sizes[b]
             for s in spans:
-                delta[s.start] += self.sizes[b]
-                delta[s.end] -= self.sizes[b]
+                starts.append(s.start)
+                ends.append(s.end)
+                sizes.append(size)
+        delta = np.zeros(self.n + 1, dtype=np.int64)
+        held = np.array(sizes, dtype=np.int64)
+        np.add.at(delta, np.array(starts, dtype=np.int64), held)
+        np.subtract.at(delta, np.array(ends, dtype=np.int64), held)
         return np.cumsum(delta[:-1])
 
     def index_at(self, b: int, start: int | None = None,
@@ -224,6 +237,13 @@ class TierState:
         return int(np.cumsum(delta).max(initial=0))
 
 
+def _without(actions: list, gone) -> list:
+    """``actions`` without those equal to one of ``gone`` (compared field by field only
+    where the kind and buffer match)."""
+    keys = {(type(g), g.buffer_id) for g in gone}
+    return [a for a in actions if (type(a), a.buffer_id) not in keys or a not in gone]
+
+
 class SpanRef(NamedTuple):
     """Residency ``index`` of buffer ``buffer_id`` in a :class:`TierState`."""
 
@@ -263,7 +283,7 @@ class TierMoves:
         live = new.live()
         if live[new_start:new_end].max(initial=0) > new.budget:
             return None
-        new.actions = [a for a in new.actions if a not in remove] + list(add)
+        new.actions = _without(new.actions, remove) + list(add)
         if new.fits_at(span.offset, size, new_start, new_end, {id(span)}):
             return new
         # re-place: the moved residency and those in its way that begin at or after it
@@ -369,7 +389,7 @@ class TierMoves:
         if uses:
             spans[k].end = max(uses) + 1
         spans[nxt].start = swap_in.due_op
-        new.actions = [a for a in new.actions if a not in (out, swap_in)]
+        new.actions = _without(new.actions, (out, swap_in))
         new.actions.append(RecomputeAction(b, swap_in.due_op))
         return new
 
