@@ -343,3 +343,19 @@ def test_on_demand_without_offsets_says_which_solvers_failed():
     assert result.plan.status == SolveStatus.OVER_CAPACITY
     assert result.reason == (f"no offset solver placed the residencies within the budget "
                              f"({budget} bytes; tried greedy-size, best-fit, greedy-breadth)")
+
+
+def test_swap_ins_triggered_at_one_op_go_earliest_due_first():
+    """Two swap-ins triggered at op 2: the one due at op 4 is issued before the one due at
+    op 7 whatever their buffer ids, so op 4 does not wait behind the other copy."""
+    from cupool.core.vocabulary import SwapIn
+    from cupool.planning.budget.engine.residency import actions_of
+    from cupool.planning.budget.engine.schedule import SWAP, Gap, Schedule
+
+    ops = tuple(Op(f"op{i}", duration_us=10.0) for i in range(9))
+    trace = Trace("edf", ops, (Buffer(0, 4000, 0, 9, (0, 7)), Buffer(1, 4000, 0, 9, (0, 4))))
+    schedule = Schedule()
+    schedule.add(Gap(0, 0, 7, SWAP, 1, 2))
+    schedule.add(Gap(1, 0, 4, SWAP, 1, 2))
+    swap_ins = [a for a in actions_of(trace, schedule) if isinstance(a, SwapIn)]
+    assert [(a.buffer_id, a.trigger_op, a.due_op) for a in swap_ins] == [(1, 2, 4), (0, 2, 7)]

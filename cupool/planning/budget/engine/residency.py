@@ -90,9 +90,11 @@ def residency_intervals(trace: Trace, schedule: Schedule) -> list[ResidencyInter
 
 def actions_of(trace: Trace, schedule: Schedule) -> tuple:
     """The schedule's actions in execution order: before op ``t`` come the swap-outs issued
-    after op ``t - 1``, then swap-ins triggered at ``t``, then recomputes due at ``t``
-    in producer-op order (an input's producer runs before its consumer's, so every
-    recompute finds its inputs resident: chain links and gaps cut short at a pin alike)."""
+    after op ``t - 1``, then swap-ins triggered at ``t``, earliest due first (one FIFO
+    engine serves them in this order: the copy an earlier op waits for goes first), then
+    recomputes due at ``t`` in producer-op order (an input's producer runs before its
+    consumer's, so every recompute finds its inputs resident: chain links and gaps cut
+    short at a pin alike)."""
     keyed = []
     for gaps in schedule.gaps.values():
         for g in gaps:
@@ -102,7 +104,7 @@ def actions_of(trace: Trace, schedule: Schedule) -> tuple:
                 due = g.next_use
                 if g.wraps and g.resident_from >= g.resident_until:
                     due = trace.num_ops - 1  # a tail prefetch lands within the iteration
-                keyed.append(((g.resident_from, 1, 0, 0, g.buffer_id),
+                keyed.append(((g.resident_from, 1, due, 0, g.buffer_id),
                               SwapIn(g.buffer_id, g.resident_from, due)))
             else:  # re-made where its residency resumes: its next use, or a batch's op
                 keyed.append(((g.resident_from, 2, _producer(trace, g.buffer_id), 0,
