@@ -53,7 +53,7 @@ def test_scores_are_each_last_options_score_against_the_ops_over_the_budget_now(
     for gap, option in entries[:3]:
         apply_option(state, gap, option)
         state.taken.add(gap)
-        table.active[table.gaps.index(gap)] = False
+        table.deactivate(table.gaps.index(gap))
     scores = table.scores(state)
     by_gap = dict(entries)
     stale = 0

@@ -288,8 +288,13 @@ def free_time_pass(state: PlanState, gaps: list[IdleGap], options: GreedyOptions
 class _Scores:
     """The gaps a :func:`cost_pass` round may still take, with each one's last evaluated
     option in arrays (its cost and its holes: one, or two for a gap across the iteration
-    boundary), sorted by gap (ties go to the smaller gap), so that every score is
-    recomputed at once against the ops now over the budget."""
+    boundary), sorted by gap (ties go to the smaller gap), and every score against the
+    ops over the budget when :meth:`scores` was last asked.
+
+    A score changes only where its gap's option changed (:meth:`update`), where the gap
+    left the table (:meth:`deactivate`), or where one of its holes holds an op that went
+    over or under the budget since: :meth:`scores` recomputes those rows alone, with the
+    same arithmetic as all of them at once."""
 
     def __init__(self, state: PlanState, entries: list[tuple[IdleGap, GapOption]]) -> None:
         entries.sort(key=lambda entry: entry[0])
@@ -298,36 +303,81 @@ class _Scores:
         self.cost = np.zeros(n)
         self.size = np.array([state.by_id[gap.buffer_id].size for gap in self.gaps],
                              dtype=np.float64)
-        self.holes = np.zeros((n, 4), dtype=np.int64)  # start, end of up to two holes
+        # start, end of the first hole, then of the second (0, 0: none), one array each
+        self._hole_bounds = [np.zeros(n, dtype=np.int64) for _k in range(4)]
         self.active = np.ones(n, dtype=bool)
+        self._scores = np.full(n, np.inf)
+        self._over: np.ndarray | None = None  # which ops the scores count as over
+        self._dirty: set[int] = set()  # rows changed since
         self.last_score = np.array([option_score(state, gap, option)
                                     for gap, option in entries], dtype=np.float64)
         for i, (_gap, option) in enumerate(entries):
             self.update(i, option)
 
     def update(self, i: int, option: GapOption) -> None:
+        """Row ``i`` now holds ``option`` (its score is recomputed when next asked)."""
         self.cost[i] = option.cost_us
-        row = self.holes[i]
-        row[:] = 0
+        bounds = self._hole_bounds
+        for k in range(4):
+            bounds[k][i] = 0
         for k, hole in enumerate(option.holes[:2]):
             if hole.end > hole.start:
-                row[2 * k], row[2 * k + 1] = hole.start, hole.end
+                bounds[2 * k][i], bounds[2 * k + 1][i] = hole.start, hole.end
+        if self._over is not None:
+            self._dirty.add(i)
+
+    def deactivate(self, i: int) -> None:
+        """Row ``i`` leaves the table: its score is ``inf`` from now on."""
+        self.active[i] = False
+        if self._over is not None:
+            self._dirty.add(i)
 
     def scores(self, state: PlanState) -> np.ndarray:
         """:func:`option_score` of every active gap's last option (``inf``: inactive or
-        freeing nothing at an op over the budget, as :func:`_helps` says)."""
-        over_before = np.zeros(state.n + 1, dtype=np.int64)  # over-budget ops before op k
-        np.cumsum(state.live > state.budget, out=over_before[1:])
-        counts = over_before[self.holes]
-        covered = (counts[:, 1] - counts[:, 0]) + (counts[:, 3] - counts[:, 2])
+        freeing nothing at an op over the budget, as :func:`_helps` says), as a new array."""
+        over = state.live > state.budget
+        if self._over is None:
+            rows = None
+        else:
+            changed = np.flatnonzero(over != self._over)
+            if len(changed):
+                first, last = int(changed[0]), int(changed[-1])
+                s1, e1, s2, e2 = self._hole_bounds
+                touched = ((s1 <= last) & (e1 > first)) | ((s2 <= last) & (e2 > first))
+                if self._dirty:
+                    touched[list(self._dirty)] = True
+                rows = np.flatnonzero(touched)
+            elif self._dirty:
+                rows = np.array(sorted(self._dirty), dtype=np.int64)
+            else:
+                return self._scores.copy()
+        self._over = over
+        self._dirty.clear()
+        self._rescore(over, rows)
+        return self._scores.copy()
+
+    def _rescore(self, over: np.ndarray, rows: np.ndarray | None) -> None:
+        """Recompute the scores of ``rows`` (``None``: every row) against ``over``."""
+        over_before = np.zeros(len(over) + 1, dtype=np.int64)  # over-budget ops before op k
+        np.cumsum(over, out=over_before[1:])
+        s1, e1, s2, e2 = self._hole_bounds
+        if rows is not None:
+            s1, e1, s2, e2 = s1[rows], e1[rows], s2[rows], e2[rows]
+        covered = ((over_before[e1] - over_before[s1])
+                   + (over_before[e2] - over_before[s2]))
+        cost = self.cost if rows is None else self.cost[rows]
+        size = self.size if rows is None else self.size[rows]
         with np.errstate(divide="ignore", invalid="ignore"):
-            out = self.cost / (self.size * np.maximum(covered, 1))
+            out = cost / (size * np.maximum(covered, 1))
         # a last option that frees nothing over the budget now may be stale (its swap's
         # window moved): such a gap keeps its last score until it is evaluated again
         stale = covered == 0
-        out[stale] = self.last_score[stale]
-        out[~self.active] = np.inf
-        return out
+        out[stale] = (self.last_score if rows is None else self.last_score[rows])[stale]
+        out[~(self.active if rows is None else self.active[rows])] = np.inf
+        if rows is None:
+            self._scores = out
+        else:
+            self._scores[rows] = out
 
 
 def cost_pass(state: PlanState, gaps: list[IdleGap], options: GreedyOptions) -> None:
@@ -366,7 +416,7 @@ def _take_cheapest(state: PlanState, table: _Scores, options: GreedyOptions) -> 
         gap = table.gaps[i]
         option = evaluate(state, gap, options)
         if option is None or not _helps(state, option.holes):
-            table.active[i] = False
+            table.deactivate(i)
             scores[i] = np.inf
             continue
         table.update(i, option)
@@ -377,7 +427,7 @@ def _take_cheapest(state: PlanState, table: _Scores, options: GreedyOptions) -> 
             continue
         apply_option(state, gap, option)
         state.taken.add(gap)
-        table.active[i] = False
+        table.deactivate(i)
         return True
     return False
 
