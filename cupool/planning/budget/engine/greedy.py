@@ -81,37 +81,40 @@ class GapOption(NamedTuple):
 
 
 def evaluate(state: PlanState, gap: IdleGap, options: GreedyOptions) -> GapOption | None:
-    """The cheaper way to take ``gap`` off the device (``None``: neither works). When a
-    planned recompute reads the buffer inside the gap (a *pin*), the gap is cut short
-    there: the buffer is back (swapped in or recomputed) by the first pin, and the
-    option's ``next_use`` is that op."""
-    buffer_id, prev_use, next_use = gap.buffer_id, gap.prev_use, gap.next_use
+    """The cheaper way to take ``gap`` off the device (``None``: neither works; ties: the
+    recompute). When a planned recompute reads the buffer inside the gap (a *pin*), the
+    gap is cut short there: the buffer is back (swapped in or recomputed) by the first
+    pin, and the option's ``next_use`` is that op."""
+    buffer_id, prev_use, next_use = gap
     wraps = next_use <= prev_use
     if not wraps:
-        pins = [op for op in state.pinned.get(buffer_id, ()) if prev_use < op < next_use]
-        if pins:
-            next_use = min(pins)
+        pin = state.first_pin_after(buffer_id, prev_use)
+        if pin is not None and pin < next_use:
+            next_use = pin
             if next_use - prev_use <= 1:
                 return None
-    size = state.by_id[buffer_id].size
-    found = []
+    recompute = None
     if (options.allow_recompute and not wraps and next_use - prev_use > 1
             and not state.hole_blocked(buffer_id, prev_use + 1, next_use)):
         chain = state.chain(buffer_id, next_use)
-        extra = 0 if chain is None else sum(state.by_id[link.buffer_id].size
-                                            for link in chain.links)
-        # the chain's inputs are resident at next_use too: never push that op over budget
-        if chain is not None and (not extra or state.live[next_use] + extra <= state.budget):
-            found.append(GapOption(chain.cost_us, RECOMPUTE, [OpSpan(prev_use + 1, next_use)],
-                                   next_use, chain=chain))
+        if chain is not None:
+            sizes = state.sizes
+            extra = sum(sizes[link.buffer_id] for link in chain.links)
+            # the chain's inputs are resident at next_use too: never push that op over
+            # budget
+            if not extra or state.live[next_use] + extra <= state.budget:
+                recompute = GapOption(chain.cost_us, RECOMPUTE, [OpSpan(prev_use + 1, next_use)],
+                                      next_use, chain=chain)
     if options.allow_swap and (options.swap_temporaries
                                or state.by_id[buffer_id].kind == PERSISTENT):
         window = state.swap_window(buffer_id, prev_use, next_use, wraps)
         if window is not None:
             until, trigger = window.resident_until, window.trigger
-            holes = ([OpSpan(until, state.n), OpSpan(0, trigger)] if wraps
-                     else [OpSpan(until, trigger)])
-            holes = [h for h in holes if h.end > h.start]
+            if wraps:
+                holes = [h for h in (OpSpan(until, state.n), OpSpan(0, trigger))
+                         if h.end > h.start]
+            else:
+                holes = [OpSpan(until, trigger)] if trigger > until else []
             # the data is back only at the due op
             if holes and not state.hole_blocked(buffer_id, until, next_use):
                 link = window.out_us + window.in_us
@@ -120,11 +123,11 @@ def evaluate(state: PlanState, gap: IdleGap, options: GreedyOptions) -> GapOptio
                 tail = (state.d2h.end_growth(window.out_issue_us, window.out_us,
                                              float(state.end_us[-1]))
                         if wraps and window.out_us > 0 else 0.0)
-                found.append(GapOption(options.swap_weight * link + window.late_us + tail
-                                       + 1e-9 * size, SWAP, holes, next_use, swap=window))
-    if not found:
-        return None
-    return min(found, key=lambda option: option.cost_us)
+                cost_us = (options.swap_weight * link + window.late_us + tail
+                           + 1e-9 * state.sizes[buffer_id])
+                if recompute is None or cost_us < recompute.cost_us:
+                    return GapOption(cost_us, SWAP, holes, next_use, swap=window)
+    return recompute
 
 
 def _helps(state: PlanState, holes: list[OpSpan]) -> bool:

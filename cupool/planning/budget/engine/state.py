@@ -79,6 +79,22 @@ class _HoleIndex(NamedTuple):
             return cls(wrap, ordered, [h.start for h in ordered], True)
         return cls(wrap, inner, [], False)
 
+    def added(self, hole: Hole) -> _HoleIndex | None:
+        """The index once ``hole`` is taken after the others (``None``: build it afresh,
+        :meth:`of`); the lists of this one are reused."""
+        if hole.kind == WRAP:
+            return self if self.wrap is not None else self._replace(wrap=hole)
+        if not self.disjoint:
+            self.holes.append(hole)
+            return self
+        k = bisect.bisect_right(self.starts, hole.start)
+        if (hole.end <= hole.start or (k and self.holes[k - 1].end > hole.start)
+                or (k < len(self.holes) and hole.end > self.holes[k].start)):
+            return None
+        self.holes.insert(k, hole)
+        self.starts.insert(k, hole.start)
+        return self
+
     def at(self, op: int) -> Hole | None:
         """The first (non-wrap) hole, in the order taken, that holds ``op``."""
         if self.disjoint:
@@ -167,8 +183,14 @@ class PlanState:
         self._hole_index: dict[int, _HoleIndex] = {}  # by buffer, until its holes change
         self.transient: dict[int, set[int]] = {}
         self.pinned: dict[int, set[int]] = {}
+        self._pin_ops: dict[int, list[int]] = {}  # pinned, each buffer's ops ascending
         self.base = {b.id: base_interval(trace, b) for b in trace.buffers}
         self.by_id = {b.id: b for b in trace.buffers}
+        self.sizes = {b.id: b.size for b in trace.buffers}
+        # each recipe's own op time and inputs, read by every chain walk
+        self._recipes = {b.id: (self._op_us[b.recompute.op], b.recompute.inputs)
+                         for b in trace.buffers if b.recompute is not None}
+        self._copy_times: dict[int, tuple[float, float]] = {}  # by buffer: d2h, h2d µs
         self.live = np.zeros(self.n + 1, dtype=np.int64)
         for b in trace.buffers:
             s, e = self.base[b.id]
@@ -206,11 +228,22 @@ class PlanState:
 
     # -- the budget ----------------------------------------------------------------------
     def over_budget_ops(self) -> list[int]:
-        """The ops with more bytes resident than the budget, ascending (kept until ``live``
-        changes: change it only through this state's methods)."""
+        """The ops with more bytes resident than the budget, ascending (kept up to date as
+        ``live`` changes: change it only through this state's methods; the list is the
+        state's own, not to be changed or kept)."""
         if self._over is None:
             self._over = np.flatnonzero(self.live > self.budget).tolist()
         return self._over
+
+    def _live_changed(self, start: int, end: int) -> None:
+        """``live`` changed at ops ``[start, end)`` only: bring the over-budget ops there up
+        to date."""
+        over = self._over
+        if over is None:
+            return
+        lo = bisect.bisect_left(over, start)
+        hi = bisect.bisect_left(over, end, lo)
+        over[lo:hi] = (np.flatnonzero(self.live[start:end] > self.budget) + start).tolist()
 
     def over_budget_count(self, start: int, end: int) -> int:
         """How many ops of ``[start, end)`` have more bytes resident than the budget."""
@@ -250,7 +283,13 @@ class PlanState:
 
     def _add_hole(self, buffer_id: int, hole: Hole) -> None:
         self.holes.setdefault(buffer_id, []).append(hole)
-        self._hole_index.pop(buffer_id, None)
+        index = self._hole_index.get(buffer_id)
+        if index is not None:
+            index = index.added(hole)
+            if index is None:
+                del self._hole_index[buffer_id]
+            else:
+                self._hole_index[buffer_id] = index
 
     def _set_hole(self, buffer_id: int, old: Hole, new: Hole) -> None:
         holes = self.holes[buffer_id]
@@ -292,8 +331,13 @@ class PlanState:
         walk = ChainWalk(tuple(swapped), cost, tuple(links))
         key = (buffer_id, op)
         self._walks[key] = walk
+        reading = self._walks_reading
         for x in read:
-            self._walks_reading.setdefault(x, set()).add(key)
+            keys = reading.get(x)
+            if keys is None:
+                reading[x] = {key}
+            else:
+                keys.add(key)
         return walk
 
     def _residency_changed(self, buffer_id: int, start: int, end: int) -> None:
@@ -316,25 +360,41 @@ class PlanState:
         met), and every buffer whose residency it reads is added to ``read``. A swapped
         input counts as brought back: whether its swap-in can move is :meth:`chain`'s
         question."""
-        by_id, holes, transient, base = self.by_id, self.holes, self.transient, self.base
-        recipe = by_id[buffer_id].recompute
+        recipe = self._recipes.get(buffer_id)
         if recipe is None or depth > self.max_chain:
             return None
-        cost = self._op_us[recipe.op]
-        for x in recipe.inputs:
+        cost, inputs = recipe
+        holes, transient, base = self.holes, self.transient, self.base
+        for x in inputs:
             read.add(x)
             if x in seen:
                 continue
-            if x in holes or x in transient:
-                if self.resident(x, op):
-                    continue
-                kind = self.hole_kind(x, op)
-            else:  # no hole, no transient residency: resident over its base interval
+            # is x resident at ``op`` (:meth:`resident`), and else the kind of its hole
+            # there (:meth:`hole_kind`)
+            ops = transient.get(x)
+            if ops and op in ops:
+                continue
+            if holes.get(x):
+                index = self._holes_of(x)
+                hole = index.at(op)
+                wrap = index.wrap
+                if wrap is not None:
+                    away = op >= wrap.start or op < wrap.end
+                else:
+                    start, end = base[x]
+                    away = not start <= op < end
+                if hole is None:
+                    if not away:
+                        continue
+                    kind = None
+                else:
+                    kind = hole.kind
+            else:  # no hole: resident over its base interval
                 start, end = base[x]
                 if start <= op < end:
                     continue
                 kind = None
-            buf = by_id[x]
+            buf = self.by_id[x]
             if buf.kind != PERSISTENT and kind == SWAP:
                 # swapped out: bring it back by ``op`` instead (an earlier swap-in)
                 seen.add(x)
@@ -392,9 +452,10 @@ class PlanState:
         self.h2d.add(new.issue_us, new.length_us, new.due_us)
         if trigger < gap.resident_from:
             self.live[trigger:gap.resident_from] += size
+            self._live_changed(trigger, gap.resident_from)
         else:
             self.live[gap.resident_from:trigger] -= size
-        self._over = None
+            self._live_changed(gap.resident_from, trigger)
         gaps = self.schedule.gaps[gap.buffer_id]
         gaps[gaps.index(gap)] = Gap(gap.buffer_id, gap.prev_use, op, SWAP, gap.resident_until,
                                     trigger)
@@ -406,7 +467,7 @@ class PlanState:
     def _free(self, size: int, a: int, b: int) -> None:
         if b > a:
             self.live[a:b] -= size
-            self._over = None
+            self._live_changed(a, b)
 
     def apply_recompute(self, buffer_id: int, prev_use: int, next_use: int,
                         chain: RecomputeChain) -> None:
@@ -445,11 +506,14 @@ class PlanState:
             self.schedule.chains.append(ChainRecompute(link.buffer_id, op, link.depth))
             self.transient.setdefault(link.buffer_id, set()).add(op)
             self._residency_changed(link.buffer_id, op, op + 1)
-            self.live[op] += self.trace.buffer(link.buffer_id).size
-            self._over = None
+            self.live[op] += self.sizes[link.buffer_id]
+            self._live_changed(op, op + 1)
         for y in [*dropped, *(link.buffer_id for link in links)]:
             for x in self.trace.buffer(y).recompute.inputs:
-                self.pinned.setdefault(x, set()).add(op)
+                pins = self.pinned.setdefault(x, set())
+                if op not in pins:
+                    pins.add(op)
+                    bisect.insort(self._pin_ops.setdefault(x, []), op)
         self.extra[op] += cost
         self.recompute_us += cost
         self._times()
@@ -468,10 +532,9 @@ class PlanState:
         until the first op of the gap that is over the budget (they are resident there
         already, so no op gets fuller): the copy out is due then, which leaves the D2H
         queue slack for other copies out."""
-        size = self.by_id[buffer_id].size
         clean = self.clean_at(buffer_id, prev_use)
-        out_len = 0.0 if clean else self.cost.copy_us(size, "d2h")
-        in_len = self.cost.copy_us(size, "h2d")
+        out_us, in_len = self.copy_times(buffer_id)
+        out_len = 0.0 if clean else out_us
         out_issue = float(self.end_us[prev_use])
         out_done = out_issue if clean else self.d2h.finish_if_added(out_issue, out_len)
         resident_until = min(self.op_at_or_after(out_done, prev_use + 1), self.n)
@@ -611,7 +674,29 @@ class PlanState:
     def hole_blocked(self, buffer_id: int, a: int, b: int) -> bool:
         """True when the data would be invalid during ``[a, b)`` while a planned recompute
         reads it there (``b <= a``: a wrap, invalid on ``[a, n)`` and ``[0, b)``)."""
-        pins = self.pinned.get(buffer_id, ())
+        pins = self._pin_ops.get(buffer_id)
+        if not pins:
+            return False
         if b <= a:
-            return any(op >= a or op < b for op in pins)
-        return any(a <= op < b for op in pins)
+            return pins[-1] >= a or pins[0] < b
+        k = bisect.bisect_left(pins, a)
+        return k < len(pins) and pins[k] < b
+
+    def first_pin_after(self, buffer_id: int, op: int) -> int | None:
+        """The first op after ``op`` where a planned recompute reads the buffer (``None``:
+        none)."""
+        pins = self._pin_ops.get(buffer_id)
+        if not pins:
+            return None
+        k = bisect.bisect_right(pins, op)
+        return pins[k] if k < len(pins) else None
+
+    def copy_times(self, buffer_id: int) -> tuple[float, float]:
+        """µs of the buffer's copy out and copy in on a free link (``cost.copy_us``, asked
+        once per buffer)."""
+        times = self._copy_times.get(buffer_id)
+        if times is None:
+            size = self.sizes[buffer_id]
+            times = self._copy_times[buffer_id] = (self.cost.copy_us(size, "d2h"),
+                                                   self.cost.copy_us(size, "h2d"))
+        return times
