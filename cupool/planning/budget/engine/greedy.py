@@ -33,7 +33,13 @@ import numpy as np
 from cupool.core.vocabulary import PERSISTENT, Trace
 from cupool.planning.budget.engine.checkpoint import apply_batches
 from cupool.planning.budget.engine.relief import highest_floor
-from cupool.planning.budget.engine.schedule import RECOMPUTE, SWAP, IdleGap, OpSpan, gaps_of
+from cupool.planning.budget.engine.schedule import (
+    RECOMPUTE,
+    SWAP,
+    IdleGap,
+    OpSpan,
+    trace_index,
+)
 from cupool.planning.budget.engine.state import PlanState, RecomputeChain, SwapWindow
 
 
@@ -164,12 +170,8 @@ def apply_option(state: PlanState, gap: IdleGap, option: GapOption) -> None:
 def candidate_gaps(trace: Trace, include_persistent: bool = True) -> list[IdleGap]:
     """Every idle gap of every buffer (of temporary buffers only, unless
     ``include_persistent``), in buffer order."""
-    out = []
-    for b in trace.buffers:
-        if b.kind == PERSISTENT and not include_persistent:
-            continue
-        out.extend(gaps_of(trace, b))
-    return out
+    index = trace_index(trace)
+    return list(index.gaps if include_persistent else index.temporary_gaps)
 
 
 def free_time(state: PlanState, gap: IdleGap) -> float:

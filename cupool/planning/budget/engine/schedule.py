@@ -17,8 +17,11 @@ are a :class:`Schedule`, which :mod:`.residency` turns into residencies and acti
 from __future__ import annotations
 
 import itertools
+import weakref
 from dataclasses import dataclass, field
 from typing import NamedTuple
+
+import numpy as np
 
 from cupool.core.vocabulary import PERSISTENT, Trace
 
@@ -119,3 +122,48 @@ def gaps_of(trace: Trace, buffer) -> list[IdleGap]:
     if buffer.kind == PERSISTENT and uses and (trace.num_ops - 1 - uses[-1]) + uses[0] > 0:
         out.append(IdleGap(buffer.id, uses[-1], uses[0]))
     return out
+
+
+@dataclass(frozen=True)
+class TraceIndex:
+    """What the planners read of a trace in every run, made once per trace
+    (:func:`trace_index`; read only): every idle gap (:func:`gaps_of`, in buffer order),
+    those of temporary buffers alone, each buffer's :func:`base_interval` by id, and the
+    bytes resident at each op with no gap taken (``base_live``)."""
+
+    gaps: tuple[IdleGap, ...]
+    temporary_gaps: tuple[IdleGap, ...]
+    base: dict[int, OpSpan]
+    base_live: np.ndarray
+
+
+_TRACE_INDEX: dict = {}  # id(trace) -> (weak reference, TraceIndex)
+
+
+def trace_index(trace: Trace) -> TraceIndex:
+    """The :class:`TraceIndex` of ``trace``, kept while the trace lives (traces are
+    immutable; a planner runs its greedy many times on one)."""
+    entry = _TRACE_INDEX.get(id(trace))
+    if entry is None or entry[0]() is not trace:
+        if len(_TRACE_INDEX) >= 8:
+            _TRACE_INDEX.clear()
+        entry = _TRACE_INDEX[id(trace)] = (weakref.ref(trace), _index(trace))
+    return entry[1]
+
+
+def _index(trace: Trace) -> TraceIndex:
+    gaps, temporary = [], []
+    for b in trace.buffers:
+        found = gaps_of(trace, b)
+        gaps.extend(found)
+        if b.kind != PERSISTENT:
+            temporary.extend(found)
+    base = {b.id: base_interval(trace, b) for b in trace.buffers}
+    change = np.zeros(trace.num_ops + 1, dtype=np.int64)
+    for b in trace.buffers:
+        start, end = base[b.id]
+        change[start] += b.size
+        change[end] -= b.size
+    live = np.cumsum(change[:-1])
+    live.flags.writeable = False
+    return TraceIndex(tuple(gaps), tuple(temporary), base, live)

@@ -31,7 +31,7 @@ from cupool.planning.budget.engine.schedule import (
     Gap,
     IdleGap,
     Schedule,
-    base_interval,
+    trace_index,
 )
 
 TRIGGER_SCAN = 48
@@ -184,20 +184,17 @@ class PlanState:
         self.transient: dict[int, set[int]] = {}
         self.pinned: dict[int, set[int]] = {}
         self._pin_ops: dict[int, list[int]] = {}  # pinned, each buffer's ops ascending
-        self.base = {b.id: base_interval(trace, b) for b in trace.buffers}
+        index = trace_index(trace)
+        self.base = dict(index.base)
         self.by_id = {b.id: b for b in trace.buffers}
         self.sizes = {b.id: b.size for b in trace.buffers}
         # each recipe's own op time and inputs, read by every chain walk
         self._recipes = {b.id: (self._op_us[b.recompute.op], b.recompute.inputs)
                          for b in trace.buffers if b.recompute is not None}
         self._copy_times: dict[int, tuple[float, float]] = {}  # by buffer: d2h, h2d µs
-        self.live = np.zeros(self.n + 1, dtype=np.int64)
-        for b in trace.buffers:
-            s, e = self.base[b.id]
-            self.live[s] += b.size
-            self.live[e] -= b.size
-        self.live = np.cumsum(self.live[:-1])
-        self._over: list[int] | None = None  # over_budget_ops(), until live changes
+        self.live = index.base_live.copy()
+        self._over: list[int] | None = None  # over_budget_ops(), once asked
+        self._over_mask = np.zeros(0, dtype=bool)  # live > budget, with _over
         self.d2h = copies.CopyEngine()
         self.h2d = copies.CopyEngine()
         self.h2d_copies: dict[tuple[int, int], QueuedCopy] = {}  # by (buffer, prev_use)
@@ -232,18 +229,33 @@ class PlanState:
         ``live`` changes: change it only through this state's methods; the list is the
         state's own, not to be changed or kept)."""
         if self._over is None:
-            self._over = np.flatnonzero(self.live > self.budget).tolist()
+            self._over_mask = self.live > self.budget
+            self._over = np.flatnonzero(self._over_mask).tolist()
         return self._over
 
     def _live_changed(self, start: int, end: int) -> None:
-        """``live`` changed at ops ``[start, end)`` only: bring the over-budget ops there up
-        to date."""
+        """``live`` changed at ops ``[start, end)`` only: bring the over-budget ops up to
+        date where an op went over or under the budget."""
         over = self._over
         if over is None:
             return
-        lo = bisect.bisect_left(over, start)
-        hi = bisect.bisect_left(over, end, lo)
-        over[lo:hi] = (np.flatnonzero(self.live[start:end] > self.budget) + start).tolist()
+        now = self.live[start:end] > self.budget
+        mask = self._over_mask[start:end]
+        flipped = np.flatnonzero(now != mask)
+        if not len(flipped):
+            return
+        mask[:] = now
+        if len(flipped) > 8:
+            lo = bisect.bisect_left(over, start)
+            hi = bisect.bisect_left(over, end, lo)
+            over[lo:hi] = (np.flatnonzero(now) + start).tolist()
+            return
+        for k in (flipped + start).tolist():
+            i = bisect.bisect_left(over, k)
+            if i < len(over) and over[i] == k:
+                del over[i]
+            else:
+                over.insert(i, k)
 
     def over_budget_count(self, start: int, end: int) -> int:
         """How many ops of ``[start, end)`` have more bytes resident than the budget."""
