@@ -299,18 +299,26 @@ class _Scores:
     A score changes only where its gap's option changed (:meth:`update`), where the gap
     left the table (:meth:`deactivate`), or where one of its holes holds an op that went
     over or under the budget since: :meth:`scores` recomputes those rows alone, with the
-    same arithmetic as all of them at once."""
+    same arithmetic as all of them at once. :meth:`compact` drops the rows that left."""
+
+    FEW_FLIPS = 4
+    """Up to this many ops crossing the budget are matched against the holes one by one;
+    more, and every row whose holes meet their span is recomputed."""
+
+    FEW_ROWS = 48
+    """Up to this many rows are recomputed one by one, more with NumPy."""
 
     def __init__(self, state: PlanState, entries: list[tuple[IdleGap, GapOption]]) -> None:
         entries.sort(key=lambda entry: entry[0])
         self.gaps = [gap for gap, _option in entries]
         n = len(entries)
         self.cost = np.zeros(n)
-        self.size = np.array([state.by_id[gap.buffer_id].size for gap in self.gaps],
+        self.size = np.array([state.sizes[gap.buffer_id] for gap in self.gaps],
                              dtype=np.float64)
         # start, end of the first hole, then of the second (0, 0: none), one array each
         self._hole_bounds = [np.zeros(n, dtype=np.int64) for _k in range(4)]
         self.active = np.ones(n, dtype=bool)
+        self._left = 0  # rows no longer active
         self._scores = np.full(n, np.inf)
         self._over: np.ndarray | None = None  # which ops the scores count as over
         self._dirty: set[int] = set()  # rows changed since
@@ -333,9 +341,26 @@ class _Scores:
 
     def deactivate(self, i: int) -> None:
         """Row ``i`` leaves the table: its score is ``inf`` from now on."""
-        self.active[i] = False
+        if self.active[i]:
+            self.active[i] = False
+            self._left += 1
         if self._over is not None:
             self._dirty.add(i)
+
+    def compact(self) -> None:
+        """Drop the rows that left the table, once they are half of it or more (the others
+        keep their order, so ties still go to the smaller gap; row numbers change)."""
+        if not self._left or 2 * self._left < len(self.gaps):
+            return
+        keep = np.flatnonzero(self.active)
+        renumbered = np.cumsum(self.active) - 1
+        self._dirty = {int(renumbered[i]) for i in self._dirty if self.active[i]}
+        self.gaps = [self.gaps[i] for i in keep.tolist()]
+        self.cost, self.size = self.cost[keep], self.size[keep]
+        self._hole_bounds = [bound[keep] for bound in self._hole_bounds]
+        self.active = self.active[keep]
+        self.last_score, self._scores = self.last_score[keep], self._scores[keep]
+        self._left = 0
 
     def scores(self, state: PlanState) -> np.ndarray:
         """:func:`option_score` of every active gap's last option (``inf``: inactive or
@@ -346,9 +371,15 @@ class _Scores:
         else:
             changed = np.flatnonzero(over != self._over)
             if len(changed):
-                first, last = int(changed[0]), int(changed[-1])
                 s1, e1, s2, e2 = self._hole_bounds
-                touched = ((s1 <= last) & (e1 > first)) | ((s2 <= last) & (e2 > first))
+                if len(changed) <= self.FEW_FLIPS:
+                    touched = np.zeros(len(self.gaps), dtype=bool)
+                    for k in changed.tolist():
+                        touched |= ((s1 <= k) & (e1 > k)) | ((s2 <= k) & (e2 > k))
+                else:
+                    first, last = int(changed[0]), int(changed[-1])
+                    touched = ((s1 <= last) & (e1 > first)) | ((s2 <= last) & (e2 > first))
+                touched &= self.active  # the others stay at inf
                 if self._dirty:
                     touched[list(self._dirty)] = True
                 rows = np.flatnonzero(touched)
@@ -358,8 +389,26 @@ class _Scores:
                 return self._scores.copy()
         self._over = over
         self._dirty.clear()
-        self._rescore(over, rows)
+        if rows is not None and len(rows) <= self.FEW_ROWS:
+            self._rescore_few(state, rows.tolist())
+        else:
+            self._rescore(over, rows)
         return self._scores.copy()
+
+    def _rescore_few(self, state: PlanState, rows: list[int]) -> None:
+        """:meth:`_rescore` of a few rows, one by one (the same operations on the same
+        float64 values, without NumPy's cost per call)."""
+        count = state.over_budget_count
+        s1, e1, s2, e2 = (bound[rows].tolist() for bound in self._hole_bounds)
+        for k, i in enumerate(rows):
+            if not self.active[i]:
+                self._scores[i] = np.inf
+                continue
+            covered = count(s1[k], e1[k]) + count(s2[k], e2[k])
+            if covered:
+                self._scores[i] = float(self.cost[i]) / (float(self.size[i]) * covered)
+            else:
+                self._scores[i] = self.last_score[i]
 
     def _rescore(self, over: np.ndarray, rows: np.ndarray | None) -> None:
         """Recompute the scores of ``rows`` (``None``: every row) against ``over``."""
@@ -405,7 +454,7 @@ def cost_pass(state: PlanState, gaps: list[IdleGap], options: GreedyOptions) -> 
                 entries.append((gap, option))
         table = _Scores(state, entries)
         while state.over_budget_ops() and _take_cheapest(state, table, options):
-            pass
+            table.compact()
 
 
 def _take_cheapest(state: PlanState, table: _Scores, options: GreedyOptions) -> bool:
