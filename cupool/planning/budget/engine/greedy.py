@@ -25,6 +25,7 @@ the recompute inputs are spent on easier ops.
 from __future__ import annotations
 
 import heapq
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -308,24 +309,38 @@ class _Scores:
     FEW_ROWS = 48
     """Up to this many rows are recomputed one by one, more with NumPy."""
 
-    def __init__(self, state: PlanState, entries: list[tuple[IdleGap, GapOption]]) -> None:
-        entries.sort(key=lambda entry: entry[0])
-        self.gaps = [gap for gap, _option in entries]
-        n = len(entries)
-        self.cost = np.zeros(n)
+    def __init__(self, state: PlanState,
+                 entries: Iterable[tuple[IdleGap, GapOption]]) -> None:
+        # each option is read as it comes (and may be dropped then): its cost, its first
+        # two holes (0, 0: none) and its score against ``state``, which must not change
+        # while ``entries`` is read
+        gaps, costs, scores = [], [], []
+        bounds: list[list[int]] = [[], [], [], []]
+        for gap, option in entries:
+            gaps.append(gap)
+            costs.append(option.cost_us)
+            scores.append(option_score(state, gap, option))
+            holes = [(h.start, h.end) if h.end > h.start else (0, 0)
+                     for h in option.holes[:2]]
+            holes += [(0, 0)] * (2 - len(holes))
+            for k, (start, end) in enumerate(holes):
+                bounds[2 * k].append(start)
+                bounds[2 * k + 1].append(end)
+        order = sorted(range(len(gaps)), key=gaps.__getitem__)  # by gap
+        self.gaps = [gaps[i] for i in order]
+        n = len(order)
+        self.cost = np.array([costs[i] for i in order], dtype=np.float64)
         self.size = np.array([state.sizes[gap.buffer_id] for gap in self.gaps],
                              dtype=np.float64)
-        # start, end of the first hole, then of the second (0, 0: none), one array each
-        self._hole_bounds = [np.zeros(n, dtype=np.int64) for _k in range(4)]
+        # start, end of the first hole, then of the second, one array each
+        self._hole_bounds = [np.array([bound[i] for i in order], dtype=np.int64)
+                             for bound in bounds]
+        self.last_score = np.array([scores[i] for i in order], dtype=np.float64)
         self.active = np.ones(n, dtype=bool)
         self._left = 0  # rows no longer active
         self._scores = np.full(n, np.inf)
         self._over: np.ndarray | None = None  # which ops the scores count as over
         self._dirty: set[int] = set()  # rows changed since
-        self.last_score = np.array([option_score(state, gap, option)
-                                    for gap, option in entries], dtype=np.float64)
-        for i, (_gap, option) in enumerate(entries):
-            self.update(i, option)
 
     def update(self, i: int, option: GapOption) -> None:
         """Row ``i`` now holds ``option`` (its score is recomputed when next asked)."""
@@ -445,16 +460,21 @@ def cost_pass(state: PlanState, gaps: list[IdleGap], options: GreedyOptions) -> 
     for _round in range(3):
         if state.live.max() <= state.budget:
             break
-        entries = []
-        for gap in gaps:
-            if gap in state.taken or not _spans_over(state, gap):
-                continue
-            option = evaluate(state, gap, options)
-            if option is not None and _helps(state, option.holes):
-                entries.append((gap, option))
-        table = _Scores(state, entries)
+        table = _Scores(state, _candidates(state, gaps, options))
         while state.over_budget_ops() and _take_cheapest(state, table, options):
             table.compact()
+
+
+def _candidates(state: PlanState, gaps: list[IdleGap],
+                options: GreedyOptions) -> Iterator[tuple[IdleGap, GapOption]]:
+    """Each gap not taken yet with its option (:func:`evaluate`), where the option frees
+    bytes at an op over the budget."""
+    for gap in gaps:
+        if gap in state.taken or not _spans_over(state, gap):
+            continue
+        option = evaluate(state, gap, options)
+        if option is not None and _helps(state, option.holes):
+            yield gap, option
 
 
 def _take_cheapest(state: PlanState, table: _Scores, options: GreedyOptions) -> bool:
