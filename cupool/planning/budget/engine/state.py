@@ -201,6 +201,8 @@ class PlanState:
         self.recompute_us = 0.0
         self.taken: set[IdleGap] = set()
         self._walks: dict[tuple[int, int], ChainWalk] = {}  # by (buffer, op)
+        # the walks' links, one object per buffer and depth (links are immutable)
+        self._links: list[dict[int, ChainLink]] = [{} for _depth in range(max_chain + 2)]
         self._walks_reading: dict[int, set[tuple[int, int]]] = {}  # buffer -> walk keys
 
     # -- time ----------------------------------------------------------------------------
@@ -424,7 +426,11 @@ class PlanState:
                 return None
             seen.add(x)
             cost += sub
-            links.append(ChainLink(x, depth + 1))
+            made = self._links[depth + 1]
+            link = made.get(x)
+            if link is None:
+                link = made[x] = ChainLink(x, depth + 1)
+            links.append(link)
         return cost
 
     def advance_swap(self, buffer_id: int, op: int) -> SwapAdvance | None:
