@@ -105,8 +105,9 @@ def evaluate(state: PlanState, gap: IdleGap, options: GreedyOptions) -> GapOptio
             and not state.hole_blocked(buffer_id, prev_use + 1, next_use)):
         chain = state.chain(buffer_id, next_use)
         if chain is not None:
-            sizes = state.sizes
-            extra = sum(sizes[link.buffer_id] for link in chain.links)
+            extra = 0
+            for link in chain.links:
+                extra += state.sizes[link.buffer_id]
             # the chain's inputs are resident at next_use too: never push that op over
             # budget
             if not extra or state.live[next_use] + extra <= state.budget:
@@ -138,7 +139,7 @@ def evaluate(state: PlanState, gap: IdleGap, options: GreedyOptions) -> GapOptio
 
 
 def _helps(state: PlanState, holes: list[OpSpan]) -> bool:
-    return any(h.end > h.start and state.over_budget_count(h.start, h.end) for h in holes)
+    return any(end > start and state.over_budget_count(start, end) for start, end in holes)
 
 
 def _spans_over(state: PlanState, gap: IdleGap) -> bool:
@@ -155,9 +156,11 @@ def option_score(state: PlanState, gap: IdleGap, option: GapOption) -> float:
     """µs per byte-op of excess removed: the option's cost over its size times the number
     of over-budget ops its holes cover (only grows as other choices fix ops, so a lazy
     heap stays exact)."""
-    covered = sum(state.over_budget_count(h.start, h.end) for h in option.holes
-                  if h.end > h.start)
-    return option.cost_us / (state.by_id[gap.buffer_id].size * max(covered, 1))
+    covered = 0
+    for start, end in option.holes:
+        if end > start:
+            covered += state.over_budget_count(start, end)
+    return option.cost_us / (state.sizes[gap.buffer_id] * max(covered, 1))
 
 
 def apply_option(state: PlanState, gap: IdleGap, option: GapOption) -> None:

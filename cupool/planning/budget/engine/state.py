@@ -674,9 +674,12 @@ class PlanState:
         if buffer.read_only:
             return True
         gaps = self.schedule.gaps.get(buffer_id, ())
-        before = [g for g in gaps if not g.wraps and g.next_use <= prev_use]
-        if before:
-            entry = max(before, key=lambda g: g.next_use)
+        entry = None  # the gap before prev_use that ends last (the first of ties)
+        for g in gaps:
+            if (g.next_use <= prev_use and not g.wraps
+                    and (entry is None or g.next_use > entry.next_use)):
+                entry = g
+        if entry is not None:
             if entry.mode != SWAP:
                 return False
             return not buffer.written_in(entry.resident_from, prev_use)
