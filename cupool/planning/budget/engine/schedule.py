@@ -23,7 +23,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from cupool.core.vocabulary import PERSISTENT, Trace
+from cupool.core.vocabulary import PERSISTENT, Buffer, Trace
 
 SWAP = "swap"
 RECOMPUTE = "recompute"
@@ -128,12 +128,16 @@ def gaps_of(trace: Trace, buffer) -> list[IdleGap]:
 class TraceIndex:
     """What the planners read of a trace in every run, made once per trace
     (:func:`trace_index`; read only): every idle gap (:func:`gaps_of`, in buffer order),
-    those of temporary buffers alone, each buffer's :func:`base_interval` by id, and the
+    those of temporary buffers alone, each buffer's :func:`base_interval`, the buffers,
+    their sizes and their recipes (``(op, inputs)``, buffers with one only) by id, and the
     bytes resident at each op with no gap taken (``base_live``)."""
 
     gaps: tuple[IdleGap, ...]
     temporary_gaps: tuple[IdleGap, ...]
     base: dict[int, OpSpan]
+    by_id: dict[int, Buffer]
+    sizes: dict[int, int]
+    recipes: dict[int, tuple[int, tuple[int, ...]]]
     base_live: np.ndarray
 
 
@@ -166,4 +170,7 @@ def _index(trace: Trace) -> TraceIndex:
         change[end] -= b.size
     live = np.cumsum(change[:-1])
     live.flags.writeable = False
-    return TraceIndex(tuple(gaps), tuple(temporary), base, live)
+    return TraceIndex(tuple(gaps), tuple(temporary), base, {b.id: b for b in trace.buffers},
+                      {b.id: b.size for b in trace.buffers},
+                      {b.id: (b.recompute.op, b.recompute.inputs) for b in trace.buffers
+                       if b.recompute is not None}, live)

@@ -185,12 +185,9 @@ class PlanState:
         self.pinned: dict[int, set[int]] = {}
         self._pin_ops: dict[int, list[int]] = {}  # pinned, each buffer's ops ascending
         index = trace_index(trace)
-        self.base = dict(index.base)
-        self.by_id = {b.id: b for b in trace.buffers}
-        self.sizes = {b.id: b.size for b in trace.buffers}
-        # each recipe's own op time and inputs, read by every chain walk
-        self._recipes = {b.id: (self._op_us[b.recompute.op], b.recompute.inputs)
-                         for b in trace.buffers if b.recompute is not None}
+        # read only, shared by every state of the trace
+        self.base, self.by_id, self.sizes = index.base, index.by_id, index.sizes
+        self._recipes = index.recipes  # (op, inputs), read by every chain walk
         self._copy_times: dict[int, tuple[float, float]] = {}  # by buffer: d2h, h2d µs
         self.live = index.base_live.copy()
         self._over: list[int] | None = None  # over_budget_ops(), once asked
@@ -377,7 +374,8 @@ class PlanState:
         recipe = self._recipes.get(buffer_id)
         if recipe is None or depth > self.max_chain:
             return None
-        cost, inputs = recipe
+        recipe_op, inputs = recipe
+        cost = self._op_us[recipe_op]
         holes, transient, base = self.holes, self.transient, self.base
         for x in inputs:
             read.add(x)
@@ -443,8 +441,8 @@ class PlanState:
                    None)
         if gap is None:
             return None
-        size = self.by_id[buffer_id].size
-        in_len = self.cost.copy_us(size, "h2d")
+        size = self.sizes[buffer_id]
+        in_len = self.copy_times(buffer_id)[1]
         old = self.h2d_copies[(buffer_id, gap.prev_use)]
         due = float(self.start_us[op])
         aside = self.h2d.set_aside(old)
