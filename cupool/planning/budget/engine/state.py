@@ -151,12 +151,13 @@ class RecomputeChain(NamedTuple):
 class ChainWalk(NamedTuple):
     """The part of a :class:`RecomputeChain` that depends only on where buffers are
     resident (:meth:`PlanState._chain_walk`): the swapped-out inputs whose swap-ins must
-    move earlier (in the order the walk met them), then ``cost_us`` and ``links`` (``None``:
-    some input cannot be re-made at the op)."""
+    move earlier (in the order the walk met them), then ``cost_us`` and ``links``, each
+    the fields of a :class:`ChainLink` (``cost_us`` ``None``: some input cannot be re-made
+    at the op)."""
 
     swapped: tuple[int, ...]
     cost_us: float | None
-    links: tuple[ChainLink, ...]
+    links: tuple[tuple[int, int], ...]
 
 
 class PlanState:
@@ -197,10 +198,10 @@ class PlanState:
         self.h2d_copies: dict[tuple[int, int], QueuedCopy] = {}  # by (buffer, prev_use)
         self.recompute_us = 0.0
         self.taken: set[IdleGap] = set()
-        self._walks: dict[tuple[int, int], ChainWalk] = {}  # by (buffer, op)
-        # the walks' links, one object per buffer and depth (links are immutable)
-        self._links: list[dict[int, ChainLink]] = [{} for _depth in range(max_chain + 2)]
-        self._walks_reading: dict[int, set[tuple[int, int]]] = {}  # buffer -> walk keys
+        self._walks: dict[tuple[int, int], tuple] = {}  # ChainWalk fields, by (buffer, op)
+        # buffer -> the keys of the walks that read it (a dict of keys, as a set whose
+        # entries the garbage collector need not track)
+        self._walks_reading: dict[int, dict[tuple[int, int], None]] = {}
 
     # -- time ----------------------------------------------------------------------------
     def _times(self) -> None:
@@ -322,33 +323,37 @@ class PlanState:
         walk = self._walks.get((buffer_id, op))
         if walk is None:
             walk = self._chain_walk(buffer_id, op)
+        swapped, cost_us, links = walk
         advances: list[SwapAdvance] = []
-        for x in walk.swapped:
+        for x in swapped:
             advance = self.advance_swap(x, op)
             if advance is None:
                 return None
             advances.append(advance)
-        if walk.cost_us is None:
+        if cost_us is None:
             return None
-        return RecomputeChain(walk.cost_us, list(walk.links), advances)
+        return RecomputeChain(cost_us, [ChainLink(x, depth) for x, depth in links], advances)
 
-    def _chain_walk(self, buffer_id: int, op: int) -> ChainWalk:
+    def _chain_walk(self, buffer_id: int, op: int) -> tuple:
         """Walk the inputs of ``buffer_id``'s recipe at ``op`` (:meth:`_chain_cost`) and
-        cache the result under every buffer whose residency it read."""
-        links: list[ChainLink] = []
+        cache the result under every buffer whose residency it read. The walk is kept as a
+        plain tuple with the fields of :class:`ChainWalk` (its links as plain ``(buffer_id,
+        depth)`` tuples): nothing in it is tracked by the garbage collector, which
+        otherwise walks thousands of cached walks at every full collection."""
+        links: list[tuple[int, int]] = []
         swapped: list[int] = []
         read: set[int] = set()
         cost = self._chain_cost(buffer_id, op, 0, set(), links, swapped, read)
-        walk = ChainWalk(tuple(swapped), cost, tuple(links))
+        walk = (tuple(swapped), cost, tuple(links))
         key = (buffer_id, op)
         self._walks[key] = walk
         reading = self._walks_reading
         for x in read:
             keys = reading.get(x)
             if keys is None:
-                reading[x] = {key}
+                reading[x] = {key: None}
             else:
-                keys.add(key)
+                keys[key] = None
         return walk
 
     def _residency_changed(self, buffer_id: int, start: int, end: int) -> None:
@@ -360,11 +365,12 @@ class PlanState:
             return
         stale = [key for key in keys if start <= key[1] < end]
         for key in stale:
-            keys.discard(key)
+            del keys[key]
             self._walks.pop(key, None)
 
     def _chain_cost(self, buffer_id: int, op: int, depth: int, seen: set[int],
-                    links: list[ChainLink], swapped: list[int], read: set[int]) -> float | None:
+                    links: list[tuple[int, int]], swapped: list[int],
+                    read: set[int]) -> float | None:
         """µs of :meth:`chain` for ``buffer_id`` at ``depth``, ``None`` when an input cannot
         be re-made there; its links and the swapped-out inputs to bring back earlier are
         appended to the caller's lists (deeper links first, swapped inputs in the order
@@ -424,11 +430,7 @@ class PlanState:
                 return None
             seen.add(x)
             cost += sub
-            made = self._links[depth + 1]
-            link = made.get(x)
-            if link is None:
-                link = made[x] = ChainLink(x, depth + 1)
-            links.append(link)
+            links.append((x, depth + 1))
         return cost
 
     def advance_swap(self, buffer_id: int, op: int) -> SwapAdvance | None:
