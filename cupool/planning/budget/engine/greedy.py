@@ -138,8 +138,17 @@ def evaluate(state: PlanState, gap: IdleGap, options: GreedyOptions) -> GapOptio
     return recompute
 
 
+def _covered(state: PlanState, holes: list[OpSpan]) -> int:
+    """How many ops over the budget the holes cover (each hole counted)."""
+    covered = 0
+    for start, end in holes:
+        if end > start:
+            covered += state.over_budget_count(start, end)
+    return covered
+
+
 def _helps(state: PlanState, holes: list[OpSpan]) -> bool:
-    return any(end > start and state.over_budget_count(start, end) for start, end in holes)
+    return _covered(state, holes) > 0
 
 
 def _spans_over(state: PlanState, gap: IdleGap) -> bool:
@@ -156,10 +165,7 @@ def option_score(state: PlanState, gap: IdleGap, option: GapOption) -> float:
     """µs per byte-op of excess removed: the option's cost over its size times the number
     of over-budget ops its holes cover (only grows as other choices fix ops, so a lazy
     heap stays exact)."""
-    covered = 0
-    for start, end in option.holes:
-        if end > start:
-            covered += state.over_budget_count(start, end)
+    covered = _covered(state, option.holes)
     return option.cost_us / (state.sizes[gap.buffer_id] * max(covered, 1))
 
 
@@ -492,12 +498,15 @@ def _take_cheapest(state: PlanState, table: _Scores, options: GreedyOptions) -> 
             return False
         gap = table.gaps[i]
         option = evaluate(state, gap, options)
-        if option is None or not _helps(state, option.holes):
+        covered = 0 if option is None else _covered(state, option.holes)
+        if not covered:  # frees nothing over the budget (:func:`_helps`)
             table.deactivate(i)
             scores[i] = np.inf
             continue
         table.update(i, option)
-        score = table.last_score[i] = option_score(state, gap, option)
+        # option_score, with the count just taken
+        score = option.cost_us / (state.sizes[gap.buffer_id] * covered)
+        table.last_score[i] = score
         scores[i] = np.inf
         if score > scores.min() * (1 + 1e-9) + 1e-15:
             scores[i] = score
