@@ -438,10 +438,10 @@ class PlanState:
         instead of at its next use): its gap and the new trigger, or ``None`` when no
         trigger lands the copy on time behind the queued ones, or its bytes would push an
         op over the budget while they wait on the device."""
-        gap = next((g for g in self.schedule.gaps.get(buffer_id, ())
-                    if g.mode == SWAP and not g.wraps and g.resident_until <= op < g.next_use),
-                   None)
-        if gap is None:
+        for gap in self.schedule.gaps.get(buffer_id, ()):
+            if gap.resident_until <= op < gap.next_use and gap.mode == SWAP and not gap.wraps:
+                break
+        else:
             return None
         size = self.sizes[buffer_id]
         in_len = self.copy_times(buffer_id)[1]
