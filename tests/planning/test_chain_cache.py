@@ -16,7 +16,8 @@ from cupool.planning.budget.engine.checkpoint import apply_batches
 from cupool.planning.budget.engine.copies import CopyEngine, QueuedCopy
 from cupool.planning.budget.engine.greedy import GreedyOptions, apply_option, evaluate
 from cupool.planning.budget.engine.greedy import candidate_gaps as all_gaps
-from cupool.planning.budget.engine.state import ChainWalk, PlanState
+from cupool.planning.budget.engine.records import ChainWalk
+from cupool.planning.budget.engine.state import PlanState
 from cupool.planning.budget.recipes import with_recompute_recipes
 from cupool.planning.synthetic import lstm_trace
 from cupool.sim import cost_model

@@ -59,10 +59,11 @@ from cupool.planning.budget.engine.placement import (
     place,
     place_schedule,
 )
+from cupool.planning.budget.engine.records import SwapWindow
 from cupool.planning.budget.engine.relief import persistent_floor
 from cupool.planning.budget.engine.residency import residency_intervals
 from cupool.planning.budget.engine.schedule import SWAP, Gap, IdleGap, Schedule, trace_index
-from cupool.planning.budget.engine.state import PlanState, SwapWindow
+from cupool.planning.budget.engine.state import PlanState
 from cupool.planning.budget.params import BudgetParams
 from cupool.planning.budget.result import BudgetResult
 from cupool.planning.budget.stream import PREFETCH_FILL

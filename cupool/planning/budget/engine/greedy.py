@@ -33,6 +33,7 @@ import numpy as np
 
 from cupool.core.vocabulary import PERSISTENT, Trace
 from cupool.planning.budget.engine.checkpoint import apply_batches
+from cupool.planning.budget.engine.records import RecomputeChain, SwapWindow
 from cupool.planning.budget.engine.relief import highest_floor
 from cupool.planning.budget.engine.schedule import (
     RECOMPUTE,
@@ -41,7 +42,7 @@ from cupool.planning.budget.engine.schedule import (
     OpSpan,
     trace_index,
 )
-from cupool.planning.budget.engine.state import PlanState, RecomputeChain, SwapWindow
+from cupool.planning.budget.engine.state import PlanState
 
 
 @dataclass(frozen=True)
@@ -186,7 +187,7 @@ def candidate_gaps(trace: Trace, include_persistent: bool = True) -> list[IdleGa
 
 def free_time(state: PlanState, gap: IdleGap) -> float:
     """Capuchin's ``FT = swap_in_start − swap_out_end`` (µs, ideal times, idle link)."""
-    size = state.trace.buffer(gap.buffer_id).size
+    size = state.sizes[gap.buffer_id]
     out_end = state.end_us[gap.prev_use] + state.cost.copy_us(size, "d2h")
     in_start = state.start_us[gap.next_use] - state.cost.copy_us(size, "h2d")
     if gap.wraps:
@@ -256,7 +257,6 @@ def _covers(gap: IdleGap, op: int) -> bool:
 def _hot_op_pass(state: PlanState, op: int, gaps: list[IdleGap], options: GreedyOptions) -> None:
     """Cheapest bytes first (lazy heap) among the gaps whose holes cover ``op``, until it
     fits."""
-    trace = state.trace
     if state.live[op] <= state.budget:
         return
 
@@ -271,14 +271,14 @@ def _hot_op_pass(state: PlanState, op: int, gaps: list[IdleGap], options: Greedy
         if gap not in state.taken and _covers(gap, op):
             option = option_at_op(gap)
             if option is not None:
-                heap.append((option.cost_us / trace.buffer(gap.buffer_id).size, gap))
+                heap.append((option.cost_us / state.sizes[gap.buffer_id], gap))
     heapq.heapify(heap)
     while heap and state.live[op] > state.budget:
         _score, gap = heapq.heappop(heap)
         option = option_at_op(gap)
         if option is None:
             continue
-        score = option.cost_us / trace.buffer(gap.buffer_id).size
+        score = option.cost_us / state.sizes[gap.buffer_id]
         if heap and score > heap[0][0] * (1 + 1e-9) + 1e-15:
             heapq.heappush(heap, (score, gap))
             continue
@@ -461,10 +461,10 @@ class _Scores:
 def cost_pass(state: PlanState, gaps: list[IdleGap], options: GreedyOptions) -> None:
     """Cheapest relief first (:func:`option_score`), up to three rounds.
 
-    Each gap keeps its last evaluated option; after every choice all scores are
-    recomputed at once from those options against the ops still over the budget, and
-    only the cheapest gap is evaluated afresh (:func:`evaluate`, the costly part): see
-    :func:`_take_cheapest`.
+    Each gap keeps its last evaluated option; after every choice the scores are brought
+    up to date from those options against the ops still over the budget (:class:`_Scores`:
+    those that can have changed), and only the cheapest gap is evaluated afresh
+    (:func:`evaluate`, the costly part): see :func:`_take_cheapest`.
     """
     for _round in range(3):
         if state.live.max() <= state.budget:

@@ -124,6 +124,38 @@ def gaps_of(trace: Trace, buffer) -> list[IdleGap]:
     return out
 
 
+
+def leaves_clean(buffer: Buffer, gaps: list[Gap], prev_use: int) -> bool:
+    """True when ``buffer`` leaves the device after ``prev_use`` with a valid host copy
+    (so it is dropped, not copied out), ``gaps`` being its gaps taken so far: it is
+    read-only (its host copy never goes stale), or its residency holding ``prev_use`` is
+    entered by a swap-in (one already planned, or, leaving by the wrap gap of a persistent
+    buffer without an earlier one, the wrap gap's own swap-in) and no op has written it
+    since. A read-only weight used once per iteration is thus streamed: in before its use,
+    dropped after it. Unknown ``writes`` are never clean here, so traces without them plan
+    as before."""
+    if buffer.writes is None:
+        return False
+    if buffer.read_only:
+        return True
+    entry = None  # the gap before prev_use that ends last (the first of ties)
+    for g in gaps:
+        if (g.next_use <= prev_use and not g.wraps
+                and (entry is None or g.next_use > entry.next_use)):
+            entry = g
+    if entry is not None:
+        if entry.mode != SWAP:
+            return False
+        return not buffer.written_in(entry.resident_from, prev_use)
+    if buffer.kind != PERSISTENT:
+        return False  # its first residency, where it is produced
+    wrap = next((g for g in gaps if g.wraps), None)
+    if wrap is not None:
+        return wrap.mode == SWAP and not buffer.written_in(wrap.resident_from, prev_use)
+    if buffer.uses[-1] != prev_use:
+        return False  # kept since op 0: no host copy yet
+    return not buffer.written_in(buffer.uses[0], prev_use)
+
 @dataclass(frozen=True)
 class TraceIndex:
     """What the planners read of a trace in every run, made once per trace

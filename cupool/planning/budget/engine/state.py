@@ -16,14 +16,21 @@ A copy is issued at an op boundary and served FIFO by its direction's engine::
 from __future__ import annotations
 
 import bisect
-import itertools
-from typing import NamedTuple
 
 import numpy as np
 
 from cupool.core.vocabulary import PERSISTENT, Trace
 from cupool.planning.budget.engine import copies
 from cupool.planning.budget.engine.copies import QueuedCopy
+from cupool.planning.budget.engine.records import (
+    WRAP,
+    ChainLink,
+    Hole,
+    HoleIndex,
+    RecomputeChain,
+    SwapAdvance,
+    SwapWindow,
+)
 from cupool.planning.budget.engine.schedule import (
     RECOMPUTE,
     SWAP,
@@ -31,6 +38,7 @@ from cupool.planning.budget.engine.schedule import (
     Gap,
     IdleGap,
     Schedule,
+    leaves_clean,
     trace_index,
 )
 
@@ -41,124 +49,6 @@ the most triggers ``late_trigger="covering"`` compares."""
 
 LATE_TRIGGERS = ("earliest", "latest", "covering")
 """Where a swap whose copy in cannot land on time is triggered (:meth:`PlanState.swap_window`)."""
-
-WRAP = "wrap"
-"""The :class:`Hole` kind of a swap across the iteration boundary."""
-
-
-class Hole(NamedTuple):
-    """A buffer's data is not on the device during ops ``[start, end)``, because of a
-    ``kind`` (:data:`~.schedule.SWAP` or :data:`~.schedule.RECOMPUTE`) gap. A swap's bytes
-    come back at its trigger but its data is valid only from its due op, so the hole runs
-    to the due op. A :data:`WRAP` hole is ``[start, num_ops)`` and ``[0, end)``."""
-
-    start: int
-    end: int
-    kind: str
-
-
-class _HoleIndex(NamedTuple):
-    """A buffer's holes as :meth:`PlanState.resident` reads them: its first :data:`WRAP`
-    hole, and the others by start op (``starts``) when no two of them share an op
-    (``disjoint``: then at most one holds an op, found by bisection), else in the order
-    they were taken, looked through one by one."""
-
-    wrap: Hole | None
-    holes: list[Hole]
-    starts: list[int]
-    disjoint: bool
-
-    @classmethod
-    def of(cls, holes: list[Hole]) -> _HoleIndex:
-        wrap = next((h for h in holes if h.kind == WRAP), None)
-        inner = [h for h in holes if h.kind != WRAP]
-        ordered = sorted(inner, key=lambda h: (h.start, h.end))
-        disjoint = all(h.end > h.start for h in ordered) and all(
-            a.end <= b.start for a, b in itertools.pairwise(ordered))
-        if disjoint:
-            return cls(wrap, ordered, [h.start for h in ordered], True)
-        return cls(wrap, inner, [], False)
-
-    def added(self, hole: Hole) -> _HoleIndex | None:
-        """The index once ``hole`` is taken after the others (``None``: build it afresh,
-        :meth:`of`); the lists of this one are reused."""
-        if hole.kind == WRAP:
-            return self if self.wrap is not None else self._replace(wrap=hole)
-        if not self.disjoint:
-            self.holes.append(hole)
-            return self
-        k = bisect.bisect_right(self.starts, hole.start)
-        if (hole.end <= hole.start or (k and self.holes[k - 1].end > hole.start)
-                or (k < len(self.holes) and hole.end > self.holes[k].start)):
-            return None
-        self.holes.insert(k, hole)
-        self.starts.insert(k, hole.start)
-        return self
-
-    def at(self, op: int) -> Hole | None:
-        """The first (non-wrap) hole, in the order taken, that holds ``op``."""
-        if self.disjoint:
-            k = bisect.bisect_right(self.starts, op) - 1
-            if k >= 0 and op < self.holes[k].end:
-                return self.holes[k]
-            return None
-        return next((h for h in self.holes if h.start <= op < h.end), None)
-
-
-class SwapWindow(NamedTuple):
-    """One way to swap a gap (:meth:`PlanState.swap_window`), times in µs.
-
-    The bytes stay resident until op ``resident_until`` and are back from op ``trigger``;
-    the copy out is issued at ``out_issue_us`` and takes ``out_us``, the copy in is issued
-    at ``in_issue_us`` (the trigger op's start), takes ``in_us`` and is due at ``due_us``
-    (the next use's start); ``late_us`` is the estimated waiting a late copy adds (0: on
-    time)."""
-
-    resident_until: int
-    trigger: int
-    out_issue_us: float
-    out_us: float
-    in_issue_us: float
-    in_us: float
-    due_us: float
-    late_us: float
-
-
-class ChainLink(NamedTuple):
-    """A dropped input re-produced for a recompute, ``depth`` links away from it."""
-
-    buffer_id: int
-    depth: int
-
-
-class SwapAdvance(NamedTuple):
-    """Move the swap-in of ``gap`` to ``trigger`` so its data is back for an earlier op."""
-
-    gap: Gap
-    trigger: int
-
-
-class RecomputeChain(NamedTuple):
-    """What recomputing a buffer before an op takes (:meth:`PlanState.chain`): ``cost_us``
-    of compute (its producer and every link), the dropped inputs re-made with it
-    (``links``), and the swapped-out inputs brought back earlier (``advances``)."""
-
-    cost_us: float
-    links: list[ChainLink]
-    advances: list[SwapAdvance]
-
-
-class ChainWalk(NamedTuple):
-    """The part of a :class:`RecomputeChain` that depends only on where buffers are
-    resident (:meth:`PlanState._chain_walk`): the swapped-out inputs whose swap-ins must
-    move earlier (in the order the walk met them), then ``cost_us`` and ``links``, each
-    the fields of a :class:`ChainLink` (``cost_us`` ``None``: some input cannot be re-made
-    at the op)."""
-
-    swapped: tuple[int, ...]
-    cost_us: float | None
-    links: tuple[tuple[int, int], ...]
-
 
 class PlanState:
     """Mutable state of a greedy planner over one trace (with recipes) and budget."""
@@ -181,7 +71,7 @@ class PlanState:
         self._times()
         self.schedule = Schedule()
         self.holes: dict[int, list[Hole]] = {}  # edit through _add_hole / _set_hole
-        self._hole_index: dict[int, _HoleIndex] = {}  # by buffer, until its holes change
+        self._hole_index: dict[int, HoleIndex] = {}  # by buffer, until its holes change
         self.transient: dict[int, set[int]] = {}
         self.pinned: dict[int, set[int]] = {}
         self._pin_ops: dict[int, list[int]] = {}  # pinned, each buffer's ops ascending
@@ -287,10 +177,10 @@ class PlanState:
         hole = self._holes_of(buffer_id).at(op)
         return None if hole is None else hole.kind
 
-    def _holes_of(self, buffer_id: int) -> _HoleIndex:
+    def _holes_of(self, buffer_id: int) -> HoleIndex:
         index = self._hole_index.get(buffer_id)
         if index is None:
-            index = self._hole_index[buffer_id] = _HoleIndex.of(self.holes[buffer_id])
+            index = self._hole_index[buffer_id] = HoleIndex.of(self.holes[buffer_id])
         return index
 
     def _add_hole(self, buffer_id: int, hole: Hole) -> None:
@@ -337,9 +227,9 @@ class PlanState:
     def _chain_walk(self, buffer_id: int, op: int) -> tuple:
         """Walk the inputs of ``buffer_id``'s recipe at ``op`` (:meth:`_chain_cost`) and
         cache the result under every buffer whose residency it read. The walk is kept as a
-        plain tuple with the fields of :class:`ChainWalk` (its links as plain ``(buffer_id,
-        depth)`` tuples): nothing in it is tracked by the garbage collector, which
-        otherwise walks thousands of cached walks at every full collection."""
+        plain tuple with the fields of :class:`~.records.ChainWalk` (its links as plain
+        ``(buffer_id, depth)`` tuples): nothing in it is tracked by the garbage collector,
+        which otherwise walks thousands of cached walks at every full collection."""
         links: list[tuple[int, int]] = []
         swapped: list[int] = []
         read: set[int] = set()
@@ -461,7 +351,7 @@ class PlanState:
 
     def _apply_advance(self, advance: SwapAdvance, op: int) -> None:
         gap, trigger = advance.gap, advance.trigger
-        size = self.trace.buffer(gap.buffer_id).size
+        size = self.sizes[gap.buffer_id]
         key = (gap.buffer_id, gap.prev_use)
         old = self.h2d_copies[key]
         self.h2d.remove(old)
@@ -514,7 +404,7 @@ class PlanState:
                               remade_at))
         self._add_hole(buffer_id, Hole(prev_use + 1, remade_at, RECOMPUTE))
         self._residency_changed(buffer_id, prev_use + 1, remade_at)
-        self._free(self.trace.buffer(buffer_id).size, prev_use + 1, remade_at)
+        self._free(self.sizes[buffer_id], prev_use + 1, remade_at)
 
     def _remake(self, op: int, dropped: list[int], links: list[ChainLink], cost: float) -> None:
         """Recomputes before ``op``: of the ``dropped`` buffers, and of the chain ``links``
@@ -621,7 +511,7 @@ class PlanState:
         """Swap the buffer out after ``prev_use`` and back for ``next_use`` by ``window``
         (:meth:`swap_window`): both copies join their queues."""
         until, trigger = window.resident_until, window.trigger
-        size = self.trace.buffer(buffer_id).size
+        size = self.sizes[buffer_id]
         gap = Gap(buffer_id, prev_use, next_use, SWAP, until, trigger)
         self.schedule.add(gap)
         if gap.wraps:
@@ -648,7 +538,7 @@ class PlanState:
         in the iteration's tail, due at the last op. It stays resident across the
         boundary (:mod:`.residency`), off the device only during ``[last_use + 1,
         trigger)``; nothing is copied out."""
-        size = self.trace.buffer(buffer_id).size
+        size = self.sizes[buffer_id]
         due = self.n - 1
         self.schedule.add(Gap(buffer_id, last_use, first_use, SWAP, last_use + 1, trigger))
         self._add_hole(buffer_id, Hole(last_use + 1, due, SWAP))
@@ -660,37 +550,10 @@ class PlanState:
         self.h2d_copies[(buffer_id, last_use)] = copy
 
     def clean_at(self, buffer_id: int, prev_use: int) -> bool:
-        """True when the buffer leaves the device after ``prev_use`` with a valid host copy
-        (so it is dropped, not copied out): it is read-only (its host copy never goes
-        stale), or its residency holding ``prev_use`` is entered by a swap-in (one
-        already planned, or, leaving by the wrap gap of a persistent buffer without an
-        earlier one, the wrap gap's own swap-in) and no op has written it since. A
-        read-only weight used once per iteration is thus streamed: in before its use,
-        dropped after it. Unknown ``writes`` are never clean here, so traces without them
-        plan as before."""
-        buffer = self.by_id[buffer_id]
-        if buffer.writes is None:
-            return False
-        if buffer.read_only:
-            return True
-        gaps = self.schedule.gaps.get(buffer_id, ())
-        entry = None  # the gap before prev_use that ends last (the first of ties)
-        for g in gaps:
-            if (g.next_use <= prev_use and not g.wraps
-                    and (entry is None or g.next_use > entry.next_use)):
-                entry = g
-        if entry is not None:
-            if entry.mode != SWAP:
-                return False
-            return not buffer.written_in(entry.resident_from, prev_use)
-        if buffer.kind != PERSISTENT:
-            return False  # its first residency, where it is produced
-        wrap = next((g for g in gaps if g.wraps), None)
-        if wrap is not None:
-            return wrap.mode == SWAP and not buffer.written_in(wrap.resident_from, prev_use)
-        if buffer.uses[-1] != prev_use:
-            return False  # kept since op 0: no host copy yet
-        return not buffer.written_in(buffer.uses[0], prev_use)
+        """:func:`~.schedule.leaves_clean`: whether the buffer leaves the device after
+        ``prev_use`` with a valid host copy, under the gaps taken so far."""
+        return leaves_clean(self.by_id[buffer_id], self.schedule.gaps.get(buffer_id, ()),
+                            prev_use)
 
     def hole_blocked(self, buffer_id: int, a: int, b: int) -> bool:
         """True when the data would be invalid during ``[a, b)`` while a planned recompute
