@@ -162,7 +162,9 @@ class TraceIndex:
     (:func:`trace_index`; read only): every idle gap (:func:`gaps_of`, in buffer order),
     those of temporary buffers alone, each buffer's :func:`base_interval`, the buffers,
     their sizes and their recipes (``(op, inputs)``, buffers with one only) by id, and the
-    bytes resident at each op with no gap taken (``base_live``)."""
+    bytes resident at each op with no gap taken (``base_live``). ``derived`` holds what
+    other modules compute from the trace (and immutable arguments) once, each under a key
+    of its own."""
 
     gaps: tuple[IdleGap, ...]
     temporary_gaps: tuple[IdleGap, ...]
@@ -171,6 +173,7 @@ class TraceIndex:
     sizes: dict[int, int]
     recipes: dict[int, tuple[int, tuple[int, ...]]]
     base_live: np.ndarray
+    derived: dict = field(default_factory=dict)
 
 
 _TRACE_INDEX: dict = {}  # id(trace) -> (weak reference, TraceIndex)
