@@ -21,6 +21,7 @@ from cupool.planning.budget.engine.greedy import (
     run_repaired,
 )
 from cupool.planning.budget.engine.relief import (
+    highest_floor,
     on_time_floor,
     persistent_floor,
     persistent_relief,
@@ -201,3 +202,21 @@ def test_capuchin_and_vdnn_fail_wherever_their_floor_is_over_the_budget(trace, f
     else:
         assert (replace(screened.plan, solve_seconds=0.0)
                 == replace(unscreened.plan, solve_seconds=0.0))
+
+
+def test_floors_computed_once_per_trace_are_those_computed_afresh():
+    """persistent_floor hands out a new array each time (callers change theirs), and the
+    highest floor kept per trace and cost model is the one on_time_floor gives."""
+    from cupool.planning.synthetic import lstm_trace
+
+    trace = with_recompute_recipes(lstm_trace(6, 2, seed=4, hidden=64, vocab=256))
+    first = persistent_floor(trace)
+    first -= 1
+    assert np.array_equal(persistent_floor(trace), first + 1)
+    for link in ("gen4", "gen5"):
+        for relief in (True, False):
+            for late_in in (True, False):
+                floor = on_time_floor(trace, cost_model(link), relief, late_in)
+                expected = (int(np.argmax(floor)), int(floor.max()))
+                for _again in range(2):
+                    assert highest_floor(trace, cost_model(link), relief, late_in) == expected

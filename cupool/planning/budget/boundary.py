@@ -42,6 +42,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import numpy as np
+
 from cupool.core.vocabulary import PERSISTENT, Trace
 from cupool.planning.budget.engine.copies import QueuedCopy
 from cupool.planning.budget.engine.firstfit import place_pairs_first_fit
@@ -57,10 +59,11 @@ from cupool.planning.budget.engine.placement import (
     place,
     place_schedule,
 )
+from cupool.planning.budget.engine.records import SwapWindow
 from cupool.planning.budget.engine.relief import persistent_floor
 from cupool.planning.budget.engine.residency import residency_intervals
-from cupool.planning.budget.engine.schedule import SWAP, Gap, IdleGap, Schedule, gaps_of
-from cupool.planning.budget.engine.state import PlanState, SwapWindow
+from cupool.planning.budget.engine.schedule import SWAP, Gap, IdleGap, Schedule, trace_index
+from cupool.planning.budget.engine.state import PlanState
 from cupool.planning.budget.params import BudgetParams
 from cupool.planning.budget.result import BudgetResult
 from cupool.planning.budget.stream import PREFETCH_FILL
@@ -96,11 +99,21 @@ def persistent_over(trace: Trace, budget_bytes: int) -> bool:
     return int(persistent_floor(trace).max()) > budget_bytes
 
 
-def _idle_ops(n: int, gap: IdleGap) -> list[int]:
-    """The ops a gap spans, in the order they run (a wrap gap: the tail, then the head)."""
+def _idle_count(n: int, gap: IdleGap) -> int:
+    """How many ops a gap spans (a wrap gap: the tail and the head)."""
     if gap.wraps:
-        return [*range(gap.prev_use + 1, n), *range(gap.next_use)]
-    return list(range(gap.prev_use + 1, gap.next_use))
+        return max(0, n - gap.prev_use - 1) + max(0, gap.next_use)
+    return max(0, gap.next_use - gap.prev_use - 1)
+
+
+def _ops_over(measure: np.ndarray, budget: int, n: int, gap: IdleGap) -> list[int]:
+    """The ops a gap spans where ``measure`` exceeds ``budget``, in the order they run (a
+    wrap gap: the tail, then the head)."""
+    start = gap.prev_use + 1
+    if gap.wraps:
+        tail = np.flatnonzero(measure[start:n] > budget) + start
+        return tail.tolist() + np.flatnonzero(measure[:max(0, gap.next_use)] > budget).tolist()
+    return (np.flatnonzero(measure[start:gap.next_use] > budget) + start).tolist()
 
 
 def stretched_window(state: PlanState, gap: IdleGap, over: list[int],
@@ -157,14 +170,14 @@ def offload_persistent(state: PlanState, target: str = "working", eager: bool = 
     if target not in TARGETS:
         raise ValueError(f"target {target!r}: expected one of {TARGETS}")
     floor = persistent_floor(trace) if target == "working" else None
-    gaps = [g for b in trace.buffers if b.kind == PERSISTENT for g in gaps_of(trace, b)]
-    gaps.sort(key=lambda g: (-len(_idle_ops(n, g)), -trace.buffer(g.buffer_id).size, g))
+    gaps = [g for g in trace_index(trace).gaps if state.by_id[g.buffer_id].kind == PERSISTENT]
+    gaps.sort(key=lambda g: (-_idle_count(n, g), -state.sizes[g.buffer_id], g))
     taken = 0
     for gap in gaps:
         measure = state.live if floor is None else floor
         if int(measure.max()) <= state.budget:
             break
-        over = [k for k in _idle_ops(n, gap) if measure[k] > state.budget]
+        over = _ops_over(measure, state.budget, n, gap)
         if not over:
             continue
         window = stretched_window(state, gap, over, eager)

@@ -33,8 +33,9 @@ from cupool.planning.budget.engine.greedy import (
     out_of_reach,
 )
 from cupool.planning.budget.engine.placement import Decision, place_schedule
+from cupool.planning.budget.engine.records import SwapWindow
 from cupool.planning.budget.engine.schedule import SWAP, Gap, IdleGap, Schedule
-from cupool.planning.budget.engine.state import PlanState, SwapWindow
+from cupool.planning.budget.engine.state import PlanState
 from cupool.planning.budget.params import BudgetParams
 from cupool.planning.budget.result import BudgetResult
 

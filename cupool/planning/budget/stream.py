@@ -65,9 +65,10 @@ from cupool.planning.budget.engine.placement import (
     place,
     place_schedule,
 )
+from cupool.planning.budget.engine.records import SwapWindow
 from cupool.planning.budget.engine.residency import residency_intervals, resident_bytes
 from cupool.planning.budget.engine.schedule import IdleGap
-from cupool.planning.budget.engine.state import PlanState, SwapWindow
+from cupool.planning.budget.engine.state import PlanState
 from cupool.planning.budget.params import BudgetParams
 from cupool.planning.budget.result import BudgetResult
 

@@ -4,10 +4,12 @@
 module              what it holds
 ==================  ======================================================================
 :mod:`.schedule`    the decision's vocabulary: idle gaps, :class:`~.schedule.Gap` (a gap
-                    taken off the device by swap or recompute), :class:`~.schedule.Schedule`
+                    taken off the device by swap or recompute), :class:`~.schedule.Schedule`;
+                    what every run reads of a trace, made once (:class:`~.schedule.TraceIndex`)
 :mod:`.copies`      :class:`~.copies.CopyEngine`: one FIFO copy queue per direction, with
                     due times, as the planners model the link (compiled in ``_copyq.c``
                     when built, with an identical pure-Python fallback)
+:mod:`.records`     the plain records of the state: holes, swap windows, recompute chains
 :mod:`.state`       :class:`~.state.PlanState`: estimated op times, both copy queues, bytes
                     resident per op, and what taking one gap off the device would cost
 :mod:`.checkpoint`  segment checkpointing: re-run each segment of the forward once, at the

@@ -25,6 +25,7 @@ the recompute inputs are spent on easier ops.
 from __future__ import annotations
 
 import heapq
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -32,9 +33,16 @@ import numpy as np
 
 from cupool.core.vocabulary import PERSISTENT, Trace
 from cupool.planning.budget.engine.checkpoint import apply_batches
+from cupool.planning.budget.engine.records import RecomputeChain, SwapWindow
 from cupool.planning.budget.engine.relief import highest_floor
-from cupool.planning.budget.engine.schedule import RECOMPUTE, SWAP, IdleGap, OpSpan, gaps_of
-from cupool.planning.budget.engine.state import PlanState, RecomputeChain, SwapWindow
+from cupool.planning.budget.engine.schedule import (
+    RECOMPUTE,
+    SWAP,
+    IdleGap,
+    OpSpan,
+    trace_index,
+)
+from cupool.planning.budget.engine.state import PlanState
 
 
 @dataclass(frozen=True)
@@ -81,37 +89,41 @@ class GapOption(NamedTuple):
 
 
 def evaluate(state: PlanState, gap: IdleGap, options: GreedyOptions) -> GapOption | None:
-    """The cheaper way to take ``gap`` off the device (``None``: neither works). When a
-    planned recompute reads the buffer inside the gap (a *pin*), the gap is cut short
-    there: the buffer is back (swapped in or recomputed) by the first pin, and the
-    option's ``next_use`` is that op."""
-    buffer_id, prev_use, next_use = gap.buffer_id, gap.prev_use, gap.next_use
+    """The cheaper way to take ``gap`` off the device (``None``: neither works; ties: the
+    recompute). When a planned recompute reads the buffer inside the gap (a *pin*), the
+    gap is cut short there: the buffer is back (swapped in or recomputed) by the first
+    pin, and the option's ``next_use`` is that op."""
+    buffer_id, prev_use, next_use = gap
     wraps = next_use <= prev_use
     if not wraps:
-        pins = [op for op in state.pinned.get(buffer_id, ()) if prev_use < op < next_use]
-        if pins:
-            next_use = min(pins)
+        pin = state.first_pin_after(buffer_id, prev_use)
+        if pin is not None and pin < next_use:
+            next_use = pin
             if next_use - prev_use <= 1:
                 return None
-    size = state.by_id[buffer_id].size
-    found = []
+    recompute = None
     if (options.allow_recompute and not wraps and next_use - prev_use > 1
             and not state.hole_blocked(buffer_id, prev_use + 1, next_use)):
         chain = state.chain(buffer_id, next_use)
-        extra = 0 if chain is None else sum(state.by_id[link.buffer_id].size
-                                            for link in chain.links)
-        # the chain's inputs are resident at next_use too: never push that op over budget
-        if chain is not None and (not extra or state.live[next_use] + extra <= state.budget):
-            found.append(GapOption(chain.cost_us, RECOMPUTE, [OpSpan(prev_use + 1, next_use)],
-                                   next_use, chain=chain))
+        if chain is not None:
+            extra = 0
+            for link in chain.links:
+                extra += state.sizes[link.buffer_id]
+            # the chain's inputs are resident at next_use too: never push that op over
+            # budget
+            if not extra or state.live[next_use] + extra <= state.budget:
+                recompute = GapOption(chain.cost_us, RECOMPUTE, [OpSpan(prev_use + 1, next_use)],
+                                      next_use, chain=chain)
     if options.allow_swap and (options.swap_temporaries
                                or state.by_id[buffer_id].kind == PERSISTENT):
         window = state.swap_window(buffer_id, prev_use, next_use, wraps)
         if window is not None:
             until, trigger = window.resident_until, window.trigger
-            holes = ([OpSpan(until, state.n), OpSpan(0, trigger)] if wraps
-                     else [OpSpan(until, trigger)])
-            holes = [h for h in holes if h.end > h.start]
+            if wraps:
+                holes = [h for h in (OpSpan(until, state.n), OpSpan(0, trigger))
+                         if h.end > h.start]
+            else:
+                holes = [OpSpan(until, trigger)] if trigger > until else []
             # the data is back only at the due op
             if holes and not state.hole_blocked(buffer_id, until, next_use):
                 link = window.out_us + window.in_us
@@ -120,15 +132,24 @@ def evaluate(state: PlanState, gap: IdleGap, options: GreedyOptions) -> GapOptio
                 tail = (state.d2h.end_growth(window.out_issue_us, window.out_us,
                                              float(state.end_us[-1]))
                         if wraps and window.out_us > 0 else 0.0)
-                found.append(GapOption(options.swap_weight * link + window.late_us + tail
-                                       + 1e-9 * size, SWAP, holes, next_use, swap=window))
-    if not found:
-        return None
-    return min(found, key=lambda option: option.cost_us)
+                cost_us = (options.swap_weight * link + window.late_us + tail
+                           + 1e-9 * state.sizes[buffer_id])
+                if recompute is None or cost_us < recompute.cost_us:
+                    return GapOption(cost_us, SWAP, holes, next_use, swap=window)
+    return recompute
+
+
+def _covered(state: PlanState, holes: list[OpSpan]) -> int:
+    """How many ops over the budget the holes cover (each hole counted)."""
+    covered = 0
+    for start, end in holes:
+        if end > start:
+            covered += state.over_budget_count(start, end)
+    return covered
 
 
 def _helps(state: PlanState, holes: list[OpSpan]) -> bool:
-    return any(h.end > h.start and state.over_budget_count(h.start, h.end) for h in holes)
+    return _covered(state, holes) > 0
 
 
 def _spans_over(state: PlanState, gap: IdleGap) -> bool:
@@ -145,9 +166,8 @@ def option_score(state: PlanState, gap: IdleGap, option: GapOption) -> float:
     """µs per byte-op of excess removed: the option's cost over its size times the number
     of over-budget ops its holes cover (only grows as other choices fix ops, so a lazy
     heap stays exact)."""
-    covered = sum(state.over_budget_count(h.start, h.end) for h in option.holes
-                  if h.end > h.start)
-    return option.cost_us / (state.by_id[gap.buffer_id].size * max(covered, 1))
+    covered = _covered(state, option.holes)
+    return option.cost_us / (state.sizes[gap.buffer_id] * max(covered, 1))
 
 
 def apply_option(state: PlanState, gap: IdleGap, option: GapOption) -> None:
@@ -161,17 +181,13 @@ def apply_option(state: PlanState, gap: IdleGap, option: GapOption) -> None:
 def candidate_gaps(trace: Trace, include_persistent: bool = True) -> list[IdleGap]:
     """Every idle gap of every buffer (of temporary buffers only, unless
     ``include_persistent``), in buffer order."""
-    out = []
-    for b in trace.buffers:
-        if b.kind == PERSISTENT and not include_persistent:
-            continue
-        out.extend(gaps_of(trace, b))
-    return out
+    index = trace_index(trace)
+    return list(index.gaps if include_persistent else index.temporary_gaps)
 
 
 def free_time(state: PlanState, gap: IdleGap) -> float:
     """Capuchin's ``FT = swap_in_start − swap_out_end`` (µs, ideal times, idle link)."""
-    size = state.trace.buffer(gap.buffer_id).size
+    size = state.sizes[gap.buffer_id]
     out_end = state.end_us[gap.prev_use] + state.cost.copy_us(size, "d2h")
     in_start = state.start_us[gap.next_use] - state.cost.copy_us(size, "h2d")
     if gap.wraps:
@@ -241,7 +257,6 @@ def _covers(gap: IdleGap, op: int) -> bool:
 def _hot_op_pass(state: PlanState, op: int, gaps: list[IdleGap], options: GreedyOptions) -> None:
     """Cheapest bytes first (lazy heap) among the gaps whose holes cover ``op``, until it
     fits."""
-    trace = state.trace
     if state.live[op] <= state.budget:
         return
 
@@ -256,14 +271,14 @@ def _hot_op_pass(state: PlanState, op: int, gaps: list[IdleGap], options: Greedy
         if gap not in state.taken and _covers(gap, op):
             option = option_at_op(gap)
             if option is not None:
-                heap.append((option.cost_us / trace.buffer(gap.buffer_id).size, gap))
+                heap.append((option.cost_us / state.sizes[gap.buffer_id], gap))
     heapq.heapify(heap)
     while heap and state.live[op] > state.budget:
         _score, gap = heapq.heappop(heap)
         option = option_at_op(gap)
         if option is None:
             continue
-        score = option.cost_us / trace.buffer(gap.buffer_id).size
+        score = option.cost_us / state.sizes[gap.buffer_id]
         if heap and score > heap[0][0] * (1 + 1e-9) + 1e-15:
             heapq.heappush(heap, (score, gap))
             continue
@@ -288,69 +303,187 @@ def free_time_pass(state: PlanState, gaps: list[IdleGap], options: GreedyOptions
 class _Scores:
     """The gaps a :func:`cost_pass` round may still take, with each one's last evaluated
     option in arrays (its cost and its holes: one, or two for a gap across the iteration
-    boundary), sorted by gap (ties go to the smaller gap), so that every score is
-    recomputed at once against the ops now over the budget."""
+    boundary), sorted by gap (ties go to the smaller gap), and every score against the
+    ops over the budget when :meth:`scores` was last asked.
 
-    def __init__(self, state: PlanState, entries: list[tuple[IdleGap, GapOption]]) -> None:
-        entries.sort(key=lambda entry: entry[0])
-        self.gaps = [gap for gap, _option in entries]
-        n = len(entries)
-        self.cost = np.zeros(n)
-        self.size = np.array([state.by_id[gap.buffer_id].size for gap in self.gaps],
+    A score changes only where its gap's option changed (:meth:`update`), where the gap
+    left the table (:meth:`deactivate`), or where one of its holes holds an op that went
+    over or under the budget since: :meth:`scores` recomputes those rows alone, with the
+    same arithmetic as all of them at once. :meth:`compact` drops the rows that left."""
+
+    FEW_FLIPS = 4
+    """Up to this many ops crossing the budget are matched against the holes one by one;
+    more, and every row whose holes meet their span is recomputed."""
+
+    FEW_ROWS = 48
+    """Up to this many rows are recomputed one by one, more with NumPy."""
+
+    def __init__(self, state: PlanState,
+                 entries: Iterable[tuple[IdleGap, GapOption]]) -> None:
+        # each option is read as it comes (and may be dropped then): its cost, its first
+        # two holes (0, 0: none) and its score against ``state``, which must not change
+        # while ``entries`` is read
+        gaps, costs, scores = [], [], []
+        bounds: list[list[int]] = [[], [], [], []]
+        for gap, option in entries:
+            gaps.append(gap)
+            costs.append(option.cost_us)
+            scores.append(option_score(state, gap, option))
+            holes = [(h.start, h.end) if h.end > h.start else (0, 0)
+                     for h in option.holes[:2]]
+            holes += [(0, 0)] * (2 - len(holes))
+            for k, (start, end) in enumerate(holes):
+                bounds[2 * k].append(start)
+                bounds[2 * k + 1].append(end)
+        order = sorted(range(len(gaps)), key=gaps.__getitem__)  # by gap
+        self.gaps = [gaps[i] for i in order]
+        n = len(order)
+        self.cost = np.array([costs[i] for i in order], dtype=np.float64)
+        self.size = np.array([state.sizes[gap.buffer_id] for gap in self.gaps],
                              dtype=np.float64)
-        self.holes = np.zeros((n, 4), dtype=np.int64)  # start, end of up to two holes
+        # start, end of the first hole, then of the second, one array each
+        self._hole_bounds = [np.array([bound[i] for i in order], dtype=np.int64)
+                             for bound in bounds]
+        self.last_score = np.array([scores[i] for i in order], dtype=np.float64)
         self.active = np.ones(n, dtype=bool)
-        self.last_score = np.array([option_score(state, gap, option)
-                                    for gap, option in entries], dtype=np.float64)
-        for i, (_gap, option) in enumerate(entries):
-            self.update(i, option)
+        self._left = 0  # rows no longer active
+        self._scores = np.full(n, np.inf)
+        self._over: np.ndarray | None = None  # which ops the scores count as over
+        self._dirty: set[int] = set()  # rows changed since
 
     def update(self, i: int, option: GapOption) -> None:
+        """Row ``i`` now holds ``option`` (its score is recomputed when next asked)."""
         self.cost[i] = option.cost_us
-        row = self.holes[i]
-        row[:] = 0
+        bounds = self._hole_bounds
+        for k in range(4):
+            bounds[k][i] = 0
         for k, hole in enumerate(option.holes[:2]):
             if hole.end > hole.start:
-                row[2 * k], row[2 * k + 1] = hole.start, hole.end
+                bounds[2 * k][i], bounds[2 * k + 1][i] = hole.start, hole.end
+        if self._over is not None:
+            self._dirty.add(i)
+
+    def deactivate(self, i: int) -> None:
+        """Row ``i`` leaves the table: its score is ``inf`` from now on."""
+        if self.active[i]:
+            self.active[i] = False
+            self._left += 1
+        if self._over is not None:
+            self._dirty.add(i)
+
+    def compact(self) -> None:
+        """Drop the rows that left the table, once they are half of it or more (the others
+        keep their order, so ties still go to the smaller gap; row numbers change)."""
+        if not self._left or 2 * self._left < len(self.gaps):
+            return
+        keep = np.flatnonzero(self.active)
+        renumbered = np.cumsum(self.active) - 1
+        self._dirty = {int(renumbered[i]) for i in self._dirty if self.active[i]}
+        self.gaps = [self.gaps[i] for i in keep.tolist()]
+        self.cost, self.size = self.cost[keep], self.size[keep]
+        self._hole_bounds = [bound[keep] for bound in self._hole_bounds]
+        self.active = self.active[keep]
+        self.last_score, self._scores = self.last_score[keep], self._scores[keep]
+        self._left = 0
 
     def scores(self, state: PlanState) -> np.ndarray:
         """:func:`option_score` of every active gap's last option (``inf``: inactive or
-        freeing nothing at an op over the budget, as :func:`_helps` says)."""
-        over_before = np.zeros(state.n + 1, dtype=np.int64)  # over-budget ops before op k
-        np.cumsum(state.live > state.budget, out=over_before[1:])
-        counts = over_before[self.holes]
-        covered = (counts[:, 1] - counts[:, 0]) + (counts[:, 3] - counts[:, 2])
+        freeing nothing at an op over the budget, as :func:`_helps` says), as a new array."""
+        over = state.live > state.budget
+        if self._over is None:
+            rows = None
+        else:
+            changed = np.flatnonzero(over != self._over)
+            if len(changed):
+                s1, e1, s2, e2 = self._hole_bounds
+                if len(changed) <= self.FEW_FLIPS:
+                    touched = np.zeros(len(self.gaps), dtype=bool)
+                    for k in changed.tolist():
+                        touched |= ((s1 <= k) & (e1 > k)) | ((s2 <= k) & (e2 > k))
+                else:
+                    first, last = int(changed[0]), int(changed[-1])
+                    touched = ((s1 <= last) & (e1 > first)) | ((s2 <= last) & (e2 > first))
+                touched &= self.active  # the others stay at inf
+                if self._dirty:
+                    touched[list(self._dirty)] = True
+                rows = np.flatnonzero(touched)
+            elif self._dirty:
+                rows = np.array(sorted(self._dirty), dtype=np.int64)
+            else:
+                return self._scores.copy()
+        self._over = over
+        self._dirty.clear()
+        if rows is not None and len(rows) <= self.FEW_ROWS:
+            self._rescore_few(state, rows.tolist())
+        else:
+            self._rescore(over, rows)
+        return self._scores.copy()
+
+    def _rescore_few(self, state: PlanState, rows: list[int]) -> None:
+        """:meth:`_rescore` of a few rows, one by one (the same operations on the same
+        float64 values, without NumPy's cost per call)."""
+        count = state.over_budget_count
+        s1, e1, s2, e2 = (bound[rows].tolist() for bound in self._hole_bounds)
+        for k, i in enumerate(rows):
+            if not self.active[i]:
+                self._scores[i] = np.inf
+                continue
+            covered = count(s1[k], e1[k]) + count(s2[k], e2[k])
+            if covered:
+                self._scores[i] = float(self.cost[i]) / (float(self.size[i]) * covered)
+            else:
+                self._scores[i] = self.last_score[i]
+
+    def _rescore(self, over: np.ndarray, rows: np.ndarray | None) -> None:
+        """Recompute the scores of ``rows`` (``None``: every row) against ``over``."""
+        over_before = np.zeros(len(over) + 1, dtype=np.int64)  # over-budget ops before op k
+        np.cumsum(over, out=over_before[1:])
+        s1, e1, s2, e2 = self._hole_bounds
+        if rows is not None:
+            s1, e1, s2, e2 = s1[rows], e1[rows], s2[rows], e2[rows]
+        covered = ((over_before[e1] - over_before[s1])
+                   + (over_before[e2] - over_before[s2]))
+        cost = self.cost if rows is None else self.cost[rows]
+        size = self.size if rows is None else self.size[rows]
         with np.errstate(divide="ignore", invalid="ignore"):
-            out = self.cost / (self.size * np.maximum(covered, 1))
+            out = cost / (size * np.maximum(covered, 1))
         # a last option that frees nothing over the budget now may be stale (its swap's
         # window moved): such a gap keeps its last score until it is evaluated again
         stale = covered == 0
-        out[stale] = self.last_score[stale]
-        out[~self.active] = np.inf
-        return out
+        out[stale] = (self.last_score if rows is None else self.last_score[rows])[stale]
+        out[~(self.active if rows is None else self.active[rows])] = np.inf
+        if rows is None:
+            self._scores = out
+        else:
+            self._scores[rows] = out
 
 
 def cost_pass(state: PlanState, gaps: list[IdleGap], options: GreedyOptions) -> None:
     """Cheapest relief first (:func:`option_score`), up to three rounds.
 
-    Each gap keeps its last evaluated option; after every choice all scores are
-    recomputed at once from those options against the ops still over the budget, and
-    only the cheapest gap is evaluated afresh (:func:`evaluate`, the costly part): see
-    :func:`_take_cheapest`.
+    Each gap keeps its last evaluated option; after every choice the scores are brought
+    up to date from those options against the ops still over the budget (:class:`_Scores`:
+    those that can have changed), and only the cheapest gap is evaluated afresh
+    (:func:`evaluate`, the costly part): see :func:`_take_cheapest`.
     """
     for _round in range(3):
         if state.live.max() <= state.budget:
             break
-        entries = []
-        for gap in gaps:
-            if gap in state.taken or not _spans_over(state, gap):
-                continue
-            option = evaluate(state, gap, options)
-            if option is not None and _helps(state, option.holes):
-                entries.append((gap, option))
-        table = _Scores(state, entries)
+        table = _Scores(state, _candidates(state, gaps, options))
         while state.over_budget_ops() and _take_cheapest(state, table, options):
-            pass
+            table.compact()
+
+
+def _candidates(state: PlanState, gaps: list[IdleGap],
+                options: GreedyOptions) -> Iterator[tuple[IdleGap, GapOption]]:
+    """Each gap not taken yet with its option (:func:`evaluate`), where the option frees
+    bytes at an op over the budget."""
+    for gap in gaps:
+        if gap in state.taken or not _spans_over(state, gap):
+            continue
+        option = evaluate(state, gap, options)
+        if option is not None and _helps(state, option.holes):
+            yield gap, option
 
 
 def _take_cheapest(state: PlanState, table: _Scores, options: GreedyOptions) -> bool:
@@ -365,19 +498,22 @@ def _take_cheapest(state: PlanState, table: _Scores, options: GreedyOptions) -> 
             return False
         gap = table.gaps[i]
         option = evaluate(state, gap, options)
-        if option is None or not _helps(state, option.holes):
-            table.active[i] = False
+        covered = 0 if option is None else _covered(state, option.holes)
+        if not covered:  # frees nothing over the budget (:func:`_helps`)
+            table.deactivate(i)
             scores[i] = np.inf
             continue
         table.update(i, option)
-        score = table.last_score[i] = option_score(state, gap, option)
+        # option_score, with the count just taken
+        score = option.cost_us / (state.sizes[gap.buffer_id] * covered)
+        table.last_score[i] = score
         scores[i] = np.inf
         if score > scores.min() * (1 + 1e-9) + 1e-15:
             scores[i] = score
             continue
         apply_option(state, gap, option)
         state.taken.add(gap)
-        table.active[i] = False
+        table.deactivate(i)
         return True
     return False
 

@@ -35,7 +35,7 @@ from typing import NamedTuple
 import numpy as np
 
 from cupool.core.vocabulary import PERSISTENT, Trace
-from cupool.planning.budget.engine.schedule import gaps_of
+from cupool.planning.budget.engine.schedule import gaps_of, trace_index
 
 ROUNDING_US = 1e-9
 """Slack on µs comparisons, as the copy queue allows (sums of µs round)."""
@@ -43,14 +43,19 @@ ROUNDING_US = 1e-9
 
 def persistent_floor(trace: Trace) -> np.ndarray:
     """Bytes each op cannot do without while persistent state stays resident: every
-    persistent byte plus the temporaries the op uses."""
-    persistent = sum(b.size for b in trace.buffers if b.kind == PERSISTENT)
-    used = np.zeros(trace.num_ops, dtype=np.int64)
-    for b in trace.buffers:
-        if b.kind != PERSISTENT:
-            for u in set(b.uses):
-                used[u] += b.size
-    return used + persistent
+    persistent byte plus the temporaries the op uses (a new array; computed once per
+    trace)."""
+    derived = trace_index(trace).derived
+    floor = derived.get("persistent_floor")
+    if floor is None:
+        persistent = sum(b.size for b in trace.buffers if b.kind == PERSISTENT)
+        used = np.zeros(trace.num_ops, dtype=np.int64)
+        for b in trace.buffers:
+            if b.kind != PERSISTENT:
+                for u in set(b.uses):
+                    used[u] += b.size
+        floor = derived["persistent_floor"] = used + persistent
+    return floor.copy()
 
 
 class _Timeline(NamedTuple):
@@ -152,9 +157,20 @@ class FloorOver(NamedTuple):
 def highest_floor(trace: Trace, cost, relief: bool = True,
                   late_in: bool = False) -> FloorOver | None:
     """The op with the highest :func:`on_time_floor` (the first of ties); ``None`` for a
-    trace without ops."""
+    trace without ops. Computed once per trace and (hashable) cost model."""
     if trace.num_ops == 0:
         return None
-    floor = on_time_floor(trace, cost, relief, late_in)
-    k = int(np.argmax(floor))
-    return FloorOver(k, int(floor[k]))
+    key = ("highest_floor", cost, relief, late_in)
+    try:
+        hash(key)
+    except TypeError:  # a cost model that is not hashable: asked afresh each time
+        key = None
+    derived = trace_index(trace).derived
+    found = None if key is None else derived.get(key)
+    if found is None:
+        floor = on_time_floor(trace, cost, relief, late_in)
+        k = int(np.argmax(floor))
+        found = FloorOver(k, int(floor[k]))
+        if key is not None:
+            derived[key] = found
+    return found

@@ -17,10 +17,13 @@ are a :class:`Schedule`, which :mod:`.residency` turns into residencies and acti
 from __future__ import annotations
 
 import itertools
+import weakref
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from cupool.core.vocabulary import PERSISTENT, Trace
+import numpy as np
+
+from cupool.core.vocabulary import PERSISTENT, Buffer, Trace
 
 SWAP = "swap"
 RECOMPUTE = "recompute"
@@ -119,3 +122,90 @@ def gaps_of(trace: Trace, buffer) -> list[IdleGap]:
     if buffer.kind == PERSISTENT and uses and (trace.num_ops - 1 - uses[-1]) + uses[0] > 0:
         out.append(IdleGap(buffer.id, uses[-1], uses[0]))
     return out
+
+
+
+def leaves_clean(buffer: Buffer, gaps: list[Gap], prev_use: int) -> bool:
+    """True when ``buffer`` leaves the device after ``prev_use`` with a valid host copy
+    (so it is dropped, not copied out), ``gaps`` being its gaps taken so far: it is
+    read-only (its host copy never goes stale), or its residency holding ``prev_use`` is
+    entered by a swap-in (one already planned, or, leaving by the wrap gap of a persistent
+    buffer without an earlier one, the wrap gap's own swap-in) and no op has written it
+    since. A read-only weight used once per iteration is thus streamed: in before its use,
+    dropped after it. Unknown ``writes`` are never clean here, so traces without them plan
+    as before."""
+    if buffer.writes is None:
+        return False
+    if buffer.read_only:
+        return True
+    entry = None  # the gap before prev_use that ends last (the first of ties)
+    for g in gaps:
+        if (g.next_use <= prev_use and not g.wraps
+                and (entry is None or g.next_use > entry.next_use)):
+            entry = g
+    if entry is not None:
+        if entry.mode != SWAP:
+            return False
+        return not buffer.written_in(entry.resident_from, prev_use)
+    if buffer.kind != PERSISTENT:
+        return False  # its first residency, where it is produced
+    wrap = next((g for g in gaps if g.wraps), None)
+    if wrap is not None:
+        return wrap.mode == SWAP and not buffer.written_in(wrap.resident_from, prev_use)
+    if buffer.uses[-1] != prev_use:
+        return False  # kept since op 0: no host copy yet
+    return not buffer.written_in(buffer.uses[0], prev_use)
+
+@dataclass(frozen=True)
+class TraceIndex:
+    """What the planners read of a trace in every run, made once per trace
+    (:func:`trace_index`; read only): every idle gap (:func:`gaps_of`, in buffer order),
+    those of temporary buffers alone, each buffer's :func:`base_interval`, the buffers,
+    their sizes and their recipes (``(op, inputs)``, buffers with one only) by id, and the
+    bytes resident at each op with no gap taken (``base_live``). ``derived`` holds what
+    other modules compute from the trace (and immutable arguments) once, each under a key
+    of its own."""
+
+    gaps: tuple[IdleGap, ...]
+    temporary_gaps: tuple[IdleGap, ...]
+    base: dict[int, OpSpan]
+    by_id: dict[int, Buffer]
+    sizes: dict[int, int]
+    recipes: dict[int, tuple[int, tuple[int, ...]]]
+    base_live: np.ndarray
+    derived: dict = field(default_factory=dict)
+
+
+_TRACE_INDEX: dict = {}  # id(trace) -> (weak reference, TraceIndex)
+
+
+def trace_index(trace: Trace) -> TraceIndex:
+    """The :class:`TraceIndex` of ``trace``, kept while the trace lives (traces are
+    immutable; a planner runs its greedy many times on one)."""
+    entry = _TRACE_INDEX.get(id(trace))
+    if entry is None or entry[0]() is not trace:
+        if len(_TRACE_INDEX) >= 8:
+            _TRACE_INDEX.clear()
+        entry = _TRACE_INDEX[id(trace)] = (weakref.ref(trace), _index(trace))
+    return entry[1]
+
+
+def _index(trace: Trace) -> TraceIndex:
+    gaps, temporary = [], []
+    for b in trace.buffers:
+        found = gaps_of(trace, b)
+        gaps.extend(found)
+        if b.kind != PERSISTENT:
+            temporary.extend(found)
+    base = {b.id: base_interval(trace, b) for b in trace.buffers}
+    change = np.zeros(trace.num_ops + 1, dtype=np.int64)
+    for b in trace.buffers:
+        start, end = base[b.id]
+        change[start] += b.size
+        change[end] -= b.size
+    live = np.cumsum(change[:-1])
+    live.flags.writeable = False
+    return TraceIndex(tuple(gaps), tuple(temporary), base, {b.id: b for b in trace.buffers},
+                      {b.id: b.size for b in trace.buffers},
+                      {b.id: (b.recompute.op, b.recompute.inputs) for b in trace.buffers
+                       if b.recompute is not None}, live)

@@ -16,14 +16,21 @@ A copy is issued at an op boundary and served FIFO by its direction's engine::
 from __future__ import annotations
 
 import bisect
-import itertools
-from typing import NamedTuple
 
 import numpy as np
 
 from cupool.core.vocabulary import PERSISTENT, Trace
 from cupool.planning.budget.engine import copies
 from cupool.planning.budget.engine.copies import QueuedCopy
+from cupool.planning.budget.engine.records import (
+    WRAP,
+    ChainLink,
+    Hole,
+    HoleIndex,
+    RecomputeChain,
+    SwapAdvance,
+    SwapWindow,
+)
 from cupool.planning.budget.engine.schedule import (
     RECOMPUTE,
     SWAP,
@@ -31,7 +38,8 @@ from cupool.planning.budget.engine.schedule import (
     Gap,
     IdleGap,
     Schedule,
-    base_interval,
+    leaves_clean,
+    trace_index,
 )
 
 TRIGGER_SCAN = 48
@@ -41,107 +49,6 @@ the most triggers ``late_trigger="covering"`` compares."""
 
 LATE_TRIGGERS = ("earliest", "latest", "covering")
 """Where a swap whose copy in cannot land on time is triggered (:meth:`PlanState.swap_window`)."""
-
-WRAP = "wrap"
-"""The :class:`Hole` kind of a swap across the iteration boundary."""
-
-
-class Hole(NamedTuple):
-    """A buffer's data is not on the device during ops ``[start, end)``, because of a
-    ``kind`` (:data:`~.schedule.SWAP` or :data:`~.schedule.RECOMPUTE`) gap. A swap's bytes
-    come back at its trigger but its data is valid only from its due op, so the hole runs
-    to the due op. A :data:`WRAP` hole is ``[start, num_ops)`` and ``[0, end)``."""
-
-    start: int
-    end: int
-    kind: str
-
-
-class _HoleIndex(NamedTuple):
-    """A buffer's holes as :meth:`PlanState.resident` reads them: its first :data:`WRAP`
-    hole, and the others by start op (``starts``) when no two of them share an op
-    (``disjoint``: then at most one holds an op, found by bisection), else in the order
-    they were taken, looked through one by one."""
-
-    wrap: Hole | None
-    holes: list[Hole]
-    starts: list[int]
-    disjoint: bool
-
-    @classmethod
-    def of(cls, holes: list[Hole]) -> _HoleIndex:
-        wrap = next((h for h in holes if h.kind == WRAP), None)
-        inner = [h for h in holes if h.kind != WRAP]
-        ordered = sorted(inner, key=lambda h: (h.start, h.end))
-        disjoint = all(h.end > h.start for h in ordered) and all(
-            a.end <= b.start for a, b in itertools.pairwise(ordered))
-        if disjoint:
-            return cls(wrap, ordered, [h.start for h in ordered], True)
-        return cls(wrap, inner, [], False)
-
-    def at(self, op: int) -> Hole | None:
-        """The first (non-wrap) hole, in the order taken, that holds ``op``."""
-        if self.disjoint:
-            k = bisect.bisect_right(self.starts, op) - 1
-            if k >= 0 and op < self.holes[k].end:
-                return self.holes[k]
-            return None
-        return next((h for h in self.holes if h.start <= op < h.end), None)
-
-
-class SwapWindow(NamedTuple):
-    """One way to swap a gap (:meth:`PlanState.swap_window`), times in µs.
-
-    The bytes stay resident until op ``resident_until`` and are back from op ``trigger``;
-    the copy out is issued at ``out_issue_us`` and takes ``out_us``, the copy in is issued
-    at ``in_issue_us`` (the trigger op's start), takes ``in_us`` and is due at ``due_us``
-    (the next use's start); ``late_us`` is the estimated waiting a late copy adds (0: on
-    time)."""
-
-    resident_until: int
-    trigger: int
-    out_issue_us: float
-    out_us: float
-    in_issue_us: float
-    in_us: float
-    due_us: float
-    late_us: float
-
-
-class ChainLink(NamedTuple):
-    """A dropped input re-produced for a recompute, ``depth`` links away from it."""
-
-    buffer_id: int
-    depth: int
-
-
-class SwapAdvance(NamedTuple):
-    """Move the swap-in of ``gap`` to ``trigger`` so its data is back for an earlier op."""
-
-    gap: Gap
-    trigger: int
-
-
-class RecomputeChain(NamedTuple):
-    """What recomputing a buffer before an op takes (:meth:`PlanState.chain`): ``cost_us``
-    of compute (its producer and every link), the dropped inputs re-made with it
-    (``links``), and the swapped-out inputs brought back earlier (``advances``)."""
-
-    cost_us: float
-    links: list[ChainLink]
-    advances: list[SwapAdvance]
-
-
-class ChainWalk(NamedTuple):
-    """The part of a :class:`RecomputeChain` that depends only on where buffers are
-    resident (:meth:`PlanState._chain_walk`): the swapped-out inputs whose swap-ins must
-    move earlier (in the order the walk met them), then ``cost_us`` and ``links`` (``None``:
-    some input cannot be re-made at the op)."""
-
-    swapped: tuple[int, ...]
-    cost_us: float | None
-    links: tuple[ChainLink, ...]
-
 
 class PlanState:
     """Mutable state of a greedy planner over one trace (with recipes) and budget."""
@@ -164,25 +71,27 @@ class PlanState:
         self._times()
         self.schedule = Schedule()
         self.holes: dict[int, list[Hole]] = {}  # edit through _add_hole / _set_hole
-        self._hole_index: dict[int, _HoleIndex] = {}  # by buffer, until its holes change
+        self._hole_index: dict[int, HoleIndex] = {}  # by buffer, until its holes change
         self.transient: dict[int, set[int]] = {}
         self.pinned: dict[int, set[int]] = {}
-        self.base = {b.id: base_interval(trace, b) for b in trace.buffers}
-        self.by_id = {b.id: b for b in trace.buffers}
-        self.live = np.zeros(self.n + 1, dtype=np.int64)
-        for b in trace.buffers:
-            s, e = self.base[b.id]
-            self.live[s] += b.size
-            self.live[e] -= b.size
-        self.live = np.cumsum(self.live[:-1])
-        self._over: list[int] | None = None  # over_budget_ops(), until live changes
+        self._pin_ops: dict[int, list[int]] = {}  # pinned, each buffer's ops ascending
+        index = trace_index(trace)
+        # read only, shared by every state of the trace
+        self.base, self.by_id, self.sizes = index.base, index.by_id, index.sizes
+        self._recipes = index.recipes  # (op, inputs), read by every chain walk
+        self._copy_times: dict[int, tuple[float, float]] = {}  # by buffer: d2h, h2d µs
+        self.live = index.base_live.copy()
+        self._over: list[int] | None = None  # over_budget_ops(), once asked
+        self._over_mask = np.zeros(0, dtype=bool)  # live > budget, with _over
         self.d2h = copies.CopyEngine()
         self.h2d = copies.CopyEngine()
         self.h2d_copies: dict[tuple[int, int], QueuedCopy] = {}  # by (buffer, prev_use)
         self.recompute_us = 0.0
         self.taken: set[IdleGap] = set()
-        self._walks: dict[tuple[int, int], ChainWalk] = {}  # by (buffer, op)
-        self._walks_reading: dict[int, set[tuple[int, int]]] = {}  # buffer -> walk keys
+        self._walks: dict[tuple[int, int], tuple] = {}  # ChainWalk fields, by (buffer, op)
+        # buffer -> the keys of the walks that read it (a dict of keys, as a set whose
+        # entries the garbage collector need not track)
+        self._walks_reading: dict[int, dict[tuple[int, int], None]] = {}
 
     # -- time ----------------------------------------------------------------------------
     def _times(self) -> None:
@@ -206,11 +115,37 @@ class PlanState:
 
     # -- the budget ----------------------------------------------------------------------
     def over_budget_ops(self) -> list[int]:
-        """The ops with more bytes resident than the budget, ascending (kept until ``live``
-        changes: change it only through this state's methods)."""
+        """The ops with more bytes resident than the budget, ascending (kept up to date as
+        ``live`` changes: change it only through this state's methods; the list is the
+        state's own, not to be changed or kept)."""
         if self._over is None:
-            self._over = np.flatnonzero(self.live > self.budget).tolist()
+            self._over_mask = self.live > self.budget
+            self._over = np.flatnonzero(self._over_mask).tolist()
         return self._over
+
+    def _live_changed(self, start: int, end: int) -> None:
+        """``live`` changed at ops ``[start, end)`` only: bring the over-budget ops up to
+        date where an op went over or under the budget."""
+        over = self._over
+        if over is None:
+            return
+        now = self.live[start:end] > self.budget
+        mask = self._over_mask[start:end]
+        flipped = np.flatnonzero(now != mask)
+        if not len(flipped):
+            return
+        mask[:] = now
+        if len(flipped) > 8:
+            lo = bisect.bisect_left(over, start)
+            hi = bisect.bisect_left(over, end, lo)
+            over[lo:hi] = (np.flatnonzero(now) + start).tolist()
+            return
+        for k in (flipped + start).tolist():
+            i = bisect.bisect_left(over, k)
+            if i < len(over) and over[i] == k:
+                del over[i]
+            else:
+                over.insert(i, k)
 
     def over_budget_count(self, start: int, end: int) -> int:
         """How many ops of ``[start, end)`` have more bytes resident than the budget."""
@@ -242,15 +177,21 @@ class PlanState:
         hole = self._holes_of(buffer_id).at(op)
         return None if hole is None else hole.kind
 
-    def _holes_of(self, buffer_id: int) -> _HoleIndex:
+    def _holes_of(self, buffer_id: int) -> HoleIndex:
         index = self._hole_index.get(buffer_id)
         if index is None:
-            index = self._hole_index[buffer_id] = _HoleIndex.of(self.holes[buffer_id])
+            index = self._hole_index[buffer_id] = HoleIndex.of(self.holes[buffer_id])
         return index
 
     def _add_hole(self, buffer_id: int, hole: Hole) -> None:
         self.holes.setdefault(buffer_id, []).append(hole)
-        self._hole_index.pop(buffer_id, None)
+        index = self._hole_index.get(buffer_id)
+        if index is not None:
+            index = index.added(hole)
+            if index is None:
+                del self._hole_index[buffer_id]
+            else:
+                self._hole_index[buffer_id] = index
 
     def _set_hole(self, buffer_id: int, old: Hole, new: Hole) -> None:
         holes = self.holes[buffer_id]
@@ -272,28 +213,37 @@ class PlanState:
         walk = self._walks.get((buffer_id, op))
         if walk is None:
             walk = self._chain_walk(buffer_id, op)
+        swapped, cost_us, links = walk
         advances: list[SwapAdvance] = []
-        for x in walk.swapped:
+        for x in swapped:
             advance = self.advance_swap(x, op)
             if advance is None:
                 return None
             advances.append(advance)
-        if walk.cost_us is None:
+        if cost_us is None:
             return None
-        return RecomputeChain(walk.cost_us, list(walk.links), advances)
+        return RecomputeChain(cost_us, [ChainLink(x, depth) for x, depth in links], advances)
 
-    def _chain_walk(self, buffer_id: int, op: int) -> ChainWalk:
+    def _chain_walk(self, buffer_id: int, op: int) -> tuple:
         """Walk the inputs of ``buffer_id``'s recipe at ``op`` (:meth:`_chain_cost`) and
-        cache the result under every buffer whose residency it read."""
-        links: list[ChainLink] = []
+        cache the result under every buffer whose residency it read. The walk is kept as a
+        plain tuple with the fields of :class:`~.records.ChainWalk` (its links as plain
+        ``(buffer_id, depth)`` tuples): nothing in it is tracked by the garbage collector,
+        which otherwise walks thousands of cached walks at every full collection."""
+        links: list[tuple[int, int]] = []
         swapped: list[int] = []
         read: set[int] = set()
         cost = self._chain_cost(buffer_id, op, 0, set(), links, swapped, read)
-        walk = ChainWalk(tuple(swapped), cost, tuple(links))
+        walk = (tuple(swapped), cost, tuple(links))
         key = (buffer_id, op)
         self._walks[key] = walk
+        reading = self._walks_reading
         for x in read:
-            self._walks_reading.setdefault(x, set()).add(key)
+            keys = reading.get(x)
+            if keys is None:
+                reading[x] = {key: None}
+            else:
+                keys[key] = None
         return walk
 
     def _residency_changed(self, buffer_id: int, start: int, end: int) -> None:
@@ -305,36 +255,54 @@ class PlanState:
             return
         stale = [key for key in keys if start <= key[1] < end]
         for key in stale:
-            keys.discard(key)
+            del keys[key]
             self._walks.pop(key, None)
 
     def _chain_cost(self, buffer_id: int, op: int, depth: int, seen: set[int],
-                    links: list[ChainLink], swapped: list[int], read: set[int]) -> float | None:
+                    links: list[tuple[int, int]], swapped: list[int],
+                    read: set[int]) -> float | None:
         """µs of :meth:`chain` for ``buffer_id`` at ``depth``, ``None`` when an input cannot
         be re-made there; its links and the swapped-out inputs to bring back earlier are
         appended to the caller's lists (deeper links first, swapped inputs in the order
         met), and every buffer whose residency it reads is added to ``read``. A swapped
         input counts as brought back: whether its swap-in can move is :meth:`chain`'s
         question."""
-        by_id, holes, transient, base = self.by_id, self.holes, self.transient, self.base
-        recipe = by_id[buffer_id].recompute
+        recipe = self._recipes.get(buffer_id)
         if recipe is None or depth > self.max_chain:
             return None
-        cost = self._op_us[recipe.op]
-        for x in recipe.inputs:
+        recipe_op, inputs = recipe
+        cost = self._op_us[recipe_op]
+        holes, transient, base = self.holes, self.transient, self.base
+        for x in inputs:
             read.add(x)
             if x in seen:
                 continue
-            if x in holes or x in transient:
-                if self.resident(x, op):
-                    continue
-                kind = self.hole_kind(x, op)
-            else:  # no hole, no transient residency: resident over its base interval
+            # is x resident at ``op`` (:meth:`resident`), and else the kind of its hole
+            # there (:meth:`hole_kind`)
+            ops = transient.get(x)
+            if ops and op in ops:
+                continue
+            if holes.get(x):
+                index = self._holes_of(x)
+                hole = index.at(op)
+                wrap = index.wrap
+                if wrap is not None:
+                    away = op >= wrap.start or op < wrap.end
+                else:
+                    start, end = base[x]
+                    away = not start <= op < end
+                if hole is None:
+                    if not away:
+                        continue
+                    kind = None
+                else:
+                    kind = hole.kind
+            else:  # no hole: resident over its base interval
                 start, end = base[x]
                 if start <= op < end:
                     continue
                 kind = None
-            buf = by_id[x]
+            buf = self.by_id[x]
             if buf.kind != PERSISTENT and kind == SWAP:
                 # swapped out: bring it back by ``op`` instead (an earlier swap-in)
                 seen.add(x)
@@ -352,7 +320,7 @@ class PlanState:
                 return None
             seen.add(x)
             cost += sub
-            links.append(ChainLink(x, depth + 1))
+            links.append((x, depth + 1))
         return cost
 
     def advance_swap(self, buffer_id: int, op: int) -> SwapAdvance | None:
@@ -360,13 +328,13 @@ class PlanState:
         instead of at its next use): its gap and the new trigger, or ``None`` when no
         trigger lands the copy on time behind the queued ones, or its bytes would push an
         op over the budget while they wait on the device."""
-        gap = next((g for g in self.schedule.gaps.get(buffer_id, ())
-                    if g.mode == SWAP and not g.wraps and g.resident_until <= op < g.next_use),
-                   None)
-        if gap is None:
+        for gap in self.schedule.gaps.get(buffer_id, ()):
+            if gap.resident_until <= op < gap.next_use and gap.mode == SWAP and not gap.wraps:
+                break
+        else:
             return None
-        size = self.by_id[buffer_id].size
-        in_len = self.cost.copy_us(size, "h2d")
+        size = self.sizes[buffer_id]
+        in_len = self.copy_times(buffer_id)[1]
         old = self.h2d_copies[(buffer_id, gap.prev_use)]
         due = float(self.start_us[op])
         aside = self.h2d.set_aside(old)
@@ -383,7 +351,7 @@ class PlanState:
 
     def _apply_advance(self, advance: SwapAdvance, op: int) -> None:
         gap, trigger = advance.gap, advance.trigger
-        size = self.trace.buffer(gap.buffer_id).size
+        size = self.sizes[gap.buffer_id]
         key = (gap.buffer_id, gap.prev_use)
         old = self.h2d_copies[key]
         self.h2d.remove(old)
@@ -392,9 +360,10 @@ class PlanState:
         self.h2d.add(new.issue_us, new.length_us, new.due_us)
         if trigger < gap.resident_from:
             self.live[trigger:gap.resident_from] += size
+            self._live_changed(trigger, gap.resident_from)
         else:
             self.live[gap.resident_from:trigger] -= size
-        self._over = None
+            self._live_changed(gap.resident_from, trigger)
         gaps = self.schedule.gaps[gap.buffer_id]
         gaps[gaps.index(gap)] = Gap(gap.buffer_id, gap.prev_use, op, SWAP, gap.resident_until,
                                     trigger)
@@ -406,7 +375,7 @@ class PlanState:
     def _free(self, size: int, a: int, b: int) -> None:
         if b > a:
             self.live[a:b] -= size
-            self._over = None
+            self._live_changed(a, b)
 
     def apply_recompute(self, buffer_id: int, prev_use: int, next_use: int,
                         chain: RecomputeChain) -> None:
@@ -435,7 +404,7 @@ class PlanState:
                               remade_at))
         self._add_hole(buffer_id, Hole(prev_use + 1, remade_at, RECOMPUTE))
         self._residency_changed(buffer_id, prev_use + 1, remade_at)
-        self._free(self.trace.buffer(buffer_id).size, prev_use + 1, remade_at)
+        self._free(self.sizes[buffer_id], prev_use + 1, remade_at)
 
     def _remake(self, op: int, dropped: list[int], links: list[ChainLink], cost: float) -> None:
         """Recomputes before ``op``: of the ``dropped`` buffers, and of the chain ``links``
@@ -445,11 +414,14 @@ class PlanState:
             self.schedule.chains.append(ChainRecompute(link.buffer_id, op, link.depth))
             self.transient.setdefault(link.buffer_id, set()).add(op)
             self._residency_changed(link.buffer_id, op, op + 1)
-            self.live[op] += self.trace.buffer(link.buffer_id).size
-            self._over = None
+            self.live[op] += self.sizes[link.buffer_id]
+            self._live_changed(op, op + 1)
         for y in [*dropped, *(link.buffer_id for link in links)]:
             for x in self.trace.buffer(y).recompute.inputs:
-                self.pinned.setdefault(x, set()).add(op)
+                pins = self.pinned.setdefault(x, set())
+                if op not in pins:
+                    pins.add(op)
+                    bisect.insort(self._pin_ops.setdefault(x, []), op)
         self.extra[op] += cost
         self.recompute_us += cost
         self._times()
@@ -468,10 +440,9 @@ class PlanState:
         until the first op of the gap that is over the budget (they are resident there
         already, so no op gets fuller): the copy out is due then, which leaves the D2H
         queue slack for other copies out."""
-        size = self.by_id[buffer_id].size
         clean = self.clean_at(buffer_id, prev_use)
-        out_len = 0.0 if clean else self.cost.copy_us(size, "d2h")
-        in_len = self.cost.copy_us(size, "h2d")
+        out_us, in_len = self.copy_times(buffer_id)
+        out_len = 0.0 if clean else out_us
         out_issue = float(self.end_us[prev_use])
         out_done = out_issue if clean else self.d2h.finish_if_added(out_issue, out_len)
         resident_until = min(self.op_at_or_after(out_done, prev_use + 1), self.n)
@@ -540,7 +511,7 @@ class PlanState:
         """Swap the buffer out after ``prev_use`` and back for ``next_use`` by ``window``
         (:meth:`swap_window`): both copies join their queues."""
         until, trigger = window.resident_until, window.trigger
-        size = self.trace.buffer(buffer_id).size
+        size = self.sizes[buffer_id]
         gap = Gap(buffer_id, prev_use, next_use, SWAP, until, trigger)
         self.schedule.add(gap)
         if gap.wraps:
@@ -567,7 +538,7 @@ class PlanState:
         in the iteration's tail, due at the last op. It stays resident across the
         boundary (:mod:`.residency`), off the device only during ``[last_use + 1,
         trigger)``; nothing is copied out."""
-        size = self.trace.buffer(buffer_id).size
+        size = self.sizes[buffer_id]
         due = self.n - 1
         self.schedule.add(Gap(buffer_id, last_use, first_use, SWAP, last_use + 1, trigger))
         self._add_hole(buffer_id, Hole(last_use + 1, due, SWAP))
@@ -579,39 +550,37 @@ class PlanState:
         self.h2d_copies[(buffer_id, last_use)] = copy
 
     def clean_at(self, buffer_id: int, prev_use: int) -> bool:
-        """True when the buffer leaves the device after ``prev_use`` with a valid host copy
-        (so it is dropped, not copied out): it is read-only (its host copy never goes
-        stale), or its residency holding ``prev_use`` is entered by a swap-in (one
-        already planned, or, leaving by the wrap gap of a persistent buffer without an
-        earlier one, the wrap gap's own swap-in) and no op has written it since. A
-        read-only weight used once per iteration is thus streamed: in before its use,
-        dropped after it. Unknown ``writes`` are never clean here, so traces without them
-        plan as before."""
-        buffer = self.by_id[buffer_id]
-        if buffer.writes is None:
-            return False
-        if buffer.read_only:
-            return True
-        gaps = self.schedule.gaps.get(buffer_id, ())
-        before = [g for g in gaps if not g.wraps and g.next_use <= prev_use]
-        if before:
-            entry = max(before, key=lambda g: g.next_use)
-            if entry.mode != SWAP:
-                return False
-            return not buffer.written_in(entry.resident_from, prev_use)
-        if buffer.kind != PERSISTENT:
-            return False  # its first residency, where it is produced
-        wrap = next((g for g in gaps if g.wraps), None)
-        if wrap is not None:
-            return wrap.mode == SWAP and not buffer.written_in(wrap.resident_from, prev_use)
-        if buffer.uses[-1] != prev_use:
-            return False  # kept since op 0: no host copy yet
-        return not buffer.written_in(buffer.uses[0], prev_use)
+        """:func:`~.schedule.leaves_clean`: whether the buffer leaves the device after
+        ``prev_use`` with a valid host copy, under the gaps taken so far."""
+        return leaves_clean(self.by_id[buffer_id], self.schedule.gaps.get(buffer_id, ()),
+                            prev_use)
 
     def hole_blocked(self, buffer_id: int, a: int, b: int) -> bool:
         """True when the data would be invalid during ``[a, b)`` while a planned recompute
         reads it there (``b <= a``: a wrap, invalid on ``[a, n)`` and ``[0, b)``)."""
-        pins = self.pinned.get(buffer_id, ())
+        pins = self._pin_ops.get(buffer_id)
+        if not pins:
+            return False
         if b <= a:
-            return any(op >= a or op < b for op in pins)
-        return any(a <= op < b for op in pins)
+            return pins[-1] >= a or pins[0] < b
+        k = bisect.bisect_left(pins, a)
+        return k < len(pins) and pins[k] < b
+
+    def first_pin_after(self, buffer_id: int, op: int) -> int | None:
+        """The first op after ``op`` where a planned recompute reads the buffer (``None``:
+        none)."""
+        pins = self._pin_ops.get(buffer_id)
+        if not pins:
+            return None
+        k = bisect.bisect_right(pins, op)
+        return pins[k] if k < len(pins) else None
+
+    def copy_times(self, buffer_id: int) -> tuple[float, float]:
+        """µs of the buffer's copy out and copy in on a free link (``cost.copy_us``, asked
+        once per buffer)."""
+        times = self._copy_times.get(buffer_id)
+        if times is None:
+            size = self.sizes[buffer_id]
+            times = self._copy_times[buffer_id] = (self.cost.copy_us(size, "d2h"),
+                                                   self.cost.copy_us(size, "h2d"))
+        return times
