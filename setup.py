@@ -1,7 +1,7 @@
 """Builds cupool's optional C accelerators: one per ``cupool/planning/solvers/_*.c``,
 ``cupool/planning/budget/engine/_*.c`` and ``cupool/sim/_*.c``, named after its path (the
-``_*.h`` headers next to a source are its dependencies: a change rebuilds it, and an
-sdist carries them).
+``_*.h`` headers next to a source, or in a folder above it inside ``cupool/``, are its
+dependencies: a change rebuilds it, and an sdist carries them).
 
 Each extension is ``optional``: when no C compiler is present the install still
 succeeds and the solvers, the budget planner and the simulator use their pure-Python
@@ -17,11 +17,22 @@ from setuptools import Extension, setup
 SOURCES = ("cupool/planning/solvers/_*.c", "cupool/planning/budget/engine/_*.c",
            "cupool/sim/_*.c")
 
+def headers(source: str) -> list[str]:
+    """The ``_*.h`` headers in the source's folder and in every folder above it inside
+    ``cupool/`` (shared by the extensions below them)."""
+    found = []
+    folder = Path(source).parent
+    while folder.parts and folder.parts[0] == "cupool":
+        found += sorted(glob(str(folder / "_*.h")))
+        folder = folder.parent
+    return found
+
+
 extensions = [
     Extension(
         ".".join(Path(source).with_suffix("").parts),
         [source],
-        depends=sorted(glob(str(Path(source).parent / "_*.h"))),
+        depends=headers(source),
         extra_compile_args=["-O3", "-ffp-contract=off"],
         optional=True,
     )

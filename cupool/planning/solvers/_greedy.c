@@ -28,6 +28,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../_int64_arg.h"
+
 typedef struct {
     int64_t offset, top;
 } Range;
@@ -242,25 +244,6 @@ static int64_t best_gap(const Range *ranges, Py_ssize_t count, int64_t size) {
         if (r->top > reached) reached = r->top;
     }
     return best >= 0 ? best_at : reached;
-}
-
-typedef struct {
-    Py_buffer view;
-    int held;
-} Arg;
-
-static int get_int64(PyObject *obj, Arg *arg, int writable, const char *name) {
-    int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
-    if (PyObject_GetBuffer(obj, &arg->view, flags) < 0) return -1;
-    arg->held = 1;
-    const char *f = arg->view.format;
-    if (arg->view.itemsize != 8 || !f || (strcmp(f, "q") && strcmp(f, "l") &&
-                                          strcmp(f, "<q") && strcmp(f, "<l") &&
-                                          strcmp(f, "=q") && strcmp(f, "=l"))) {
-        PyErr_Format(PyExc_TypeError, "%s must be a C-contiguous int64 array", name);
-        return -1;
-    }
-    return 0;
 }
 
 /* The canonical nodes of slots [lo, hi) in a tree with `leaves` leaves: the fewest nodes

@@ -35,6 +35,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../../_int64_arg.h"
+
 typedef struct {
     int64_t low, top;
 } Block;
@@ -109,25 +111,6 @@ static int64_t lowest_free(Cursor *sets, Py_ssize_t num_sets, int64_t size) {
         c = c + 1 == num_sets ? 0 : c + 1;
     }
     return x;
-}
-
-typedef struct {
-    Py_buffer view;
-    int held;
-} Arg;
-
-static int get_int64(PyObject *obj, Arg *arg, int writable, const char *name) {
-    int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
-    if (PyObject_GetBuffer(obj, &arg->view, flags) < 0) return -1;
-    arg->held = 1;
-    const char *f = arg->view.format;
-    if (arg->view.itemsize != 8 || !f || (strcmp(f, "q") && strcmp(f, "l") &&
-                                          strcmp(f, "<q") && strcmp(f, "<l") &&
-                                          strcmp(f, "=q") && strcmp(f, "=l"))) {
-        PyErr_Format(PyExc_TypeError, "%s must be a C-contiguous int64 array", name);
-        return -1;
-    }
-    return 0;
 }
 
 /* Checks the arguments: every interval of positive size over a non-empty range of slots,
