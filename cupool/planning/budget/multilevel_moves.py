@@ -90,6 +90,7 @@ class TierState:
         self.template = plan
         self._owned: set[int] = set(self.spans)
         self._made: dict[int, _Made] = {}  # by buffer: its residencies, made by plan()
+        self._order: list[int] | None = None  # the buffers of spans, sorted, made by plan()
 
     def copy(self) -> TierState:
         other = object.__new__(TierState)
@@ -100,6 +101,7 @@ class TierState:
         other.template = self.template
         other._owned = set()
         other._made = dict(self._made)
+        other._order = self._order
         self._owned = set()  # the lists are shared now: either state copies before editing
         return other
 
@@ -123,12 +125,17 @@ class TierState:
 
     def plan(self, solver: str = "tiers") -> Plan:
         parts, arena = [], 0
-        for b in sorted(self.spans):
-            made = self._made.get(b)
-            if made is None or made.spans is not self.spans[b]:
+        spans, cached = self.spans, self._made
+        # buffers are never removed from ``spans``: the same count means the same buffers
+        if self._order is None or len(self._order) != len(spans):
+            self._order = sorted(spans)
+        for b in self._order:
+            made = cached.get(b)
+            if made is None or made.spans is not spans[b]:
                 made = self._residencies_of(b)
             parts.append(made.residencies)
-            arena = max(arena, made.arena_bytes)
+            if made.arena_bytes > arena:
+                arena = made.arena_bytes
         residencies = tuple(itertools.chain.from_iterable(parts))
         return replace(self.template, solver=solver, residencies=residencies,
                        actions=mark_drops(self.trace, residencies, self.actions),
