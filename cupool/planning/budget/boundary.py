@@ -238,7 +238,7 @@ def bring_forward(state: PlanState, gaps: list[IdleGap]) -> int:
         while (until < end and float(state.start_us[until]) < landed
                and int(state.live[until]) + size <= PREFETCH_FILL * state.budget
                and not state.clean_at(gap.buffer_id, gap.prev_use)):
-            state.live[until] += size
+            state.hold(size, until, until + 1)
             until += 1
         trigger = _earlier_trigger(state, gap, size, until)
         if trigger < gap.resident_from:
@@ -248,7 +248,7 @@ def bring_forward(state: PlanState, gaps: list[IdleGap]) -> int:
             new = QueuedCopy(float(state.start_us[trigger]), old.length_us, old.due_us)
             state.h2d.add(*new)
             state.h2d_copies[key] = new
-            state.live[trigger:gap.resident_from] += size
+            state.hold(size, trigger, gap.resident_from)
         if (until, trigger) != (gap.resident_until, gap.resident_from):
             gaps_of_buffer = state.schedule.gaps[gap.buffer_id]
             gaps_of_buffer[gaps_of_buffer.index(gap)] = Gap(

@@ -103,7 +103,7 @@ def plan_on_demand(trace, budget_bytes, cost, params: BudgetParams,
 
     def decide(internal):
         state = PlanState(trace, internal, cost, max_chain=0)
-        live = state.live  # updated in place as buffers leave
+        live = state.live.copy()  # its own: updated in place as buffers leave
         schedule = Schedule()
         wrapped = {}  # persistent buffer -> its gap across the boundary, while open-ended
         # least recently used first, as (last use before op t, id): persistent buffers not

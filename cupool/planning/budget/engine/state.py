@@ -373,8 +373,13 @@ class PlanState:
 
     # -- applying decisions --------------------------------------------------------------
     def _free(self, size: int, a: int, b: int) -> None:
+        self.hold(-size, a, b)
+
+    def hold(self, size: int, a: int, b: int) -> None:
+        """``size`` more bytes resident during ops ``[a, b)`` (fewer when negative), the
+        over-budget ops kept up to date."""
         if b > a:
-            self.live[a:b] -= size
+            self.live[a:b] += size
             self._live_changed(a, b)
 
     def apply_recompute(self, buffer_id: int, prev_use: int, next_use: int,
