@@ -44,7 +44,7 @@ from typing import NamedTuple
 
 from cupool.devices.errors import DeviceError
 from cupool.swap.errors import CopyFailedError
-from cupool.swap.handles import DEVICE, HOST, TO_DEVICE, TO_HOST
+from cupool.swap.handles import DEVICE, TO_DEVICE, TO_HOST
 from cupool.swap.staging import PinnedStaging, Slot
 
 D2H = "d2h"
@@ -73,14 +73,18 @@ class CopyEngine:
                        "failed.count": 0}
 
     def swap_out(self, handle, ptr: int, nbytes: int, after, slot: Slot | None = None,
-                 level: str = "pinned", drop: bool = False) -> IssuedSwapOut:
+                 level: str = "pinned", drop: bool = False,
+                 held: bool = False) -> IssuedSwapOut:
         """Copy ``nbytes`` of ``handle``'s device bytes at ``ptr`` to a host slot once
         ``after`` (an event) completed. Returns the :class:`IssuedSwapOut` (the slot now
         owned by the handle's host copy, the event recorded after the copy). ``slot``
         reuses a caller's slot (a persistent buffer's boundary copy, or the host copy a
         clean buffer was swapped in from); otherwise one is taken from staging on the
         plan's host ``level``. With ``drop`` the data is clean, ``slot`` already holds it:
-        nothing is copied (the handle still moves to ``host`` in stream order)."""
+        nothing is copied (the handle still moves to ``host`` in stream order). With
+        ``held`` the residency keeps the device bytes after the copy (the plan copies out
+        early): the handle leaves the device when the residency ends too
+        (:meth:`~cupool.swap.handles.TensorHandle.copied_out`)."""
         stream = self.d2h_stream
         slot = slot or self.staging.acquire(max(1, nbytes), level)
         out = self.device.create_event()
@@ -99,7 +103,7 @@ class CopyEngine:
             if failure is not None:  # the copy (or work before it) failed as the stream ran
                 handle.fail(CopyFailedError(handle.buffer.id, D2H, nbytes, failure))
                 return
-            handle.move(HOST)
+            handle.copied_out(held)
 
         self.device.host_callback(stream, copied_out)
         if not drop:

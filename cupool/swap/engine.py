@@ -509,7 +509,8 @@ class SwapEngine:
             issued = self.copy_engine.swap_out(
                 self.handles[b], ptr, self.sizes[b], state.done[op],
                 self.boundary_slots.get(b) or state.host_slots.get(b),
-                self.schedule.out_levels[(b, op)], drop=drop)
+                self.schedule.out_levels[(b, op)], drop=drop,
+                held=(b, op) in self.schedule.held)
             if b not in self.boundary_slots:
                 state.host_slots[b] = issued.slot
             if not drop:  # a drop reads no device byte
@@ -542,7 +543,10 @@ class SwapEngine:
             for handle, write in running.uses:
                 handle.exit_use(write)
             for b, where in ends:
-                self.handles[b].move(where)
+                if where is HOST:  # a held swap-out's residency ended
+                    self.handles[b].residency_ended()
+                else:
+                    self.handles[b].move(where)
         except Exception as exc:
             state.keep_first_error(exc)
         state.end_op_time(running)

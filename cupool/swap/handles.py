@@ -98,9 +98,11 @@ class TensorHandle:
     """
 
     __slots__ = (
+        "_copied",
         "_landed",
         "_lock",
         "_readers",
+        "_released",
         "_writers",
         "buffer",
         "dtype",
@@ -140,6 +142,8 @@ class TensorHandle:
         self._readers = 0
         self._writers = 0
         self._landed = threading.Event()  # clear while a swap-in is landing (to_device)
+        self._copied = False    # a held copy out completed; the residency has not ended
+        self._released = False  # the residency ended; its held copy out has not completed
 
     def __repr__(self) -> str:
         return (f"<TensorHandle buffer={self.buffer.id} size={self.buffer.size} "
@@ -239,6 +243,29 @@ class TensorHandle:
             if state in (HOST, DROPPED, RETIRED):
                 self.view = None
 
+    def copied_out(self, held: bool = False) -> None:
+        """A swap-out's copy to the host completed (or, for a drop, reached its place in
+        the stream): the bytes leave the device (``host``). With ``held`` the plan copied
+        the buffer out before its residency ended, and reads until that end may still use
+        the device bytes (``to_host`` lets them): the handle moves to ``host`` when the
+        later of the copy and :meth:`residency_ended` happens."""
+        with self._lock:
+            if held and not self._released:
+                self._copied = True
+                return
+            self._released = False
+        self.move(HOST)
+
+    def residency_ended(self) -> None:
+        """The residency a held swap-out (:meth:`copied_out`) copied out ended: its device
+        bytes are released, in stream order on the compute stream."""
+        with self._lock:
+            if not self._copied:
+                self._released = True
+                return
+            self._copied = False
+        self.move(HOST)
+
     def fail(self, error: CopyFailedError) -> None:
         """Record a failed copy: every later use raises ``error``; waiting uses wake up."""
         with self._lock:
@@ -252,6 +279,7 @@ class TensorHandle:
             self.state = UNBORN
             self.view = None
             self.failure = None
+            self._copied = self._released = False
             if self._landed.is_set():  # set under this lock only: no landing can race it
                 self._landed.clear()
 

@@ -20,7 +20,11 @@ iteration, without scanning the plan:
                        action bringing them (op ``i`` produces them)
 ``ends[i]``            ``(buffer, state)``: residencies ending at ``i`` without a swap-out,
                        the handle's state after them (``dropped`` until a later residency
-                       recomputes it, ``retired`` at the end of a temporary's lifetime)
+                       recomputes it, ``retired`` at the end of a temporary's lifetime);
+                       ``host`` for a residency ending after a *held* swap-out: one
+                       issued before the residency's last op, whose bytes stay readable
+                       on the device until ``i`` (``held`` holds ``(b, after_op)`` of
+                       each)
 ``uses[i]``            buffers the trace says op ``i`` uses
 =====================  ===================================================================
 
@@ -37,7 +41,7 @@ from dataclasses import dataclass, field
 
 from cupool.core.vocabulary import PERSISTENT, Plan, RecomputeAction, SwapIn, SwapOut, Trace
 from cupool.swap.errors import ReplayError
-from cupool.swap.handles import DROPPED, RETIRED
+from cupool.swap.handles import DROPPED, HOST, RETIRED
 from cupool.swap.layout import Layout
 
 
@@ -66,6 +70,7 @@ class Schedule:
     persistent: frozenset
     drops: frozenset = frozenset()
     dropped: frozenset = frozenset()
+    held: frozenset = frozenset()
     _holding: dict = field(default_factory=dict, repr=False, compare=False)
 
     def holding(self, b: int, i: int) -> int | None:
@@ -111,9 +116,16 @@ def build_schedule(plan: Plan, trace: Trace, layout: Layout) -> Schedule:
             if action.drop:
                 drops.add((b, action.after_op))
     produced, ends, home = defaultdict(list), defaultdict(list), {}
-    left_by_swap = {(b, r.start) for b, spans in by_buffer.items() for r in spans
-                    for a in plan.actions if isinstance(a, SwapOut)
-                    and a.buffer_id == b and r.start <= a.after_op < r.end}
+    left_by_swap, held = set(), set()
+    for action in plan.actions:
+        if isinstance(action, SwapOut):
+            b = action.buffer_id
+            for r in by_buffer.get(b, ()):
+                if r.start <= action.after_op < r.end:
+                    left_by_swap.add((b, r.start))
+                    if action.after_op + 1 < r.end:  # copied out early, bytes kept
+                        held.add((b, action.after_op))
+                        ends[r.end].append((b, HOST))
     for b, spans in by_buffer.items():
         buffer = trace.buffer(b)
         first = spans[0]
@@ -143,4 +155,4 @@ def build_schedule(plan: Plan, trace: Trace, layout: Layout) -> Schedule:
                     swap_ins=swap_ins, due=due, recomputes=recomputes, swap_outs=swap_outs,
                     out_levels=out_levels, produced=produced, ends=ends, home=home,
                     entered=entered, uses=uses, persistent=persistent, drops=frozenset(drops),
-                    dropped=frozenset(b for b, _op in drops))
+                    dropped=frozenset(b for b, _op in drops), held=frozenset(held))

@@ -6,11 +6,20 @@ from __future__ import annotations
 
 import pytest
 
-from cupool.core.vocabulary import PERSISTENT, Buffer, RecomputeAction, Residency, SwapIn, SwapOut
+from cupool.check import validate_swap_plan
+from cupool.core.vocabulary import (
+    PERSISTENT,
+    Buffer,
+    Recompute,
+    RecomputeAction,
+    Residency,
+    SwapIn,
+    SwapOut,
+)
 from cupool.devices import open_device
 from cupool.swap.engine import EngineSettings, SwapEngine
 from cupool.swap.errors import EngineStateError
-from cupool.swap.handles import DEVICE
+from cupool.swap.handles import DEVICE, RETIRED
 from cupool.swap.patterns import pattern_body
 from tests.swap_cases import (
     resnet_capuchin_plan,
@@ -236,3 +245,36 @@ def test_an_ops_observed_time_leaves_out_the_recomputes_before_it():
     assert result.op_us[0] >= 20_000
     assert result.op_us[4] < 10_000
     assert result.iteration_us >= 40_000
+
+
+def early_copy_out_case():
+    """op:   0   1   2   3   4   5
+    A 0: [=======================)  16 B, uses 0, 1 and 5
+    C 1: [===================)      16 B, uses 0 and 4, recompute: op 0 from A
+
+    A is copied out after op 1 but keeps its device bytes until op 5 (its residency
+    [0, 5)), where it comes back from the host copy at another offset; before op 4, C is
+    recomputed from A's device bytes, long (ops 2 and 3: 20 ms each) after A's copy out
+    completed."""
+    trace = trace_of([10.0, 10.0, 20000.0, 20000.0, 10.0, 10.0], Buffer(0, 16, 0, 6, (0, 1, 5)),
+                     Buffer(1, 16, 0, 5, (0, 4), recompute=Recompute(0, (0,))))
+    plan = swap_plan(trace, [Residency(0, 0, 5, 0), Residency(0, 5, 6, 32),
+                             Residency(1, 0, 1, 16), Residency(1, 4, 5, 16)],
+                     [SwapOut(0, 1), SwapIn(0, 5, 5), RecomputeAction(1, 4)])
+    return trace, plan
+
+
+def test_a_buffer_copied_out_early_stays_readable_until_its_residency_ends():
+    trace, plan = early_copy_out_case()
+    assert validate_swap_plan(trace, plan).valid
+    with open_device("emulated") as device, SwapEngine(trace, plan, device) as engine:
+        for iteration in range(2):
+            engine.begin_iteration(iteration)
+            for i in range(trace.num_ops):
+                frame = engine.before_op(i)
+                pattern_body(engine, frame)
+                engine.after_op(i)
+            result = engine.end_iteration()
+            assert result.corrupt_bytes == 0 and result.bytes_checked > 0
+            assert engine.handles[0].state == RETIRED
+        assert engine.pool.used_bytes() == 0 and engine.staging.is_clean()
