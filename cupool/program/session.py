@@ -27,7 +27,9 @@ read with ``it.fetch`` and, for persistent state, ``session.read``):
 
 1. the first iteration runs *passively*: with no plan, in an arena of the budget, evicting
    least-recently-used tensors to the host when one does not fit, each op's duration
-   measured (wall time on the emulated device, CUDA events on a GPU);
+   measured (wall time on the emulated device, CUDA events on a GPU); on a GPU the first
+   iteration only warms up (CuPy compiles its kernels on first use, which its op times
+   would hold) and the second is the one recorded (``warmup``);
 2. the recorded program becomes a trace (one buffer per tensor) and the budget planner's
    ``auto`` policy plans it: swaps to pinned host memory, recomputation (re-running an
    op's own callable), offsets in one arena within the budget;
@@ -157,9 +159,12 @@ class Session:
     (module docstring); ``measure_overhead``: add the engine's measured cost per op and
     per iteration to the recorded durations, and with ``measure_link`` price copies with
     an on-demand swap-in's round trip through the engine where it is larger (module
-    docstring; default: on for the emulated device, off on a GPU). A device object may be
-    given instead of a kind (the caller keeps owning it). Use as a context manager or
-    call :meth:`close`.
+    docstring; default: on for the emulated device, off on a GPU); ``warmup``: how many
+    first iterations run passively before the one that is recorded and planned from
+    (default: 1 on a GPU, whose first iteration compiles kernels and starts libraries, so
+    its op durations hold one-off costs up to seconds; 0 on the emulated device). A
+    device object may be given instead of a kind (the caller keeps owning it). Use as a
+    context manager or call :meth:`close`.
 
     State: ``reports`` (a :class:`StepReport` per iteration run), ``budget_bytes`` (once
     resolved), ``peak_bytes`` (the recorded program's peak), ``trace`` (the recorded trace,
@@ -176,9 +181,13 @@ class Session:
 
     def __init__(self, budget, *, device="auto", link="gen5", on_change: str = "record",
                  check_writes: bool | None = None, feedback: bool = True,
-                 measure_link: bool = True, measure_overhead: bool | None = None) -> None:
+                 measure_link: bool = True, measure_overhead: bool | None = None,
+                 warmup: int | None = None) -> None:
         if on_change not in ON_CHANGE:
             raise ProgramError(f"on_change (={on_change!r}) must be one of {ON_CHANGE}")
+        if warmup is not None and (isinstance(warmup, bool) or not isinstance(warmup, int)
+                                   or warmup < 0):
+            raise ProgramError(f"warmup (={warmup!r}) must be an int >= 0 or None")
         self.cost = cost_model(link)
         self._budget = budget
         if not (isinstance(budget, str) and budget.strip().endswith("%")):
@@ -187,6 +196,7 @@ class Session:
         self.device, self._owns_device = self._open(device)
         self.link_round_trip = None
         gpu = self.device.kind == "cuda"
+        self._warmup = (1 if gpu else 0) if warmup is None else warmup
         self._caller = OpCaller(gpu, (not gpu) if check_writes is None else check_writes)
         self.xp = self.device.cupy if gpu else np
         self.reports: list[StepReport] = []
@@ -367,6 +377,12 @@ class Session:
         if self.op_overhead is not None:
             durations = self.op_overhead.apply(durations)
         self.trace = program.to_trace(durations, name=f"program@{number}")
+        if self._warmup > 0:  # its durations hold one-off costs: record the next one
+            self._warmup -= 1
+            self.plan_reason = (f"warming up: iteration {number} ran passively to compile "
+                                f"kernels and start libraries; the next one is recorded")
+            return StepReport(number, "passive", False, None, wall, recording.wall_us, {},
+                              0.0, 0, recording.peak_bytes, budget), recording.fetched
         planning = time.perf_counter()
         self._plan(program)
         report = StepReport(number, "passive", True, None, wall, recording.wall_us, {}, 0.0, 0,

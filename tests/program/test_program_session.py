@@ -152,3 +152,29 @@ def test_the_session_plans_with_the_devices_measured_copy_cost():
         assert session.cost.latency_us == max(preset.latency_us,
                                               session.link_round_trip.latency_us,
                                               session.swap_round_trip.latency_us)
+
+
+def test_warmup_iterations_run_passively_before_the_recorded_one(reference):
+    """``warmup=2``: two passive iterations that are not recorded (a GPU's first one
+    compiles kernels), the third recorded and planned from; training is unchanged."""
+    with cupool.Session("50%", device="emulated", warmup=2) as session:
+        losses, params = example("mlp_sgd").train(session, STEPS)
+        reports = session.reports
+        assert session.plan is not None and session.plan_reason is None
+    assert [r.mode for r in reports] == ["passive"] * 3 + ["planned"] * (STEPS - 3)
+    assert [r.recorded for r in reports] == [False, False, True] + [False] * (STEPS - 3)
+    assert losses == reference[0]
+    for name, value in reference[1].items():
+        assert np.array_equal(params[name], value), name
+
+
+@pytest.mark.parametrize("warmup", [-1, 1.0, True, "1"])
+def test_a_bad_warmup_is_refused(warmup):
+    with pytest.raises(cupool.program.ProgramError, match="warmup"):
+        cupool.Session("50%", device="emulated", warmup=warmup)
+
+
+def test_the_emulated_device_records_its_first_iteration_by_default():
+    with cupool.Session("70%", device="emulated") as session:
+        example("mlp_sgd").train(session, 2)
+        assert [r.recorded for r in session.reports] == [True, False]

@@ -8,7 +8,9 @@ Each example of ``examples/`` that trains a model through :class:`cupool.Session
 the program without cupool). A row passes when every parameter and every loss is bitwise
 the same and the pool's device high-water mark stayed within the budget in every step;
 the loss falling and the iteration times (against the simulator's prediction for the
-recorded trace and the plan) are reported beside.
+recorded trace and the plan) are reported beside; the steady time is the mean from the
+second planned step on (before it: the warm-up, the recording and the first planned
+step).
 
 The examples are files of the checkout, not of the package: the step is ``not_run`` where
 there is no ``examples/`` directory beside ``cupool/``.
@@ -22,10 +24,6 @@ import statistics
 from cupool.app.examples import EXAMPLES_DIR, load_example
 
 PROGRAM_EXAMPLES = ("mlp_sgd", "gpt_decoder")
-STEADY_FROM = 2
-"""Steps before this one are the recording and the first planned step (setup)."""
-
-
 def program_step(name: str, budget: str, device_kind: str, steps: int = 6) -> dict:
     """Train example ``name`` for ``steps`` steps within ``budget`` on ``device_kind`` and
     without cupool; one flat dict (module docstring)."""
@@ -48,7 +46,8 @@ def program_step(name: str, budget: str, device_kind: str, steps: int = 6) -> di
                "plan_reason": session.plan_reason}
     with EagerSession(xp) as eager:
         reference_losses, reference = module.train(eager, steps)
-    steady = [r.iteration_us for r in reports[STEADY_FROM:]]
+    planned = [i for i, r in enumerate(reports) if r.mode == "planned"]
+    steady = [r.iteration_us for r in reports[planned[0] + 1:]] if planned else []
     row |= {
         "modes": [r.mode for r in reports],
         "losses": losses, "loss_decreased": losses[-1] < losses[0],
