@@ -460,7 +460,14 @@ class SwapEngine:
             b = action.buffer_id
             ptr = state.ptrs[(b, op)]
             low, high = ptr, ptr + self.sizes[b]
-            waits = [copy.copied for copy in state.pending if copy.low < high and low < copy.high]
+            waits, pending = [], state.h2d_pending
+            if pending:  # a copy the H2D stream waited for once is behind it from then on
+                rest = []
+                for copy in pending:
+                    (waits if copy.low < high and low < copy.high else rest).append(copy)
+                if waits:
+                    state.h2d_pending = rest
+                    waits = [copy.copied for copy in waits]
             if b in state.last_out:
                 waits.append(state.last_out[b])
             if op > 0:
@@ -475,12 +482,16 @@ class SwapEngine:
 
     def _wait_for_readers(self, state: IterationState, op: int, written) -> None:
         """Make the compute stream wait for swap-outs still reading the bytes ``written``
-        buffers take at ``op``."""
-        for b in written:
-            ptr = state.ptrs[(b, op)]
-            for copy in state.pending:
-                if copy.low < ptr + self.sizes[b] and ptr < copy.high:
-                    self.work.timed_wait(copy.copied, partial(state.measured_wait, None))
+        buffers take at ``op`` (each copy once: the stream's later work is behind it)."""
+        ptrs, sizes = state.ptrs, self.sizes
+        ranges = [(ptr, ptr + sizes[b]) for b in written for ptr in (ptrs[(b, op)],)]
+        keep = []
+        for copy in state.pending:
+            if any(copy.low < high and low < copy.high for low, high in ranges):
+                self.work.timed_wait(copy.copied, partial(state.measured_wait, None))
+            else:
+                keep.append(copy)
+        state.pending = keep
 
     def _begin_op(self, state: IterationState, running: RunningOp, written, intents) -> None:
         """Enqueue the callback that moves the op's new residencies (``written``) onto the
@@ -514,7 +525,9 @@ class SwapEngine:
             if b not in self.boundary_slots:
                 state.host_slots[b] = issued.slot
             if not drop:  # a drop reads no device byte
-                state.pending.append(PendingCopy(ptr, ptr + self.sizes[b], issued.copied))
+                copy = PendingCopy(ptr, ptr + self.sizes[b], issued.copied)
+                state.pending.append(copy)
+                state.h2d_pending.append(copy)
             state.last_out[b] = issued.copied
 
     def _resident_ptr(self, state: IterationState, b: int, op: int) -> int:

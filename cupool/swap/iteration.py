@@ -79,7 +79,9 @@ class IterationState:
     ``end_iteration``): ``next_op`` (the op ``before_op`` expects), ``running``,
     ``blocks`` (``(buffer, start)`` → the pool block serving that residency, dropped when
     it ends), ``ptrs`` (``(buffer, start)`` → its device address this iteration),
-    ``pending`` (the swap-outs issued so far), ``landed_at`` (``(buffer, trigger op)`` →
+    ``pending`` (the swap-outs issued so far that the compute stream has not waited for:
+    once it has, later work on it is ordered after the copy), ``h2d_pending`` (likewise
+    for the H2D stream), ``landed_at`` (``(buffer, trigger op)`` →
     the event recorded after that swap-in landed), ``last_out`` (buffer → the event of its
     latest swap-out), ``host_slots`` (buffer → the staging slot holding its swapped-out
     bytes), ``pool_iteration`` (holds the pool's ``iteration()`` open).
@@ -118,6 +120,7 @@ class IterationState:
     blocks: dict = field(default_factory=dict)
     ptrs: dict = field(default_factory=dict)
     pending: list = field(default_factory=list)
+    h2d_pending: list = field(default_factory=list)
     landed_at: dict = field(default_factory=dict)
     last_out: dict = field(default_factory=dict)
     host_slots: dict = field(default_factory=dict)
