@@ -24,6 +24,8 @@ import statistics
 from cupool.app.examples import EXAMPLES_DIR, load_example
 
 PROGRAM_EXAMPLES = ("mlp_sgd", "gpt_decoder")
+
+
 def program_step(name: str, budget: str, device_kind: str, steps: int = 6) -> dict:
     """Train example ``name`` for ``steps`` steps within ``budget`` on ``device_kind`` and
     without cupool; one flat dict (module docstring)."""
