@@ -377,17 +377,17 @@ class Session:
         if self.op_overhead is not None:
             durations = self.op_overhead.apply(durations)
         self.trace = program.to_trace(durations, name=f"program@{number}")
-        if self._warmup > 0:  # its durations hold one-off costs: record the next one
+        planning = time.perf_counter()
+        warming = self._warmup > 0
+        if warming:  # its durations hold one-off costs: record the next one
             self._warmup -= 1
             self.plan_reason = (f"warming up: iteration {number} ran passively to compile "
                                 f"kernels and start libraries; the next one is recorded")
-            return StepReport(number, "passive", False, None, wall, recording.wall_us, {},
-                              0.0, 0, recording.peak_bytes, budget), recording.fetched
-        planning = time.perf_counter()
-        self._plan(program)
-        report = StepReport(number, "passive", True, None, wall, recording.wall_us, {}, 0.0, 0,
-                            recording.peak_bytes, budget,
-                            plan_seconds=time.perf_counter() - planning)
+        else:
+            self._plan(program)
+        report = StepReport(number, "passive", not warming, None, wall, recording.wall_us, {},
+                            0.0, 0, recording.peak_bytes, budget,
+                            plan_seconds=0.0 if warming else time.perf_counter() - planning)
         return report, recording.fetched
 
     def _plan(self, program: Program) -> None:

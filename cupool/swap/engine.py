@@ -88,6 +88,7 @@ from cupool.swap.iteration import (
     PendingCopy,
     RunningOp,
     order_problem,
+    split_overlapping,
 )
 from cupool.swap.layout import Layout, pool_layout, round_up
 from cupool.swap.patterns import fill_host_copy, pattern_body, regenerate
@@ -459,15 +460,10 @@ class SwapEngine:
         for action in self.schedule.swap_ins[op]:
             b = action.buffer_id
             ptr = state.ptrs[(b, op)]
-            low, high = ptr, ptr + self.sizes[b]
-            waits, pending = [], state.h2d_pending
-            if pending:  # a copy the H2D stream waited for once is behind it from then on
-                rest = []
-                for copy in pending:
-                    (waits if copy.low < high and low < copy.high else rest).append(copy)
-                if waits:
-                    state.h2d_pending = rest
-                    waits = [copy.copied for copy in waits]
+            # a copy the H2D stream waited for once is behind it from then on
+            split = split_overlapping(state.h2d_pending, ((ptr, ptr + self.sizes[b]),))
+            state.h2d_pending = split.rest
+            waits = [copy.copied for copy in split.overlapping]
             if b in state.last_out:
                 waits.append(state.last_out[b])
             if op > 0:
@@ -484,14 +480,11 @@ class SwapEngine:
         """Make the compute stream wait for swap-outs still reading the bytes ``written``
         buffers take at ``op`` (each copy once: the stream's later work is behind it)."""
         ptrs, sizes = state.ptrs, self.sizes
-        ranges = [(ptr, ptr + sizes[b]) for b in written for ptr in (ptrs[(b, op)],)]
-        keep = []
-        for copy in state.pending:
-            if any(copy.low < high and low < copy.high for low, high in ranges):
-                self.work.timed_wait(copy.copied, partial(state.measured_wait, None))
-            else:
-                keep.append(copy)
-        state.pending = keep
+        split = split_overlapping(state.pending, [(ptrs[(b, op)], ptrs[(b, op)] + sizes[b])
+                                                  for b in written])
+        for copy in split.overlapping:
+            self.work.timed_wait(copy.copied, partial(state.measured_wait, None))
+        state.pending = split.rest
 
     def _begin_op(self, state: IterationState, running: RunningOp, written, intents) -> None:
         """Enqueue the callback that moves the op's new residencies (``written``) onto the

@@ -33,6 +33,24 @@ class PendingCopy(NamedTuple):
     copied: object
 
 
+class CopySplit(NamedTuple):
+    """Pending copies split by :func:`split_overlapping`: ``overlapping`` some range,
+    and the ``rest``."""
+
+    overlapping: list
+    rest: list
+
+
+def split_overlapping(copies: list, ranges) -> CopySplit:
+    """The ``copies`` (:class:`PendingCopy`) reading bytes of any ``(low, high)`` of
+    ``ranges``, and the others, each in their order."""
+    overlapping, rest = [], []
+    for copy in copies:
+        hit = any(copy.low < high and low < copy.high for low, high in ranges)
+        (overlapping if hit else rest).append(copy)
+    return CopySplit(overlapping, rest)
+
+
 class Arrival(NamedTuple):
     """A residency that begins at an op without a copy (produced or recomputed there):
     buffer ``buffer_id``'s handle moves to the device at ``ptr``, where ``view`` looks."""

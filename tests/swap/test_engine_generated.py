@@ -95,9 +95,8 @@ def early_copy_out_cases(draw):
     c = Buffer(1, size_c, 0, k + 1, (0, k), recompute=Recompute(0, (0,)))
     trace = trace_of(durations, a, c)
     top = size_a + size_c
-    a_home = 0 if not persistent else top  # a persistent buffer ends where it starts
-    residencies = [Residency(0, 0, e, a_home), Residency(0, e, a.end, top if not persistent
-                                                        else a_home),
+    first = top if persistent else 0  # a persistent buffer ends where it starts
+    residencies = [Residency(0, 0, e, first), Residency(0, e, a.end, top),
                    Residency(1, 0, 1, size_a), Residency(1, k, k + 1, size_a)]
     actions = [SwapOut(0, s), SwapIn(0, e, due), RecomputeAction(1, k)]
     return trace, swap_plan(trace, residencies, actions)
