@@ -25,14 +25,18 @@ copied out *before op i started*: the simulator makes every op or swap-in that f
 overlapping bytes wait for that copy, so a copy still running at op ``i`` leaves its
 bytes held (inside the arena, within the budget); only bytes whose copy completed (or
 that are recomputed) are really off the device. The same holds for a persistent buffer
-off the device after its first use; one that is off the device at ``i`` before its first
-use began the iteration on the host (offloaded across the boundary), so it is copied out
-again after its last use ``l``, and the iteration cannot end before that copy has::
+off the device after its first use. One that is off the device at ``i`` before its first
+use either began the iteration on the host (offloaded across the boundary), so it is
+copied out again after its last use ``l``, and the iteration cannot end before that copy
+has::
 
     T >= start(t) + (D2H time of such copies issued after op t - 1) / k     for any op t
 
 (a second bound, mixed in with a weight ``kappa``: ``T >= kappa * (the bound below) +
-(1 - kappa) * this``, ``t`` at a few quantiles of the last uses).
+(1 - kappa) * this``, ``t`` at a few quantiles of the last uses), or it stayed on the
+device across the boundary -- resident at op 0 beside the bytes op 0 must hold, so these
+buffers fit ``budget - must(0)`` together -- and was copied out after op 0 and before op
+``i``: a copy ``Db`` below pays for, and the tail does not.
 
 With ``P`` and ``S`` the op time before and after ``i``, ``d`` op ``i``'s, ``k`` copy
 engines per direction, ``Hb`` the H2D time before op ``i`` starts, ``Ha`` after it ends,
@@ -250,7 +254,8 @@ class _OpBound:
     and the primal value of the choice it makes (an upper bound on the best dual value,
     used to skip ops that cannot beat the best bound found so far)."""
 
-    def __init__(self, arrays, prefix, op_us, engines, i, candidates, need, next_use=None):
+    def __init__(self, arrays, prefix, op_us, engines, i, candidates, need, next_use=None,
+                 head_room=0.0):
         self.i = i
         self.sizes = arrays.size[candidates]
         # the op before which a candidate recomputed after op i is back (its next use)
@@ -268,10 +273,16 @@ class _OpBound:
         written_before = ~persistent | ((written >= 0) & (written < i))
         self.out = np.where(written_before, out, 0.0)
         self.released = np.where(persistent, written + 1, arrays.start[candidates] + 1)
-        # a persistent buffer off the device since the iteration began (offloaded across
-        # the boundary) is copied out again after its last write: the iteration cannot end
-        # before that copy does (one never written -- read-only -- is never copied out)
+        # a persistent buffer off the device before its first write either began the
+        # iteration on the host (offloaded across the boundary: it is copied out again
+        # after its last write, and the iteration cannot end before that copy does) or
+        # stayed on the device across the boundary and was copied out after op 0, before
+        # op i (a copy the start of op i waits for); one never written -- read-only -- is
+        # never copied out
         self.tail = np.where(persistent & (first > i) & (written > i), out, 0.0)
+        # kept across the boundary, it was resident at op 0 beside what op 0 must hold
+        self.head_room = float(head_room)
+        self.head_ok = (self.tail > 0) & (self.sizes <= self.head_room)
         self.tail_released = arrays.last_write[candidates] + 1
         tails = self.tail > 0
         self.tail_thresholds = sorted({int(t) for t in np.quantile(
@@ -328,8 +339,13 @@ class _OpBound:
             self.recompute, 0.0)
         with np.errstate(invalid="ignore"):  # kappa 0 times an impossible option
             options = [np.where(np.isinf(c), np.inf, kappa * c) for c in (redo, early, late)]
+        # or it stayed on the device across the boundary and was copied out in this
+        # iteration, after op 0 and before op i: the start of op i pays, the tail does not
+        rho = (1.0 - mu) * (1.0 - split)
+        head_out = rho * self.tail if self.threshold <= 1 else 0.0
+        head = np.where(self.head_ok, kappa * ((1.0 - lam) * self.copy + head_out), np.inf)
         costs = np.minimum.reduce((options[0] + before_t, options[1] + tail,
-                                   options[2] + tail))
+                                   options[2] + tail, head))
         return (kappa * main + (1.0 - kappa) * self.prefix[self.tail_threshold]
                 + _knapsack(costs, self.sizes, self.need))
 
@@ -399,7 +415,9 @@ def _lp_value(ob: _OpBound, prefix) -> float | None:
     at once, instead of the weighted sums the dual search mixes them by), or ``None`` when
     SciPy is missing or HiGHS does not report an optimum. Variables: bytes of each
     candidate recomputed (``r``), copied in before op i (``e``), copied in after it
-    (``l``); ``A`` the start of op i, ``B`` the time after it, ``T`` the iteration."""
+    (``l``), copied in after it having been copied out in this iteration's head (``h``:
+    a persistent buffer kept across the boundary, charged before op i instead of in the
+    tail); ``A`` the start of op i, ``B`` the time after it, ``T`` the iteration."""
     try:
         from scipy.optimize import linprog
         from scipy.sparse import coo_matrix
@@ -408,9 +426,11 @@ def _lp_value(ob: _OpBound, prefix) -> float | None:
     m = len(ob.sizes)
     if m == 0:
         return None
-    a_col, b_col, t_col = 3 * m, 3 * m + 1, 3 * m + 2
+    r_, e_, l_, h_ = 0, m, 2 * m, 3 * m
+    a_col, b_col, t_col = 4 * m, 4 * m + 1, 4 * m + 2
     redo_ok = ob.used_later & ob.can_redo
     early_ok = ~ob.used_later
+    tails = ob.tail > 0
     rec = np.where(redo_ok, ob.recompute, 0.0)
     j = np.arange(m)
     rows, cols, vals, rhs = [], [], [], []
@@ -422,41 +442,46 @@ def _lp_value(ob: _OpBound, prefix) -> float | None:
         vals.extend(values)
         rhs.append(bound)
 
-    add(list(range(3 * m)), [-1.0] * (3 * m), -ob.need)  # X bytes off the device
-    first = len(rhs)  # each byte once: r_k + e_k + l_k <= s_k, one row per candidate
-    rows.extend(np.repeat(np.arange(first, first + m), 3).tolist())
-    cols.extend(np.column_stack([j, m + j, 2 * m + j]).ravel().tolist())
-    vals.extend([1.0] * (3 * m))
+    add(list(range(4 * m)), [-1.0] * (4 * m), -ob.need)  # X bytes off the device
+    first = len(rhs)  # each byte once: r_k + e_k + l_k + h_k <= s_k, one row per candidate
+    rows.extend(np.repeat(np.arange(first, first + m), 4).tolist())
+    cols.extend(np.column_stack([r_ + j, e_ + j, l_ + j, h_ + j]).ravel().tolist())
+    vals.extend([1.0] * (4 * m))
     rhs.extend(ob.sizes.astype(float).tolist())
-    add([*(m + j), a_col], [*ob.copy, -1.0], 0.0)  # copies landed before op i
+    add([*(e_ + j), a_col], [*ob.copy, -1.0], 0.0)  # copies landed before op i
     out = ob.out > 0
     released = ob.released[out]
     thresholds = {0}
     if out.any():
         thresholds |= {int(x) for x in np.quantile(released, np.linspace(0, 1, LP_THRESHOLDS),
                                                    method="lower")}
+    heads = ob.head_ok
+    if heads.any():
+        thresholds.add(1)
+        add([*(h_ + j[heads])], [1.0] * int(heads.sum()), ob.head_room)  # resident at op 0
     for th in sorted(thresholds):  # copies out released at th or later, before op i
         sel = j[out & (ob.released >= th)]
-        add([*(m + sel), *(2 * m + sel), a_col], [*ob.out[sel], *ob.out[sel], -1.0],
-            -float(prefix[th]))
+        head = j[heads] if th <= 1 else j[:0]  # a head copy out starts after op 0
+        add([*(e_ + sel), *(l_ + sel), *(h_ + head), a_col],
+            [*ob.out[sel], *ob.out[sel], *ob.tail[head], -1.0], -float(prefix[th]))
     add([*j, b_col], [*rec, -1.0], -ob.after)  # compute after op i
-    add([*(2 * m + j), b_col], [*ob.copy, -1.0], 0.0)  # copies in after op i
+    add([*(l_ + j), *(h_ + j), b_col], [*ob.copy, *ob.copy, -1.0], 0.0)  # copies in after op i
     add([a_col, b_col, t_col], [1.0, 1.0, -1.0], -ob.here)
-    tails = ob.tail > 0
     for t in sorted({int(x) for x in ob.tail_released[tails]}):
         sel = j[tails & (ob.tail_released >= t)]
         redo = j[redo_ok & (ob.next_use < t)] if t > ob.i else j[:0]
-        add([*(m + sel), *(2 * m + sel), *redo, t_col],
+        add([*(e_ + sel), *(l_ + sel), *redo, t_col],
             [*ob.tail[sel], *ob.tail[sel], *rec[redo], -1.0], -float(prefix[t]))
     upper = np.concatenate([np.where(redo_ok, ob.sizes, 0.0),
                             np.where(early_ok, ob.sizes, 0.0), ob.sizes,
+                            np.where(heads, ob.sizes, 0.0),
                             [np.inf, np.inf, np.inf]])
-    lower = np.zeros(3 * m + 3)
+    lower = np.zeros(4 * m + 3)
     lower[a_col] = ob.before
     lower[b_col] = ob.after
-    objective = np.zeros(3 * m + 3)
+    objective = np.zeros(4 * m + 3)
     objective[t_col] = 1.0
-    matrix = coo_matrix((vals, (rows, cols)), shape=(len(rhs), 3 * m + 3)).tocsr()
+    matrix = coo_matrix((vals, (rows, cols)), shape=(len(rhs), 4 * m + 3)).tocsr()
     result = linprog(objective, A_ub=matrix, b_ub=np.array(rhs),
                      bounds=np.column_stack([lower, upper]), method="highs")
     if result.status != 0:
@@ -497,6 +522,8 @@ def overhead_lower_bound(trace: Trace, budget_bytes: int, cost: CostModel | None
             return Bound(False, math.inf, f"infeasible: op {i} needs {needed} bytes resident "
                                           f"(budget {budget_bytes})", details)
     excess = pending - budget_bytes
+    # a persistent buffer kept on the device across the boundary is resident at op 0
+    head_room = budget_bytes - sum(float(arrays.size[j]) for j in must[0]) if n else 0.0
     ops = [i for i in np.argsort(-excess, kind="stable") if excess[i] > 0]
     if max_ops is not None:
         ops = ops[:max_ops]
@@ -508,7 +535,8 @@ def overhead_lower_bound(trace: Trace, budget_bytes: int, cost: CostModel | None
         alive[list(must[i])] = False
         candidates = np.flatnonzero(alive)
         return _OpBound(arrays, prefix, op_us, cost.copy_engines_per_direction, i,
-                        candidates, float(excess[i]), arrays.next_uses(candidates, i))
+                        candidates, float(excess[i]), arrays.next_uses(candidates, i),
+                        head_room)
 
     for i in ops:
         i = int(i)

@@ -200,6 +200,30 @@ def test_offloaded_persistent_state_is_copied_out_after_its_last_use():
     assert bound.overhead <= simulated.overhead
 
 
+def test_state_kept_across_the_boundary_may_be_copied_out_early_in_the_iteration():
+    """op:  0    1    2    3    4      (100 us each), budget 1000 bytes, 13 us per copy
+    W:  persistent 1000 B used (written) only at op 4
+    A:            [==)                1000 B, used at op 2: W is off the device there
+    W need not be offloaded across the boundary (copied out after op 4, a tail nothing
+    hides): it stays on the device from op 4 into the next iteration, is copied out
+    after op 0 (hidden by op 1) and back after op 2 (hidden by op 3): no overhead. The
+    bound must allow that plan; it once charged the tail copy (13 us) regardless."""
+    trace = trace_of([100.0] * 5, Buffer(0, 1000, 0, 5, (4,), PERSISTENT),
+                     Buffer(1, 1000, 2, 3, (2,)))
+    head = swap_plan(trace, [Residency(0, 0, 2, 0), Residency(1, 2, 3, 0),
+                             Residency(0, 3, 5, 0)],
+                     [SwapOut(0, 0), SwapIn(0, 3, 4)], budget=1000)
+    report = validate_plan(trace, head)
+    assert report.valid, report.message
+    assert simulate(trace, head, SLOW).overhead == 0.0
+    assert overhead_lower_bound(trace, 1000, SLOW).overhead == 0.0
+    # when op 0 has no room for it, W did begin the iteration on the host: the tail binds
+    crowded = trace_of([100.0] * 5, Buffer(0, 1000, 0, 5, (4,), PERSISTENT),
+                       Buffer(1, 1000, 0, 3, (0, 2)))
+    assert overhead_lower_bound(crowded, 1000, SLOW).overhead == pytest.approx(
+        13.0 / 500.0, rel=1e-5)
+
+
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(written_trace_and_plan())
 def test_with_writes_the_bound_never_exceeds_a_valid_plans_overhead(case):
