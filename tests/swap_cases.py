@@ -140,6 +140,14 @@ def trace_and_plan(draw):
         if wraps:
             begin = draw(st.integers(0, uses[0]))
             actions.append(SwapIn(buffer_id, begin, uses[0]))
+        elif buffer.kind == PERSISTENT and uses[0] > 0 and draw(st.booleans()):
+            # or kept on the device across the boundary and copied out early in the
+            # iteration, before its first use (its data is the previous iteration's)
+            stop = draw(st.integers(1, uses[0]))
+            begin = draw(st.integers(stop, uses[0]))
+            pieces.append((buffer_id, 0, stop))
+            actions.append(SwapOut(buffer_id, draw(st.integers(0, stop - 1))))
+            actions.append(SwapIn(buffer_id, begin, draw(st.integers(begin, uses[0]))))
         for before, after in itertools.pairwise(uses):
             across = before < peak < after  # evict everything idle at the peak op
             options = ["swap", "recompute"] if across else ["keep", "swap", "recompute"]

@@ -221,7 +221,7 @@ def test_state_kept_across_the_boundary_may_be_copied_out_early_in_the_iteration
     crowded = trace_of([100.0] * 5, Buffer(0, 1000, 0, 5, (4,), PERSISTENT),
                        Buffer(1, 1000, 0, 3, (0, 2)))
     assert overhead_lower_bound(crowded, 1000, SLOW).overhead == pytest.approx(
-        13.0 / 500.0, rel=1e-5)
+        13.0 / 500.0, abs=1e-5)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
