@@ -280,9 +280,10 @@ class _OpBound:
         # op i (a copy the start of op i waits for); one never written -- read-only -- is
         # never copied out
         self.tail = np.where(persistent & (first > i) & (written > i), out, 0.0)
-        # kept across the boundary, it was resident at op 0 beside what op 0 must hold
+        # kept across the boundary, it was resident at op 0 beside what op 0 must hold,
+        # and its copy out ran after op 0, so op i is a later one
         self.head_room = float(head_room)
-        self.head_ok = (self.tail > 0) & (self.sizes <= self.head_room)
+        self.head_ok = (self.tail > 0) & (self.sizes <= self.head_room) & (i >= 1)
         self.tail_released = arrays.last_write[candidates] + 1
         tails = self.tail > 0
         self.tail_thresholds = sorted({int(t) for t in np.quantile(

@@ -224,6 +224,24 @@ def test_state_kept_across_the_boundary_may_be_copied_out_early_in_the_iteration
         13.0 / 500.0, abs=1e-5)
 
 
+def test_no_copy_out_runs_before_op_0():
+    """op 0 holds A and P; Q (used at op 1 only, like P) is off the device there, so it
+    began the iteration on the host: the copy before op 0 that a head swap would need
+    cannot exist, and the bound charges nothing for it (it once forced op 0 to start
+    after op 1 had, 20 us against this plan's 18.1)."""
+    trace = trace_of([5.0] * 3, Buffer(0, 4096, 0, 1, (0,)),
+                     Buffer(1, 4096, 0, 3, (1,), PERSISTENT),
+                     Buffer(2, 4096, 0, 3, (1,), PERSISTENT))
+    offload = swap_plan(trace, [Residency(0, 0, 1, 4096), Residency(1, 1, 3, 4096),
+                                Residency(2, 0, 3, 0)],
+                        [SwapIn(1, 1, 1), SwapOut(1, 1)], budget=11059)
+    report = validate_plan(trace, offload)
+    assert report.valid, report.message
+    cost = cost_model("gen5")
+    assert overhead_lower_bound(trace, 11059, cost).overhead <= simulate(
+        trace, offload, cost).overhead
+
+
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(written_trace_and_plan())
 def test_with_writes_the_bound_never_exceeds_a_valid_plans_overhead(case):
