@@ -187,3 +187,22 @@ def test_the_lowest_gap_is_the_first_fit_of_a_walk_over_the_ranges(ranges, size)
     lows = np.array([low for low, _length in ranges], dtype=np.int64)
     highs = lows + np.array([length for _low, length in ranges], dtype=np.int64)
     assert _lowest_gap(lows, highs, size) == cursor
+
+
+
+@pytest.mark.parametrize(("order", "taken"), [("largest", 0), ("latest use", 1)])
+def test_gaps_as_long_and_as_large_are_taken_in_the_variant_s_order(order, taken):
+    """Two moments of one size, each used once (at ops 1 and 3), and an op 2 whose
+    temporary leaves room for one of them only: either may go. By buffer, the first goes;
+    latest use first, the one the later op updates."""
+    from cupool.planning.budget.boundary import offload_persistent
+    from cupool.planning.budget.engine.state import PlanState
+
+    trace = Trace("order", tuple(Op(f"op{i}", 10.0) for i in range(5)),
+                  (Buffer(0, 1000, 0, 5, (1,), PERSISTENT),
+                   Buffer(1, 1000, 0, 5, (3,), PERSISTENT), Buffer(2, 500, 2, 3, (2,))))
+    state = PlanState(trace, 2000, cost_model(0.1))
+    assert offload_persistent(state, "working", order=order) == 1
+    assert [gap.buffer_id for gap in state.taken] == [taken]
+    with pytest.raises(ValueError, match="order 'newest'"):
+        offload_persistent(PlanState(trace, 2000, cost_model(0.1)), order="newest")

@@ -49,8 +49,10 @@ re-validated, kept only when faster), and finally improves it by the local searc
 never worse: only faster plans that pass the validator are kept; deterministic: bounded by
 the count, not the clock). When the searched streaming member wins, the best of the other
 members is refined too and the faster refined plan kept (ties: the other's), so that member
-can only make ``auto`` faster. ``BudgetResult.candidates`` lists every member's overhead or
-why it has none.
+can only make ``auto`` faster. So is the second best of the other members when it comes
+within :data:`NEAR_TIE` of the best of them: which of two plans that close refines further
+is not known before refining both (ties: the one refined first).
+``BudgetResult.candidates`` lists every member's overhead or why it has none.
 
 ``segments-ga`` is not a member: on the shared traces it never beat the greedy (it migrates
 whole gaps a segment forces off, not only the bytes over the budget).
@@ -81,6 +83,10 @@ from cupool.planning.budget.parallel import (
 )
 from cupool.planning.budget.params import BudgetParams
 from cupool.planning.budget.result import BudgetResult
+
+NEAR_TIE = 0.01
+"""The runner-up among the members (the searched one aside) is refined too when its
+simulated iteration is within this fraction of the best one's."""
 
 REFINE_TIME_LIMIT_S = 600.0
 """A safety cap on the refining search's wall time; ``refine_evaluations`` ends it first
@@ -281,7 +287,8 @@ class Selection:
         self.reasons: list[str] = []
         self.best: BudgetResult | None = None
         self.others: BudgetResult | None = None  # the best member but the searched one
-        self._best_key = self._others_key = None
+        self.runner_up: BudgetResult | None = None  # the second best of those
+        self._best_key = self._others_key = self._runner_up_key = None
         self.last_plan = None
 
     def at_ideal(self) -> bool:
@@ -312,8 +319,21 @@ class Selection:
                              simulation=sim, member=name)
         if self._best_key is None or key < self._best_key:
             self.best, self._best_key = entry, key
-        if name != SEARCHED_MEMBER and (self._others_key is None or key < self._others_key):
+        if name == SEARCHED_MEMBER:
+            return
+        if self._others_key is None or key < self._others_key:
+            if self.others is None or not _same_plan(self.others.plan, entry.plan):
+                self.runner_up, self._runner_up_key = self.others, self._others_key
             self.others, self._others_key = entry, key
+        elif ((self._runner_up_key is None or key < self._runner_up_key)
+              and not _same_plan(self.others.plan, entry.plan)):
+            self.runner_up, self._runner_up_key = entry, key
+
+
+def _same_plan(a, b) -> bool:
+    """Whether two members made the same plan (variants often do): refining it twice
+    finds nothing new."""
+    return a.residencies == b.residencies and a.actions == b.actions
 
 
 def member_outcomes(trace, budget_bytes, cost, params: BudgetParams, listed: list[Member],
@@ -364,6 +384,13 @@ def plan_auto(trace, budget_bytes, cost, params: BudgetParams, started: float) -
         other = refine(trace, others, cost, params)
         if other.simulation.iteration_us <= refined.simulation.iteration_us:
             best, refined = others, other
+    runner_up = selection.runner_up
+    if runner_up is not None and (runner_up.simulation.iteration_us
+                                  <= others.simulation.iteration_us * (1.0 + NEAR_TIE)):
+        # as close as that, it may refine further than the best of the others did
+        other = refine(trace, runner_up, cost, params)
+        if other.simulation.iteration_us < refined.simulation.iteration_us:
+            best, refined = runner_up, other
     plan, sim = refined.plan, refined.simulation
     stats = {**plan.stats, "member": best.member, "simulated_overhead": sim.overhead,
              "candidates": report, **refined.stats}

@@ -73,21 +73,37 @@ TARGETS = ("working", "live")
 
 
 class Variant(NamedTuple):
-    """One way to run the member: the ``target`` (:data:`TARGETS`) and whether the bytes
+    """One way to run the member: the ``target`` (:data:`TARGETS`); whether the bytes
     are released ``eager`` ly, right after the previous use (the next op waits for the
     copy out; residencies then end at uses, which packs into offsets more often), or once
-    the copy out has landed."""
+    the copy out has landed; the ``order`` gaps are taken in (:data:`ORDERS`, among gaps
+    as long: Adam's moments, one pair per layer, each used once per step, are all as
+    long): which state leaves the device decides which copies crowd the last ops, and
+    no order wins everywhere."""
 
     target: str = "working"
     eager: bool = False
+    order: str = "largest"
 
     @property
     def name(self) -> str:
-        return f"boundary(target {self.target}{', eager release' if self.eager else ''})"
+        extra = (", eager release" if self.eager else "") + (
+            f", {self.order} first" if self.order != "largest" else "")
+        return f"boundary(target {self.target}{extra})"
+
+
+ORDERS = {
+    "largest": lambda gap, size: (-size, 0, gap),
+    "latest use": lambda gap, size: (-size, -gap.prev_use, gap),
+}
+"""Orders of the gaps as long as each other (module docstring, step 1): the largest
+first, ties by buffer, or by the latest previous use (the state the last ops update
+leaves the device first, whose copies out and in then meet fewest others in those ops)."""
 
 
 VARIANTS = (Variant("working"), Variant("live"), Variant("working", eager=True),
-            Variant("live", eager=True))
+            Variant("live", eager=True), Variant("working", order="latest use"),
+            Variant("working", eager=True, order="latest use"))
 """The variants ``auto`` runs, in the order that breaks ties."""
 
 
@@ -162,16 +178,21 @@ def _settle_copy_out(state: PlanState, window: SwapWindow) -> None:
     state.d2h.add(window.out_issue_us, window.out_us, max(due, landed))
 
 
-def offload_persistent(state: PlanState, target: str = "working", eager: bool = False) -> int:
+def offload_persistent(state: PlanState, target: str = "working", eager: bool = False,
+                       order: str = "largest") -> int:
     """Take persistent gaps off the device until no op is over ``target``
     (:data:`TARGETS`; module docstring, steps 1-2), released ``eager`` ly or once the copy
-    out has landed (:func:`stretched_window`); returns how many were taken."""
+    out has landed (:func:`stretched_window`), in ``order`` (:data:`ORDERS`,
+    :class:`Variant`); returns how many were taken."""
     trace, n = state.trace, state.n
     if target not in TARGETS:
         raise ValueError(f"target {target!r}: expected one of {TARGETS}")
     floor = persistent_floor(trace) if target == "working" else None
     gaps = [g for g in trace_index(trace).gaps if state.by_id[g.buffer_id].kind == PERSISTENT]
-    gaps.sort(key=lambda g: (-_idle_count(n, g), -state.sizes[g.buffer_id], g))
+    if order not in ORDERS:
+        raise ValueError(f"order {order!r}: expected one of {tuple(ORDERS)}")
+    key = ORDERS[order]
+    gaps.sort(key=lambda g: (-_idle_count(n, g), *key(g, state.sizes[g.buffer_id])))
     taken = 0
     for gap in gaps:
         measure = state.live if floor is None else floor
@@ -277,7 +298,7 @@ def plan_boundary(trace, budget_bytes, cost, params: BudgetParams, started: floa
     def decide(internal: int) -> Decision:
         state = PlanState(trace, internal, cost, max_chain=options.max_chain,
                           late_trigger=options.late_trigger)
-        taken = offload_persistent(state, variant.target, variant.eager)
+        taken = offload_persistent(state, variant.target, variant.eager, variant.order)
         persistent_gaps = list(state.taken)
         for include_persistent in (False, True):
             if state.live.max() > internal:
