@@ -49,9 +49,10 @@ re-validated, kept only when faster), and finally improves it by the local searc
 never worse: only faster plans that pass the validator are kept; deterministic: bounded by
 the count, not the clock). When the searched streaming member wins, the best of the other
 members is refined too and the faster refined plan kept (ties: the other's), so that member
-can only make ``auto`` faster. So is the second best of the other members when it comes
-within :data:`NEAR_TIE` of the best of them: which of two plans that close refines further
-is not known before refining both (ties: the one refined first).
+can only make ``auto`` faster. So is the best plan of another family of members (greedy,
+capuchin, stream, boundary, ...) when it comes within :data:`NEAR_TIE` of the best of the
+others: which of two plans that close but made differently refines further is not known
+before refining both (ties: the one refined first).
 ``BudgetResult.candidates`` lists every member's overhead or why it has none.
 
 ``segments-ga`` is not a member: on the shared traces it never beat the greedy (it migrates
@@ -85,8 +86,9 @@ from cupool.planning.budget.params import BudgetParams
 from cupool.planning.budget.result import BudgetResult
 
 NEAR_TIE = 0.01
-"""The runner-up among the members (the searched one aside) is refined too when its
-simulated iteration is within this fraction of the best one's."""
+"""The runner-up (the best plan of another family than the best member's, the searched
+member aside) is refined too when its simulated iteration is within this fraction of the
+best one's."""
 
 REFINE_TIME_LIMIT_S = 600.0
 """A safety cap on the refining search's wall time; ``refine_evaluations`` ends it first
@@ -287,8 +289,8 @@ class Selection:
         self.reasons: list[str] = []
         self.best: BudgetResult | None = None
         self.others: BudgetResult | None = None  # the best member but the searched one
-        self.runner_up: BudgetResult | None = None  # the second best of those
-        self._best_key = self._others_key = self._runner_up_key = None
+        self._families: dict[str, tuple] = {}  # the best (key, entry) of each family
+        self._best_key = self._others_key = None
         self.last_plan = None
 
     def at_ideal(self) -> bool:
@@ -322,12 +324,26 @@ class Selection:
         if name == SEARCHED_MEMBER:
             return
         if self._others_key is None or key < self._others_key:
-            if self.others is None or not _same_plan(self.others.plan, entry.plan):
-                self.runner_up, self._runner_up_key = self.others, self._others_key
             self.others, self._others_key = entry, key
-        elif ((self._runner_up_key is None or key < self._runner_up_key)
-              and not _same_plan(self.others.plan, entry.plan)):
-            self.runner_up, self._runner_up_key = entry, key
+        family = _family(name)
+        if family not in self._families or key < self._families[family][0]:
+            self._families[family] = (key, entry)
+
+    @property
+    def runner_up(self) -> BudgetResult | None:
+        """The best plan of another family of members than the best of the others' (the
+        searched member aside; not the same plan), or ``None``."""
+        if self.others is None:
+            return None
+        family = _family(self.others.member)
+        rivals = sorted((key, entry) for name, (key, entry) in self._families.items()
+                        if name != family and not _same_plan(entry.plan, self.others.plan))
+        return rivals[0][1] if rivals else None
+
+
+def _family(member: str) -> str:
+    """A member's family: its name up to its options (``greedy``, ``stream``, ...)."""
+    return member.split("(", 1)[0]
 
 
 def _same_plan(a, b) -> bool:
@@ -385,8 +401,9 @@ def plan_auto(trace, budget_bytes, cost, params: BudgetParams, started: float) -
         if other.simulation.iteration_us <= refined.simulation.iteration_us:
             best, refined = others, other
     runner_up = selection.runner_up
-    if runner_up is not None and (runner_up.simulation.iteration_us
-                                  <= others.simulation.iteration_us * (1.0 + NEAR_TIE)):
+    if runner_up is not None and refined.simulation.overhead > 0 and (
+            runner_up.simulation.iteration_us
+            <= others.simulation.iteration_us * (1.0 + NEAR_TIE)):
         # as close as that, it may refine further than the best of the others did
         other = refine(trace, runner_up, cost, params)
         if other.simulation.iteration_us < refined.simulation.iteration_us:

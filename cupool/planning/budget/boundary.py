@@ -102,8 +102,7 @@ leaves the device first, whose copies out and in then meet fewest others in thos
 
 
 VARIANTS = (Variant("working"), Variant("live"), Variant("working", eager=True),
-            Variant("live", eager=True), Variant("working", order="latest use"),
-            Variant("working", eager=True, order="latest use"))
+            Variant("live", eager=True), Variant("working", order="latest use"))
 """The variants ``auto`` runs, in the order that breaks ties."""
 
 
