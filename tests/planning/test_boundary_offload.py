@@ -177,7 +177,7 @@ def test_a_copy_in_brought_forward_never_starts_before_its_copy_out_releases_the
 def test_the_lowest_gap_is_the_first_fit_of_a_walk_over_the_ranges(ranges, size):
     """The first-fit search over placed ranges equals walking them in order of their low
     ends, keeping the highest end reached, until a gap holds ``size`` bytes."""
-    from cupool.planning.budget.engine.firstfit import _lowest_gap
+    from cupool.planning.budget.engine.placement import lowest_gap
 
     cursor = 0
     for low, high in sorted((low, low + length) for low, length in ranges):
@@ -186,7 +186,7 @@ def test_the_lowest_gap_is_the_first_fit_of_a_walk_over_the_ranges(ranges, size)
         cursor = max(cursor, high)
     lows = np.array([low for low, _length in ranges], dtype=np.int64)
     highs = lows + np.array([length for _low, length in ranges], dtype=np.int64)
-    assert _lowest_gap(lows, highs, size) == cursor
+    assert lowest_gap(lows, highs, size) == cursor
 
 
 

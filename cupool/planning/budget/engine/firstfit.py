@@ -29,7 +29,7 @@ import numpy as np
 
 from cupool.core.vocabulary import Trace
 from cupool.errors import SolverError
-from cupool.planning.budget.engine.placement import PlacedOffsets, boundary_pairs
+from cupool.planning.budget.engine.placement import PlacedOffsets, boundary_pairs, lowest_gap
 
 try:
     from cupool.planning.budget.engine import _firstfit
@@ -181,11 +181,11 @@ def first_fit(layout: Layout, items: list[tuple[int, ...]], budget_bytes: int,
               native: bool | None = None) -> PlacedOffsets:
     """:func:`place_pairs_first_fit` for one order of its ``items`` (tuples of residency
     indices, each residency in one item, the members of an item of one size): each at the
-    lowest offset free during every op its members span (:func:`_lowest_gap`), or
+    lowest offset free during every op its members span (:func:`~.placement.lowest_gap`), or
     ``PlacedOffsets(None, cursor + size)`` for the first item that would end above
     ``budget_bytes``. ``native`` as in :func:`place_pairs_first_fit`; an empty op range
     (``start >= end``), which the slots cannot express, or a size ``<= 0``, where the
-    walk of :func:`_lowest_gap` is not the lowest free offset the extension finds (or
+    walk of :func:`~.placement.lowest_gap` is not the lowest free offset the extension finds (or
     sizes that could add up past ``int64``), is placed by NumPy unless ``native`` is
     ``True`` (then the extension refuses it)."""
     if _compiled(layout, native):
@@ -215,19 +215,6 @@ def _first_fit_compiled(layout: Layout, items: PackedItems,
     return PlacedOffsets(offsets if placed else None, int(arena))
 
 
-def _lowest_gap(lows: np.ndarray, highs: np.ndarray, size: int) -> int:
-    """The lowest offset ``>= 0`` with ``size`` bytes free of the ranges ``[lows, highs)``:
-    walking the ranges by their low end, the first gap between the highest end so far and
-    the next range's low end that holds ``size`` bytes, else the highest end of all."""
-    if not len(lows):
-        return 0
-    order = np.argsort(lows, kind="stable")
-    lows, highs = lows[order], highs[order]
-    reached = np.maximum(np.concatenate(([0], np.maximum.accumulate(highs)[:-1])), 0)
-    fits = np.flatnonzero(lows - reached >= size)
-    return int(reached[fits[0]]) if len(fits) else max(0, int(highs.max()))
-
-
 def _first_fit_numpy(layout: Layout, items: list[tuple[int, ...]],
                      budget_bytes: int) -> PlacedOffsets:
     """:func:`first_fit` by NumPy masks over every residency."""
@@ -240,7 +227,7 @@ def _first_fit_numpy(layout: Layout, items: list[tuple[int, ...]],
             busy |= (starts < ends[k]) & (ends > starts[k])
         busy &= offsets >= 0
         size = int(sizes[ks[0]])
-        cursor = _lowest_gap(offsets[busy], (offsets + sizes)[busy], size)
+        cursor = lowest_gap(offsets[busy], (offsets + sizes)[busy], size)
         if cursor + size > budget_bytes:
             return PlacedOffsets(None, cursor + size)
         offsets[list(ks)] = cursor

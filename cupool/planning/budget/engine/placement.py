@@ -195,13 +195,20 @@ class _Layout:
     def lowest_free(self, size: int, *spans: int) -> int:
         """The lowest offset with ``size`` bytes unused during every one of ``spans``."""
         mask = self._during(*spans)
-        cursor = 0
-        for low, high in sorted(zip(self.offsets[mask].tolist(),
-                                    (self.offsets + self.sizes)[mask].tolist(), strict=True)):
-            if low - cursor >= size:
-                break
-            cursor = max(cursor, high)
-        return cursor
+        return lowest_gap(self.offsets[mask], (self.offsets + self.sizes)[mask], size)
+
+
+def lowest_gap(lows: np.ndarray, highs: np.ndarray, size: int) -> int:
+    """The lowest offset ``>= 0`` with ``size`` bytes free of the ranges ``[lows, highs)``:
+    walking the ranges by their low end, the first gap between the highest end so far and
+    the next range's low end that holds ``size`` bytes, else the highest end of all."""
+    if not len(lows):
+        return 0
+    order = np.argsort(lows, kind="stable")
+    lows, highs = lows[order], highs[order]
+    reached = np.maximum(np.concatenate(([0], np.maximum.accumulate(highs)[:-1])), 0)
+    fits = np.flatnonzero(lows - reached >= size)
+    return int(reached[fits[0]]) if len(fits) else max(0, int(highs.max()))
 
 
 FALLBACK_OFFSET_SOLVERS = ("best-fit", "greedy-breadth")
