@@ -78,6 +78,23 @@ variables. Its optimum is the relaxation's least ``T``, so at least every dual v
 is taken off by ``LP_TOLERANCE`` (relative) for HiGHS' feasibility tolerance, and the bound
 is the best of both (``details["method"]``: ``"lp"`` or ``"dual"``).
 
+The LP also states what happens after op ``i`` *in order*. A copy in issued after op ``i``
+ended lands before the op that uses the buffer next starts, and the ops from there on run
+after it; a copy out in the tail is issued only once the buffer's last write ended::
+
+    start(u) >= end(i) + (H2D time of the copies in after op i due at u or before) / k
+    T        >= start(u) + (op time from u to the end)
+    end(t-1) >= start(u) + (op time from u to t - 1)                 for u < t
+    end(t-1) >= end(i) + (op time from i + 1 to t - 1) + (recomputes due before t)
+    T        >= end(t-1) + (tail D2H time released at t or later) / k
+
+for ``u`` among :data:`LP_DUE_OPS` byte quantiles of the candidates' next uses (of those
+offloaded across the boundary, and of all) and ``t`` among the tail copies' releases
+after ``i``. Optimizer state used once per step is the case it is for: off the device at
+a mid-step peak, it is copied in after the peak, updated, and copied out after the update
+(or copied out before the peak, when it stayed on the device across the boundary): the
+step runs both copies in turn, where the weighted sums above let them overlap.
+
 A recompute's time ``r_j`` counts its producer plus a share of the inputs the program had
 already freed (:func:`recompute_us`: those must be rematerialized too).
 
@@ -409,6 +426,26 @@ LP_TOLERANCE = 1e-6
 """Relative amount taken off an LP optimum (HiGHS meets its constraints to ~1e-7)."""
 LP_THRESHOLDS = 8
 """Release thresholds (byte quantiles) the LP states its copy-out rows for."""
+LP_DUE_OPS = 8
+"""Ops (byte quantiles of next uses) the LP states its in-order rows for, per kind."""
+
+
+def _due_ops(next_use, sizes, tail) -> list[int]:
+    """The ops ``u`` the LP states "op ``u`` starts after the copies in due by it" for
+    (any set is sound; more only tightens): the next uses of the candidates offloaded
+    across the boundary (``tail``), whose copies in and out the step runs in turn, and
+    byte quantiles of every candidate's next use, :data:`LP_DUE_OPS` of each at most."""
+    if not len(next_use):
+        return []
+    ops = set()
+    for chosen, weights in ((next_use[tail], sizes[tail]), (next_use, sizes)):
+        if not len(chosen):
+            continue
+        order = np.argsort(chosen, kind="stable")
+        cumulative = np.cumsum(weights[order])
+        picks = np.searchsorted(cumulative, cumulative[-1] * np.linspace(0, 1, LP_DUE_OPS))
+        ops |= {int(chosen[order][min(k, len(order) - 1)]) for k in picks}
+    return sorted(ops)
 
 
 def _lp_value(ob: _OpBound, prefix) -> float | None:
@@ -468,21 +505,49 @@ def _lp_value(ob: _OpBound, prefix) -> float | None:
     add([*j, b_col], [*rec, -1.0], -ob.after)  # compute after op i
     add([*(l_ + j), *(h_ + j), b_col], [*ob.copy, *ob.copy, -1.0], 0.0)  # copies in after op i
     add([a_col, b_col, t_col], [1.0, 1.0, -1.0], -ob.here)
+    # after op i, in order: op u starts (F_u) only once the copies in that ops up to u
+    # wait for have landed, issued after op i ended; the ops from u on follow it
+    later = ob.used_later
+    dues = _due_ops(ob.next_use[later], ob.sizes[later], ob.tail[later] > 0)
+    extra = 0
+    f_cols = {}
+    for u in dues:
+        f_cols[u] = 4 * m + 3 + extra
+        extra += 1
+        due = j[later & (ob.next_use <= u)]
+        add([*(l_ + due), *(h_ + due), a_col, f_cols[u]],
+            [*ob.copy[due], *ob.copy[due], 1.0, -1.0], -ob.here)
+        add([f_cols[u], t_col], [1.0, -1.0], -float(prefix[-1] - prefix[u]))
     for t in sorted({int(x) for x in ob.tail_released[tails]}):
         sel = j[tails & (ob.tail_released >= t)]
-        redo = j[redo_ok & (ob.next_use < t)] if t > ob.i else j[:0]
-        add([*(e_ + sel), *(l_ + sel), *redo, t_col],
-            [*ob.tail[sel], *ob.tail[sel], *rec[redo], -1.0], -float(prefix[t]))
+        if t <= ob.i:
+            add([*(e_ + sel), *(l_ + sel), t_col],
+                [*ob.tail[sel], *ob.tail[sel], -1.0], -float(prefix[t]))
+            continue
+        # op t - 1 ends (E_t) after op i, the ops between and the recomputes due before
+        # t, and after op u (u < t) started and the ops from u ran; the tail copies out
+        # released at t or later follow it
+        e_col = 4 * m + 3 + extra
+        extra += 1
+        redo = j[redo_ok & (ob.next_use < t)]
+        add([*redo, a_col, e_col], [*rec[redo], 1.0, -1.0],
+            -(ob.here + float(prefix[t] - prefix[ob.i + 1])))
+        for u, f_col in f_cols.items():
+            if u < t:
+                add([f_col, e_col], [1.0, -1.0], -float(prefix[t] - prefix[u]))
+        add([*(e_ + sel), *(l_ + sel), e_col, t_col],
+            [*ob.tail[sel], *ob.tail[sel], 1.0, -1.0], 0.0)
+    columns = 4 * m + 3 + extra
     upper = np.concatenate([np.where(redo_ok, ob.sizes, 0.0),
                             np.where(early_ok, ob.sizes, 0.0), ob.sizes,
                             np.where(heads, ob.sizes, 0.0),
-                            [np.inf, np.inf, np.inf]])
-    lower = np.zeros(4 * m + 3)
+                            np.full(3 + extra, np.inf)])
+    lower = np.zeros(columns)
     lower[a_col] = ob.before
     lower[b_col] = ob.after
-    objective = np.zeros(4 * m + 3)
+    objective = np.zeros(columns)
     objective[t_col] = 1.0
-    matrix = coo_matrix((vals, (rows, cols)), shape=(len(rhs), 4 * m + 3)).tocsr()
+    matrix = coo_matrix((vals, (rows, cols)), shape=(len(rhs), columns)).tocsr()
     result = linprog(objective, A_ub=matrix, b_ub=np.array(rhs),
                      bounds=np.column_stack([lower, upper]), method="highs")
     if result.status != 0:

@@ -150,4 +150,4 @@ def test_auto_takes_the_searched_member_when_it_is_fastest_and_its_plan_is_valid
               if k != SEARCHED_MEMBER and isinstance(v, float)]
     sim = simulate(planned.trace, planned.plan, cost)
     assert others and sim.overhead < min(others)
-    assert sim.overhead >= overhead_lower_bound(trace, budget, cost).overhead - 1e-9
+    assert sim.overhead >= overhead_lower_bound(planned.trace, budget, cost).overhead - 1e-9
