@@ -219,6 +219,20 @@ def test_offloaded_persistent_state_is_copied_out_after_its_last_use():
     assert bound.overhead <= simulated.overhead
 
 
+def _state_copied_out_after_op_0(op_us: float):
+    """Five ops of ``op_us``, persistent W (1000 B) used only at op 4 and A (1000 B) at op
+    2, budget 1000 B; and the valid plan that keeps W on the device across the boundary,
+    copies it out after op 0 and back for op 4."""
+    trace = trace_of([op_us] * 5, Buffer(0, 1000, 0, 5, (4,), PERSISTENT),
+                     Buffer(1, 1000, 2, 3, (2,)))
+    head = swap_plan(trace, [Residency(0, 0, 2, 0), Residency(1, 2, 3, 0),
+                             Residency(0, 3, 5, 0)],
+                     [SwapOut(0, 0), SwapIn(0, 3, 4)], budget=1000)
+    report = validate_plan(trace, head)
+    assert report.valid, report.message
+    return trace, head
+
+
 def test_state_kept_across_the_boundary_may_be_copied_out_early_in_the_iteration():
     """op:  0    1    2    3    4      (100 us each), budget 1000 bytes, 13 us per copy
     W:  persistent 1000 B used (written) only at op 4
@@ -227,13 +241,7 @@ def test_state_kept_across_the_boundary_may_be_copied_out_early_in_the_iteration
     hides): it stays on the device from op 4 into the next iteration, is copied out
     after op 0 (hidden by op 1) and back after op 2 (hidden by op 3): no overhead. The
     bound must allow that plan; it once charged the tail copy (13 us) regardless."""
-    trace = trace_of([100.0] * 5, Buffer(0, 1000, 0, 5, (4,), PERSISTENT),
-                     Buffer(1, 1000, 2, 3, (2,)))
-    head = swap_plan(trace, [Residency(0, 0, 2, 0), Residency(1, 2, 3, 0),
-                             Residency(0, 3, 5, 0)],
-                     [SwapOut(0, 0), SwapIn(0, 3, 4)], budget=1000)
-    report = validate_plan(trace, head)
-    assert report.valid, report.message
+    trace, head = _state_copied_out_after_op_0(100.0)
     assert simulate(trace, head, SLOW).overhead == 0.0
     assert overhead_lower_bound(trace, 1000, SLOW).overhead == 0.0
     # when op 0 has no room for it, W did begin the iteration on the host: the tail binds
@@ -255,13 +263,7 @@ def test_state_off_the_device_mid_step_is_copied_out_and_in_in_turn():
     once charged the copies in after op 2 against the whole rest of the step, not in
     front of op 4 (53 us)."""
     pytest.importorskip("scipy")
-    trace = trace_of([10.0] * 5, Buffer(0, 1000, 0, 5, (4,), PERSISTENT),
-                     Buffer(1, 1000, 2, 3, (2,)))
-    head = swap_plan(trace, [Residency(0, 0, 2, 0), Residency(1, 2, 3, 0),
-                             Residency(0, 3, 5, 0)],
-                     [SwapOut(0, 0), SwapIn(0, 3, 4)], budget=1000)
-    report = validate_plan(trace, head)
-    assert report.valid, report.message
+    trace, head = _state_copied_out_after_op_0(10.0)
     simulated = simulate(trace, head, SLOW)
     assert simulated.iteration_us == pytest.approx(56.0)
     bound = overhead_lower_bound(trace, 1000, SLOW)
