@@ -206,3 +206,25 @@ def test_gaps_as_long_and_as_large_are_taken_in_the_variant_s_order(order, taken
     assert [gap.buffer_id for gap in state.taken] == [taken]
     with pytest.raises(ValueError, match="order 'newest'"):
         offload_persistent(PlanState(trace, 2000, cost_model(0.1)), order="newest")
+
+
+@pytest.mark.parametrize(("fill", "trigger"), [(0.9, 3), (1.0, 2)])
+def test_copies_in_are_brought_forward_into_the_variant_s_fill_of_the_budget(fill, trigger):
+    """W (used at op 5 only) must be off the device at op 1; its copy in (13 us, ops of 10
+    us) is triggered at op 3 to land on time. Ops 2 to 4 hold 850 bytes: with W, 1850 of
+    the 1900-byte budget, above 90% of it: only a variant that fills the whole budget
+    brings the copy forward to op 2."""
+    from cupool.planning.budget.boundary import bring_forward, offload_persistent
+    from cupool.planning.budget.engine.state import PlanState
+
+    trace = Trace("fill", tuple(Op(f"op{i}", 10.0) for i in range(6)),
+                  (Buffer(0, 1000, 0, 6, (5,), PERSISTENT), Buffer(1, 1000, 1, 2, (1,)),
+                   Buffer(2, 850, 2, 5, (2, 4))))
+    state = PlanState(trace, 1900, cost_model(0.1))
+    assert offload_persistent(state, "working") == 1
+    taken = list(state.taken)
+    [before] = state.schedule.gaps[0]
+    assert before.resident_from == 3
+    bring_forward(state, taken, fill)
+    [after] = state.schedule.gaps[0]
+    assert after.resident_from == trigger

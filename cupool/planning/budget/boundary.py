@@ -32,7 +32,8 @@ copies that cannot land on time stall the step (the simulator charges the waitin
    it is brought forward over: at the latest trigger that lands on time, else as early as
    the room allows (less waiting), and each copy out keeps its bytes until it has landed
    where they fit (no waiting for it). Room is counted against
-   :data:`~.stream.PREFETCH_FILL` of the budget, the rest left for packing offsets.
+   :data:`~.stream.PREFETCH_FILL` of the budget, the rest left for packing offsets (or
+   all of it: :class:`Variant`).
 
 ``auto`` runs it only when :func:`persistent_over` holds, so every trace whose
 persistent state fits plans exactly as before.
@@ -79,16 +80,20 @@ class Variant(NamedTuple):
     the copy out has landed; the ``order`` gaps are taken in (:data:`ORDERS`, among gaps
     as long: Adam's moments, one pair per layer, each used once per step, are all as
     long): which state leaves the device decides which copies crowd the last ops, and
-    no order wins everywhere."""
+    no order wins everywhere; the share of the budget step 4 ``fill`` s (more room for
+    copies brought forward, less slack for packing offsets: when they do not pack, the
+    member plans with a smaller budget, as for any schedule)."""
 
     target: str = "working"
     eager: bool = False
     order: str = "largest"
+    fill: float = PREFETCH_FILL
 
     @property
     def name(self) -> str:
         extra = (", eager release" if self.eager else "") + (
-            f", {self.order} first" if self.order != "largest" else "")
+            f", {self.order} first" if self.order != "largest" else "") + (
+            f", fill {self.fill:.0%}" if self.fill != PREFETCH_FILL else "")
         return f"boundary(target {self.target}{extra})"
 
 
@@ -102,7 +107,7 @@ leaves the device first, whose copies out and in then meet fewest others in thos
 
 
 VARIANTS = (Variant("working"), Variant("live"), Variant("working", eager=True),
-            Variant("live", eager=True), Variant("working", order="latest use"))
+            Variant("live", eager=True), Variant("working", order="latest use", fill=1.0))
 """The variants ``auto`` runs, in the order that breaks ties."""
 
 
@@ -215,13 +220,14 @@ def offload_persistent(state: PlanState, target: str = "working", eager: bool = 
     return taken
 
 
-def _earlier_trigger(state: PlanState, gap: Gap, size: int, until: int) -> int:
+def _earlier_trigger(state: PlanState, gap: Gap, size: int, until: int,
+                     fill: float = PREFETCH_FILL) -> int:
     """The trigger step 4 moves ``gap``'s copy in to (its own when none is better), never
     before ``until``, where the bytes of its copy out are released (for a gap across the
     boundary, the copy in is the next iteration's: from op 0)."""
     low = 0 if gap.wraps else until
     room = gap.resident_from
-    limit = PREFETCH_FILL * state.budget
+    limit = fill * state.budget
     while room > low and int(state.live[room - 1]) + size <= limit:
         room -= 1
     if room == gap.resident_from:
@@ -239,9 +245,9 @@ def _earlier_trigger(state: PlanState, gap: Gap, size: int, until: int) -> int:
         state.h2d.add(old.issue_us, old.length_us, old.due_us)
 
 
-def bring_forward(state: PlanState, gaps: list[IdleGap]) -> int:
-    """Step 4 for the persistent ``gaps`` taken (module docstring); returns how many
-    copies moved."""
+def bring_forward(state: PlanState, gaps: list[IdleGap], fill: float = PREFETCH_FILL) -> int:
+    """Step 4 for the persistent ``gaps`` taken (module docstring), with room counted
+    against ``fill`` of the budget; returns how many copies moved."""
     trace, n = state.trace, state.n
     planned = []
     for idle in gaps:
@@ -256,11 +262,11 @@ def bring_forward(state: PlanState, gaps: list[IdleGap]) -> int:
         landed = float(state.end_us[gap.prev_use]) + copy_out
         end = n if gap.wraps else gap.resident_from
         while (until < end and float(state.start_us[until]) < landed
-               and int(state.live[until]) + size <= PREFETCH_FILL * state.budget
+               and int(state.live[until]) + size <= fill * state.budget
                and not state.clean_at(gap.buffer_id, gap.prev_use)):
             state.hold(size, until, until + 1)
             until += 1
-        trigger = _earlier_trigger(state, gap, size, until)
+        trigger = _earlier_trigger(state, gap, size, until, fill)
         if trigger < gap.resident_from:
             key = (gap.buffer_id, gap.prev_use)
             old = state.h2d_copies[key]
@@ -316,7 +322,7 @@ def plan_boundary(trace, budget_bytes, cost, params: BudgetParams, started: floa
         # bring_forward edits the schedule's gap lists in place: keep them as they were
         as_decided = decision(Schedule({b: list(gaps) for b, gaps in state.schedule.gaps.items()},
                                        list(state.schedule.chains)), fullest_op(state), 0)
-        moved = bring_forward(state, persistent_gaps)
+        moved = bring_forward(state, persistent_gaps, variant.fill)
         if moved and not _placeable(trace, state, budget_bytes, params):
             # copies brought forward can tie residencies into a knot no offsets untie
             return as_decided
