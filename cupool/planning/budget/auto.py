@@ -25,7 +25,8 @@ uses / across the iteration boundary only when the budget still does not hold.
 - when the trace has read-only weights (``writes == []``), weight streaming
   (:mod:`.stream`) at each of ``params.stream_headrooms`` and with a searched kept set
   (:data:`SEARCHED_MEMBER`);
-- ``capuchin``, ``vdnn`` and ``on-demand``;
+- ``capuchin`` (in Capuchin's order, and with the on-time swaps of the largest buffers
+  taken first), ``vdnn`` and ``on-demand``;
 - :func:`fallbacks`: when persistent state with what an op uses does not fit the budget at
   some op, the persistent gaps taken off the device first, late where they must be
   (:mod:`.boundary`, each of its variants); and, only when nothing found a plan, the
@@ -68,6 +69,7 @@ from dataclasses import replace
 from typing import NamedTuple
 
 from cupool.planning.budget.engine.greedy import (
+    LARGEST_SWAPS,
     GreedyOptions,
     fullest_op,
     out_of_reach,
@@ -180,8 +182,10 @@ def members(trace, budget_bytes, cost, params: BudgetParams,
                 for h in params.stream_headrooms for order in KEEP_ORDERS]
         out += [Member(SEARCHED_MEMBER, lambda started: plan_stream(
             trace, budget_bytes, cost, params, started, 0.0, SEARCHED))]
-    out += [Member("capuchin", policy(plan_capuchin)), Member("vdnn", policy(plan_vdnn)),
-            Member("on-demand", policy(plan_on_demand))]
+    out += [Member("capuchin", policy(plan_capuchin)),
+            Member(f"capuchin({LARGEST_SWAPS} first)", lambda started: plan_capuchin(
+                trace, budget_bytes, cost, params, started, LARGEST_SWAPS)),
+            Member("vdnn", policy(plan_vdnn)), Member("on-demand", policy(plan_on_demand))]
     return out
 
 

@@ -8,6 +8,11 @@ duration plus every dropped input recomputed with it: chains). Each swap-in's tr
 the latest op whose copy still lands before the next use *behind the copies already
 queued on the H2D engine* (FIFO), so the queue never makes an earlier decision late.
 
+With ``order`` :data:`~.engine.greedy.LARGEST_SWAPS` (a variant ``auto`` also runs), the
+swaps that land on time are taken largest buffer first before that order: a copy pays a
+fixed latency, so many small activations taken first by free time can fill the link
+before the large ones that would relieve the same ops, which are then recomputed.
+
 Then Capuchin's feedback (:mod:`.feedback`): the plan is simulated, and every swap-in
 that still arrived late gets its trigger moved earlier by enough ops to cover the measured
 wait (bounded by the swap-out point, the budget and the offsets); the moved plan is
@@ -19,6 +24,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from cupool.planning.budget.engine.greedy import (
+    LARGEST_SWAPS,
     GreedyOptions,
     fullest_op,
     out_of_reach,
@@ -29,10 +35,15 @@ from cupool.planning.budget.feedback import refine_triggers
 from cupool.planning.budget.params import BudgetParams
 from cupool.planning.budget.result import BudgetResult
 
+ORDERS = ("free-time", LARGEST_SWAPS)
+"""The orders :func:`plan_capuchin` takes gaps in (module docstring)."""
+
 
 def plan_capuchin(trace, budget_bytes, cost, params: BudgetParams,
-                  started: float) -> BudgetResult:
-    options = GreedyOptions(order="free-time", swap_weight=0.0, max_chain=params.max_chain)
+                  started: float, order: str = "free-time") -> BudgetResult:
+    if order not in ORDERS:
+        raise ValueError(f"order {order!r}: expected one of {ORDERS}")
+    options = GreedyOptions(order=order, swap_weight=0.0, max_chain=params.max_chain)
 
     def decide(internal):
         unreachable = out_of_reach(trace, internal, cost, options, "capuchin")

@@ -11,9 +11,13 @@ ways, against the current :class:`~.state.PlanState`:
   the scarce resource: a weight of 0 spends it first-come, a large one keeps it for
   buffers that are expensive to recompute); free over ``[copy out landed, trigger)``.
 
-Two orders: ``"cost"`` (a lazy heap on cost per byte per over-budget op the holes
-cover, DTR-like: cheapest relief first) and ``"free-time"`` (Capuchin: largest
-``FT = swap_in_start − swap_out_end`` first, then swap or recompute by cost). A candidate
+Three orders: ``"cost"`` (a lazy heap on cost per byte per over-budget op the holes
+cover, DTR-like: cheapest relief first), ``"free-time"`` (Capuchin: largest
+``FT = swap_in_start − swap_out_end`` first, then swap or recompute by cost) and
+``"largest swaps"`` (the swaps that land on time taken largest buffer first, then
+Capuchin's order: a copy's fixed latency makes many small copies slow per byte, so
+small activations taken first by free time can fill the link before the large ones
+that would relieve the same ops, and those are then recomputed). A candidate
 is applied only while it frees bytes at an op still over the budget.
 
 A gap that a planned recompute reads inside (a *pin*: the buffer is that recompute's
@@ -44,12 +48,17 @@ from cupool.planning.budget.engine.schedule import (
 )
 from cupool.planning.budget.engine.state import PlanState
 
+LARGEST_SWAPS = "largest swaps"
+"""The order that takes the on-time swaps of the largest buffers first
+(:func:`largest_swaps_pass`), then follows Capuchin's."""
+
 
 @dataclass(frozen=True)
 class GreedyOptions:
     """How :func:`run_greedy` takes gaps off the device.
 
-    order: ``"cost"`` (cheapest relief first) or ``"free-time"`` (Capuchin's order).
+    order: ``"cost"`` (cheapest relief first), ``"free-time"`` (Capuchin's order) or
+      ``"largest swaps"`` (:func:`largest_swaps_pass`, then Capuchin's order).
     allow_swap, allow_recompute: which ways a gap may leave the device.
     swap_temporaries: ``False`` swaps persistent buffers only (temporaries are recomputed).
     swap_weight: µs of cost charged per µs of link time a swap uses.
@@ -225,7 +234,9 @@ def run_greedy(trace: Trace, budget_bytes: int, cost, options: GreedyOptions,
     for gaps in passes:
         if state.live.max() <= budget_bytes:
             break
-        if options.order == "free-time":
+        if options.order == LARGEST_SWAPS:
+            largest_swaps_pass(state, gaps, options)
+        if options.order in ("free-time", LARGEST_SWAPS):
             free_time_pass(state, gaps, options)
         else:
             cost_pass(state, gaps, options)
@@ -284,6 +295,24 @@ def _hot_op_pass(state: PlanState, op: int, gaps: list[IdleGap], options: Greedy
             continue
         apply_option(state, gap, option)
         state.taken.add(gap)
+
+
+def largest_swaps_pass(state: PlanState, gaps: list[IdleGap], options: GreedyOptions) -> None:
+    """The swaps whose copies land on time, largest buffer first (then largest free
+    time), each taken while it frees bytes at an op still over the budget; gaps across
+    the iteration boundary (whose copy out may lengthen the tail) are left to the next
+    pass."""
+    for gap in sorted(gaps, key=lambda g: (-int(state.sizes[g.buffer_id]),
+                                           -free_time(state, g), g)):
+        if not state.over_budget_ops():
+            break
+        if gap in state.taken or gap.wraps:
+            continue
+        option = evaluate(state, gap, options)
+        if (option is not None and option.mode == SWAP and option.swap.late_us <= 0
+                and _helps(state, option.holes)):
+            apply_option(state, gap, option)
+            state.taken.add(gap)
 
 
 def free_time_pass(state: PlanState, gaps: list[IdleGap], options: GreedyOptions) -> None:
