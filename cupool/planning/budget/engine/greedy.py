@@ -297,36 +297,36 @@ def _hot_op_pass(state: PlanState, op: int, gaps: list[IdleGap], options: Greedy
         state.taken.add(gap)
 
 
-def largest_swaps_pass(state: PlanState, gaps: list[IdleGap], options: GreedyOptions) -> None:
-    """The swaps whose copies land on time, largest buffer first (then largest free
-    time), each taken while it frees bytes at an op still over the budget; gaps across
-    the iteration boundary (whose copy out may lengthen the tail) are left to the next
-    pass."""
-    for gap in sorted(gaps, key=lambda g: (-int(state.sizes[g.buffer_id]),
-                                           -free_time(state, g), g)):
-        if not state.over_budget_ops():
-            break
-        if gap in state.taken or gap.wraps:
-            continue
-        option = evaluate(state, gap, options)
-        if (option is not None and option.mode == SWAP and option.swap.late_us <= 0
-                and _helps(state, option.holes)):
-            apply_option(state, gap, option)
-            state.taken.add(gap)
-
-
-def free_time_pass(state: PlanState, gaps: list[IdleGap], options: GreedyOptions) -> None:
-    """Capuchin's order: largest free time first, each gap taken while it frees bytes at
-    an op still over the budget."""
-    for gap in sorted(gaps, key=lambda g: (-free_time(state, g), g)):
+def _ordered_pass(state: PlanState, gaps: list[IdleGap], options: GreedyOptions, key,
+                  accepts=lambda option: True) -> None:
+    """The ``gaps`` in the order of ``key``, each taken the way :func:`evaluate` says when
+    ``accepts`` that option and it frees bytes at an op still over the budget, until no op
+    is over it."""
+    for gap in sorted(gaps, key=key):
         if not state.over_budget_ops():
             break
         if gap in state.taken:
             continue
         option = evaluate(state, gap, options)
-        if option is not None and _helps(state, option.holes):
+        if option is not None and accepts(option) and _helps(state, option.holes):
             apply_option(state, gap, option)
             state.taken.add(gap)
+
+
+def largest_swaps_pass(state: PlanState, gaps: list[IdleGap], options: GreedyOptions) -> None:
+    """The swaps whose copies land on time, largest buffer first (then largest free
+    time), each taken while it frees bytes at an op still over the budget; gaps across
+    the iteration boundary (whose copy out may lengthen the tail) are left to the next
+    pass."""
+    _ordered_pass(state, [g for g in gaps if not g.wraps], options,
+                  key=lambda g: (-int(state.sizes[g.buffer_id]), -free_time(state, g), g),
+                  accepts=lambda option: option.mode == SWAP and option.swap.late_us <= 0)
+
+
+def free_time_pass(state: PlanState, gaps: list[IdleGap], options: GreedyOptions) -> None:
+    """Capuchin's order: largest free time first, each gap taken while it frees bytes at
+    an op still over the budget."""
+    _ordered_pass(state, gaps, options, key=lambda g: (-free_time(state, g), g))
 
 
 class _Scores:
