@@ -184,6 +184,22 @@ def test_minimize_timeout_keeps_the_best_plan_and_what_was_proved(native):
     assert result.stats["proved_lower_bytes"] == problem.lower_bound()
 
 
+@both_paths
+def test_node_limit_stops_the_search_at_the_same_node_everywhere(native):
+    """A node cap ends the search like the time limit, but after exactly that many nodes
+    (one more is visited to notice it): the same answer on any machine, C or Python."""
+    problem = StaticProblem.from_trace(load_trace(DSA / "challenging-A.1048576.csv"),
+                                       capacity=1048576)
+    result = solve(problem, native, max_nodes=2000, time_limit_s=60.0)
+    assert result.status is SolveStatus.TIMEOUT and result.offsets is None
+    assert result.stats["nodes"] == 2001
+    minimized = solve(problem.with_capacity(None), native, max_nodes=2000, time_limit_s=60.0)
+    assert minimized.status is SolveStatus.FEASIBLE
+    assert minimized.stats["nodes"] <= 2001
+    with pytest.raises(SolverError, match="max_nodes"):
+        SolverParams(max_nodes=0)
+
+
 def test_search_fits_answers_one_decision():
     problem = StaticProblem.from_trace(load_trace(DSA / "example.12.csv"))
     assert search_fits(problem, 12).status is SolveStatus.OPTIMAL
@@ -222,10 +238,10 @@ medium_problems = st.lists(
 
 @pytest.mark.skipif(not exact.native_available(), reason="C search not built")
 @settings(max_examples=40, deadline=None)
-@given(medium_problems, st.integers(-3, 3))
-def test_c_and_python_searches_are_identical(problem, slack):
+@given(medium_problems, st.integers(-3, 3), st.integers(1, 80))
+def test_c_and_python_searches_are_identical(problem, slack, max_nodes):
     """Same outcome, offsets, node and backtrack counts (capacities below the lower
-    bound too: they exercise the failing branches)."""
+    bound too: they exercise the failing branches), with a node cap as well."""
     component = exact.sweep(problem.starts.tolist(), problem.ends.tolist(),
                             problem.sizes.tolist())
     capacity = problem.lower_bound() + slack
@@ -233,6 +249,11 @@ def test_c_and_python_searches_are_identical(problem, slack):
                for native in (False, True)]
     assert results[0] == results[1]
     assert results[0].outcome in (exact.FOUND, exact.NOT_FOUND)
+    capped = [exact.decide(component, capacity, float("inf"), native, max_nodes)
+              for native in (False, True)]
+    assert capped[0] == capped[1]
+    assert capped[0].outcome in (exact.FOUND, exact.NOT_FOUND, exact.TIMEOUT)
+    assert capped[0].nodes <= max_nodes + 1
     for native in (False, True):
         whole = solve(problem, native)
         assert whole.status is SolveStatus.OPTIMAL

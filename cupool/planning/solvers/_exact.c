@@ -6,12 +6,12 @@
  * file only adds memory management.
  *
  * search(sizes, widths, section_lo, section_hi, section_ptr, section_members,
- *        overlap_ptr, overlaps, capacity, heuristics, time_limit_s)
+ *        overlap_ptr, overlaps, capacity, heuristics, time_limit_s, max_nodes)
  *   -> (outcome, offsets or None, nodes, backtracks)
  *
  * Arguments are sequences of ints (see exact.Sweep), `heuristics` a sequence of
- * strings over the letters W, A, T, Z. `outcome` is 0 found, 1 proved infeasible,
- * 3 time limit reached. The GIL is released while searching; Ctrl-C is noticed
+ * strings over the letters W, A, T, Z; `max_nodes` > 0 caps the nodes visited (0: no
+ * cap). `outcome` is 0 found, 1 proved infeasible, 3 time or node limit reached. The GIL is released while searching; Ctrl-C is noticed
  * every 256 nodes and raises KeyboardInterrupt.
  */
 #define PY_SSIZE_T_CLEAN
@@ -41,7 +41,7 @@ typedef struct {
     PyThreadState *thread_state;
     /* search state */
     int64_t *assigned, *solution, *min_offset, *floor, *total, *cuts;
-    int64_t nodes, backtracks, nodes_remaining;
+    int64_t nodes, backtracks, nodes_remaining, max_nodes;
     /* undo logs, used as stacks */
     Change *offset_log, *section_log;
     size_t offset_len, offset_cap, section_len, section_cap;
@@ -197,6 +197,7 @@ static int search(Search *S, const int64_t *buffers, int64_t nb, int64_t lo, int
     if (S->nodes_remaining <= 0) return ABORTED;
     --S->nodes_remaining;
     ++S->nodes;
+    if (S->max_nodes > 0 && S->nodes > S->max_nodes) return TIMEOUT;
     if (S->nodes % CLOCK_EVERY == 0) {
         if (now_seconds() > S->deadline) return TIMEOUT;
         PyEval_RestoreThread(S->thread_state);
@@ -356,8 +357,10 @@ static PyObject *py_search(PyObject *self, PyObject *args) {
     PyObject *o_sizes, *o_widths, *o_lo, *o_hi, *o_sptr, *o_smem, *o_optr, *o_ovl, *o_heur;
     long long capacity;
     double time_limit_s;
-    if (!PyArg_ParseTuple(args, "OOOOOOOOLOd", &o_sizes, &o_widths, &o_lo, &o_hi, &o_sptr,
-                          &o_smem, &o_optr, &o_ovl, &capacity, &o_heur, &time_limit_s))
+    long long max_nodes = 0;
+    if (!PyArg_ParseTuple(args, "OOOOOOOOLOd|L", &o_sizes, &o_widths, &o_lo, &o_hi, &o_sptr,
+                          &o_smem, &o_optr, &o_ovl, &capacity, &o_heur, &time_limit_s,
+                          &max_nodes))
         return NULL;
     Search S;
     memset(&S, 0, sizeof S);
@@ -430,6 +433,7 @@ static PyObject *py_search(PyObject *self, PyObject *args) {
         for (int64_t s = S.section_lo[i]; s < S.section_hi[i] - 1; ++s) ++S.cuts[s];
     }
     S.capacity = capacity;
+    S.max_nodes = max_nodes;
     S.deadline = now_seconds() + time_limit_s;
     int outcome = ABORTED;
     int64_t limit = n > 0 ? n : 1;
@@ -480,7 +484,7 @@ done:
 static PyMethodDef methods[] = {
     {"search", py_search, METH_VARARGS,
      "search(sizes, widths, section_lo, section_hi, section_ptr, section_members, "
-     "overlap_ptr, overlaps, capacity, heuristics, time_limit_s) -> "
+     "overlap_ptr, overlaps, capacity, heuristics, time_limit_s, max_nodes=0) -> "
      "(outcome, offsets or None, nodes, backtracks)\n\n"
      "MiniMalloc's depth-first search over one time component (see exact.py)."},
     {NULL, NULL, 0, NULL},

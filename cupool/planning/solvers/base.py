@@ -43,6 +43,8 @@ class SolverParams:
       greedy_certificate: first try greedy-by-size and return its plan when it already
         meets the goal (the lower bound, or the capacity), skipping the search and its
         sweep, which is quadratic in the live set. ``False`` always searches.
+      max_nodes: search nodes a call may visit in all (``None``: no limit); reaching it
+        ends the search like the time limit, but at the same point on every machine.
     """
 
     time_limit_s: float | None = None
@@ -58,10 +60,15 @@ class SolverParams:
     stall_generations: int = 60
     minimize: bool = True
     greedy_certificate: bool = True
+    max_nodes: int | None = None
 
     def __post_init__(self) -> None:
         if self.time_limit_s is not None and not self.time_limit_s > 0:
             raise SolverError(f"time_limit_s (={self.time_limit_s}) must be > 0 seconds")
+        if self.max_nodes is not None and (isinstance(self.max_nodes, bool)
+                                           or not isinstance(self.max_nodes, int)
+                                           or self.max_nodes < 1):
+            raise SolverError(f"max_nodes (={self.max_nodes!r}) must be an integer >= 1")
         if self.population < 2:
             raise SolverError(f"population (={self.population}) must be >= 2")
         if self.generations < 1:

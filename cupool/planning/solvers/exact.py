@@ -193,19 +193,21 @@ def sweep(starts, ends, sizes, deadline: float | None = None) -> Sweep:
                  overlap_ptr, overlaps)
 
 
-def decide(component: Sweep, capacity: int, deadline: float, native: bool) -> Decision:
+def decide(component: Sweep, capacity: int, deadline: float, native: bool,
+           max_nodes: int = 0) -> Decision:
     """Does ``component`` fit in ``capacity`` bytes? Search until ``deadline``
-    (``time.monotonic()`` seconds) with the C search (``native``) or the Python one."""
+    (``time.monotonic()`` seconds), and for at most ``max_nodes`` nodes when it is positive
+    (reaching either is a ``TIMEOUT``), with the C search (``native``) or the Python one."""
     if component.n == 0:
         return Decision(FOUND, [], 0, 0)
     budget = max(deadline - time.monotonic(), 0.0)
     if native:
         args = (component.sizes, component.widths, component.section_lo, component.section_hi,
                 component.section_ptr, component.section_members, component.overlap_ptr,
-                component.overlaps, int(capacity), HEURISTICS, budget)
+                component.overlaps, int(capacity), HEURISTICS, budget, int(max_nodes))
         outcome, offsets, nodes, backtracks = _native_module.search(*args)
     else:
-        search = _PySearch(component, int(capacity), HEURISTICS, budget)
+        search = _PySearch(component, int(capacity), HEURISTICS, budget, max_nodes)
         outcome, offsets, nodes, backtracks = search.run()
     return Decision(outcome, offsets, nodes, backtracks)
 
@@ -276,7 +278,7 @@ def solve_exact(problem: StaticProblem, params: SolverParams) -> SolveResult:
 
     if problem.capacity is not None:
         outcome, local = layout.decide_all(problem.capacity - layout.stacked_bytes, None,
-                                           deadline, native, stats)
+                                           deadline, native, stats, params.max_nodes)
         if outcome == NOT_FOUND:
             stats["proved_lower_bytes"] = problem.capacity + 1
             return finish(SolveStatus.INFEASIBLE, None)
@@ -291,7 +293,8 @@ def solve_exact(problem: StaticProblem, params: SolverParams) -> SolveResult:
     proved = target  # every arena (above the stack) below `proved` is impossible
     with progress.bar(None, "exact", "capacity") as capacities_bar:
         while proved < layout.height(best):
-            outcome, local = layout.decide_all(target, best, deadline, native, stats)
+            outcome, local = layout.decide_all(target, best, deadline, native, stats,
+                                               params.max_nodes)
             if outcome == TIMEOUT:
                 break
             if outcome == NOT_FOUND:
@@ -353,16 +356,23 @@ class _Layout:
                        for c in components)
         return cls(problem, stacked, int(sizes[stacked].sum()), tuple(components), sweeps)
 
-    def decide_all(self, capacity: int, best, deadline: float, native: bool, stats: dict):
+    def decide_all(self, capacity: int, best, deadline: float, native: bool, stats: dict,
+                   max_nodes: int | None = None):
         """Fit every component into ``capacity`` (components already within it in
         ``best`` are kept): ``(FOUND, local offsets)``, ``(NOT_FOUND, None)`` or
-        ``(TIMEOUT, None)``."""
+        ``(TIMEOUT, None)``; the searches visit ``max_nodes`` nodes at most in all (counted
+        in ``stats["nodes"]``) when it is set."""
         local = []
         for c, component in enumerate(self.sweeps):
             if best is not None and _height(component, best[c]) <= capacity:
                 local.append(best[c])
                 continue
-            decision = decide(component, capacity, deadline, native)
+            remaining = 0
+            if max_nodes:
+                remaining = max_nodes - stats["nodes"]
+                if remaining <= 0:
+                    return TIMEOUT, None
+            decision = decide(component, capacity, deadline, native, remaining)
             stats["decisions"] += 1
             stats["nodes"] += decision.nodes
             stats["backtracks"] += decision.backtracks
@@ -431,10 +441,12 @@ class _PySearch:
     buffers spanning the boundary between sections ``s`` and ``s + 1``.
 
     ``component`` is the sweep to place within ``capacity`` bytes, trying ``heuristics``
-    round-robin for at most ``time_limit_s`` seconds (the arguments of ``_exact.search``).
+    round-robin for at most ``time_limit_s`` seconds and ``max_nodes`` nodes when it is
+    positive (the arguments of ``_exact.search``).
     """
 
-    def __init__(self, component: Sweep, capacity: int, heuristics, time_limit_s: float):
+    def __init__(self, component: Sweep, capacity: int, heuristics, time_limit_s: float,
+                 max_nodes: int = 0):
         sizes, section_ptr, section_members = (component.sizes, component.section_ptr,
                                                component.section_members)
         overlap_ptr, overlaps = component.overlap_ptr, component.overlaps
@@ -458,6 +470,7 @@ class _PySearch:
                 self.cuts[s] += 1
         self.nodes = self.backtracks = 0
         self.nodes_remaining = 0
+        self.max_nodes = max_nodes
 
     def run(self):
         """Round-robin over the preorders with a doubling node budget:
@@ -497,6 +510,8 @@ class _PySearch:
             return ABORTED
         self.nodes_remaining -= 1
         self.nodes += 1
+        if 0 < self.max_nodes < self.nodes:
+            return TIMEOUT
         if self.nodes % _CLOCK_EVERY == 0 and time.monotonic() > self.deadline:
             return TIMEOUT
         assigned, sizes, preorder = self.assigned, self.sizes, part.preorder
