@@ -124,6 +124,7 @@ import numpy as np
 from cupool.core.vocabulary import PERSISTENT, TEMPORARY, Trace
 from cupool.errors import InputError
 from cupool.sim.cost import D2H, H2D, CostModel, cost_model
+from cupool.sim.memory_time import memory_time_bound_us
 
 _GOLDEN = (math.sqrt(5.0) - 1.0) / 2.0
 
@@ -168,7 +169,8 @@ class _Buffers:
         self.copy_per_byte = per_byte_copy + cost.latency_us / self.size
         self.out_per_byte = 1.0 / (cost.gbps(D2H) * 1e3) + cost.latency_us / self.size
         op_us = cost.op_times(trace)
-        self.recompute_per_byte = recompute_us(trace, op_us) / self.size
+        self.recompute = recompute_us(trace, op_us)
+        self.recompute_per_byte = self.recompute / self.size
         self.used_at = [[] for _ in range(n)]
         for index, b in enumerate(buffers):
             for u in b.uses:
@@ -622,12 +624,21 @@ def overhead_lower_bound(trace: Trace, budget_bytes: int, cost: CostModel | None
         method = "lp"
         if value > best[0]:
             best = (value, i, None, None, None)
+    memory_time = memory_time_bound_us(trace, budget_bytes, cost, op_us,
+                                       arrays.recompute, best[0])
+    if memory_time is not None and memory_time > best[0]:
+        best = (memory_time, None, None, None, None)
+        method = "memory-time"
     bound_us, op, mu, lam, _split = best
     overhead = max(0.0, bound_us / ideal - 1.0) if ideal > 0 else 0.0
     details.update(bound_us=bound_us, op=op, mu=mu, lam=lam, ops_examined=len(ops),
                    method=method, lp_ops=len(lp_ops) if method == "lp" else 0,
                    excess_bytes=None if op is None else int(excess[op]))
-    if op is None:
+    if method == "memory-time":
+        reason = (f"the arena holds {budget_bytes} bytes for the whole iteration: keeping "
+                  f"what must be on the device there (copies in flight included) takes at "
+                  f"least {bound_us - ideal:.1f} us beyond the ideal {ideal:.1f} us")
+    elif op is None:
         reason = "no op forces copies or recomputation beyond what overlaps compute"
     else:
         reason = (f"op {op} must have {int(excess[op])} bytes off the device; moving them "

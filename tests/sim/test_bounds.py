@@ -175,19 +175,24 @@ def test_recomputes_before_the_last_use_delay_the_copy_out_of_offloaded_state():
     T >= 2 + 26x + 10 + (26 + 26x) and T >= 42 + 26 + 2 (1 - x) (without charging R
     before op 4 the tail row would allow 68 us); and W's copy in, issued after op 1,
     precedes op 4, which its copy out follows: T >= 2 + 10 + 26 + 10 + 26 = 74 us. At
-    op 2, which A fills, that chain starts at 12: T >= 84 us, the bound (the plan: 86)."""
+    op 2, which A fills, that chain starts at 12: T >= 84 us, the LP's bound.
+    The memory-time bound finds the plan's 86 us: the 1000-byte arena holds A for ops 0-2
+    (22 us, less 8 while recomputed: 2 us of extra compute) and B for op 1 (10 us) and W
+    for its copies and op 4 (62 us): 1000 T >= 1000 (22 - 8 + 10 + 62)."""
     pytest.importorskip("scipy")
     link = cost_model(0.04, latency_us=1.0)
     trace = trace_of([2.0, 10.0, 10.0, 10.0, 10.0], Buffer(0, 1000, 0, 5, (4,), PERSISTENT),
                      Buffer(1, 1000, 0, 3, (0, 2), recompute=Recompute(0)),
                      Buffer(2, 1000, 1, 2, (1,)))
     bound = overhead_lower_bound(trace, 1000, link)
-    assert bound.details["method"] == "lp"
-    assert bound.details["bound_us"] == pytest.approx(84.0, rel=1e-5)
-    assert bound.details["op"] == 2
+    assert bound.details["method"] == "memory-time"
+    assert bound.details["bound_us"] == pytest.approx(86.0, rel=1e-5)
     from cupool.sim.bounds import _Buffers, _lp_value, _OpBound
     arrays = _Buffers(trace, link)
     prefix = [0.0, 2.0, 12.0, 22.0, 32.0, 42.0]
+    at_op_2 = _OpBound(arrays, prefix, [2.0, 10.0, 10.0, 10.0, 10.0], 1, 2, [0], 1000.0,
+                       arrays.next_uses([0], 2))
+    assert _lp_value(at_op_2, prefix) == pytest.approx(84.0, rel=1e-5)
     at_op_1 = _OpBound(arrays, prefix, [2.0, 10.0, 10.0, 10.0, 10.0], 1, 1, [0, 1], 2000.0,
                        arrays.next_uses([0, 1], 1))
     assert _lp_value(at_op_1, prefix) == pytest.approx(74.0, rel=1e-5)
@@ -195,7 +200,7 @@ def test_recomputes_before_the_last_use_delay_the_copy_out_of_offloaded_state():
                               Residency(1, 2, 3, 0), Residency(2, 1, 2, 0)],
                       [RecomputeAction(1, 2), SwapIn(0, 3, 4), SwapOut(0, 4)], budget=1000)
     assert validate_plan(trace, plan_).valid
-    assert bound.overhead <= simulate(trace, plan_, link).overhead
+    assert simulate(trace, plan_, link).iteration_us == pytest.approx(86.0)
 
 
 def test_offloaded_persistent_state_is_copied_out_after_its_last_use():
@@ -214,7 +219,9 @@ def test_offloaded_persistent_state_is_copied_out_after_its_last_use():
     simulated = simulate(trace, offload, SLOW)
     assert simulated.overhead == pytest.approx(26.0 / 40.0)  # 13 us in before op 3, 13 out
     bound = overhead_lower_bound(trace, 1000, SLOW)
-    expected = 26.0 if bound.details["method"] == "lp" else 13.0
+    # the memory-time bound sees it too: W on the device for its copies and op 3 (36 us)
+    # and A for ops 0-2 (30 us) leave T >= 66 in a 1000-byte arena
+    expected = 13.0 if bound.details["method"] == "dual" else 26.0
     assert bound.overhead == pytest.approx(expected / 40.0, rel=1e-5)
     assert bound.overhead <= simulated.overhead
 
@@ -294,3 +301,36 @@ def test_no_copy_out_runs_before_op_0():
 @given(written_trace_and_plan())
 def test_with_writes_the_bound_never_exceeds_a_valid_plans_overhead(case):
     _bound_below_the_plan(*case)
+
+
+def test_a_copy_in_flight_holds_its_whole_buffer(monkeypatch):
+    """op:  0    1    2    3      (10 us each: ideal 40 us), budget 2000 bytes, 20 us per
+    1000-byte copy
+    W0..W3: read-only weights of 1000 B, Wi used at op i only: 2000 B are off the device
+    at every op. Per op, those copies may overlap the other ops (the per-op bound: 60 us).
+    But a weight being copied in holds its 1000 B for the whole copy: streamed, it is on
+    the device for its copy and its op (30 us), kept for all of T. The arena holds
+    2000 T byte-us; streaming Y weights (the relaxation allows fractions) needs
+    1000 (4 T - Y (T - 30)) <= 2000 T with 20 Y <= T: T >= 70 us (Y = 3.5)."""
+    pytest.importorskip("scipy")
+    import cupool.sim.bounds as bounds
+
+    link = cost_model(0.05, latency_us=0.0)
+    trace = trace_of([10.0] * 4, *[Buffer(i, 1000, 0, 4, (i,), PERSISTENT, writes=())
+                                   for i in range(4)])
+    bound = overhead_lower_bound(trace, 2000, link)
+    assert bound.details["method"] == "memory-time"
+    assert bound.details["bound_us"] == pytest.approx(70.0, rel=1e-5)
+    # every weight streamed, each copied in while the op before it runs
+    streamed = swap_plan(trace, [Residency(0, 0, 1, 0), Residency(0, 3, 4, 0),
+                                 Residency(1, 0, 2, 1000), Residency(2, 1, 3, 0),
+                                 Residency(3, 2, 4, 1000)],
+                         [SwapOut(0, 0, drop=True), SwapIn(0, 3, 3), SwapIn(1, 0, 1),
+                          SwapOut(1, 1, drop=True), SwapIn(2, 1, 2), SwapOut(2, 2, drop=True),
+                          SwapIn(3, 2, 3), SwapOut(3, 3, drop=True)], budget=2000)
+    report = validate_plan(trace, streamed)
+    assert report.valid, report.message
+    assert bound.overhead <= simulate(trace, streamed, link).overhead
+    monkeypatch.setattr(bounds, "memory_time_bound_us", lambda *args: None)
+    assert overhead_lower_bound(trace, 2000, link).details["bound_us"] == pytest.approx(
+        60.0, rel=1e-5)
