@@ -14,9 +14,12 @@ from cupool.planning.budget.engine.state import PlanState
 from cupool.planning.budget.params import BudgetParams
 from cupool.planning.budget.stream import (
     KEEP_ORDERS,
+    SEARCH_FILLS,
+    SEARCH_PLACEMENT_TRIES,
     SEARCHED,
     layout_iteration_us,
     plan_stream,
+    searched_candidates,
     searched_kept,
     streamable,
     weight_layout,
@@ -116,6 +119,32 @@ def test_the_search_is_deterministic_and_never_worse_than_its_seeds():
     assert one.plan.residencies == two.plan.residencies
     assert one.plan.actions == two.plan.actions
     _checked(trace, one, cost, budget)
+
+
+def test_the_search_also_lets_prefetches_fill_the_whole_leftover_budget():
+    """A copy in flight holds its whole weight: with no slack kept for packing, the
+    layouts stream fewer bytes. The member tries the kept sets of both fills, best
+    estimate first, and each estimate is its layout's replay."""
+    trace = graded_inference((1, 2, 1, 2, 1, 2, 6, 6, 6, 6))
+    cost = cost_model("gen5")
+    budget = int(0.6 * trace.lower_bound_bytes())
+    state = PlanState(trace, budget, cost)
+    weights = streamable(trace)
+    from cupool.planning.budget.stream import _kept
+
+    seeds = [_kept(state, weights, budget, order) for order in KEEP_ORDERS]
+    found = searched_candidates(state, weights, seeds, seed=3)
+    assert found == searched_candidates(state, weights, seeds, seed=3)
+    assert 0 < len(found) <= SEARCH_PLACEMENT_TRIES
+    assert {c.fill for c in found} <= set(SEARCH_FILLS)
+    values = [c.iteration_us for c in found]
+    assert values == sorted(values)
+    for c in found:
+        assert c.iteration_us == layout_iteration_us(
+            state, weight_layout(state, weights, c.kept, c.fill))
+    slack_only = searched_kept(state, weights, seeds, min(SEARCH_FILLS), seed=3)[0]
+    assert found[0].iteration_us <= layout_iteration_us(
+        state, weight_layout(state, weights, slack_only, min(SEARCH_FILLS)))
 
 
 def test_auto_lists_the_searched_member_only_for_traces_with_read_only_weights():

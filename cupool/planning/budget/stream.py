@@ -35,8 +35,12 @@ member replays steps 2-3 for a kept set on the estimated op times exactly as the
 would (:func:`layout_iteration_us`: the FIFO link, each op waiting for its prefetches) and
 anneals over kept sets from the fixed orders' (:func:`searched_kept`, seeded, a bounded
 number of evaluations), which spreads the streamed weights so their copies overlap
-compute. The search counts bytes, not offsets, so its best kept sets are tried in order
-until one's residencies pack within the budget.
+compute. A copy in flight holds its whole weight, so the search runs with the prefetches
+filling all of the budget left over as well as :data:`PREFETCH_FILL` of it
+(:data:`SEARCH_FILLS`): the fuller, the fewer bytes stream. The search counts bytes, not
+offsets, so its best kept sets (of both) are tried in order until one's residencies pack
+within the budget, by the greedy offset solvers or else the exact one
+(:func:`place_exact`).
 
 ``auto`` runs it at each of ``params.stream_headrooms`` and :data:`KEEP_ORDERS`, and with
 the searched kept set, only for traces with read-only weights (traces without ``writes``
@@ -61,7 +65,9 @@ from cupool.planning.budget.engine.greedy import (
 )
 from cupool.planning.budget.engine.placement import (
     FALLBACK_OFFSET_SOLVERS,
+    OFFSET_SOLVER_PARAMS,
     Decision,
+    PlacedOffsets,
     place,
     place_schedule,
 )
@@ -71,6 +77,7 @@ from cupool.planning.budget.engine.schedule import IdleGap
 from cupool.planning.budget.engine.state import PlanState
 from cupool.planning.budget.params import BudgetParams
 from cupool.planning.budget.result import BudgetResult
+from cupool.planning.solvers import SolverParams
 
 PREFETCH_FILL = 0.9
 """Share of the budget left over by what is resident at every op that prefetches may
@@ -270,6 +277,18 @@ SEARCH_PLACEMENT_TRIES = 32
 """Kept sets, best first, whose residencies the searched member tries to place before it
 settles for the best one (and a lowered internal budget)."""
 
+SEARCH_FILLS = (1.0, PREFETCH_FILL)
+"""Shares of the budget left over by what is always resident that the searched member's
+prefetches may fill, each searched: all of it streams the fewest bytes (a copy in flight
+holds its whole buffer, so every byte of slack spares a larger weight's copy), but
+residencies that fill the budget at many ops pack less often (the exact offset solver
+places them, :data:`EXACT_PLACEMENT`); :data:`PREFETCH_FILL` leaves slack for packing."""
+
+EXACT_PLACEMENT = SolverParams(time_limit_s=OFFSET_SOLVER_PARAMS.time_limit_s,
+                               max_nodes=50_000)
+"""The exact offset solver's limits when it places the searched member's residencies (a
+node cap: the same offsets on every machine; about 0.05 s of search)."""
+
 SEARCH_TEMPERATURE = 0.05
 """The search's starting temperature, as a share of the ideal iteration time: a move that
 lengthens the estimated iteration by that much is taken with probability 1/e at first,
@@ -313,6 +332,21 @@ def searched_kept(state: PlanState, weights, seeds: list[set[int]], fill: float,
     Which weights to stream is a knapsack over their idle windows and bytes that no fixed
     order solves: spread over the iteration, the copies overlap compute; bunched, they
     queue."""
+    return [c.kept for c in _searched(state, weights, seeds, fill, evaluations, seed, count)]
+
+
+@dataclass(frozen=True)
+class KeptCandidate:
+    """A kept set the search met, with its estimated iteration time (µs) at ``fill``."""
+
+    iteration_us: float
+    fill: float
+    kept: set
+
+
+def _searched(state: PlanState, weights, seeds: list[set[int]], fill: float,
+              evaluations: int, seed: int, count: int) -> list[KeptCandidate]:
+    """:func:`searched_kept` with each set's estimate."""
     seen: dict[frozenset, float] = {}
 
     def value(kept: set[int]) -> float:
@@ -344,19 +378,40 @@ def searched_kept(state: PlanState, weights, seeds: list[set[int]], fill: float,
                                                            / temperature)):
                 current, current_value = trial, trial_value
     ranked = sorted(((v, sorted(k)) for k, v in seen.items() if math.isfinite(v)))
-    return [set(k) for _v, k in ranked[:count]] or [current]
+    return ([KeptCandidate(v, fill, set(k)) for v, k in ranked[:count]]
+            or [KeptCandidate(current_value, fill, current)])
+
+
+def searched_candidates(state: PlanState, weights, seeds: list[set[int]],
+                        seed: int = 0) -> list[KeptCandidate]:
+    """The searched member's kept sets to try, best estimate first (ties: the larger
+    fill): :data:`SEARCH_PLACEMENT_TRIES` of them, searched at each of
+    :data:`SEARCH_FILLS`."""
+    found = [c for fill in SEARCH_FILLS
+             for c in _searched(state, weights, seeds, fill, SEARCH_EVALUATIONS, seed,
+                                SEARCH_PLACEMENT_TRIES)]
+    found.sort(key=lambda c: (c.iteration_us, -c.fill, sorted(c.kept)))
+    return found[:SEARCH_PLACEMENT_TRIES]
 
 
 def _packs(trace, state: PlanState, budget_bytes: int, params: BudgetParams) -> bool:
     """Whether the residencies of ``state``'s schedule get offsets within the budget (by
-    the solvers :func:`~.engine.placement.place_schedule` tries, in its order)."""
+    the solvers :func:`~.engine.placement.place_schedule` tries, in its order, then
+    :func:`place_exact`)."""
     intervals = residency_intervals(trace, state.schedule)
     if resident_bytes(trace, intervals).max(initial=0) > budget_bytes:
         return False
     solvers = dict.fromkeys((params.placement.offset_solver, *FALLBACK_OFFSET_SOLVERS))
     # any of them placing means place_schedule's ladder places too: the quickest first
-    return any(place(trace, intervals, budget_bytes, solver).offsets is not None
-               for solver in sorted(solvers, key=lambda name: name != "greedy-breadth"))
+    return (any(place(trace, intervals, budget_bytes, solver).offsets is not None
+                for solver in sorted(solvers, key=lambda name: name != "greedy-breadth"))
+            or place_exact(trace, intervals, budget_bytes).offsets is not None)
+
+
+def place_exact(trace, intervals, budget_bytes: int) -> PlacedOffsets:
+    """Offsets by the exact solver within :data:`EXACT_PLACEMENT`'s limits: the searched
+    member's last resort when the greedy solvers leave gaps."""
+    return place(trace, intervals, budget_bytes, "exact", EXACT_PLACEMENT)
 
 
 def plan_stream(trace, budget_bytes, cost, params: BudgetParams, started: float,
@@ -367,31 +422,33 @@ def plan_stream(trace, budget_bytes, cost, params: BudgetParams, started: float,
     options = GreedyOptions(swap_weight=params.checkpoint_swap_weight,
                             max_chain=params.max_chain)
 
-    def streamed_state(internal: int, tails: bool, kept: set[int] | None):
+    def streamed_state(internal: int, tails: bool, kept: KeptCandidate | None):
         state = PlanState(trace, internal, cost, max_chain=options.max_chain)
-        streamed = stream_weights(state, headroom, order, PREFETCH_FILL, tails, kept)
+        streamed = stream_weights(state, headroom, order,
+                                  PREFETCH_FILL if kept is None else kept.fill, tails,
+                                  None if kept is None else kept.kept)
         if state.live.max() > internal:
             cost_pass(state, candidate_gaps(trace, False), options)
         return state, streamed
 
     def decide(internal: int, tails: bool = True) -> Decision:
-        kept_sets: list = [None]
+        candidates: list = [None]
         if order == SEARCHED:
             state = PlanState(trace, internal, cost)
             weights = streamable(trace)
-            kept_sets = searched_kept(state, weights, [_kept(state, weights, internal, keep)
-                                                       for keep in KEEP_ORDERS],
-                                      PREFETCH_FILL, seed=params.seed,
-                                      count=SEARCH_PLACEMENT_TRIES)
+            candidates = searched_candidates(state, weights,
+                                             [_kept(state, weights, internal, keep)
+                                              for keep in KEEP_ORDERS], seed=params.seed)
         # the best kept set whose residencies pack within the budget (the search sees
-        # bytes, not offsets); when none does, the best one (placement then lowers the
-        # internal budget)
-        for kept in kept_sets:
+        # bytes, not offsets); when none does, the best one at the lowest fill (placement
+        # then lowers the internal budget)
+        for kept in candidates:
             state, streamed = streamed_state(internal, tails, kept)
-            if len(kept_sets) == 1 or _packs(trace, state, budget_bytes, params):
+            if len(candidates) == 1 or _packs(trace, state, budget_bytes, params):
                 break
         else:
-            state, streamed = streamed_state(internal, tails, kept_sets[0])
+            state, streamed = streamed_state(internal, tails, min(
+                candidates, key=lambda c: (c.fill, c.iteration_us)))
         # a lowered internal budget (fragmentation) shrinks what is kept and prefetched;
         # the working set needs only the real budget
         fullest = fullest_op(state)
@@ -403,9 +460,11 @@ def plan_stream(trace, budget_bytes, cost, params: BudgetParams, started: float,
                                          "keep_order": order,
                                          "planned_recompute_us": state.recompute_us})
 
-    result = place_schedule(trace, budget_bytes, decide, "stream", params.placement, started)
+    last_resort = place_exact if order == SEARCHED else None
+    result = place_schedule(trace, budget_bytes, decide, "stream", params.placement, started,
+                            last_resort=last_resort)
     if not result.feasible:  # a weight resident across the boundary in two stays may not
         # get one offset for both: stream without prefetching across the boundary
         result = place_schedule(trace, budget_bytes, lambda internal: decide(internal, False),
-                                "stream", params.placement, started)
+                                "stream", params.placement, started, last_resort=last_resort)
     return result

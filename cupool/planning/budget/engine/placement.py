@@ -89,8 +89,10 @@ class BoundaryPair(NamedTuple):
 
 
 def place(trace: Trace, intervals: list[ResidencyInterval], budget_bytes: int,
-          solver: str = "greedy-size") -> PlacedOffsets:
-    """Offsets for the residencies within ``budget_bytes`` by the static ``solver``."""
+          solver: str = "greedy-size", params: SolverParams = OFFSET_SOLVER_PARAMS
+          ) -> PlacedOffsets:
+    """Offsets for the residencies within ``budget_bytes`` by the static ``solver`` (with
+    ``params``)."""
     from cupool.planning import solve  # late: planning/__init__ imports the solvers
 
     if not intervals:
@@ -101,7 +103,7 @@ def place(trace: Trace, intervals: list[ResidencyInterval], budget_bytes: int,
         num_ops=trace.num_ops, name=trace.name)
     # most offsets are discarded (over the budget, or pairs not tied): the validator
     # checks those kept, after the tie
-    result = solve(problem, solver, OFFSET_SOLVER_PARAMS, validate=False)
+    result = solve(problem, solver, params, validate=False)
     if result.offsets is None:
         return PlacedOffsets(None, 0)
     arena = problem.arena_of(result.offsets)
