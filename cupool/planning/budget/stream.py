@@ -274,8 +274,8 @@ SEARCH_SMALLEST = 0.01
 search (their copy is mostly the link's latency and frees almost nothing)."""
 
 SEARCH_PLACEMENT_TRIES = 32
-"""Kept sets, best first, whose residencies the searched member tries to place before it
-settles for the best one (and a lowered internal budget)."""
+"""Kept sets per fill, best first, whose residencies the searched member tries to place
+before it settles for the best one (and a lowered internal budget)."""
 
 SEARCH_FILLS = (1.0, PREFETCH_FILL)
 """Shares of the budget left over by what is always resident that the searched member's
@@ -286,8 +286,8 @@ places them, :data:`EXACT_PLACEMENT`); :data:`PREFETCH_FILL` leaves slack for pa
 
 EXACT_PLACEMENT = SolverParams(time_limit_s=OFFSET_SOLVER_PARAMS.time_limit_s,
                                max_nodes=50_000)
-"""The exact offset solver's limits when it places the searched member's residencies (a
-node cap: the same offsets on every machine; about 0.05 s of search)."""
+"""The exact offset solver's limits when it places streaming's residencies (a node cap:
+the same offsets on every machine; about 0.05 s of search)."""
 
 SEARCH_TEMPERATURE = 0.05
 """The search's starting temperature, as a share of the ideal iteration time: a move that
@@ -385,13 +385,14 @@ def _searched(state: PlanState, weights, seeds: list[set[int]], fill: float,
 def searched_candidates(state: PlanState, weights, seeds: list[set[int]],
                         seed: int = 0) -> list[KeptCandidate]:
     """The searched member's kept sets to try, best estimate first (ties: the larger
-    fill): :data:`SEARCH_PLACEMENT_TRIES` of them, searched at each of
-    :data:`SEARCH_FILLS`."""
+    fill): the best :data:`SEARCH_PLACEMENT_TRIES` searched at each of
+    :data:`SEARCH_FILLS` (the fuller fill's estimates are better, the other's pack more
+    often: both are tried)."""
     found = [c for fill in SEARCH_FILLS
              for c in _searched(state, weights, seeds, fill, SEARCH_EVALUATIONS, seed,
                                 SEARCH_PLACEMENT_TRIES)]
     found.sort(key=lambda c: (c.iteration_us, -c.fill, sorted(c.kept)))
-    return found[:SEARCH_PLACEMENT_TRIES]
+    return found
 
 
 def _packs(trace, state: PlanState, budget_bytes: int, params: BudgetParams) -> bool:
@@ -409,8 +410,8 @@ def _packs(trace, state: PlanState, budget_bytes: int, params: BudgetParams) -> 
 
 
 def place_exact(trace, intervals, budget_bytes: int) -> PlacedOffsets:
-    """Offsets by the exact solver within :data:`EXACT_PLACEMENT`'s limits: the searched
-    member's last resort when the greedy solvers leave gaps."""
+    """Offsets by the exact solver within :data:`EXACT_PLACEMENT`'s limits: streaming's
+    last resort when the greedy solvers leave gaps."""
     return place(trace, intervals, budget_bytes, "exact", EXACT_PLACEMENT)
 
 
@@ -460,11 +461,10 @@ def plan_stream(trace, budget_bytes, cost, params: BudgetParams, started: float,
                                          "keep_order": order,
                                          "planned_recompute_us": state.recompute_us})
 
-    last_resort = place_exact if order == SEARCHED else None
     result = place_schedule(trace, budget_bytes, decide, "stream", params.placement, started,
-                            last_resort=last_resort)
+                            last_resort=place_exact)
     if not result.feasible:  # a weight resident across the boundary in two stays may not
         # get one offset for both: stream without prefetching across the boundary
         result = place_schedule(trace, budget_bytes, lambda internal: decide(internal, False),
-                                "stream", params.placement, started, last_resort=last_resort)
+                                "stream", params.placement, started, last_resort=place_exact)
     return result
