@@ -107,6 +107,13 @@ the boundary is released by its last write, and a read-only persistent buffer
 (``writes == []``) is charged no copy out at all. Without ``writes`` these are the uses,
 as above.
 
+**Memory-time.** Every op is bounded alone above, and a copy's bytes count only where
+the copied buffer is off the device. :mod:`cupool.sim.memory_time` adds the whole
+iteration's view: the arena holds ``budget * T`` byte-µs, and a copy in flight holds its
+whole buffer for as long as it runs (streamed weights pay for their copies' memory as
+well as for the deficit). With SciPy, its bound is taken when it is higher
+(``details["method"] == "memory-time"``).
+
 What the bound ignores (so it may be loose): fragmentation (the arena must also pack),
 when each copy out can start (after its buffer is produced), chains through inputs that
 are alive but dropped by the plan, and interactions between different ops' evictions
