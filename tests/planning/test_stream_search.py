@@ -96,15 +96,22 @@ def test_the_searched_member_spreads_the_copies_where_fixed_orders_bunch_them():
     assert sim.iteration_us == pytest.approx(sim.ideal_us)
 
 
-def test_the_search_is_deterministic_and_never_worse_than_its_seeds():
+def _search_case():
+    """A graded step at 60% of its lower bound on Gen5, its planning state, weights and
+    the fixed keep orders' kept sets (the search's seeds)."""
+    from cupool.planning.budget.stream import _kept
+
     trace = graded_inference((1, 2, 1, 2, 1, 2, 6, 6, 6, 6))
     cost = cost_model("gen5")
     budget = int(0.6 * trace.lower_bound_bytes())
     state = PlanState(trace, budget, cost)
     weights = streamable(trace)
-    from cupool.planning.budget.stream import _kept
-
     seeds = [_kept(state, weights, budget, order) for order in KEEP_ORDERS]
+    return trace, cost, budget, state, weights, seeds
+
+
+def test_the_search_is_deterministic_and_never_worse_than_its_seeds():
+    trace, cost, budget, state, weights, seeds = _search_case()
     found = searched_kept(state, weights, seeds, 0.9, evaluations=400, seed=3, count=4)
     assert found == searched_kept(state, weights, seeds, 0.9, evaluations=400, seed=3,
                                   count=4)
@@ -125,14 +132,7 @@ def test_the_search_also_lets_prefetches_fill_the_whole_leftover_budget():
     """A copy in flight holds its whole weight: with no slack kept for packing, the
     layouts stream fewer bytes. The member tries the kept sets of both fills, best
     estimate first, and each estimate is its layout's replay."""
-    trace = graded_inference((1, 2, 1, 2, 1, 2, 6, 6, 6, 6))
-    cost = cost_model("gen5")
-    budget = int(0.6 * trace.lower_bound_bytes())
-    state = PlanState(trace, budget, cost)
-    weights = streamable(trace)
-    from cupool.planning.budget.stream import _kept
-
-    seeds = [_kept(state, weights, budget, order) for order in KEEP_ORDERS]
+    _trace, _cost, _budget, state, weights, seeds = _search_case()
     found = searched_candidates(state, weights, seeds, seed=3)
     assert found == searched_candidates(state, weights, seeds, seed=3)
     assert 0 < len(found) <= SEARCH_PLACEMENT_TRIES * len(SEARCH_FILLS)
