@@ -180,3 +180,26 @@ def test_auto_takes_the_searched_member_when_it_is_fastest_and_its_plan_is_valid
     sim = simulate(planned.trace, planned.plan, cost)
     assert others and sim.overhead < min(others)
     assert sim.overhead >= overhead_lower_bound(planned.trace, budget, cost).overhead - 1e-9
+
+
+def test_the_exact_last_resort_places_within_its_limits(monkeypatch):
+    """Streaming's exact placement packs what greedy leaves, deterministically (a node
+    cap), and declines residency sets too large to prepare quickly."""
+    import cupool.planning.budget.stream as stream
+    from cupool.check import validate_offsets
+    from cupool.planning.budget.engine.residency import ResidencyInterval
+    from cupool.planning.problem import StaticProblem
+
+    # four residencies, 8 bytes live at every op: they fit 8 bytes exactly
+    trace = Trace("four", tuple(Op(f"op{i}") for i in range(3)), tuple(
+        Buffer(i, 4, start, end, tuple(range(start, end)))
+        for i, (start, end) in enumerate([(0, 2), (0, 1), (1, 3), (2, 3)])))
+    intervals = [ResidencyInterval(b.id, b.start, b.end) for b in trace.buffers]
+    placed = stream.place_exact(trace, intervals, 8)
+    assert placed.offsets is not None and placed.arena_bytes == 8
+    assert placed.offsets.tolist() == stream.place_exact(trace, intervals, 8).offsets.tolist()
+    problem = StaticProblem.from_arrays([r.start for r in intervals], [r.end for r in intervals],
+                                        [b.size for b in trace.buffers])
+    assert validate_offsets(problem, placed.offsets).valid
+    monkeypatch.setattr(stream, "EXACT_PLACEMENT_MAX_RESIDENCIES", len(intervals) - 1)
+    assert stream.place_exact(trace, intervals, 8).offsets is None

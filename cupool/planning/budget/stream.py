@@ -289,6 +289,11 @@ EXACT_PLACEMENT = SolverParams(time_limit_s=OFFSET_SOLVER_PARAMS.time_limit_s,
 """The exact offset solver's limits when it places streaming's residencies (a node cap:
 the same offsets on every machine; about 0.05 s of search)."""
 
+EXACT_PLACEMENT_MAX_RESIDENCIES = 2500
+"""Residency sets larger than this are not given to the exact solver: its preparation
+(quadratic in the live set) then costs seconds per try (4 s for 10,000 residencies), and
+the searched member may try 64 kept sets."""
+
 SEARCH_TEMPERATURE = 0.05
 """The search's starting temperature, as a share of the ideal iteration time: a move that
 lengthens the estimated iteration by that much is taken with probability 1/e at first,
@@ -411,7 +416,10 @@ def _packs(trace, state: PlanState, budget_bytes: int, params: BudgetParams) -> 
 
 def place_exact(trace, intervals, budget_bytes: int) -> PlacedOffsets:
     """Offsets by the exact solver within :data:`EXACT_PLACEMENT`'s limits: streaming's
-    last resort when the greedy solvers leave gaps."""
+    last resort when the greedy solvers leave gaps (none for more than
+    :data:`EXACT_PLACEMENT_MAX_RESIDENCIES` residencies)."""
+    if len(intervals) > EXACT_PLACEMENT_MAX_RESIDENCIES:
+        return PlacedOffsets(None, 0)
     return place(trace, intervals, budget_bytes, "exact", EXACT_PLACEMENT)
 
 
