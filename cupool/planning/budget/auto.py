@@ -197,7 +197,8 @@ def fallbacks(trace, budget_bytes, cost, params: BudgetParams, found: bool,
     persistent state must leave the device (:func:`~.boundary.persistent_over`: then
     only a member that takes it off across the iteration boundary can do well, and most
     find nothing or fall back to on-demand), :mod:`.boundary` in each of its variants
-    (:func:`boundary_members`); and only when no plan was found, its fallback variants and
+    (:func:`boundary_members`); and only when no plan was found, its fallback variants
+    (which :func:`plan_auto` runs only when the boundary variants found none either) and
     the default greedy whose residencies, when no offset solver packs them within the
     budget, are placed first-fit (:func:`first_fit_member`). Where persistent state fits, a
     plan a member finds is kept as it was."""
