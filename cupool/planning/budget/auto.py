@@ -29,9 +29,8 @@ uses / across the iteration boundary only when the budget still does not hold.
   taken first), ``vdnn`` and ``on-demand``;
 - :func:`fallbacks`: when persistent state with what an op uses does not fit the budget at
   some op, the persistent gaps taken off the device first, late where they must be
-  (:mod:`.boundary`, each of its variants); and, only when nothing found a plan, its
-  fallback variants (targeting every byte the trace keeps resident) and the default greedy
-  placed first-fit.
+  (:mod:`.boundary`, each of its variants); and, only when nothing found a plan, the
+  default greedy placed first-fit.
 
 It checks each plan with the independent validator, simulates it, and keeps the one with
 the least simulated iteration time (ties: fewer swapped bytes, then member order). A plan
@@ -197,35 +196,26 @@ def fallbacks(trace, budget_bytes, cost, params: BudgetParams, found: bool,
     persistent state must leave the device (:func:`~.boundary.persistent_over`: then
     only a member that takes it off across the iteration boundary can do well, and most
     find nothing or fall back to on-demand), :mod:`.boundary` in each of its variants
-    (:func:`boundary_members`); and only when no plan was found, its fallback variants
-    (which :func:`plan_auto` runs only when the boundary variants found none either) and
-    the default greedy whose residencies, when no offset solver packs them within the
-    budget, are placed first-fit (:func:`first_fit_member`). Where persistent state fits, a
-    plan a member finds is kept as it was."""
+    (:func:`boundary_members`); and only when no plan was found, the default greedy whose
+    residencies, when no offset solver packs them within the budget, are placed first-fit
+    (:func:`first_fit_member`). Where persistent state fits, a plan a member finds is kept
+    as it was."""
     out = boundary_members(trace, budget_bytes, cost, params)
     if found:
         return out
-    return [*out, *boundary_members(trace, budget_bytes, cost, params, fallback=True),
-            first_fit_member(trace, budget_bytes, cost, params, cache)]
+    return [*out, first_fit_member(trace, budget_bytes, cost, params, cache)]
 
 
-def boundary_members(trace, budget_bytes, cost, params: BudgetParams,
-                     fallback: bool = False) -> list[Member]:
-    """:mod:`.boundary` in each of its variants (``fallback``: its fallback variants) when
-    persistent state with what an op uses does not fit the budget at some op
-    (:func:`~.boundary.persistent_over`), else none."""
-    from cupool.planning.budget.boundary import (
-        FALLBACK_VARIANTS,
-        VARIANTS,
-        persistent_over,
-        plan_boundary,
-    )
+def boundary_members(trace, budget_bytes, cost, params: BudgetParams) -> list[Member]:
+    """:mod:`.boundary` in each of its variants when persistent state with what an op uses
+    does not fit the budget at some op (:func:`~.boundary.persistent_over`), else none."""
+    from cupool.planning.budget.boundary import VARIANTS, persistent_over, plan_boundary
 
     if not persistent_over(trace, budget_bytes):
         return []
     return [Member(variant.name, lambda started, variant=variant: plan_boundary(
                 trace, budget_bytes, cost, params, started, variant))
-            for variant in (FALLBACK_VARIANTS if fallback else VARIANTS)]
+            for variant in VARIANTS]
 
 
 def first_fit_member(trace, budget_bytes, cost, params: BudgetParams,
@@ -398,13 +388,9 @@ def plan_auto(trace, budget_bytes, cost, params: BudgetParams, started: float) -
             found = True
             break
     if not found:  # no member found a plan (whatever the boundary variants did)
-        last_resorts = [first_fit_member(trace, budget_bytes, cost, params, cache)]
-        if selection.best is None:  # nor did the boundary variants
-            last_resorts[:0] = boundary_members(trace, budget_bytes, cost, params,
-                                                fallback=True)
-        for rank, member in enumerate(last_resorts, start=len(listed)):
-            selection.add(rank, judge(trace, member.name, member.run(time.perf_counter()),
-                                      cost, judged))
+        member = first_fit_member(trace, budget_bytes, cost, params, cache)
+        selection.add(len(listed), judge(trace, member.name, member.run(time.perf_counter()),
+                                         cost, judged))
     report, best, others = selection.report, selection.best, selection.others
     if best is None:
         reason = ("auto: no member found a plan within the budget ("

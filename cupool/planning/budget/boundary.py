@@ -106,15 +106,9 @@ first, ties by buffer, or by the latest previous use (the state the last ops upd
 leaves the device first, whose copies out and in then meet fewest others in those ops)."""
 
 
-VARIANTS = (Variant("working"), Variant("working", eager=True),
-            Variant("working", order="latest use", fill=1.0))
+VARIANTS = (Variant("working"), Variant("live"), Variant("working", eager=True),
+            Variant("live", eager=True), Variant("working", order="latest use", fill=1.0))
 """The variants ``auto`` runs, in the order that breaks ties."""
-
-FALLBACK_VARIANTS = (Variant("live"), Variant("live", eager=True))
-"""The variants ``auto`` runs only when no other member found a plan: taking persistent
-gaps until every byte the trace keeps resident fits takes far more off the device than
-the working set needs (on the bench's traces their plans never beat the others'), but it
-may place where the others do not."""
 
 
 def persistent_over(trace: Trace, budget_bytes: int) -> bool:
