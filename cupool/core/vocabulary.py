@@ -162,6 +162,14 @@ class Trace:
             object.__setattr__(self, "_by_id_cache", cache)
         return cache
 
+    def ids_with_writes(self) -> frozenset[int]:
+        """The ids of the buffers whose ``writes`` are known (not ``None``)."""
+        cache = self.__dict__.get("_with_writes_cache")
+        if cache is None:
+            cache = frozenset(b.id for b in self.buffers if b.writes is not None)
+            object.__setattr__(self, "_with_writes_cache", cache)
+        return cache
+
     def lower_bound_bytes(self) -> int:
         """Peak live bytes over the ops: the smallest arena any static plan can have."""
         b = self.buffers
@@ -211,7 +219,7 @@ class Placement:
     offset: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Residency:
     """Buffer ``buffer_id`` holds arena bytes ``[offset, offset + size)`` during ops
     ``[start, end)``. A swapping plan gives a buffer one or more residencies inside its
@@ -254,7 +262,7 @@ link speed) or ordinary ``pageable`` memory (copies staged by the driver: slower
 latency; see :mod:`cupool.sim.cost`). A swap-in reads the level its swap-out wrote."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class SwapOut:
     """Copy the buffer to host memory (``level``: pinned unless said) on the D2H stream,
     issued right after op
@@ -274,7 +282,7 @@ class SwapOut:
     drop: bool = False
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class SwapIn:
     """Copy the buffer back on the H2D stream into the residency that begins at
     ``trigger_op``, issued when op ``trigger_op`` is dispatched (its predecessor finished),
@@ -289,7 +297,7 @@ class SwapIn:
     level: str = PINNED
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class RecomputeAction:
     """Produce the buffer again just before op ``before_op`` (the start of the residency
     it fills) by re-running its producing op (the trace's ``recompute.op``), on the compute

@@ -6,10 +6,42 @@
  * numpy.fromiter(map(attrgetter(name), objects), numpy.int64) gives per name, without a
  * Python call per value. Where that could differ (an attribute that is not an int, one past
  * 64 bits, one missing) it returns None, and the caller reads the columns in Python, which
- * converts or raises as it always has.
+ * converts or raises as it always has. Objects whose class keeps the attribute in a
+ * __slots__ member (the plan vocabulary's frozen dataclasses) are read from the slot, as
+ * generic attribute lookup would read it, without the lookup.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
+
+/* Where objects of one type keep attribute names[c]: the byte offset of its slot (a
+ * __slots__ member: a dataclass with slots=True), or -1 to ask PyObject_GetAttr. A slot is
+ * read directly only when the type's attribute is that member descriptor itself, which is
+ * what PyObject_GetAttr would have read through. */
+typedef struct {
+    PyTypeObject *type;
+    Py_ssize_t offsets[8];
+} Slots;
+
+static void find_slots(Slots *slots, PyTypeObject *type, PyObject *names, Py_ssize_t width) {
+    slots->type = type;
+    int generic = type->tp_getattro == PyObject_GenericGetAttr;
+    for (Py_ssize_t c = 0; c < width; c++) {
+        slots->offsets[c] = -1;
+        if (c >= 8 || !generic) continue;
+        PyObject *descr = PyObject_GetAttr((PyObject *)type, PyTuple_GET_ITEM(names, c));
+        if (!descr) {
+            PyErr_Clear();
+            continue;
+        }
+        if (Py_IS_TYPE(descr, &PyMemberDescr_Type)) {
+            PyMemberDef *member = ((PyMemberDescrObject *)descr)->d_member;
+            if (member->type == T_OBJECT_EX && !(member->flags & READ_RESTRICTED))
+                slots->offsets[c] = member->offset;
+        }
+        Py_DECREF(descr);
+    }
+}
 
 static PyObject *int_columns(PyObject *module, PyObject *args) {
     PyObject *objects, *names;
@@ -32,9 +64,19 @@ static PyObject *int_columns(PyObject *module, PyObject *args) {
     }
     long long *out = (long long *)PyByteArray_AS_STRING(block);
     PyObject **objs = PySequence_Fast_ITEMS(items);
+    Slots slots = {NULL, {0}};
     for (Py_ssize_t i = 0; i < count; i++) {
+        PyTypeObject *type = Py_TYPE(objs[i]);
+        if (type != slots.type) find_slots(&slots, type, names, width);
         for (Py_ssize_t c = 0; c < width; c++) {
-            PyObject *value = PyObject_GetAttr(objs[i], PyTuple_GET_ITEM(names, c));
+            PyObject *value = NULL;
+            Py_ssize_t at = c < 8 ? slots.offsets[c] : -1;
+            if (at >= 0) {
+                value = *(PyObject **)((char *)objs[i] + at);
+                Py_XINCREF(value);  /* NULL: an unset slot, left to Python */
+            } else {
+                value = PyObject_GetAttr(objs[i], PyTuple_GET_ITEM(names, c));
+            }
             int overflow = 0;
             long long number = -1;
             if (value && PyLong_Check(value))

@@ -177,7 +177,7 @@ def _direct(trace: Trace, plan: Plan, cost: CostModel) -> SimReport:
         recomputes=tuple(timeline.recomputes))
 
 
-_NBYTES = itemgetter(2)  # of a copy record
+_NBYTES, _END = itemgetter(2), itemgetter(5)  # of a copy record
 
 
 @dataclass(frozen=True)
@@ -200,7 +200,8 @@ class _Clock:
         ideal = math.fsum(op_us)
         recompute = math.fsum(recompute_us)
         last_op = op_times[-1][2] if op_times else 0.0
-        tail = max([0.0] + [c[5] - last_op for c in copies])
+        # the latest end less last_op: subtracting one number keeps the order of the ends
+        tail = max(0.0, max(map(_END, copies), default=last_op) - last_op)
         stall = math.fsum(waited) + tail
         overhead = (recompute + stall) / ideal if ideal > 0 else 0.0
         return cls(ideal, recompute, stall, ideal + recompute + stall, overhead)

@@ -306,3 +306,47 @@ def test_moves_by_anchor_are_the_moves_of_a_walk_over_the_whole_plan(seed, fract
         expected = _moves_by_scanning(state, op, waited, link, level)
         assert moves_at(state, op, None, waited, link, level, anchors) == expected
         assert moves_at(state, op, None, waited, link, level) == expected
+
+
+def _recounted_live(state) -> list[int]:
+    live = [0] * state.n
+    for b, spans in state.spans.items():
+        for span in spans:
+            for op in range(span.start, span.end):
+                live[op] += state.sizes[b]
+    return live
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, 10_000), st.sampled_from((0.6, 0.75)), st.integers(0, 2 ** 32 - 1))
+def test_live_bytes_kept_across_copies_and_moves_are_those_of_the_spans(seed, fraction, walk):
+    """A state's ``live`` (its original's plus what it changed) is what its spans hold, along
+    random chains of moves, and the original's is unchanged by its copies' moves."""
+    import random
+
+    import numpy as np
+
+    trace = _small_trace(seed)
+    plan, planned = _seeded(trace, max(1, int(trace.lower_bound_bytes() * fraction)),
+                            params=UNREFINED)
+    if not plan.residencies:
+        return
+    rng = random.Random(walk)
+    cost = GEN5
+    moves = TierMoves(planned, cost)
+    state = TierState(planned, plan)
+    report = simulate(planned, state.plan(), cost, validate=False)
+    waited = np.ones(planned.num_ops)
+    states = [state]
+    for _ in range(30):
+        parent = rng.choice(states)
+        before = parent.live().tolist()
+        listed = [m for op in range(planned.num_ops)
+                  for m in moves_at(parent, op, report, waited, True, True)]
+        if not listed:
+            break
+        child = apply_move(moves, parent, rng.choice(listed), report, waited)
+        assert parent.live().tolist() == before == _recounted_live(parent)
+        if child is not None:
+            assert child.live().tolist() == _recounted_live(child)
+            states.append(child)

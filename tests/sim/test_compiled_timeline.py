@@ -212,3 +212,57 @@ def test_int_columns_leave_other_values_to_python(odd):
     assert _columns.int_columns([Row(a=1), Row(a=odd)], ("a",)) is None
     assert _columns.int_columns([Row(a=1), Row(b=1)], ("a",)) is None  # missing
     assert _columns.int_columns([Row(a=1)], ("a",)) is not None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SlotRow:
+    a: object
+    b: object = 0
+
+
+class Shadowed(SlotRow):
+    """A subclass whose ``a`` is a property: read through it, not the slot."""
+
+    __slots__ = ()
+
+    @property
+    def a(self):
+        return 7
+
+
+class Unset:
+    __slots__ = ("a",)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["slots", "dict", "shadowed"]),
+                          st.integers(-(2 ** 63), 2 ** 63 - 1), st.booleans()), max_size=20))
+def test_int_columns_read_slots_as_attribute_lookup_does(rows):
+    """Slotted objects (the plan vocabulary), mixed with others, read as ``getattr`` does."""
+    objects = []
+    for kind, a, b in rows:
+        if kind == "shadowed":  # its own a; b in the slot
+            obj = object.__new__(Shadowed)
+            object.__setattr__(obj, "b", b)
+        else:
+            obj = (SlotRow if kind == "slots" else Row)(a=a, b=b)
+        objects.append(obj)
+    block = _columns.int_columns(objects, ("a", "b"))
+    expected = [[int(getattr(o, name)) for o in objects] for name in ("a", "b")]
+    assert np.frombuffer(block, np.int64).reshape(2, len(objects)).tolist() == expected
+
+
+def test_int_columns_leave_an_unset_slot_to_python():
+    assert _columns.int_columns([SlotRow(a=1), Unset()], ("a",)) is None
+    assert _columns.int_columns([SlotRow(a=1), SlotRow(a=1.5)], ("a",)) is None
+
+
+def test_int_columns_read_the_plan_vocabulary():
+    from cupool.core.vocabulary import SwapIn
+
+    rows = [Residency(3, 1, 4, 64), Residency(5, 0, 2, 0)]
+    block = _columns.int_columns(rows, ("buffer_id", "start", "end", "offset"))
+    assert np.frombuffer(block, np.int64).reshape(4, 2).tolist() == [[3, 5], [1, 0], [4, 2],
+                                                                     [64, 0]]
+    block = _columns.int_columns([SwapIn(2, 5, 7)], ("buffer_id", "trigger_op", "due_op"))
+    assert np.frombuffer(block, np.int64).tolist() == [2, 5, 7]

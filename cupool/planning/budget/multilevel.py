@@ -43,6 +43,7 @@ say so).
 
 from __future__ import annotations
 
+import operator
 import random
 import time
 from collections import defaultdict
@@ -116,6 +117,9 @@ class TierParams:
             raise SolverError(f"max_evaluations (={self.max_evaluations}) must be >= 1")
 
 
+_START, _END = operator.itemgetter(4), operator.itemgetter(5)  # of a copy record
+
+
 class TierCost(NamedTuple):
     """What the search minimises, compared in this order: the simulated iteration, then
     the time the copies spend at their levels' bandwidths."""
@@ -150,7 +154,8 @@ class _Search:
     def visit(self, state: TierState) -> Visited:
         self.evaluations += 1
         report = self._simulate(self.trace, state.plan(), self.cost, validate=False)
-        read_write = sum(end - start for _b, _d, _n, _queued, start, end in report.copies)
+        copies = report.copies  # (buffer, direction, bytes, queued, start, end)
+        read_write = sum(map(operator.sub, map(_END, copies), map(_START, copies)))
         return Visited(TierCost(report.iteration_us, read_write), state, report)
 
 

@@ -74,7 +74,9 @@ class TierState:
     Copies share their buffers' span lists and :class:`Span` objects until one is edited:
     a move takes :meth:`own` of a buffer's spans before it changes any of them (after a
     copy, neither state owns a shared list). :meth:`plan` keeps each buffer's residencies
-    while its span list is the same object (``own`` forgets them)."""
+    while its span list is the same object (``own`` forgets them). :meth:`live` is kept
+    until a buffer is owned; a copy's is its original's plus the change of the buffers it
+    owned since (their ops as they were then are kept)."""
 
     def __init__(self, trace: Trace, plan: Plan):
         self.trace = trace
@@ -91,6 +93,9 @@ class TierState:
         self._owned: set[int] = set(self.spans)
         self._made: dict[int, _Made] = {}  # by buffer: its residencies, made by plan()
         self._order: list[int] | None = None  # the buffers of spans, sorted, made by plan()
+        self._live: np.ndarray | None = None  # live(), while no buffer was owned since
+        self._live_base: np.ndarray | None = None  # the original's live() at the copy
+        self._owned_ops: dict[int, list[tuple[int, int]]] = {}  # by buffer owned since
 
     def copy(self) -> TierState:
         other = object.__new__(TierState)
@@ -102,12 +107,16 @@ class TierState:
         other._owned = set()
         other._made = dict(self._made)
         other._order = self._order
+        other._live, other._live_base, other._owned_ops = None, self.live(), {}
         self._owned = set()  # the lists are shared now: either state copies before editing
         return other
 
     def own(self, b: int) -> list[Span]:
         """Buffer ``b``'s spans, copied first if this state still shares them."""
         self._made.pop(b, None)
+        self._live = None
+        if self._live_base is not None and b not in self._owned_ops:
+            self._owned_ops[b] = [(s.start, s.end) for s in self.spans[b]]
         if b not in self._owned:
             self.spans[b] = [Span(s.start, s.end, s.offset) for s in self.spans[b]]
             self._owned.add(b)
@@ -142,19 +151,34 @@ class TierState:
                        arena_bytes=int(arena))
 
     def live(self) -> np.ndarray:
-        """Bytes resident at each op."""
+        """Bytes resident at each op (read only: the state keeps it)."""
+        if self._live is not None:
+            return self._live
+        if self._live_base is None:  # every residency
+            changed = [(self.sizes[b], spans, ()) for b, spans in self.spans.items()]
+        else:  # the buffers owned since the copy: in with their ops now, out with the old
+            changed = [(self.sizes[b], self.spans[b], old)
+                       for b, old in self._owned_ops.items()]
         starts, ends, sizes = [], [], []
-        for b, spans in self.spans.items():
-            size = self.sizes[b]
-            for s in spans:
-                starts.append(s.start)
-                ends.append(s.end)
+        for size, spans, old in changed:
+            for span in spans:
+                starts.append(span.start)
+                ends.append(span.end)
                 sizes.append(size)
+            for start, end in old:
+                starts.append(start)
+                ends.append(end)
+                sizes.append(-size)
         delta = np.zeros(self.n + 1, dtype=np.int64)
         held = np.array(sizes, dtype=np.int64)
         np.add.at(delta, np.array(starts, dtype=np.int64), held)
         np.subtract.at(delta, np.array(ends, dtype=np.int64), held)
-        return np.cumsum(delta[:-1])
+        live = np.cumsum(delta[:-1])
+        if self._live_base is not None:
+            live += self._live_base
+        live.flags.writeable = False
+        self._live = live
+        return live
 
     def index_at(self, b: int, start: int | None = None,
                  containing: int | None = None) -> int | None:
@@ -448,13 +472,14 @@ class TierMoves:
 def waits(report) -> np.ndarray:
     """µs each op waited (for copies or bytes) after its dispatch, recomputes excluded."""
     n = len(report.op_times)
-    waited = np.zeros(n)
     recompute = np.zeros(n)
-    for _b, i, start, end in report.recomputes:
-        recompute[i] += end - start
-    for i, (dispatch, start, _end) in enumerate(report.op_times):
-        waited[i] = max(0.0, start - dispatch - recompute[i])
-    return waited
+    count = len(report.recomputes)
+    if count:  # summed per op in report order, as one loop would
+        np.add.at(recompute, np.fromiter((r[1] for r in report.recomputes), np.int64, count),
+                  np.fromiter((r[3] - r[2] for r in report.recomputes), np.float64, count))
+    times = np.fromiter(itertools.chain.from_iterable(report.op_times), np.float64,
+                        3 * n).reshape(n, 3)
+    return np.maximum(times[:, 1] - times[:, 0] - recompute, 0.0)
 
 
 def _ops_covering(report, op: int, wait_us: float) -> int:

@@ -30,7 +30,7 @@ from cupool.core.vocabulary import Residency, SwapIn, SwapOut, Trace
 def mark_drops(trace: Trace, residencies, actions) -> tuple:
     """``actions`` with each swap-out of a buffer with known ``writes`` flagged ``drop``
     exactly when the data it leaves is clean (module docstring)."""
-    known = {b.id for b in trace.buffers if b.writes is not None}
+    known = trace.ids_with_writes()
     if not known:
         return tuple(actions)
     spans: dict[int, list[Residency]] = {}
