@@ -355,7 +355,11 @@ static PyObject *float_tuple(int count, const double *values) {
     return tuple;
 }
 
-/* the six lists of a Timeline from what run() recorded */
+/* the six lists of a Timeline from what run() recorded. The records of op times, copies
+ * and recomputes hold numbers and the direction strings only, so they cannot be part of a
+ * reference cycle: they are taken off the garbage collector's lists when made (as its
+ * first pass over them would do), which spares every later collection a pass over the
+ * tens of thousands of records a replay of a large plan makes. */
 static PyObject *records(Replay *r, PyObject *residencies, PyObject *d2h, PyObject *h2d) {
     PyObject *op_times = PyList_New(r->op_times.n);
     PyObject *copies = PyList_New(r->ended.n);
@@ -369,6 +373,7 @@ static PyObject *records(Replay *r, PyObject *residencies, PyObject *d2h, PyObje
     for (Py_ssize_t k = 0; k < r->op_times.n; k++) {
         PyObject *times = float_tuple(3, (const double *)r->op_times.items + 3 * k);
         if (!times) goto done;
+        PyObject_GC_UnTrack(times);
         PyList_SET_ITEM(op_times, k, times);
     }
     for (Py_ssize_t k = 0; k < r->ended.n; k++) {
@@ -390,6 +395,7 @@ static PyObject *records(Replay *r, PyObject *residencies, PyObject *d2h, PyObje
             else PyTuple_SET_ITEM(record, at[m], items[m]);
         }
         if (failed) goto done;
+        PyObject_GC_UnTrack(record);
     }
     const long long *rc_ids = LL(r->col[RC_IDS]);
     const double *rc_us = DBL(r->col[RC_US]);
@@ -397,6 +403,7 @@ static PyObject *records(Replay *r, PyObject *residencies, PyObject *d2h, PyObje
         Recomputed rec = AT(r->recomputed, Recomputed, k);
         PyObject *record = Py_BuildValue("(Lndd)", rc_ids[rec.row], rec.op, rec.begun, rec.end);
         if (!record) goto done;
+        PyObject_GC_UnTrack(record);
         PyList_SET_ITEM(recomputes, k, record);
         PyObject *us = PyFloat_FromDouble(rc_us[rec.row]);
         if (!us) goto done;

@@ -42,7 +42,6 @@ times faster (the budget planner replays hundreds of plans per plan).
 
 from __future__ import annotations
 
-import gc
 import math
 from collections import defaultdict
 from dataclasses import asdict, dataclass
@@ -51,6 +50,7 @@ from operator import itemgetter
 import numpy as np
 
 from cupool.check import validate_plan
+from cupool.core.collector import collector_paused
 from cupool.core.vocabulary import (
     PINNED,
     Plan,
@@ -148,13 +148,8 @@ def simulate(trace: Trace, plan: Plan, cost: CostModel | None = None, *,
             return _infeasible(trace, cost, f"invalid plan ({report.rule}): {report.message}")
     if log or reference:
         return _Replay(trace, plan, cost, log).run()
-    collecting = gc.isenabled()
-    gc.disable()  # the replay makes no reference cycles; collecting would scan the trace
-    try:
+    with collector_paused():  # the replay makes no reference cycles
         return _direct(trace, plan, cost)
-    finally:
-        if collecting:
-            gc.enable()
 
 
 def _direct(trace: Trace, plan: Plan, cost: CostModel) -> SimReport:

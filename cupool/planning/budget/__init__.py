@@ -43,6 +43,7 @@ import time
 from dataclasses import replace
 from importlib import import_module
 
+from cupool.core.collector import collector_paused
 from cupool.core.vocabulary import SolveStatus, Trace
 from cupool.errors import SolverError
 from cupool.planning.budget.engine.residency import check_working_sets, failed_plan
@@ -83,7 +84,9 @@ def plan_with_budget(trace: Trace, budget_bytes: int, policy: str = "auto", cost
     found none; ``reason`` says why). Validate and simulate the plan against
     ``result.trace`` (``trace`` plus derived recompute recipes), not ``trace``.
 
-    ``cost`` is a :class:`cupool.sim.cost.CostModel` (default: the Gen5 preset).
+    ``cost`` is a :class:`cupool.sim.cost.CostModel` (default: the Gen5 preset). Python's
+    cyclic garbage collector is paused while the policy plans
+    (:func:`~cupool.core.collector.collector_paused`), and resumed after.
     """
     function = get_policy(policy)
     if not isinstance(budget_bytes, int) or isinstance(budget_bytes, bool) or budget_bytes <= 0:
@@ -104,7 +107,8 @@ def plan_with_budget(trace: Trace, budget_bytes: int, policy: str = "auto", cost
         plan = failed_plan(planned, budget_bytes, policy, started, SolveStatus.INFEASIBLE,
                            {**stats, "reason": reason})
         return BudgetResult(plan, planned, policy, reason)
-    result = function(planned, budget_bytes, cost, params, started)
+    with collector_paused():  # planners make many objects and almost no cycles
+        result = function(planned, budget_bytes, cost, params, started)
     result.plan.stats.update({k: v for k, v in stats.items() if k not in result.plan.stats})
     return replace(result, policy=policy)
 
