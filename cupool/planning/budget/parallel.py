@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from cupool.check import validate_plan
+from cupool.core.collector import collector_paused
 from cupool.core.vocabulary import Plan, SolveStatus, Trace
 from cupool.errors import SolverError
 from cupool.planning.budget.engine.placement import OffsetCache
@@ -140,8 +141,9 @@ def _plan_member(index: int) -> MemberOutcome:
         _worker["members"] = _worker["build"](inputs.trace, inputs.budget_bytes, inputs.cost,
                                               inputs.params, OffsetCache())
     member = _worker["members"][index]
-    return judge(inputs.trace, member.name, member.run(time.perf_counter()), inputs.cost,
-                 _worker["judged"])
+    with collector_paused():  # as in the calling process (plan_with_budget)
+        return judge(inputs.trace, member.name, member.run(time.perf_counter()), inputs.cost,
+                     _worker["judged"])
 
 
 def outcomes_in_order(futures: Sequence[Future], names: Sequence[str]) -> Iterator[MemberOutcome]:
