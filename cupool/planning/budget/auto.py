@@ -27,6 +27,11 @@ uses / across the iteration boundary only when the budget still does not hold.
   (:data:`SEARCHED_MEMBER`);
 - ``capuchin`` (in Capuchin's order, and with the on-time swaps of the largest buffers
   taken first), ``vdnn`` and ``on-demand``;
+- when persistent state fits the budget beside what each op uses but some of it is idle
+  across the boundary and written by the step (optimizer state between its updates),
+  :data:`~.boundary.HEAD_VARIANT`: that state stays on the device across the boundary,
+  is copied out after op 0 and back in a chain of copies that ends by its updates, and
+  the greedy plans the rest;
 - :func:`fallbacks`: when persistent state with what an op uses does not fit the budget at
   some op, the persistent gaps taken off the device first, late where they must be
   (:mod:`.boundary`, each of its variants); and, only when nothing found a plan, the
@@ -145,6 +150,12 @@ class Member(NamedTuple):
 def members(trace, budget_bytes, cost, params: BudgetParams,
             cache: OffsetCache | None = None) -> list[Member]:
     """``auto``'s members, in the order that breaks ties (the greedy ones share ``cache``)."""
+    from cupool.planning.budget.boundary import (
+        HEAD_VARIANT,
+        head_candidates,
+        persistent_over,
+        plan_boundary,
+    )
     from cupool.planning.budget.capuchin import plan_capuchin
     from cupool.planning.budget.classic import plan_on_demand, plan_vdnn
     from cupool.planning.budget.stream import (
@@ -186,6 +197,9 @@ def members(trace, budget_bytes, cost, params: BudgetParams,
             Member(f"capuchin({LARGEST_SWAPS} first)", lambda started: plan_capuchin(
                 trace, budget_bytes, cost, params, started, LARGEST_SWAPS)),
             Member("vdnn", policy(plan_vdnn)), Member("on-demand", policy(plan_on_demand))]
+    if head_candidates(trace) and not persistent_over(trace, budget_bytes):
+        out += [Member(HEAD_VARIANT.name, lambda started: plan_boundary(
+            trace, budget_bytes, cost, params, started, HEAD_VARIANT))]
     return out
 
 

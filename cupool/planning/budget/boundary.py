@@ -37,10 +37,26 @@ copies that cannot land on time stall the step (the simulator charges the waitin
 
 ``auto`` runs it only when :func:`persistent_over` holds, so every trace whose
 persistent state fits plans exactly as before.
+
+**In the head** (:data:`HEAD_VARIANT`, which ``auto`` runs where persistent state fits).
+Optimizer state is written once per step, by its update at the step's end, and idle
+until the next: taken off across the boundary it pays a copy out at the end of the step
+that nothing overlaps. Taken in the iteration's *head* instead, it stays on the device
+across the boundary, is copied out after op 0 (behind the head copies out already
+queued) while the forward pass computes, and comes back in a chain of copies in, each
+landing by its first use and before the one taken before it starts::
+
+    op:          0   1   ...              ...  u        m used (updated) at op u only
+    m resident   [===)                    [=====]==)    SwapOut after op 0, SwapIn for u
+    off                  ================               the step's peak, in between
+
+Only dirty persistent state across the boundary is taken (in the ``live`` target's
+order), and only where the hole covers an op over the target; the greedy plans the rest.
 """
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import numpy as np
@@ -62,7 +78,7 @@ from cupool.planning.budget.engine.placement import (
 )
 from cupool.planning.budget.engine.records import SwapWindow
 from cupool.planning.budget.engine.relief import persistent_floor
-from cupool.planning.budget.engine.residency import residency_intervals
+from cupool.planning.budget.engine.residency import HEAD_OUT_OP, residency_intervals
 from cupool.planning.budget.engine.schedule import SWAP, Gap, IdleGap, Schedule, trace_index
 from cupool.planning.budget.engine.state import PlanState
 from cupool.planning.budget.params import BudgetParams
@@ -88,12 +104,14 @@ class Variant(NamedTuple):
     eager: bool = False
     order: str = "largest"
     fill: float = PREFETCH_FILL
+    head: bool = False
 
     @property
     def name(self) -> str:
         extra = (", eager release" if self.eager else "") + (
             f", {self.order} first" if self.order != "largest" else "") + (
-            f", fill {self.fill:.0%}" if self.fill != PREFETCH_FILL else "")
+            f", fill {self.fill:.0%}" if self.fill != PREFETCH_FILL else "") + (
+            ", in the head" if self.head else "")
         return f"boundary(target {self.target}{extra})"
 
 
@@ -108,7 +126,22 @@ leaves the device first, whose copies out and in then meet fewest others in thos
 
 VARIANTS = (Variant("working"), Variant("live"), Variant("working", eager=True),
             Variant("live", eager=True), Variant("working", order="latest use", fill=1.0))
-"""The variants ``auto`` runs, in the order that breaks ties."""
+"""The variants ``auto`` runs when persistent state must leave the device
+(:func:`persistent_over`), in the order that breaks ties."""
+
+HEAD_VARIANT = Variant("live", head=True)
+"""The variant ``auto`` runs when persistent state fits but the step does not: the state
+idle across the boundary (optimizer state between its updates) copied out in the
+iteration's head, back in a chain of copies that ends by its updates
+(:func:`head_window`), the rest left to the greedy."""
+
+
+def head_candidates(trace: Trace) -> bool:
+    """True when some persistent buffer the step writes (its host copy goes stale: not
+    read-only) is first used after op ``HEAD_OUT_OP + 1``: it could be off the device in
+    the iteration's head (:attr:`~.engine.schedule.Gap.head`)."""
+    return any(b.kind == PERSISTENT and b.uses and not b.read_only
+               and min(b.uses) > HEAD_OUT_OP + 1 for b in trace.buffers)
 
 
 def persistent_over(trace: Trace, budget_bytes: int) -> bool:
@@ -171,6 +204,39 @@ def stretched_window(state: PlanState, gap: IdleGap, over: list[int],
                       state.h2d.lateness(issue, in_len, due))
 
 
+def head_window(state: PlanState, gap: IdleGap, over: list[int],
+                land_by_us: float = math.inf) -> SwapWindow | None:
+    """The swap of a wrap gap in the iteration's head (:attr:`~.engine.schedule.Gap.head`):
+    copied out after op 0, behind the copies out already queued, its bytes released once
+    that copy has landed; copied in at the latest trigger whose copy lands by its first
+    use and by ``land_by_us`` (the head swaps taken before it come back after it: their
+    copies in queue behind this one). ``None`` when that leaves no op of ``over`` (ops
+    over the target the gap spans) off the device."""
+    n = state.n
+    buffer_id, _prev_use, next_use = gap
+    size = state.sizes[buffer_id]
+    out_len = state.cost.copy_us(size, "d2h")
+    in_len = state.cost.copy_us(size, "h2d")
+    out_issue = float(state.end_us[HEAD_OUT_OP])
+    out_done = state.d2h.finish_if_added(out_issue, out_len)
+    until = min(state.op_at_or_after(out_done, HEAD_OUT_OP + 1), n)
+    if until >= next_use:
+        return None
+    due = float(state.start_us[next_use])
+    deadline = min(due, land_by_us)
+    trigger = until
+    for t in range(next_use, until - 1, -1):  # the latest trigger whose copy lands on time
+        if state.h2d.finish_if_added(float(state.start_us[t]), in_len) <= deadline + 1e-9:
+            trigger = t
+            break
+    if not any(until <= k < trigger for k in over):
+        return None
+    issue = float(state.start_us[trigger])
+    landed = max(due, state.h2d.finish_if_added(issue, in_len))
+    return SwapWindow(until, trigger, out_issue, out_len, issue, in_len, landed,
+                      state.h2d.lateness(issue, in_len, due))
+
+
 def _settle_copy_out(state: PlanState, window: SwapWindow) -> None:
     """Re-queue a copy out that :meth:`~.engine.state.PlanState.apply_swap` queued due
     before it lands as due when it lands (see :func:`stretched_window`)."""
@@ -183,7 +249,7 @@ def _settle_copy_out(state: PlanState, window: SwapWindow) -> None:
 
 
 def offload_persistent(state: PlanState, target: str = "working", eager: bool = False,
-                       order: str = "largest") -> int:
+                       order: str = "largest", head: bool = False) -> int:
     """Take persistent gaps off the device until no op is over ``target``
     (:data:`TARGETS`; module docstring, steps 1-2), released ``eager`` ly or once the copy
     out has landed (:func:`stretched_window`), in ``order`` (:data:`ORDERS`,
@@ -198,6 +264,7 @@ def offload_persistent(state: PlanState, target: str = "working", eager: bool = 
     key = ORDERS[order]
     gaps.sort(key=lambda g: (-_idle_count(n, g), *key(g, state.sizes[g.buffer_id])))
     taken = 0
+    head_issued = math.inf  # when the earliest copy in of the head swaps taken starts
     for gap in gaps:
         measure = state.live if floor is None else floor
         if int(measure.max()) <= state.budget:
@@ -205,14 +272,25 @@ def offload_persistent(state: PlanState, target: str = "working", eager: bool = 
         over = _ops_over(measure, state.budget, n, gap)
         if not over:
             continue
-        window = stretched_window(state, gap, over, eager)
-        state.apply_swap(gap.buffer_id, gap.prev_use, gap.next_use, window)
+        if head:  # only dirty state across the boundary, in the head (or not at all)
+            if not gap.wraps or state.clean_at(gap.buffer_id, gap.prev_use):
+                continue
+            window = head_window(state, gap, over, head_issued)
+            if window is None:
+                continue
+            state.apply_head_swap(gap.buffer_id, gap.prev_use, gap.next_use, window)
+            head_issued = window.in_issue_us
+        else:
+            window = stretched_window(state, gap, over, eager)
+            state.apply_swap(gap.buffer_id, gap.prev_use, gap.next_use, window)
         _settle_copy_out(state, window)
         state.taken.add(gap)
         taken += 1
         if floor is not None:
             size = trace.buffer(gap.buffer_id).size
-            if gap.wraps:
+            if gap.wraps and window.resident_until <= window.trigger <= gap.next_use:
+                floor[window.resident_until:window.trigger] -= size  # in the head
+            elif gap.wraps:
                 floor[window.resident_until:] -= size
                 floor[:window.trigger] -= size
             else:
@@ -225,7 +303,7 @@ def _earlier_trigger(state: PlanState, gap: Gap, size: int, until: int,
     """The trigger step 4 moves ``gap``'s copy in to (its own when none is better), never
     before ``until``, where the bytes of its copy out are released (for a gap across the
     boundary, the copy in is the next iteration's: from op 0)."""
-    low = 0 if gap.wraps else until
+    low = 0 if gap.wraps and not gap.head else until
     room = gap.resident_from
     limit = fill * state.budget
     while room > low and int(state.live[room - 1]) + size <= limit:
@@ -261,7 +339,7 @@ def bring_forward(state: PlanState, gaps: list[IdleGap], fill: float = PREFETCH_
         copy_out = state.cost.copy_us(size, "d2h")
         landed = float(state.end_us[gap.prev_use]) + copy_out
         end = n if gap.wraps else gap.resident_from
-        while (until < end and float(state.start_us[until]) < landed
+        while (not gap.head and until < end and float(state.start_us[until]) < landed
                and int(state.live[until]) + size <= fill * state.budget
                and not state.clean_at(gap.buffer_id, gap.prev_use)):
             state.hold(size, until, until + 1)
@@ -303,7 +381,8 @@ def plan_boundary(trace, budget_bytes, cost, params: BudgetParams, started: floa
     def decide(internal: int) -> Decision:
         state = PlanState(trace, internal, cost, max_chain=options.max_chain,
                           late_trigger=options.late_trigger)
-        taken = offload_persistent(state, variant.target, variant.eager, variant.order)
+        taken = offload_persistent(state, variant.target, variant.eager, variant.order,
+                                   variant.head)
         persistent_gaps = list(state.taken)
         for include_persistent in (False, True):
             if state.live.max() > internal:

@@ -88,6 +88,11 @@ def residency_intervals(trace: Trace, schedule: Schedule) -> list[ResidencyInter
     return [r for r in out if r.end > r.start]
 
 
+HEAD_OUT_OP = 0
+"""The op after which a wrap gap taken in the iteration's head is copied out
+(:attr:`~.schedule.Gap.head`)."""
+
+
 def actions_of(trace: Trace, schedule: Schedule) -> tuple:
     """The schedule's actions in execution order: before op ``t`` come the swap-outs issued
     after op ``t - 1``, then swap-ins triggered at ``t``, earliest due first (one FIFO
@@ -98,7 +103,12 @@ def actions_of(trace: Trace, schedule: Schedule) -> tuple:
     keyed = []
     for gaps in schedule.gaps.values():
         for g in gaps:
-            if g.mode == SWAP:
+            if g.mode == SWAP and g.head:  # out after op 0, in the order they land
+                keyed.append(((1, 0, g.resident_until, 0, g.buffer_id),
+                              SwapOut(g.buffer_id, HEAD_OUT_OP)))
+                keyed.append(((g.resident_from, 1, g.next_use, 0, g.buffer_id),
+                              SwapIn(g.buffer_id, g.resident_from, g.next_use)))
+            elif g.mode == SWAP:
                 keyed.append(((g.prev_use + 1, 0, 0, 0, g.buffer_id),
                               SwapOut(g.buffer_id, g.prev_use)))
                 due = g.next_use

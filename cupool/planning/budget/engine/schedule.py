@@ -64,7 +64,11 @@ class Gap:
     (ZeRO-Offload style: swapped out after the last use, back before the first). A wrap
     gap with ``resident_from >= resident_until`` is brought back in the iteration's tail,
     for the next one (a read-only weight streamed across the boundary): off the device
-    only during ``[resident_until, resident_from)``.
+    only during ``[resident_until, resident_from)``. A wrap gap taken in the iteration's
+    *head* (:attr:`head`: ``resident_until <= resident_from <= next_use``) stays on the
+    device across the boundary, is copied out after op 0 (its bytes held until the copy
+    has landed, by ``resident_until``) and back for its first use: off the device only
+    during ``[resident_until, resident_from)``, with no copy at the iteration's end.
     """
 
     buffer_id: int
@@ -77,6 +81,11 @@ class Gap:
     @property
     def wraps(self) -> bool:
         return self.next_use <= self.prev_use
+
+    @property
+    def head(self) -> bool:
+        """A wrap gap taken in the iteration's head (copied out after op 0)."""
+        return self.wraps and self.resident_until <= self.resident_from <= self.next_use
 
 
 class ChainRecompute(NamedTuple):

@@ -536,6 +536,24 @@ class PlanState:
         self.h2d_copies[(buffer_id, prev_use)] = QueuedCopy(window.in_issue_us, window.in_us,
                                                             window.due_us)
 
+    def apply_head_swap(self, buffer_id: int, last_use: int, first_use: int,
+                        window: SwapWindow) -> None:
+        """Take a persistent buffer's wrap gap in the iteration's head
+        (:attr:`~.schedule.Gap.head`): it stays on the device across the boundary, is
+        copied out after op 0 (``window.out_issue_us``) with its bytes held until op
+        ``window.resident_until`` and copied back from op ``window.trigger`` for its first
+        use; both copies join their queues."""
+        until, trigger = window.resident_until, window.trigger
+        size = self.sizes[buffer_id]
+        self.schedule.add(Gap(buffer_id, last_use, first_use, SWAP, until, trigger))
+        self._add_hole(buffer_id, Hole(until, first_use, SWAP))
+        self._free(size, until, trigger)
+        self._residency_changed(buffer_id, until, first_use)
+        self.d2h.add(window.out_issue_us, window.out_us, float(self.start_us[until]))
+        copy = QueuedCopy(window.in_issue_us, window.in_us, window.due_us)
+        self.h2d.add(*copy)
+        self.h2d_copies[(buffer_id, last_use)] = copy
+
     def apply_tail_prefetch(self, buffer_id: int, last_use: int, first_use: int,
                             trigger: int) -> None:
         """Drop a read-only buffer after its last use and copy it back from op ``trigger``
