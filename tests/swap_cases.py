@@ -223,3 +223,18 @@ def written_trace_and_plan(draw):
     trace = dataclasses.replace(trace, buffers=tuple(buffers))
     return trace, dataclasses.replace(plan_, actions=mark_drops(trace, plan_.residencies,
                                                     plan_.actions)), cost
+
+
+def replay_on_emulated(trace, plan, iterations: int = 3, size_scale: int = 1):
+    """Run ``plan`` for ``iterations`` on the emulated device (CuPy needed: the caller skips
+    without it); every iteration's bytes are checked against the trace's data. Returns the
+    iterations' results and the copy engine's stats."""
+    from cupool.devices import open_device
+    from cupool.swap.engine import EngineSettings, SwapEngine
+
+    with open_device("emulated") as device, SwapEngine(
+            trace, plan, device, EngineSettings(size_scale=size_scale)) as engine:
+        results = [engine.run_iteration(i) for i in range(iterations)]
+        stats = engine.copy_engine.stats()
+    assert all(r.corrupt_bytes == 0 and r.bytes_checked > 0 for r in results)
+    return results, stats

@@ -27,6 +27,7 @@ from cupool.planning.synthetic import lstm_trace
 from cupool.sim.bounds import overhead_lower_bound
 from cupool.sim.cost import cost_model
 from cupool.sim.simulator import simulate
+from tests.swap_cases import replay_on_emulated
 
 BUDGET = 62804
 
@@ -92,19 +93,12 @@ def test_persistent_state_leaves_across_the_boundary_and_validates(writes):
 
 def test_auto_picks_the_member_and_its_plan_replays_byte_exact():
     pytest.importorskip("cupy")
-    from cupool.devices import open_device
-    from cupool.swap.engine import EngineSettings, SwapEngine
-
     trace = across_the_boundary(writes=True)
     planned = make_plan(trace, BUDGET, policy="auto")
     assert planned.fits, planned.reason
     assert planned.plan.stats["member"].startswith("boundary")
     assert validate_swap_plan(planned.trace, planned.plan).valid
-    with open_device("emulated") as device, SwapEngine(
-            planned.trace, planned.plan, device, EngineSettings()) as engine:
-        results = [engine.run_iteration(i) for i in range(3)]
-        stats = engine.copy_engine.stats()
-    assert all(r.corrupt_bytes == 0 and r.bytes_checked > 0 for r in results)
+    _results, stats = replay_on_emulated(planned.trace, planned.plan)
     assert stats["bytes.d2h"] > 0 and stats["bytes.h2d"] > 0
 
 

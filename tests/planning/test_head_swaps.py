@@ -29,6 +29,7 @@ from cupool.planning.synthetic import lstm_trace
 from cupool.sim.bounds import overhead_lower_bound
 from cupool.sim.cost import cost_model
 from cupool.sim.simulator import simulate
+from tests.swap_cases import replay_on_emulated
 
 
 def adam_state_trace() -> Trace:
@@ -128,16 +129,9 @@ def test_head_plans_validate_and_simulate_no_better_than_the_bound(steps, layers
 
 def test_a_head_plan_replays_byte_exact_on_the_emulated_device():
     pytest.importorskip("cupy")
-    from cupool.devices import open_device
-    from cupool.swap.engine import EngineSettings, SwapEngine
-
     trace = small_lstm()
     budget = int(trace.lower_bound_bytes() * 0.8)
     result = plan_with_budget(trace, budget, "auto", cost_model("gen4"))
     assert result.member == HEAD_VARIANT.name
-    with open_device("emulated") as device, SwapEngine(
-            result.trace, result.plan, device, EngineSettings()) as engine:
-        results = [engine.run_iteration(i) for i in range(3)]
-        stats = engine.copy_engine.stats()
-    assert all(r.corrupt_bytes == 0 and r.bytes_checked > 0 for r in results)
+    _results, stats = replay_on_emulated(result.trace, result.plan)
     assert stats["bytes.d2h"] > 0 and stats["bytes.h2d"] > 0

@@ -16,6 +16,7 @@ from cupool.core.vocabulary import PERSISTENT, Buffer, Op, SwapIn, SwapOut, Trac
 from cupool.planning import make_plan
 from cupool.sim import simulate
 from cupool.sim.bounds import overhead_lower_bound
+from tests.swap_cases import replay_on_emulated
 
 MB = 1 << 20
 
@@ -68,24 +69,14 @@ def test_read_only_weights_stream_with_no_copy_out():
 
 def test_a_streamed_plan_runs_byte_exact_without_a_copy_out():
     pytest.importorskip("cupy")
-    from cupool.devices import open_device
-    from cupool.swap.engine import EngineSettings, SwapEngine
-
     trace = layered_inference(writes=())
     planned = _plan(trace, BUDGET)
-    with open_device("emulated") as device, SwapEngine(
-            planned.trace, planned.plan, device, EngineSettings(size_scale=4096)) as engine:
-        results = [engine.run_iteration(i) for i in range(3)]
-        stats = engine.copy_engine.stats()
-    assert all(r.corrupt_bytes == 0 and r.bytes_checked > 0 for r in results)
+    _results, stats = replay_on_emulated(planned.trace, planned.plan, size_scale=4096)
     assert stats["bytes.d2h"] == 0 and stats["bytes.h2d"] > 0
 
 
 def test_an_early_weight_is_prefetched_in_the_previous_iterations_tail():
     pytest.importorskip("cupy")
-    from cupool.devices import open_device
-    from cupool.swap.engine import EngineSettings, SwapEngine
-
     trace = layered_inference(writes=())
     planned = _plan(trace, 6 * MB)  # little room: the first layers' weights stream too
     n = trace.num_ops
@@ -98,11 +89,8 @@ def test_an_early_weight_is_prefetched_in_the_previous_iterations_tail():
         assert spans[0][0] == 0 and spans[-1] == (a.trigger_op, n)
     sim = simulate(planned.trace, planned.plan)
     assert all(direction == "h2d" for _b, direction, *_ in sim.copies)
-    with open_device("emulated") as device, SwapEngine(
-            planned.trace, planned.plan, device, EngineSettings(size_scale=4096)) as engine:
-        results = [engine.run_iteration(i) for i in range(3)]
-        assert engine.copy_engine.stats()["bytes.d2h"] == 0
-    assert all(r.corrupt_bytes == 0 and r.bytes_checked > 0 for r in results)
+    _results, stats = replay_on_emulated(planned.trace, planned.plan, size_scale=4096)
+    assert stats["bytes.d2h"] == 0
 
 
 def test_a_buffer_written_after_its_swap_in_is_copied_not_dropped():
