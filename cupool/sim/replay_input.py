@@ -446,9 +446,14 @@ def _by_op_columns(num_ops, residencies, arrays: ResidencyArrays, actions, cost)
     out_us = times.each(nbytes, D2H, [a.level for a, keep in zip(outs, kept.tolist(),
                                                                    strict=True) if keep])
     dues = np.where((dues >= 0) & (dues < num_ops), dues, -1)
+    if np.any(sorted_keys[1:] == sorted_keys[:-1]):  # a key twice: every one of them
+        filled = ~np.isin(keys, in_keys)
+    else:  # each key once: the residencies the swap-ins enter are those of their keys
+        filled = np.ones(len(keys), dtype=bool)
+        filled[entering] = False
     return _ByOp(in_ids, triggers, dues, entering, in_us, out_ids[kept], afters[kept],
-                 leaving, out_us, recomputes, ~np.isin(keys, in_keys),
-                 int(nbytes.max(initial=0)), times.shortest())
+                 leaving, out_us, recomputes, filled, int(nbytes.max(initial=0)),
+                 times.shortest())
 
 
 def _copied(outs) -> np.ndarray:
