@@ -253,7 +253,8 @@ def offload_persistent(state: PlanState, target: str = "working", eager: bool = 
     """Take persistent gaps off the device until no op is over ``target``
     (:data:`TARGETS`; module docstring, steps 1-2), released ``eager`` ly or once the copy
     out has landed (:func:`stretched_window`), in ``order`` (:data:`ORDERS`,
-    :class:`Variant`); returns how many were taken."""
+    :class:`Variant`); with ``head``, only the dirty wrap gaps, each in the iteration's
+    head (:func:`head_window`) or not at all. Returns how many were taken."""
     trace, n = state.trace, state.n
     if target not in TARGETS:
         raise ValueError(f"target {target!r}: expected one of {TARGETS}")
