@@ -9,7 +9,7 @@ import time
 import pytest
 
 from cupool.check import validate_swap_plan
-from cupool.core.vocabulary import PERSISTENT, Buffer, Op, Trace
+from cupool.core.vocabulary import PERSISTENT, Buffer, Op, SwapIn, Trace
 from cupool.planning.budget.engine.state import PlanState
 from cupool.planning.budget.params import BudgetParams
 from cupool.planning.budget.stream import (
@@ -203,3 +203,55 @@ def test_the_exact_last_resort_places_within_its_limits(monkeypatch):
     assert validate_offsets(problem, placed.offsets).valid
     monkeypatch.setattr(stream, "EXACT_PLACEMENT_MAX_RESIDENCIES", len(intervals) - 1)
     assert stream.place_exact(trace, intervals, 8).offsets is None
+
+
+def test_size_class_seeds_stream_whole_classes_then_the_earliest_larger_weights():
+    from cupool.planning.budget.stream import _streamed_live, size_class_seeds
+
+    _trace, _cost, _budget, state, weights, _seeds = _search_case()
+    seeds = size_class_seeds(state, weights)
+    assert len(seeds) >= 2
+    for kept in seeds:
+        streamed = [b for b in weights if b.id not in kept]
+        assert _streamed_live(state, streamed).max(initial=0.0) <= state.budget
+        # every weight up to some size streams; of the larger ones, the earliest used
+        whole = max(size for size in {b.size for b in weights}
+                    if all(b.id not in kept for b in weights if b.size <= size))
+        larger = sorted((b for b in weights if b.size > whole), key=lambda b: (b.uses[0], b.id))
+        extra = {b.id for b in streamed if b.size > whole}
+        assert {b.id for b in larger[:len(extra)]} == extra
+
+
+def test_auto_lists_the_size_class_member_after_every_other():
+    from cupool.planning.budget.auto import CLASSES_MEMBER, members
+
+    trace = graded_inference(GRADED)
+    budget = int(0.6 * trace.lower_bound_bytes())
+    names = [m.name for m in members(trace, budget, cost_model("gen5"), BudgetParams())]
+    assert names[-1] == CLASSES_MEMBER and names.count(CLASSES_MEMBER) == 1
+
+
+def test_vit_layers_stream_one_class_of_weights_from_its_seeds():
+    """ViT-B/16 at batch 1 (a captured inference step, ``bench/data``) at 90% of its lower
+    bound on Gen5: streaming every block's attention projection, the head and one qkv
+    matrix (whose copy runs in the previous iteration's tail) moves the fewest bytes. The
+    search from the fixed orders' sets never reaches it; from the size classes it does."""
+    from pathlib import Path
+
+    from cupool.io import load_trace
+    from cupool.planning.budget.recipes import with_recompute_recipes
+    from cupool.planning.budget.stream import SEARCHED_CLASSES
+
+    path = Path(__file__).resolve().parents[2] / "bench/data/traces/vit-b16_infer_b1.trace.json.gz"
+    trace = with_recompute_recipes(load_trace(path))
+    cost = cost_model("gen5")
+    budget = int(0.9 * trace.lower_bound_bytes())
+    params = BudgetParams()
+    fixed = plan_stream(trace, budget, cost, params, time.perf_counter(), 0.0, SEARCHED)
+    classes = plan_stream(trace, budget, cost, params, time.perf_counter(), 0.0,
+                          SEARCHED_CLASSES)
+    sim = _checked(trace, classes, cost, budget)
+    assert sim.overhead < simulate(trace, fixed.plan, cost).overhead - 0.03
+    streamed = {trace.buffer(a.buffer_id).name for a in classes.plan.actions
+                if isinstance(a, SwapIn)}
+    assert sum(name.endswith("attn.proj.weight") for name in streamed) == 12

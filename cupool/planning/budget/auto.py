@@ -24,7 +24,8 @@ uses / across the iteration boundary only when the budget still does not hold.
   release and covering late triggers (:meth:`~.engine.state.PlanState.swap_window`);
 - when the trace has read-only weights (``writes == []``), weight streaming
   (:mod:`.stream`) at each of ``params.stream_headrooms`` and with a searched kept set
-  (:data:`SEARCHED_MEMBER`);
+  (:data:`SEARCHED_MEMBER`), and, last of all members, with one searched from whole size
+  classes streamed (:data:`CLASSES_MEMBER`);
 - ``capuchin`` (in Capuchin's order, and with the on-time swaps of the largest buffers
   taken first), ``vdnn`` and ``on-demand``;
 - when persistent state fits the budget beside what each op uses but some of it is idle
@@ -161,6 +162,7 @@ def members(trace, budget_bytes, cost, params: BudgetParams,
     from cupool.planning.budget.stream import (
         KEEP_ORDERS,
         SEARCHED,
+        SEARCHED_CLASSES,
         plan_stream,
         streamable,
     )
@@ -200,6 +202,9 @@ def members(trace, budget_bytes, cost, params: BudgetParams,
     if head_candidates(trace) and not persistent_over(trace, budget_bytes):
         out += [Member(HEAD_VARIANT.name, lambda started: plan_boundary(
             trace, budget_bytes, cost, params, started, HEAD_VARIANT))]
+    if streamable(trace):
+        out += [Member(CLASSES_MEMBER, lambda started: plan_stream(
+            trace, budget_bytes, cost, params, started, 0.0, SEARCHED_CLASSES))]
     return out
 
 
@@ -256,6 +261,9 @@ def batch(trace, budget_bytes, cost, params: BudgetParams,
     return [*members(trace, budget_bytes, cost, params, cache),
             *boundary_members(trace, budget_bytes, cost, params)]
 
+
+CLASSES_MEMBER = "stream(searched keep set, from size classes)"
+"""The streaming member whose kept set is searched from whole size classes streamed."""
 
 SEARCHED_MEMBER = "stream(searched keep set)"
 """The member whose plan ``auto`` refines side by side with the best of the others (its

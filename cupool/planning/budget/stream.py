@@ -35,7 +35,11 @@ member replays steps 2-3 for a kept set on the estimated op times exactly as the
 would (:func:`layout_iteration_us`: the FIFO link, each op waiting for its prefetches) and
 anneals over kept sets from the fixed orders' (:func:`searched_kept`, seeded, a bounded
 number of evaluations), which spreads the streamed weights so their copies overlap
-compute. A copy in flight holds its whole weight, so the search runs with the prefetches
+compute. From the fixed orders' sets it seldom reaches one that streams a whole class
+of equal weights, one per layer (one toggle at a time, through sets that overflow); so a
+second searched member (:data:`SEARCHED_CLASSES`) anneals from such sets
+(:func:`size_class_seeds`). A copy in flight holds its whole weight, so the search runs
+with the prefetches
 filling all of the budget left over as well as :data:`PREFETCH_FILL` of it
 (:data:`SEARCH_FILLS`): the fuller, the fewer bytes stream. The search counts bytes, not
 offsets, so its best kept sets (of both) are tried in order until one's residencies pack
@@ -266,6 +270,10 @@ def _tail_prefetches(state: PlanState, streamed, triggers: dict, live: np.ndarra
 SEARCHED = "searched"
 """The keep order of the member whose kept set is searched (:func:`searched_kept`)."""
 
+SEARCHED_CLASSES = "searched from size classes"
+"""The keep order of the member whose kept set is searched from whole size classes
+streamed (:func:`size_class_seeds`) instead of the fixed orders' sets."""
+
 SEARCH_EVALUATIONS = 3000
 """Kept sets :func:`searched_kept` evaluates (deterministic: bounded by the count)."""
 
@@ -387,6 +395,27 @@ def _searched(state: PlanState, weights, seeds: list[set[int]], fill: float,
             or [KeptCandidate(current_value, fill, current)])
 
 
+def size_class_seeds(state: PlanState, weights) -> list[set[int]]:
+    """Kept sets that stream whole size classes: for each size among the weights the
+    search moves, smallest first, every weight that small streams and, while the streamed
+    weights alone leave an op over the budget, the larger ones too, in order of first use
+    (the first ones' copies can run in the previous iteration's tail); the rest stays.
+    Sets whose weights alone still overflow are left out. Layers repeat: a class of equal
+    weights, one per layer, spreads its copies over the step, a set that annealing from a
+    mixed one rarely reaches one toggle at a time."""
+    top = max((b.size for b in weights), default=0)
+    movable = [b for b in weights if b.size >= SEARCH_SMALLEST * top]
+    out = []
+    for size in sorted({b.size for b in movable}):
+        streamed = [b for b in movable if b.size <= size]
+        larger = sorted((b for b in movable if b.size > size), key=lambda b: (b.uses[0], b.id))
+        while larger and _streamed_live(state, streamed).max(initial=0.0) > state.budget:
+            streamed.append(larger.pop(0))
+        if _streamed_live(state, streamed).max(initial=0.0) <= state.budget:
+            out.append({b.id for b in weights} - {b.id for b in streamed})
+    return out
+
+
 def searched_candidates(state: PlanState, weights, seeds: list[set[int]],
                         seed: int = 0) -> list[KeptCandidate]:
     """The searched member's kept sets to try, best estimate first (ties: the larger
@@ -426,7 +455,8 @@ def place_exact(trace, intervals, budget_bytes: int) -> PlacedOffsets:
 def plan_stream(trace, budget_bytes, cost, params: BudgetParams, started: float,
                 headroom: float = 0.25, order: str = "small") -> BudgetResult:
     """Weight streaming at ``headroom``, keeping weights in ``order`` (module docstring;
-    :data:`SEARCHED`: a kept set :func:`searched_kept` finds, ``headroom`` unused), the
+    :data:`SEARCHED`, :data:`SEARCHED_CLASSES`: a kept set :func:`searched_kept` finds,
+    ``headroom`` unused), the
     rest by the greedy."""
     options = GreedyOptions(swap_weight=params.checkpoint_swap_weight,
                             max_chain=params.max_chain)
@@ -442,12 +472,13 @@ def plan_stream(trace, budget_bytes, cost, params: BudgetParams, started: float,
 
     def decide(internal: int, tails: bool = True) -> Decision:
         candidates: list = [None]
-        if order == SEARCHED:
+        if order in (SEARCHED, SEARCHED_CLASSES):
             state = PlanState(trace, internal, cost)
             weights = streamable(trace)
-            candidates = searched_candidates(state, weights,
-                                             [_kept(state, weights, internal, keep)
-                                              for keep in KEEP_ORDERS], seed=params.seed)
+            seeds = [_kept(state, weights, internal, keep) for keep in KEEP_ORDERS]
+            if order == SEARCHED_CLASSES:
+                seeds = size_class_seeds(state, weights) or seeds
+            candidates = searched_candidates(state, weights, seeds, seed=params.seed)
         # the best kept set whose residencies pack within the budget (the search sees
         # bytes, not offsets); when none does, the best one at the lowest fill (placement
         # then lowers the internal budget)
