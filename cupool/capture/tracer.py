@@ -44,6 +44,7 @@ from torch.utils.flop_counter import flop_registry
 
 from cupool.capture.options import CaptureOptions
 from cupool.capture.roofline import RooflineModel
+from cupool.core.collector import collector_paused
 from cupool.core.vocabulary import PERSISTENT, TEMPORARY, Buffer, Op, Trace
 from cupool.errors import InputError
 
@@ -258,16 +259,13 @@ def record(step: Callable[[Marker], None],
     recorder = StorageRecorder(cost_model, lifted_from_start)
     for tensor_name, tensor in persistent.items():
         recorder.track(tensor, tensor_name, PERSISTENT, 0)
-    gc_was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        with recorder:
-            step(Marker(recorder))
-            gc.collect()
-    finally:
-        recorder.release()
-        if gc_was_enabled:
-            gc.enable()
+    with collector_paused():
+        try:
+            with recorder:
+                step(Marker(recorder))
+                gc.collect()
+        finally:
+            recorder.release()
     return _trace(recorder, name, source, cost_model)
 
 
