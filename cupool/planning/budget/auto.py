@@ -188,7 +188,8 @@ def members(trace, budget_bytes, cost, params: BudgetParams,
                                          late_trigger="covering", segments=k, split=split,
                                          lazy_release=True)))
             for k in params.checkpoint_segments for split in ("bytes", "count")]
-    if streamable(trace):  # read-only weights: stream them (traces without writes: never)
+    streams = bool(streamable(trace))  # read-only weights (traces without writes: none)
+    if streams:
         out += [Member(f"stream(headroom {h:g}, keep {order} first)",
                        lambda started, h=h, order=order: plan_stream(
                            trace, budget_bytes, cost, params, started, h, order))
@@ -202,7 +203,7 @@ def members(trace, budget_bytes, cost, params: BudgetParams,
     if head_candidates(trace) and not persistent_over(trace, budget_bytes):
         out += [Member(HEAD_VARIANT.name, lambda started: plan_boundary(
             trace, budget_bytes, cost, params, started, HEAD_VARIANT))]
-    if streamable(trace):
+    if streams:
         out += [Member(CLASSES_MEMBER, lambda started: plan_stream(
             trace, budget_bytes, cost, params, started, 0.0, SEARCHED_CLASSES))]
     return out

@@ -289,12 +289,10 @@ def offload_persistent(state: PlanState, target: str = "working", eager: bool = 
         taken += 1
         if floor is not None:
             size = trace.buffer(gap.buffer_id).size
-            if gap.wraps and window.resident_until <= window.trigger <= gap.next_use:
-                floor[window.resident_until:window.trigger] -= size  # in the head
-            elif gap.wraps:
+            if gap.wraps and not head:  # off across the boundary
                 floor[window.resident_until:] -= size
                 floor[:window.trigger] -= size
-            else:
+            else:  # between uses, or in the head
                 floor[window.resident_until:window.trigger] -= size
     return taken
 

@@ -39,11 +39,10 @@ compute. From the fixed orders' sets it seldom reaches one that streams a whole 
 of equal weights, one per layer (one toggle at a time, through sets that overflow); so a
 second searched member (:data:`SEARCHED_CLASSES`) anneals from such sets
 (:func:`size_class_seeds`). A copy in flight holds its whole weight, so the search runs
-with the prefetches
-filling all of the budget left over as well as :data:`PREFETCH_FILL` of it
-(:data:`SEARCH_FILLS`): the fuller, the fewer bytes stream. The search counts bytes, not
-offsets, so its best kept sets (of both) are tried in order until one's residencies pack
-within the budget, by the greedy offset solvers or else the exact one
+with the prefetches filling all of the budget left over as well as :data:`PREFETCH_FILL`
+of it (:data:`SEARCH_FILLS`): the fuller, the fewer bytes stream. The search counts
+bytes, not offsets, so its best kept sets (of both) are tried in order until one's
+residencies pack within the budget, by the greedy offset solvers or else the exact one
 (:func:`place_exact`).
 
 ``auto`` runs it at each of ``params.stream_headrooms`` and :data:`KEEP_ORDERS`, and with
@@ -409,9 +408,11 @@ def size_class_seeds(state: PlanState, weights) -> list[set[int]]:
     for size in sorted({b.size for b in movable}):
         streamed = [b for b in movable if b.size <= size]
         larger = sorted((b for b in movable if b.size > size), key=lambda b: (b.uses[0], b.id))
-        while larger and _streamed_live(state, streamed).max(initial=0.0) > state.budget:
+        fits = _streamed_live(state, streamed).max(initial=0.0) <= state.budget
+        while not fits and larger:
             streamed.append(larger.pop(0))
-        if _streamed_live(state, streamed).max(initial=0.0) <= state.budget:
+            fits = _streamed_live(state, streamed).max(initial=0.0) <= state.budget
+        if fits:
             out.append({b.id for b in weights} - {b.id for b in streamed})
     return out
 
@@ -456,8 +457,7 @@ def plan_stream(trace, budget_bytes, cost, params: BudgetParams, started: float,
                 headroom: float = 0.25, order: str = "small") -> BudgetResult:
     """Weight streaming at ``headroom``, keeping weights in ``order`` (module docstring;
     :data:`SEARCHED`, :data:`SEARCHED_CLASSES`: a kept set :func:`searched_kept` finds,
-    ``headroom`` unused), the
-    rest by the greedy."""
+    ``headroom`` unused), the rest by the greedy."""
     options = GreedyOptions(swap_weight=params.checkpoint_swap_weight,
                             max_chain=params.max_chain)
 
