@@ -36,6 +36,9 @@ it is faithful where that matters and strict where a real GPU would be silent:
   add up along a queue of copies.
 - **Host callbacks** (``host_callback``) run on the stream's thread; they are the
   hook for emulating kernels and op durations.
+- **Gates** (``hold_streams``). Work enqueued behind a :class:`StreamGate` waits until
+  the gate is released; the release counts as a recorded event for the pacing above: a
+  copy first in line starts at the release, not when its woken thread reaches it.
 - **Close.** ``close()`` lets enqueued work finish (up to ``close_timeout`` seconds,
   then it stops honouring waits and pacing), joins the threads and returns every
   block. Garbage-collecting an unclosed device stops its threads without joining.
@@ -186,6 +189,37 @@ class EmulatedStream(Stream):
     def _stop(self) -> None:
         if self._worker is not None:
             self._worker.queue.put(_STOP)
+
+
+class StreamGate:
+    """Holds the streams given to :meth:`EmulatedDevice.hold_streams` until
+    :meth:`release` (emulated only: a GPU's streams cannot be held from the host)."""
+
+    def __init__(self, shared: _Shared) -> None:
+        self._token = threading.Event()
+        self._shared = shared
+
+    @property
+    def released(self) -> bool:
+        """Whether :meth:`release` ran."""
+        return self._token.is_set()
+
+    def release(self) -> float:
+        """Let the held streams run (once; later calls do nothing); returns when
+        (``time.perf_counter()`` s), the first time."""
+        if not self._token.is_set():
+            self._token.recorded_at = time.perf_counter()
+            self._token.set()
+        return self._token.recorded_at
+
+    def _hold(self, stream: EmulatedStream) -> None:
+        token, shared = self._token, self._shared
+
+        def wait() -> None:
+            _wait_token(token, shared)
+            stream._ready_at = max(stream._ready_at, getattr(token, "recorded_at", 0.0))
+
+        stream._submit("gate", wait)
 
 
 class EmulatedEvent(Event):
@@ -340,6 +374,20 @@ class EmulatedDevice(Device):
 
     def _create_event(self, timing: bool) -> EmulatedEvent:  # every record is stamped
         return EmulatedEvent(self)
+
+    def hold_streams(self, streams) -> StreamGate:
+        """A gate holding ``streams`` (made by ``create_stream``): work enqueued on them
+        from now on runs after :meth:`StreamGate.release`, which paced copies count as
+        their earliest start (module docstring)."""
+        self._check_open("hold_streams()")
+        gate = StreamGate(self._shared)
+        for stream in streams:
+            self._check_own(stream, Stream, "hold_streams")
+            if stream._worker is None:
+                raise DeviceError(f"hold_streams: {stream!r} runs on the caller's thread "
+                                  f"(the default stream) and cannot be held")
+            gate._hold(stream)
+        return gate
 
     def _host_callback(self, stream: Stream, fn: Callable[[], object]) -> None:
         stream._submit(f"host_callback {callable_name(fn)}", fn)

@@ -67,7 +67,6 @@ replaces it.
 from __future__ import annotations
 
 import contextlib
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -287,11 +286,8 @@ class SwapEngine:
         if self.gpu and not self._op_marks:  # made once, recorded in every iteration
             self._op_marks = [device.create_event(timing=True) for _ in range(2 * n)]
         done = [None] * n  # recorded where something waits for it (after_op)
-        gate = None if self.gpu else threading.Event()  # emulated: enqueue first (docstring)
-        if gate is not None:
-            for stream in (self.compute, self.copy_engine.d2h_stream,
-                           self.copy_engine.h2d_stream):
-                device.host_callback(stream, gate.wait)
+        gate = None if self.gpu else device.hold_streams(  # emulated: enqueue first
+            (self.compute, self.copy_engine.d2h_stream, self.copy_engine.h2d_stream))
         self.work.begin_batch()
         state = IterationState(iteration, done, gate, self.off_plan, self.time_scale,
                                op_wall_s=[0.0] * n)
@@ -573,9 +569,8 @@ class SwapEngine:
     @staticmethod
     def _open_gate(state: IterationState) -> None:
         """Release the emulated streams (once), starting the iteration's timing."""
-        if state.gate is not None and not state.gate.is_set():
-            state.started = state.clock = state.op_end = time.perf_counter()
-            state.gate.set()
+        if state.gate is not None and not state.gate.released:
+            state.started = state.clock = state.op_end = state.gate.release()
 
     def _quiesce(self) -> None:
         """Wait for every stream (errors were already reported or will be)."""

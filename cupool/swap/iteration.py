@@ -13,11 +13,12 @@ simulator.
 
 from __future__ import annotations
 
-import threading
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import NamedTuple
+
+from cupool.devices.emulated import StreamGate
 
 LATE_THRESHOLD_WALL_US = 400.0
 """A wait shorter than this much *wall* time is the emulation's timer noise (sleep and
@@ -128,7 +129,7 @@ class IterationState:
 
     iteration: int
     done: list
-    gate: threading.Event | None
+    gate: StreamGate | None
     off_plan_before: int
     time_scale: float = 1.0
     pool_iteration: ExitStack = field(default_factory=ExitStack)

@@ -247,6 +247,40 @@ def test_queued_copies_run_back_to_back_on_the_link_clock(monkeypatch):
         assert dev._link_free_at["h2d"] == pytest.approx(recorded_at + paced, abs=1e-9)
 
 
+def test_a_copy_first_behind_a_gate_starts_at_its_release(monkeypatch):
+    """Work behind ``hold_streams`` waits for the release, and a paced copy first in line
+    starts at the release, not when its woken thread reached it (a host callback before
+    it stands in for the wake-up delay). The catch-up window is widened as above."""
+    import cupool.devices.emulated as emulated
+
+    monkeypatch.setattr(emulated, "LINK_CATCH_UP_S", 5.0)
+    paced = 0.02
+    with EmulatedDevice(capacity=MiB, h2d_gbps=None, latency_us=paced * 1e6) as dev:
+        host, target = dev.alloc_pinned(64), dev.reserve(64)
+        stream, other = dev.create_stream(), dev.create_stream()
+        log: list[str] = []
+        gate = dev.hold_streams((stream, other))
+        dev.host_callback(other, lambda: log.append("other"))
+        dev.host_callback(stream, lambda: time.sleep(0.05))
+        dev.copy_h2d_async(target.ptr, host.ptr, 16, stream)
+        time.sleep(0.02)
+        assert log == [] and not gate.released
+        released = gate.release()
+        assert gate.release() == released  # once
+        stream.synchronize()
+        other.synchronize()
+        assert log == ["other"]
+        assert dev._link_free_at["h2d"] == pytest.approx(released + paced, abs=1e-9)
+
+
+def test_only_worker_streams_of_the_device_can_be_held():
+    with EmulatedDevice(capacity=MiB) as dev, EmulatedDevice(capacity=MiB) as other:
+        with pytest.raises(DeviceError, match="default stream"):
+            dev.hold_streams((dev.default_stream,))
+        with pytest.raises(DeviceError, match="is not a Stream of device"):
+            dev.hold_streams((other.create_stream(),))
+
+
 def test_latency_and_a_shared_link():
     """Latency paces even tiny copies; two streams share one link per direction."""
     with EmulatedDevice(capacity=MiB, d2h_gbps=1.0, latency_us=10_000) as dev:
