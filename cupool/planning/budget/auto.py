@@ -25,7 +25,8 @@ uses / across the iteration boundary only when the budget still does not hold.
 - when the trace has read-only weights (``writes == []``), weight streaming
   (:mod:`.stream`) at each of ``params.stream_headrooms`` and with a searched kept set
   (:data:`SEARCHED_MEMBER`), and, last of all members, with one searched from whole size
-  classes streamed (:data:`CLASSES_MEMBER`);
+  classes streamed (:data:`CLASSES_MEMBER`) and one that searches from them longer
+  (:data:`LONGER_MEMBER`);
 - ``capuchin`` (in Capuchin's order, and with the on-time swaps of the largest buffers
   taken first), ``vdnn`` and ``on-demand``;
 - when persistent state fits the budget beside what each op uses but some of it is idle
@@ -163,6 +164,7 @@ def members(trace, budget_bytes, cost, params: BudgetParams,
         KEEP_ORDERS,
         SEARCHED,
         SEARCHED_CLASSES,
+        SEARCHED_LONGER,
         plan_stream,
         streamable,
     )
@@ -205,7 +207,9 @@ def members(trace, budget_bytes, cost, params: BudgetParams,
             trace, budget_bytes, cost, params, started, HEAD_VARIANT))]
     if streams:
         out += [Member(CLASSES_MEMBER, lambda started: plan_stream(
-            trace, budget_bytes, cost, params, started, 0.0, SEARCHED_CLASSES))]
+            trace, budget_bytes, cost, params, started, 0.0, SEARCHED_CLASSES)),
+                Member(LONGER_MEMBER, lambda started: plan_stream(
+                    trace, budget_bytes, cost, params, started, 0.0, SEARCHED_LONGER))]
     return out
 
 
@@ -265,6 +269,9 @@ def batch(trace, budget_bytes, cost, params: BudgetParams,
 
 CLASSES_MEMBER = "stream(searched keep set, from size classes)"
 """The streaming member whose kept set is searched from whole size classes streamed."""
+
+LONGER_MEMBER = "stream(searched keep set, from size classes, longer)"
+"""The streaming member that searches from the same sets with a slower cooling."""
 
 SEARCHED_MEMBER = "stream(searched keep set)"
 """The member whose plan ``auto`` refines side by side with the best of the others (its

@@ -38,7 +38,8 @@ number of evaluations), which spreads the streamed weights so their copies overl
 compute. From the fixed orders' sets it seldom reaches one that streams a whole class
 of equal weights, one per layer (one toggle at a time, through sets that overflow); so a
 second searched member (:data:`SEARCHED_CLASSES`) anneals from such sets
-(:func:`size_class_seeds`). A copy in flight holds its whole weight, so the search runs
+(:func:`size_class_seeds`), and a third from the same sets, cooling more slowly
+(:data:`SEARCHED_LONGER`). A copy in flight holds its whole weight, so the search runs
 with the prefetches filling all of the budget left over as well as :data:`PREFETCH_FILL`
 of it (:data:`SEARCH_FILLS`): the fuller, the fewer bytes stream. The search counts
 bytes, not offsets, so its best kept sets (of both) are tried in order until one's
@@ -273,8 +274,18 @@ SEARCHED_CLASSES = "searched from size classes"
 """The keep order of the member whose kept set is searched from whole size classes
 streamed (:func:`size_class_seeds`) instead of the fixed orders' sets."""
 
+SEARCHED_LONGER = "searched from size classes, longer"
+"""The keep order of the member that searches from the same sets as
+:data:`SEARCHED_CLASSES` with :data:`LONGER_SEARCH_EVALUATIONS` evaluations."""
+
 SEARCH_EVALUATIONS = 3000
 """Kept sets :func:`searched_kept` evaluates (deterministic: bounded by the count)."""
+
+LONGER_SEARCH_EVALUATIONS = 10_000
+"""Kept sets the :data:`SEARCHED_LONGER` member evaluates per fill: a slower cooling
+than :data:`SEARCH_EVALUATIONS`' reaches sets that stream fewer bytes where the link is
+nearly saturated (ViT-B/16 at batch 8, 70% on Gen4: 9.4% against 12.9%), and lands
+elsewhere in others, which the shorter search's member keeps (``auto`` takes the best)."""
 
 SEARCH_SMALLEST = 0.01
 """Weights smaller than this share of the largest streamable one are never moved by the
@@ -418,13 +429,14 @@ def size_class_seeds(state: PlanState, weights) -> list[set[int]]:
 
 
 def searched_candidates(state: PlanState, weights, seeds: list[set[int]],
-                        seed: int = 0) -> list[KeptCandidate]:
+                        seed: int = 0,
+                        evaluations: int = SEARCH_EVALUATIONS) -> list[KeptCandidate]:
     """The searched member's kept sets to try, best estimate first (ties: the larger
-    fill): the best :data:`SEARCH_PLACEMENT_TRIES` searched at each of
-    :data:`SEARCH_FILLS` (the fuller fill's estimates are better, the other's pack more
-    often: both are tried)."""
+    fill): the best :data:`SEARCH_PLACEMENT_TRIES` searched (``evaluations`` each) at
+    each of :data:`SEARCH_FILLS` (the fuller fill's estimates are better, the other's pack
+    more often: both are tried)."""
     found = [c for fill in SEARCH_FILLS
-             for c in _searched(state, weights, seeds, fill, SEARCH_EVALUATIONS, seed,
+             for c in _searched(state, weights, seeds, fill, evaluations, seed,
                                 SEARCH_PLACEMENT_TRIES)]
     found.sort(key=lambda c: (c.iteration_us, -c.fill, sorted(c.kept)))
     return found
@@ -456,7 +468,8 @@ def place_exact(trace, intervals, budget_bytes: int) -> PlacedOffsets:
 def plan_stream(trace, budget_bytes, cost, params: BudgetParams, started: float,
                 headroom: float = 0.25, order: str = "small") -> BudgetResult:
     """Weight streaming at ``headroom``, keeping weights in ``order`` (module docstring;
-    :data:`SEARCHED`, :data:`SEARCHED_CLASSES`: a kept set :func:`searched_kept` finds,
+    :data:`SEARCHED`, :data:`SEARCHED_CLASSES`, :data:`SEARCHED_LONGER`: a kept set
+    :func:`searched_kept` finds,
     ``headroom`` unused), the rest by the greedy."""
     options = GreedyOptions(swap_weight=params.checkpoint_swap_weight,
                             max_chain=params.max_chain)
@@ -472,13 +485,16 @@ def plan_stream(trace, budget_bytes, cost, params: BudgetParams, started: float,
 
     def decide(internal: int, tails: bool = True) -> Decision:
         candidates: list = [None]
-        if order in (SEARCHED, SEARCHED_CLASSES):
+        if order in (SEARCHED, SEARCHED_CLASSES, SEARCHED_LONGER):
             state = PlanState(trace, internal, cost)
             weights = streamable(trace)
             seeds = [_kept(state, weights, internal, keep) for keep in KEEP_ORDERS]
-            if order == SEARCHED_CLASSES:
+            if order != SEARCHED:
                 seeds = size_class_seeds(state, weights) or seeds
-            candidates = searched_candidates(state, weights, seeds, seed=params.seed)
+            candidates = searched_candidates(
+                state, weights, seeds, seed=params.seed,
+                evaluations=(LONGER_SEARCH_EVALUATIONS if order == SEARCHED_LONGER
+                             else SEARCH_EVALUATIONS))
         # the best kept set whose residencies pack within the budget (the search sees
         # bytes, not offsets); when none does, the best one at the lowest fill (placement
         # then lowers the internal budget)
