@@ -151,15 +151,19 @@ class EmulatedStream(Stream):
             self._worker.queue.put((task, fn))
 
     def _wait_event(self, event: Event) -> None:
-        token = event._token
-        if token is not None:
-            shared = self._shared
+        if event._token is not None:
+            self._wait_for(event._token, "wait_event")
 
-            def wait() -> None:
-                _wait_token(token, shared)
-                self._ready_at = max(self._ready_at, getattr(token, "recorded_at", 0.0))
+    def _wait_for(self, token: threading.Event, task: str) -> None:
+        """Enqueue a wait for ``token`` (an event's record, a gate's release); paced
+        copies after it may start from when it was set (its ``recorded_at``)."""
+        shared = self._shared
 
-            self._submit("wait_event", wait)
+        def wait() -> None:
+            _wait_token(token, shared)
+            self._ready_at = max(self._ready_at, getattr(token, "recorded_at", 0.0))
+
+        self._submit(task, wait)
 
     def _synchronize(self) -> None:
         self._wait_reached(self._mark_reached())
@@ -195,9 +199,8 @@ class StreamGate:
     """Holds the streams given to :meth:`EmulatedDevice.hold_streams` until
     :meth:`release` (emulated only: a GPU's streams cannot be held from the host)."""
 
-    def __init__(self, shared: _Shared) -> None:
+    def __init__(self) -> None:
         self._token = threading.Event()
-        self._shared = shared
 
     @property
     def released(self) -> bool:
@@ -213,13 +216,7 @@ class StreamGate:
         return self._token.recorded_at
 
     def _hold(self, stream: EmulatedStream) -> None:
-        token, shared = self._token, self._shared
-
-        def wait() -> None:
-            _wait_token(token, shared)
-            stream._ready_at = max(stream._ready_at, getattr(token, "recorded_at", 0.0))
-
-        stream._submit("gate", wait)
+        stream._wait_for(self._token, "gate")
 
 
 class EmulatedEvent(Event):
@@ -380,7 +377,7 @@ class EmulatedDevice(Device):
         from now on runs after :meth:`StreamGate.release`, which paced copies count as
         their earliest start (module docstring)."""
         self._check_open("hold_streams()")
-        gate = StreamGate(self._shared)
+        gate = StreamGate()
         for stream in streams:
             self._check_own(stream, Stream, "hold_streams")
             if stream._worker is None:

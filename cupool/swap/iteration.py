@@ -16,9 +16,10 @@ from __future__ import annotations
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
-from cupool.devices.emulated import StreamGate
+if TYPE_CHECKING:
+    from cupool.devices.emulated import StreamGate
 
 LATE_THRESHOLD_WALL_US = 400.0
 """A wait shorter than this much *wall* time is the emulation's timer noise (sleep and
