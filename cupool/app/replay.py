@@ -46,7 +46,8 @@ iteration, residencies served elsewhere), ``bytes_checked``,
 ``corrupt_bytes``, ``sim_iteration_us`` (the simulator's prediction for the first plan),
 ``feedback_moves`` (per iteration, triggers moved), ``sim_late_floor`` (swap-ins the
 simulator predicts late, by more than the timer-noise threshold, for the plan as the
-feedback left it: the floor late prefetches can fall to), ``staging`` and ``copies`` (stats),
+feedback left it: the floor late prefetches can fall to), ``sim_late_floor_planned`` (the
+same for the plan as first planned), ``staging`` and ``copies`` (stats),
 ``size_scale``, ``time_scale``, ``link_gbps``, ``budget_bytes``, ``policy``, ``trace``,
 and ``plan_out`` when the adjusted plan was written.
 """
@@ -176,6 +177,7 @@ def replay(trace: Trace, budget, settings: ReplaySettings | None = None, *,
     results = [run.result for run in runs]
     times = [r.iteration_us for r in results]
     floor = predicted_waits(simulate(plan_trace, plan, cost, validate=False), plan)
+    planned_floor = predicted_waits(predicted, given.plan)
     return {
         "trace": trace.name, "policy": settings.policy, "budget_bytes": budget_bytes,
         "link_gbps": link_gbps(settings.link), "size_scale": settings.size_scale,
@@ -186,6 +188,7 @@ def replay(trace: Trace, budget, settings: ReplaySettings | None = None, *,
         "stall_us": [r.stall_us for r in results],
         "feedback_moves": [run.moved_triggers for run in runs],
         "sim_late_floor": sum(1 for wait in floor.values() if wait > noise_us),
+        "sim_late_floor_planned": sum(1 for wait in planned_floor.values() if wait > noise_us),
         "peak_device_bytes": plan.arena_bytes, "arena_reserved_bytes": reserved,
         "off_plan": [r.off_plan for r in results], "pool": pool,
         "bytes_checked": sum(r.bytes_checked for r in results)

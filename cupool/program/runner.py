@@ -14,6 +14,9 @@ user's planned iterations and ``cupool replay``'s)::
 
 and, between iterations, hands the late prefetches the engine measured to the feedback
 (:func:`~cupool.planning.budget.feedback.adjust_triggers`), whose adjusted plan runs next.
+With the feedback on, the plan's swap-ins that the simulator predicts on time but within
+the timer noise of their due op are triggered earlier before the first iteration, by the
+same rule (where the budget, the addresses and the simulated iteration allow).
 
 **Two kinds of program run here**, on the same path. A user's program (the session's):
 its recorded trace and ``auto`` plan, the engine unscaled, ops that take the time their
@@ -133,10 +136,11 @@ class PlannedRunner:
                          for b in recipes if b.id in options.recompute}
         n = self.trace.num_ops
         self._spends = options.op_us is not None
-        self.engine = SwapEngine(self.trace, planned.plan, device, options.settings,
+        self._guard_us = LATE_THRESHOLD_WALL_US / options.settings.time_scale
+        plan = self._guarded(planned.plan) if self.feedback else planned.plan
+        self.engine = SwapEngine(self.trace, plan, device, options.settings,
                                  op_us=list(options.op_us) if self._spends else [0.0] * n,
                                  recompute=recompute, layouts=layouts)
-        self._guard_us = LATE_THRESHOLD_WALL_US / self.engine.time_scale
         self.engine.pool.set_limit(size=max(self.engine.arena_bytes, 1))
         self._first = {}  # buffer id -> value written by its first residency
         for key in program.persistent_keys:
@@ -258,16 +262,24 @@ class PlannedRunner:
         recompute.__name__ = getattr(given, "__name__", "recompute")
         return recompute
 
+    def _predict(self, candidate):
+        return simulate(self.trace, candidate, self.cost, validate=False)
+
+    def _guarded(self, plan):
+        """``plan`` with the swap-ins the simulator predicts on time but landing less than
+        the timer noise before their due op triggered earlier, where the budget, the
+        addresses and the simulated iteration allow (the feedback's rule, before the first
+        iteration: a copy planned to land just in time is late at the first jitter). The
+        ones it predicts late stay as planned: the feedback moves those it measures."""
+        return adjust_triggers(self.trace, plan, {}, self.cost.op_times(self.trace),
+                               validate_swap_plan, self._predict,
+                               guard_us=self._guard_us, near_misses_only=True).plan
+
     def _feedback(self, result: IterationResult) -> int:
         if not result.late_us:
             return 0
-        cost = self.cost
-
-        def predict(candidate):
-            return simulate(self.trace, candidate, cost, validate=False)
-
         adjusted = adjust_triggers(self.trace, self.engine.plan, result.late_us, result.op_us,
-                                   validate_swap_plan, predict, guard_us=self._guard_us)
+                                   validate_swap_plan, self._predict, guard_us=self._guard_us)
         if adjusted.moves:
             self.engine.set_plan(adjusted.plan)
         return len(adjusted.moves)

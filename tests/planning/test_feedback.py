@@ -113,3 +113,71 @@ def test_feedback_on_the_simulator_reaches_a_late_free_plan():
     adjusted, moves = result.plan, result.moves
     assert moves and validate_swap_plan(planned, adjusted).valid
     assert predicted_waits(predict(adjusted), adjusted) == {}
+
+
+def _noise_prone_plan():
+    """op:        0    1    2    3    4    5    6    7    8    9   (20 µs each, 1 GB/s, 3 µs)
+    X 0 (30 kB): [=)  out after 0 (D2H 20..53)        in at 4, due 8 (H2D 80..113)
+    Y 1 (1 kB):  [======)  out after 1            in at 3, due 4 (H2D 60..64)
+    Both on time. A measured wait on X (noise: the model predicts it 47 µs early) asks
+    for X's trigger at 1: its copy then runs 53..86 and Y's, queued behind it, lands at
+    90, 10 µs after op 4 is dispatched."""
+    trace = trace_of([20.0] * 10, Buffer(0, 30000, 0, 9, (0, 8)),
+                     Buffer(1, 1000, 0, 6, (0, 1, 4)))
+    plan = swap_plan(trace, [Residency(0, 0, 1, 0), Residency(0, 4, 9, 0),
+                             Residency(1, 0, 2, 30000), Residency(1, 3, 6, 30000)],
+                     [SwapOut(0, 0), SwapOut(1, 1), SwapIn(1, 3, 4), SwapIn(0, 4, 8)])
+    return trace, plan, cost_model(1.0, latency_us=3.0)
+
+
+def test_a_measured_move_the_simulator_predicts_slower_is_not_kept():
+    trace, plan, cost = _noise_prone_plan()
+    assert validate_swap_plan(trace, plan).valid
+
+    def predict(candidate):
+        return simulate(trace, candidate, cost, validate=False)
+
+    before = predict(plan)
+    assert predicted_waits(before, plan) == {} and before.iteration_us == pytest.approx(200.0)
+    op_us = [20.0] * 10
+    # the rule alone moves X to 1, and the simulator predicts that plan 10 µs slower
+    blind = adjust_triggers(trace, plan, {0: 50.0}, op_us, validate_swap_plan)
+    assert blind.moves == {0: (4, 1)}
+    assert predict(blind.plan).iteration_us == pytest.approx(210.0)
+    # judged by the simulator, the move is dropped and the plan is the one given
+    judged = adjust_triggers(trace, plan, {0: 50.0}, op_us, validate_swap_plan, predict)
+    assert judged.moves == {} and judged.plan == plan
+    # with Y measured late too, the two moves together are slower: Y's (3 -> 2, no slower)
+    # is kept on its own and X's is not
+    both = adjust_triggers(trace, plan, {0: 50.0, 1: 5.0}, op_us, validate_swap_plan, predict)
+    assert both.moves == {1: (3, 2)}
+    assert validate_swap_plan(trace, both.plan).valid
+    assert predict(both.plan).iteration_us <= before.iteration_us + 1e-6
+
+
+def test_near_misses_only_widens_slack_and_leaves_late_swap_ins():
+    """Before a run, only the swap-ins predicted on time but within the guard band move."""
+    trace, plan, cost = _noise_prone_plan()
+
+    def predict(candidate):
+        return simulate(trace, candidate, cost, validate=False)
+
+    # Y lands 16 µs before op 4 is dispatched: inside a 20 µs guard band; X (47 µs) is not
+    widened = adjust_triggers(trace, plan, {}, [20.0] * 10, validate_swap_plan, predict,
+                              guard_us=20.0, near_misses_only=True)
+    assert predicted_waits(predict(plan), plan, guard_us=20.0) == {1: pytest.approx(4.0)}
+    assert widened.moves == {1: (3, 2)}  # as far as it can go: its bytes leave after op 1
+    # Y's copy now waits for its own copy out (D2H 53..57), and lands 19 µs early
+    after = predict(widened.plan)
+    assert predicted_waits(after, widened.plan, guard_us=20.0) == {1: pytest.approx(1.0)}
+    assert after.iteration_us <= predict(plan).iteration_us + 1e-6
+    # a swap-in the simulator predicts late (Y behind X, 17 µs) is not a near miss: the
+    # plan is left as it is
+    blocked, blocked_plan, blocked_cost = _blocked_plan()
+
+    def predict_blocked(candidate):
+        return simulate(blocked, candidate, blocked_cost, validate=False)
+
+    kept = adjust_triggers(blocked, blocked_plan, {}, [20.0] * 10, validate_swap_plan,
+                           predict_blocked, guard_us=5.0, near_misses_only=True)
+    assert kept.moves == {} and kept.plan == blocked_plan

@@ -45,7 +45,9 @@ def targets(report) -> list[dict]:
                             f"{r['sim_iteration_us']:.0f} µs)", r["within_tolerance"]))
         rows.append(_target(f"replay {r['trace']} at {r['budget']}: late prefetches at the "
                             f"simulator's floor from iteration 3",
-                            f"{r['late_prefetches']} (floor {r['sim_late_floor']})",
+                            f"{r['late_prefetches']} (floor "
+                            f"{r.get('sim_late_floor_planned', r['sim_late_floor'])}, after "
+                            f"feedback {r['sim_late_floor']})",
                             r["late_at_floor"]))
     for r in _result(report, "programs") or []:
         rows.append(_target(f"program {r['example']} at {r['budget']}: parameters bitwise "
@@ -131,10 +133,12 @@ def _section(step) -> list[str]:
                           f"{calibration['launch_overhead_us']:.2f} µs."]
     elif step.name == "replay":
         lines += _table(["trace", "budget", "iteration µs", "simulator µs", "steady / sim",
-                         "late per iteration", "floor", "corrupt bytes"],
+                         "late per iteration", "floor", "floor after feedback",
+                         "corrupt bytes"],
                         [[r["trace"], r["budget"],
                           " ".join(f"{t:.0f}" for t in r["iteration_us"]),
                           r["sim_iteration_us"], r["steady_over_sim"], r["late_prefetches"],
+                          r.get("sim_late_floor_planned", r["sim_late_floor"]),
                           r["sim_late_floor"], r["corrupt_bytes"]] for r in result])
     elif step.name == "programs":
         lines += _table(["example", "budget", "modes", "loss first → last", "params identical",

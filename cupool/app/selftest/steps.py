@@ -124,7 +124,10 @@ def replay_step(trace, budget: str, device_kind: str, *, iterations: int = 5,
         "sim_iteration_us": result["sim_iteration_us"], "steady_us": steady_us,
         "steady_over_sim": ratio, "within_tolerance": abs(ratio - 1.0) <= SIM_TOLERANCE,
         "late_prefetches": late, "sim_late_floor": result["sim_late_floor"],
-        "late_at_floor": all(n <= result["sim_late_floor"] for n in late[STEADY_FROM:]),
+        "sim_late_floor_planned": result["sim_late_floor_planned"],
+        "late_at_floor": all(n <= result["sim_late_floor_planned"]
+                             for n in late[STEADY_FROM:])
+        and result["sim_late_floor"] <= result["sim_late_floor_planned"],
         "stall_us": result["stall_us"], "bytes_checked": result["bytes_checked"],
         "corrupt_bytes": result["corrupt_bytes"], "off_plan": result["off_plan"],
     }

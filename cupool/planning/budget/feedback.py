@@ -310,7 +310,8 @@ class _TriggerMove:
 
 
 def adjust_triggers(trace, plan: Plan, late: dict, op_us, validate, predict=None,
-                    rounds: int = PREDICTED_ROUNDS, guard_us: float = 0.0) -> AdjustedPlan:
+                    rounds: int = PREDICTED_ROUNDS, guard_us: float = 0.0,
+                    near_misses_only: bool = False) -> AdjustedPlan:
     """Move the triggers of late swap-ins earlier, for the next iteration of a run.
 
     The rule: a swap-in that made its due op wait ``w`` µs has its trigger moved earlier
@@ -333,29 +334,83 @@ def adjust_triggers(trace, plan: Plan, late: dict, op_us, validate, predict=None
     (:func:`queued_ahead`) move earlier instead, by the same rule for its wait. What stays
     late is the floor the simulator predicts for the plan.
 
+    With ``predict``, every move is also judged by the simulator: the measured moves are
+    kept only where the simulated iteration is not slower after them (together, or by
+    halves, see :func:`_keep_not_slower`), and a predicted round only when it is not
+    slower either. A measured wait may be timing noise that the model does not have, and
+    a plan the model predicts slower is not a correction of it.
+
     ``late`` maps buffer ids to measured waits (trace µs); ``op_us`` are observed op
     durations (trace µs); ``validate(trace, plan)`` is the swap validator. A predicted
     copy counts as late when it lands less than ``guard_us`` before its due op (a guard
     band against copy-time jitter the model does not have; the replay uses its
-    timer-noise threshold)."""
+    timer-noise threshold). ``near_misses_only``: of the predicted swap-ins, move only
+    those the simulator predicts on time but within ``guard_us`` of their due op (widen
+    the slack of a plan before it runs, leaving the ones it predicts late as they are)."""
     stuck = set()
-    adjusted = _move_late(trace, plan, late, op_us, validate, stuck)
-    plan, moves = adjusted.plan, adjusted.moves
-    for _round in range(rounds if predict is not None else 0):
-        report = predict(plan)
-        waits = predicted_waits(report, plan, guard_us)
-        step = _move_late(trace, plan, waits, op_us, validate, stuck)
+    if predict is None:
+        return _move_late(trace, plan, late, op_us, validate, stuck)
+    judged = _Judged(plan, predict(plan))
+    moves = _keep_not_slower(trace, judged, late, op_us, validate, stuck, predict)
+    for _round in range(rounds):
+        waits = predicted_waits(judged.report, judged.plan, guard_us)
+        if near_misses_only:
+            waits = {b: wait for b, wait in waits.items() if wait <= guard_us}
+        step = _move_late(trace, judged.plan, waits, op_us, validate, stuck)
         if not step.moves:
             # every swap-in still late (measured or predicted) is stuck: move what is
             # queued ahead of it
-            blockers = queued_ahead(report, plan, {**late, **waits}, guard_us)
-            step = _move_late(trace, plan, blockers, op_us, validate, stuck)
-        plan = step.plan
+            blockers = queued_ahead(judged.report, judged.plan, {**late, **waits}, guard_us)
+            step = _move_late(trace, judged.plan, blockers, op_us, validate, stuck)
         if not step.moves:
             break
+        report = predict(step.plan)
+        if report.iteration_us > judged.report.iteration_us + SLOWER_US:
+            break
+        judged.plan, judged.report = step.plan, report
         for b, (old, new) in step.moves.items():
             moves[b] = (moves.get(b, (old, new))[0], new)
-    return AdjustedPlan(plan, moves)
+    return AdjustedPlan(judged.plan, moves)
+
+
+SLOWER_US = 1e-6
+"""A simulated iteration longer than the one before a move by more than this (µs) is
+slower: the move is not kept."""
+
+
+class _Judged:
+    """The plan :func:`adjust_triggers` holds so far and its simulation."""
+
+    __slots__ = ("plan", "report")
+
+    def __init__(self, plan: Plan, report) -> None:
+        self.plan, self.report = plan, report
+
+
+def _keep_not_slower(trace, judged: _Judged, late: dict, op_us, validate, stuck: set,
+                     predict) -> dict:
+    """Apply the rule to the measured waits ``late``, keeping only moves after which the
+    simulated iteration is not slower: all of them together when that holds, else the
+    waits split in halves, each half judged on the plan the other left (a measured wait
+    can be timing noise the model does not have, and the move it asks for can queue a
+    copy that was on time behind one now issued first). Updates ``judged``; returns the
+    moves kept."""
+    step = _move_late(trace, judged.plan, late, op_us, validate, stuck)
+    if not step.moves:
+        return {}
+    report = predict(step.plan)
+    if report.iteration_us <= judged.report.iteration_us + SLOWER_US:
+        judged.plan, judged.report = step.plan, report
+        return dict(step.moves)
+    if len(late) == 1:
+        return {}
+    ordered = sorted(late.items())
+    half = len(ordered) // 2
+    moves = _keep_not_slower(trace, judged, dict(ordered[:half]), op_us, validate, stuck,
+                             predict)
+    moves.update(_keep_not_slower(trace, judged, dict(ordered[half:]), op_us, validate,
+                                  stuck, predict))
+    return moves
 
 
 def _move_late(trace, plan: Plan, late: dict, op_us, validate,
