@@ -3,7 +3,8 @@
  * time component, in C. The twin of `_PySearch` in exact.py, line for line:
  * same state, same visiting order, same node and backtrack counts. Read the
  * module docstring of exact.py for the algorithm and its pruning rules; this
- * file only adds memory management.
+ * file only adds memory management, and a jump over runs of sections already
+ * marked affected (the same sections, in the same order, as marking each).
  *
  * search(sizes, widths, section_lo, section_hi, section_ptr, section_members,
  *        overlap_ptr, overlaps, capacity, heuristics, time_limit_s, max_nodes)
@@ -48,6 +49,8 @@ typedef struct {
     /* scratch: sections whose floor may rise after one placement */
     int64_t *affected, affected_len;
     uint64_t *stamp, stamp_now;
+    int64_t *run_end;  /* a section stamped now: every section in [s, run_end[s]) is too */
+    int64_t *witness;  /* per section: a member last found at or below its floor (a hint) */
 } Search;
 
 static double now_seconds(void) {
@@ -98,10 +101,17 @@ static int place(Search *S, int64_t i, int64_t offset, int *hatless) {
         if (push_change(&S->offset_log, &S->offset_len, &S->offset_cap, j, S->min_offset[j]))
             return -1;
         S->min_offset[j] = top;
-        for (int64_t s = S->section_lo[j]; s < S->section_hi[j]; ++s) {
-            if (S->stamp[s] == S->stamp_now) continue;
+        /* the sections of j not yet affected, in order; runs already stamped are
+         * jumped over (each section of [lo, hi) is stamped by the end of the loop) */
+        const int64_t hi = S->section_hi[j];
+        for (int64_t s = S->section_lo[j]; s < hi;) {
+            if (S->stamp[s] == S->stamp_now) {
+                s = S->run_end[s];
+                continue;
+            }
             S->stamp[s] = S->stamp_now;
-            S->affected[S->affected_len++] = s;
+            S->run_end[s] = hi;
+            S->affected[S->affected_len++] = s++;
         }
     }
     for (int64_t s = S->section_lo[i]; s < S->section_hi[i]; ++s) {
@@ -112,12 +122,24 @@ static int place(Search *S, int64_t i, int64_t offset, int *hatless) {
     }
     for (int64_t a = 0; a < S->affected_len; ++a) {
         const int64_t s = S->affected[a];
+        /* the floor rises to the lowest min offset of the unplaced members, when that is
+         * above it: a member at or below the floor settles it (no rise), so the scan
+         * stops there */
+        const int64_t floor = S->floor[s];
+        const int64_t w = S->witness[s];
+        if (w >= 0 && S->assigned[w] < 0 && S->min_offset[w] <= floor) continue;
         int64_t lowest = INT64_MAX;
         for (int64_t k = S->section_ptr[s]; k < S->section_ptr[s + 1]; ++k) {
             const int64_t j = S->section_members[k];
-            if (S->assigned[j] < 0 && S->min_offset[j] < lowest) lowest = S->min_offset[j];
+            if (S->assigned[j] >= 0) continue;
+            if (S->min_offset[j] <= floor) {
+                S->witness[s] = j;
+                lowest = INT64_MAX;
+                break;
+            }
+            if (S->min_offset[j] < lowest) lowest = S->min_offset[j];
         }
-        if (lowest != INT64_MAX && S->floor[s] < lowest) {
+        if (lowest != INT64_MAX && floor < lowest) {
             if (push_change(&S->section_log, &S->section_len, &S->section_cap, s, S->floor[s]))
                 return -1;
             S->floor[s] = lowest;
@@ -418,14 +440,17 @@ static PyObject *py_search(PyObject *self, PyObject *args) {
     S.cuts = calloc(ns, sizeof(int64_t));
     S.affected = malloc(ns * sizeof(int64_t));
     S.stamp = calloc(ns, sizeof(uint64_t));
+    S.run_end = malloc(ns * sizeof(int64_t));
+    S.witness = malloc(ns * sizeof(int64_t));
     int64_t *all = malloc((size_t)(n + 1) * sizeof(int64_t));
     if (!S.assigned || !S.solution || !S.min_offset || !S.floor || !S.total || !S.cuts ||
-        !S.affected || !S.stamp || !all) {
+        !S.affected || !S.stamp || !S.run_end || !S.witness || !all) {
         free(all);
         free(letters);
         PyErr_NoMemory();
         goto done;
     }
+    for (size_t s = 0; s < ns; ++s) S.witness[s] = -1;
     for (int64_t i = 0; i < n; ++i) {
         S.assigned[i] = S.solution[i] = -1;
         all[i] = i;
@@ -477,7 +502,8 @@ done:
     free(S.sizes); free(S.widths); free(S.section_lo); free(S.section_hi);
     free(S.section_ptr); free(S.section_members); free(S.overlap_ptr); free(S.overlaps);
     free(S.assigned); free(S.solution); free(S.min_offset); free(S.floor); free(S.total);
-    free(S.cuts); free(S.affected); free(S.stamp); free(S.offset_log); free(S.section_log);
+    free(S.cuts); free(S.affected); free(S.stamp);
+    free(S.run_end); free(S.witness); free(S.offset_log); free(S.section_log);
     return result;
 }
 

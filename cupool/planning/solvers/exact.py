@@ -463,6 +463,7 @@ class _PySearch:
         self.solution = [-1] * n
         self.min_offset = [0] * n
         self.floor = [0] * num_sections
+        self.witness = [-1] * num_sections  # a member last found at or below the floor
         self.total = [sum(sizes[i] for i in members) for members in self.members]
         self.cuts = [0] * max(num_sections - 1, 0)
         for i in range(n):
@@ -562,12 +563,30 @@ class _PySearch:
             self.floor[s] = top
             self.total[s] -= self.sizes[i]
         for s in affected:
-            lowest = min((self.min_offset[j] for j in self.members[s] if self.assigned[j] < 0),
-                         default=None)
-            if lowest is not None and self.floor[s] < lowest:
+            lowest = self._raised_floor(s)
+            if lowest is not None:
                 section_log.append((s, self.floor[s]))
                 self.floor[s] = lowest
         return hatless, offset_log, section_log
+
+    def _raised_floor(self, s):
+        """Section ``s``'s floor raised to the lowest min offset of its unplaced members,
+        or ``None`` when that is not above the floor (a member at or below it settles
+        that: the scan stops there, and the member found is tried first next time) or
+        every member is placed."""
+        floor, lowest = self.floor[s], None
+        w = self.witness[s]
+        if w >= 0 and self.assigned[w] < 0 and self.min_offset[w] <= floor:
+            return None
+        for j in self.members[s]:
+            if self.assigned[j] >= 0:
+                continue
+            if self.min_offset[j] <= floor:
+                self.witness[s] = j
+                return None
+            if lowest is None or self.min_offset[j] < lowest:
+                lowest = self.min_offset[j]
+        return lowest
 
     def unplace(self, i, offset_log, section_log):
         for s, floor in reversed(section_log):
