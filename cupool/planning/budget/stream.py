@@ -83,6 +83,11 @@ from cupool.planning.budget.params import BudgetParams
 from cupool.planning.budget.result import BudgetResult
 from cupool.planning.solvers import SolverParams
 
+try:
+    from cupool.planning.budget.engine import _stream
+except ImportError:  # the optional C extension is not built: the Python estimate
+    _stream = None
+
 PREFETCH_FILL = 0.9
 """Share of the budget left over by what is resident at every op that prefetches may
 fill: the rest is slack for packing the residencies into offsets (a budget filled to the
@@ -345,6 +350,44 @@ def layout_iteration_us(state: PlanState, layout: StreamLayout) -> float:
     return max(now, last_copy)
 
 
+def estimate_kept(state: PlanState, weights, kept: set[int], fill: float) -> float:
+    """The searched member's estimate of streaming the ``weights`` not in ``kept`` at
+    ``fill``: :func:`layout_iteration_us` of their :func:`weight_layout`, or infinity when
+    the streamed weights alone leave an op over the budget (no triggers needed)."""
+    streamed = [b for b in weights if b.id not in kept]
+    if _streamed_live(state, streamed).max(initial=0.0) > state.budget:
+        return math.inf
+    return layout_iteration_us(state, weight_layout(state, weights, kept, fill))
+
+
+def compiled_estimate(state: PlanState, weights, fill: float):
+    """:func:`estimate_kept` for ``state``, ``weights`` and ``fill`` by the C extension
+    ``_stream`` (the same doubles in the same order: equal estimates), as a function of
+    the kept set; ``None`` when the extension is not built."""
+    if _stream is None:
+        return None
+    ordered = sorted(weights, key=lambda b: (b.uses[0], b.id))
+    index = {b.id: k for k, b in enumerate(ordered)}
+    columns = [np.array(values, dtype=np.int64) for values in (
+        [b.size for b in ordered], [b.uses[0] for b in ordered],
+        [b.uses[-1] for b in ordered], [b.id for b in ordered])]
+    live = np.ascontiguousarray(state.live, dtype=np.int64)
+    start_us = np.ascontiguousarray(state.start_us, dtype=np.float64)
+    durations = np.ascontiguousarray(state.durations, dtype=np.float64)
+    cost = state.cost
+    fixed = (int(state.budget), float(fill), float(cost.latency_us),
+             float(cost.gbps("h2d") * 1e3), int(cost.copy_engines_per_direction), True)
+
+    def estimate(kept: set[int]) -> float:
+        streamed = np.ones(len(ordered), dtype=np.int64)
+        for b in kept:
+            if b in index:
+                streamed[index[b]] = 0
+        return _stream.estimate(live, *columns, streamed, start_us, durations, *fixed)
+
+    return estimate
+
+
 def searched_kept(state: PlanState, weights, seeds: list[set[int]], fill: float,
                   evaluations: int = SEARCH_EVALUATIONS, seed: int = 0,
                   count: int = 1) -> list[set[int]]:
@@ -371,15 +414,13 @@ def _searched(state: PlanState, weights, seeds: list[set[int]], fill: float,
               evaluations: int, seed: int, count: int) -> list[KeptCandidate]:
     """:func:`searched_kept` with each set's estimate."""
     seen: dict[frozenset, float] = {}
+    estimate = compiled_estimate(state, weights, fill) or (
+        lambda kept: estimate_kept(state, weights, kept, fill))
 
     def value(kept: set[int]) -> float:
         key = frozenset(kept)
         if key not in seen:
-            streamed = [b for b in weights if b.id not in kept]
-            seen[key] = math.inf  # the weights alone overflow: no triggers needed
-            if _streamed_live(state, streamed).max(initial=0.0) <= state.budget:
-                seen[key] = layout_iteration_us(state, weight_layout(state, weights, kept,
-                                                                     fill))
+            seen[key] = estimate(kept)
         return seen[key]
 
     current_value, rank = min((value(k), rank) for rank, k in enumerate(seeds))

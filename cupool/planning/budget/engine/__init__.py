@@ -23,6 +23,9 @@ module              what it holds
 :mod:`.firstfit`    the last-resort placement: first fit, a persistent buffer's stay across
                     the iteration boundary as one item (compiled in ``_firstfit.c`` when
                     built, with an identical NumPy fallback)
+``_stream.c``       the searched weight-streaming member's estimate of one kept set
+                    (:func:`cupool.planning.budget.stream.estimate_kept`, compiled: equal
+                    estimates; the member uses it when built)
 ==================  ======================================================================
 
 Policies (:mod:`cupool.planning.budget.auto`, ``capuchin``, ``classic``,
