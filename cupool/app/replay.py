@@ -176,8 +176,9 @@ def replay(trace: Trace, budget, settings: ReplaySettings | None = None, *,
     noise_us = LATE_THRESHOLD_WALL_US / settings.time_scale
     results = [run.result for run in runs]
     times = [r.iteration_us for r in results]
-    floor = predicted_waits(simulate(plan_trace, plan, cost, validate=False), plan)
-    planned_floor = predicted_waits(predicted, given.plan)
+    # the plan the feedback left, simulated again only when it moved something
+    final = predicted if plan is given.plan else simulate(plan_trace, plan, cost,
+                                                           validate=False)
     return {
         "trace": trace.name, "policy": settings.policy, "budget_bytes": budget_bytes,
         "link_gbps": link_gbps(settings.link), "size_scale": settings.size_scale,
@@ -187,8 +188,8 @@ def replay(trace: Trace, budget, settings: ReplaySettings | None = None, *,
         "late_prefetches": [r.late_prefetches for r in results],
         "stall_us": [r.stall_us for r in results],
         "feedback_moves": [run.moved_triggers for run in runs],
-        "sim_late_floor": sum(1 for wait in floor.values() if wait > noise_us),
-        "sim_late_floor_planned": sum(1 for wait in planned_floor.values() if wait > noise_us),
+        "sim_late_floor": _late_floor(final, plan, noise_us),
+        "sim_late_floor_planned": _late_floor(predicted, given.plan, noise_us),
         "peak_device_bytes": plan.arena_bytes, "arena_reserved_bytes": reserved,
         "off_plan": [r.off_plan for r in results], "pool": pool,
         "bytes_checked": sum(r.bytes_checked for r in results)
@@ -197,6 +198,12 @@ def replay(trace: Trace, budget, settings: ReplaySettings | None = None, *,
         + sum(c.corrupt_bytes for c in checked),
         "staging": staging, "copies": copies,
     } | _saved(plan, plan_trace, plan_out)
+
+
+def _late_floor(report, plan: Plan, noise_us: float) -> int:
+    """The swap-ins of ``plan`` that ``report`` (its simulation) predicts late by more
+    than ``noise_us``: the floor late prefetches can fall to."""
+    return sum(1 for wait in predicted_waits(report, plan).values() if wait > noise_us)
 
 
 def _swapping_plan(trace: Trace, budget_bytes: int, policy: str, cost, plan: Plan | None,
