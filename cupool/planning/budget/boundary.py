@@ -57,6 +57,7 @@ order), and only where the hole covers an op over the target; the greedy plans t
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import NamedTuple
 
 import numpy as np
@@ -81,6 +82,7 @@ from cupool.planning.budget.engine.relief import persistent_floor
 from cupool.planning.budget.engine.residency import HEAD_OUT_OP, residency_intervals
 from cupool.planning.budget.engine.schedule import SWAP, Gap, IdleGap, Schedule, trace_index
 from cupool.planning.budget.engine.state import PlanState
+from cupool.planning.budget.feedback import refine_triggers
 from cupool.planning.budget.params import BudgetParams
 from cupool.planning.budget.result import BudgetResult
 from cupool.planning.budget.stream import PREFETCH_FILL
@@ -105,27 +107,33 @@ class Variant(NamedTuple):
     order: str = "largest"
     fill: float = PREFETCH_FILL
     head: bool = False
+    split: bool = False
 
     @property
     def name(self) -> str:
         extra = (", eager release" if self.eager else "") + (
             f", {self.order} first" if self.order != "largest" else "") + (
             f", fill {self.fill:.0%}" if self.fill != PREFETCH_FILL else "") + (
-            ", in the head" if self.head else "")
+            ", in the head" if self.head else "") + (
+            ", last update in the head" if self.split else "")
         return f"boundary(target {self.target}{extra})"
 
 
 ORDERS = {
     "largest": lambda gap, size: (-size, 0, gap),
     "latest use": lambda gap, size: (-size, -gap.prev_use, gap),
+    "earliest use": lambda gap, size: (gap.prev_use, -size, gap),
 }
 """Orders of the gaps as long as each other (module docstring, step 1): the largest
 first, ties by buffer, or by the latest previous use (the state the last ops update
-leaves the device first, whose copies out and in then meet fewest others in those ops)."""
+leaves the device first, whose copies out and in then meet fewest others in those ops),
+or the earliest previous use first (the state updated first leaves first: its copy out
+runs while the later updates wait for their state to come in)."""
 
 
 VARIANTS = (Variant("working"), Variant("live"), Variant("working", eager=True),
-            Variant("live", eager=True), Variant("working", order="latest use", fill=1.0))
+            Variant("live", eager=True), Variant("working", order="latest use", fill=1.0),
+            Variant("working", order="earliest use", split=True))
 """The variants ``auto`` runs when persistent state must leave the device
 (:func:`persistent_over`), in the order that breaks ties."""
 
@@ -205,13 +213,15 @@ def stretched_window(state: PlanState, gap: IdleGap, over: list[int],
 
 
 def head_window(state: PlanState, gap: IdleGap, over: list[int],
-                land_by_us: float = math.inf) -> SwapWindow | None:
+                land_by_us: float = math.inf, late: bool = False) -> SwapWindow | None:
     """The swap of a wrap gap in the iteration's head (:attr:`~.engine.schedule.Gap.head`):
     copied out after op 0, behind the copies out already queued, its bytes released once
     that copy has landed; copied in at the latest trigger whose copy lands by its first
     use and by ``land_by_us`` (the head swaps taken before it come back after it: their
     copies in queue behind this one). ``None`` when that leaves no op of ``over`` (ops
-    over the target the gap spans) off the device."""
+    over the target the gap spans) off the device. With ``late``, the copy in is never
+    triggered before the last op of ``over`` the hole can reach has run, even when it
+    then lands late (as :func:`stretched_window` does)."""
     n = state.n
     buffer_id, _prev_use, next_use = gap
     size = state.sizes[buffer_id]
@@ -224,8 +234,14 @@ def head_window(state: PlanState, gap: IdleGap, over: list[int],
         return None
     due = float(state.start_us[next_use])
     deadline = min(due, land_by_us)
-    trigger = until
-    for t in range(next_use, until - 1, -1):  # the latest trigger whose copy lands on time
+    low = until
+    if late:
+        inside = [k for k in over if until <= k < next_use]
+        if not inside:
+            return None
+        low = inside[-1] + 1
+    trigger = low
+    for t in range(next_use, low - 1, -1):  # the latest trigger whose copy lands on time
         if state.h2d.finish_if_added(float(state.start_us[t]), in_len) <= deadline + 1e-9:
             trigger = t
             break
@@ -249,12 +265,15 @@ def _settle_copy_out(state: PlanState, window: SwapWindow) -> None:
 
 
 def offload_persistent(state: PlanState, target: str = "working", eager: bool = False,
-                       order: str = "largest", head: bool = False) -> int:
+                       order: str = "largest", head: bool = False, split: bool = False) -> int:
     """Take persistent gaps off the device until no op is over ``target``
     (:data:`TARGETS`; module docstring, steps 1-2), released ``eager`` ly or once the copy
     out has landed (:func:`stretched_window`), in ``order`` (:data:`ORDERS`,
     :class:`Variant`); with ``head``, only the dirty wrap gaps, each in the iteration's
-    head (:func:`head_window`) or not at all. Returns how many were taken."""
+    head (:func:`head_window`) or not at all; with ``split``, the dirty wrap gaps whose
+    previous use is the last of them all in the head (late: :func:`head_window`), the
+    others across the boundary (module docstring, *split*). Returns how many were
+    taken."""
     trace, n = state.trace, state.n
     if target not in TARGETS:
         raise ValueError(f"target {target!r}: expected one of {TARGETS}")
@@ -264,6 +283,9 @@ def offload_persistent(state: PlanState, target: str = "working", eager: bool = 
         raise ValueError(f"order {order!r}: expected one of {tuple(ORDERS)}")
     key = ORDERS[order]
     gaps.sort(key=lambda g: (-_idle_count(n, g), *key(g, state.sizes[g.buffer_id])))
+    last_update = max((g.prev_use for g in gaps
+                       if g.wraps and not state.clean_at(g.buffer_id, g.prev_use)),
+                      default=-1) if split else n
     taken = 0
     head_issued = math.inf  # when the earliest copy in of the head swaps taken starts
     for gap in gaps:
@@ -273,10 +295,12 @@ def offload_persistent(state: PlanState, target: str = "working", eager: bool = 
         over = _ops_over(measure, state.budget, n, gap)
         if not over:
             continue
-        if head:  # only dirty state across the boundary, in the head (or not at all)
+        in_head = head or (gap.wraps and gap.prev_use >= last_update
+                           and not state.clean_at(gap.buffer_id, gap.prev_use))
+        if in_head:  # only dirty state across the boundary, in the head (or not at all)
             if not gap.wraps or state.clean_at(gap.buffer_id, gap.prev_use):
                 continue
-            window = head_window(state, gap, over, head_issued)
+            window = head_window(state, gap, over, head_issued, late=split)
             if window is None:
                 continue
             state.apply_head_swap(gap.buffer_id, gap.prev_use, gap.next_use, window)
@@ -289,7 +313,7 @@ def offload_persistent(state: PlanState, target: str = "working", eager: bool = 
         taken += 1
         if floor is not None:
             size = trace.buffer(gap.buffer_id).size
-            if gap.wraps and not head:  # off across the boundary
+            if gap.wraps and not in_head:  # off across the boundary
                 floor[window.resident_until:] -= size
                 floor[:window.trigger] -= size
             else:  # between uses, or in the head
@@ -381,7 +405,7 @@ def plan_boundary(trace, budget_bytes, cost, params: BudgetParams, started: floa
         state = PlanState(trace, internal, cost, max_chain=options.max_chain,
                           late_trigger=options.late_trigger)
         taken = offload_persistent(state, variant.target, variant.eager, variant.order,
-                                   variant.head)
+                                   variant.head, variant.split)
         persistent_gaps = list(state.taken)
         for include_persistent in (False, True):
             if state.live.max() > internal:
@@ -406,5 +430,10 @@ def plan_boundary(trace, budget_bytes, cost, params: BudgetParams, started: floa
             return as_decided
         return decision(state.schedule, fullest_op(state), moved)
 
-    return place_schedule(trace, budget_bytes, decide, "boundary", params.placement, started,
-                          last_resort=place_pairs_first_fit)
+    result = place_schedule(trace, budget_bytes, decide, "boundary", params.placement, started,
+                            last_resort=place_pairs_first_fit)
+    if not result.feasible:
+        return result
+    # its copies stall the step by design: which waits on which is the feedback's to order
+    refined = refine_triggers(result.trace, result.plan, cost)
+    return replace(result, plan=refined.plan) if refined.moved_triggers else result

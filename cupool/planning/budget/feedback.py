@@ -15,7 +15,10 @@ plan is checked by the independent validator and kept only when it simulates fas
 
 The H2D engine is FIFO, so a swap-in can also be late behind copies with time to spare:
 those are then triggered one op after it (*postponed*, which only shortens their
-residencies), kept on the same terms. The helpers that pair a plan's swap-ins with a
+residencies), kept on the same terms. And a swap-in can wait for its bytes: the copy out
+of what held them has not landed. The late ones, with the swap-ins holding bytes at their
+due ops, are then placed again where their bytes free up first (:mod:`.reslot`), kept on
+the same terms. The helpers that pair a plan's swap-ins with a
 simulation's copies (:func:`predicted_waits`, :func:`queued_ahead`) also serve the
 run-time feedback.
 
@@ -34,6 +37,7 @@ import numpy as np
 
 from cupool.check import validate_plan
 from cupool.core.vocabulary import Plan, Residency, SwapIn
+from cupool.planning.budget.reslot import reslot_late
 from cupool.sim.cost import H2D
 
 if TYPE_CHECKING:
@@ -150,8 +154,9 @@ def queued_ahead(report, plan: Plan, late: dict, guard_us: float = 0.0) -> dict:
 def refine_triggers(trace, plan, cost, sim=None, rounds: int = ROUNDS) -> RefinedPlan:
     """The fastest plan found (``plan`` itself when nothing helped). Each round tries the
     late swap-ins' triggers earlier, then the copies queued ahead of late ones later
-    (:func:`_postpone_blockers`); a candidate is kept when it passes the validator and
-    simulates faster. ``sim``: ``plan``'s simulation, when the caller has it."""
+    (:func:`_postpone_blockers`), then the late swap-ins re-placed where their bytes free
+    up first (:func:`_reslot`); a candidate is kept when it simulates faster and passes
+    the validator. ``sim``: ``plan``'s simulation, when the caller has it."""
     from cupool.sim.simulator import simulate
 
     if sim is None:
@@ -159,12 +164,14 @@ def refine_triggers(trace, plan, cost, sim=None, rounds: int = ROUNDS) -> Refine
     moved_total = 0
     for _round in range(rounds):
         improved = False
-        for mover in (_move_late_triggers, _postpone_blockers):
+        for mover in (_move_late_triggers, _postpone_blockers, _reslot):
             candidate = mover(trace, plan, sim)
-            if not candidate.moved or not validate_plan(trace, candidate.plan).valid:
+            if not candidate.moved:
                 continue
+            # the validator costs more than the simulation: it judges only a faster plan
             report = simulate(trace, candidate.plan, cost, validate=False)
-            if report.iteration_us < sim.iteration_us - 1e-9:
+            if (report.iteration_us < sim.iteration_us - 1e-9
+                    and validate_plan(trace, candidate.plan).valid):
                 plan, sim = candidate.plan, report
                 moved_total += candidate.moved
                 improved = True
@@ -173,6 +180,17 @@ def refine_triggers(trace, plan, cost, sim=None, rounds: int = ROUNDS) -> Refine
     if moved_total:
         plan = replace(plan, stats={**plan.stats, "feedback_moved_triggers": moved_total})
     return RefinedPlan(plan, sim, moved_total)
+
+
+def _reslot(trace, plan, sim) -> MovedTriggers:
+    """The late swap-ins, with those holding bytes at their due ops, placed again where
+    their bytes free up first (:func:`~.reslot.reslot_late`)."""
+    moved = reslot_late(trace, plan, sim, predicted_waits(sim, plan))
+    if not moved.moved:
+        return MovedTriggers(plan, 0)
+    return MovedTriggers(replace(moved.plan,
+                                 actions=tuple(_in_execution_order(list(moved.plan.actions)))),
+                         moved.moved)
 
 
 def _postpone_blockers(trace, plan, sim) -> MovedTriggers:

@@ -1,0 +1,220 @@
+"""Swap-ins re-placed where their bytes free up first.
+
+The offsets of a budget plan are chosen op by op: a residency that begins at op ``t``
+fits wherever no other residency holds the bytes during its ops. Which of several freed
+ranges it takes does not matter to the arena, but it does to the copies: bytes a copy out
+is still reading are only reusable once that copy has landed, so a copy in placed over
+them waits for it. When several copies out free ranges one after the other (the engine
+is FIFO), the copy in due first should take the range that frees first::
+
+    ops:            1700 | 1701  1702  1703        (short ops; copies take longer)
+    range A  m1 ====)  copy out lands at 0.7 ms
+    range B  m2 ====)  copy out lands at 1.4 ms
+    as planned:  A <- x (due 1703), B <- y (due 1701) then z (due 1702): y waits 1.4 ms
+    re-placed:   A <- y then x (triggered at 1702), B <- z: y waits 0.7 ms
+
+:func:`reslot_late` takes each swap-in whose copy landed after its due op was dispatched
+(``L``, due at op ``d``) together with the other swap-ins holding bytes at ``d`` before
+their first use (trigger at or before ``d``, due at or after it): all of them are lifted
+out and placed again, the earliest due first, each at the start and offset where its
+copy can begin soonest, as the simulation says: no sooner than its trigger op is
+dispatched, nor than the copies out (or the last ops) of the residencies that held those
+bytes have finished. A swap-in may start later than planned (its trigger moves towards
+its due op; a later trigger only shortens the residency), never earlier. Offsets tried
+are the original one and the edges of the ranges freed just before (or by the swap-ins
+placed first). The caller keeps the result only when it passes the validator and
+simulates faster.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import replace
+from typing import NamedTuple
+
+import numpy as np
+
+from cupool.core.vocabulary import Plan, Residency, SwapIn, SwapOut
+from cupool.sim.cost import D2H
+
+RECENT_OPS = 8
+"""Ranges freed at most this many ops before a swap-in's trigger are offered to it (older
+ones were free long before: their bytes give no earlier start than its own)."""
+
+
+class Reslotted(NamedTuple):
+    """A plan with some swap-ins re-placed, and how many moved (offset or trigger)."""
+
+    plan: Plan
+    moved: int
+
+
+class _Arena:
+    """The residencies as arrays: ops ``[start, end)``, bytes ``[low, high)``, when their
+    bytes are free again (µs), and which are lifted out (``active`` False)."""
+
+    def __init__(self, residencies, sizes, release) -> None:
+        self.start = np.array([r.start for r in residencies], dtype=np.int64)
+        self.end = np.array([r.end for r in residencies], dtype=np.int64)
+        self.low = np.array([r.offset for r in residencies], dtype=np.int64)
+        self.high = self.low + np.array([sizes[r.buffer_id] for r in residencies],
+                                        dtype=np.int64)
+        self.release = np.asarray(release, dtype=np.float64)
+        self.active = np.ones(len(residencies), dtype=bool)
+
+    def view(self, trigger: int, due: int, end: int, since_us: float) -> _View:
+        """What placing a residency that starts between ops ``trigger`` and ``due`` and
+        ends at ``end`` depends on (:class:`_View`)."""
+        near = np.flatnonzero(self.active & (self.start < end) & (self.end >= trigger
+                                                                    - RECENT_OPS))
+        pending = np.flatnonzero(self.active & (self.end <= due) & (self.release > since_us))
+        return _View(self, near, pending)
+
+
+class _View:
+    """The residencies that may be in the way of a swap-in (``near``: they hold bytes
+    during its ops, or were freed just before its trigger) and those whose bytes were
+    not free yet when its trigger was dispatched (``pending``)."""
+
+    def __init__(self, arena: _Arena, near: np.ndarray, pending: np.ndarray) -> None:
+        self.start, self.end = arena.start[near], arena.end[near]
+        self.low, self.high = arena.low[near], arena.high[near]
+        self.p_end, self.p_low = arena.end[pending], arena.low[pending]
+        self.p_high, self.p_release = arena.high[pending], arena.release[pending]
+
+    def fitting(self, offsets: np.ndarray, size: int, start: int, end: int) -> np.ndarray:
+        """Which ``offsets`` leave ``size`` bytes free during ops ``[start, end)``."""
+        during = (self.start < end) & (start < self.end)
+        low, high = self.low[during], self.high[during]
+        hit = (low[None, :] < offsets[:, None] + size) & (offsets[:, None] < high[None, :])
+        return ~hit.any(axis=1)
+
+    def free_at(self, offsets: np.ndarray, size: int, start: int) -> np.ndarray:
+        """When the bytes ``[offset, offset + size)`` of each of ``offsets`` are free of
+        every residency that ended by op ``start`` (0 when none was still pending)."""
+        ended = self.p_end <= start
+        low, high, release = self.p_low[ended], self.p_high[ended], self.p_release[ended]
+        held = (low[None, :] < offsets[:, None] + size) & (offsets[:, None] < high[None, :])
+        return np.where(held, release[None, :], 0.0).max(axis=1, initial=0.0)
+
+    def freed(self, low_op: int, start: int) -> np.ndarray:
+        """Which ``near`` residencies ended during ops ``[low_op, start]``."""
+        return (self.end >= low_op) & (self.end <= start)
+
+
+def _releases(plan: Plan, report, sizes) -> list[float]:
+    """When each residency's bytes are free again in ``report`` (µs): the end of the copy
+    out that leaves it (a buffer's D2H copies, in the order the engine served them, belong
+    to its copying swap-outs in op order), else the end of its last op."""
+    op_end = [times[2] for times in report.op_times]
+    copies = defaultdict(list)
+    for buffer_id, direction, _nbytes, _enqueued, _start, end in report.copies:
+        if direction == D2H:
+            copies[buffer_id].append(end)
+    outs = defaultdict(list)
+    for a in plan.actions:
+        if isinstance(a, SwapOut) and not a.drop:
+            outs[a.buffer_id].append(a.after_op)
+    copied = {b: list(zip(sorted(after_ops), copies[b], strict=True))
+              for b, after_ops in outs.items() if len(copies[b]) == len(after_ops)}
+    release = []
+    for r in plan.residencies:
+        free = op_end[r.end - 1] if r.end >= 1 else 0.0
+        for op, end in copied.get(r.buffer_id, ()):
+            if r.start <= op < r.end:
+                free = max(free, end)
+        release.append(free)
+    return release
+
+
+def _place(arena: _Arena, r: Residency, size: int, swap_in: SwapIn, dispatch,
+           budget: int, keep_offset: bool) -> tuple[int, int] | None:
+    """The start and offset where the copy of ``swap_in`` (entering ``r``) can begin
+    soonest (ties: its own start, then its own offset, then the lowest), ``None`` when
+    nothing fits; with ``keep_offset`` only its start may change."""
+    trigger, due = swap_in.trigger_op, swap_in.due_op
+    view = arena.view(trigger, due, r.end, dispatch[trigger])
+    starts = sorted({trigger} | {int(e) for e in view.end if trigger < e <= due})
+    best_key, best = None, None
+    for start in starts:
+        if best_key is not None and dispatch[start] > best_key[0]:
+            break  # dispatched later than the best can begin
+        offsets = {r.offset}
+        if not keep_offset:
+            freed = view.freed(trigger - RECENT_OPS, start)
+            offsets |= set(view.low[freed].tolist()) | set((view.high[freed] - size).tolist())
+        candidates = np.array(sorted(o for o in offsets if o >= 0 and o + size <= budget),
+                              dtype=np.int64)
+        if not len(candidates):
+            continue
+        ready = np.maximum(dispatch[start], view.free_at(candidates, size, start))
+        fits = view.fitting(candidates, size, start, r.end)
+        for offset, at in zip(candidates[fits].tolist(), ready[fits].tolist(), strict=True):
+            key = (at, start != trigger, offset != r.offset, start, offset)
+            if best_key is None or key < best_key:
+                best_key, best = key, (start, offset)
+    return best
+
+
+def reslot_late(trace, plan: Plan, report, late: dict) -> Reslotted:
+    """``plan`` with the swap-ins of the buffers in ``late`` (``{buffer: µs}`` their due
+    ops waited in ``report``, ``plan``'s simulation) and the swap-ins holding bytes at
+    their due ops re-placed (module docstring). The actions keep their order: a moved
+    trigger may leave them out of execution order."""
+    dispatch = [times[0] for times in report.op_times]
+    swap_ins = [a for a in plan.actions if isinstance(a, SwapIn)]
+    if not swap_ins or not late:
+        return Reslotted(plan, 0)
+    sizes = {b.id: b.size for b in trace.buffers}
+    residencies = list(plan.residencies)
+    index = {(r.buffer_id, r.start): k for k, r in enumerate(residencies)}
+    arena = _Arena(residencies, sizes, _releases(plan, report, sizes))
+    # a buffer on the device across the boundary keeps one offset at both ends
+    entered_at_0 = {a.buffer_id for a in swap_ins if a.trigger_op == 0}
+    n = trace.num_ops
+    across = {r.buffer_id for r in residencies if r.start == 0} - entered_at_0
+    trigger_of = {}  # (buffer, trigger as planned) -> the new trigger
+    done = set()
+    late_dues = sorted({a.due_op for a in swap_ins if a.buffer_id in late})
+    for due in late_dues:
+        group = sorted((a for a in swap_ins
+                        if a.trigger_op <= due <= a.due_op and (a.buffer_id, a.trigger_op)
+                        in index and index[(a.buffer_id, a.trigger_op)] not in done),
+                       key=lambda a: (a.due_op, -sizes[a.buffer_id], a.buffer_id))
+        if not any(a.buffer_id in late and a.due_op == due for a in group):
+            continue
+        ks = [index[(a.buffer_id, a.trigger_op)] for a in group]
+        arena.active[ks] = False
+        for a, k in zip(group, ks, strict=True):
+            r = residencies[k]
+            placed = _place(arena, r, sizes[a.buffer_id], a, dispatch, plan.capacity_bytes,
+                            keep_offset=r.end == n and r.buffer_id in across)
+            if placed is None:  # its own place is taken by one placed before it: give up
+                for other in ks:
+                    r = residencies[other]
+                    arena.start[other], arena.low[other] = r.start, r.offset
+                    arena.high[other] = r.offset + sizes[r.buffer_id]
+                arena.active[ks] = True
+                break
+            arena.start[k], arena.low[k] = placed
+            arena.high[k] = arena.low[k] + sizes[a.buffer_id]
+            arena.active[k] = True
+        else:
+            done.update(ks)
+    moved = 0
+    new_residencies = []
+    for k, r in enumerate(residencies):
+        start, offset = int(arena.start[k]), int(arena.low[k])
+        if (start, offset) != (r.start, r.offset):
+            moved += 1
+            if start != r.start:
+                trigger_of[(r.buffer_id, r.start)] = start
+            r = Residency(r.buffer_id, start, r.end, offset)
+        new_residencies.append(r)
+    if not moved:
+        return Reslotted(plan, 0)
+    actions = [replace(a, trigger_op=trigger_of[(a.buffer_id, a.trigger_op)])
+               if isinstance(a, SwapIn) and (a.buffer_id, a.trigger_op) in trigger_of else a
+               for a in plan.actions]
+    return Reslotted(replace(plan, residencies=tuple(new_residencies), actions=tuple(actions)),
+                     moved)
