@@ -148,6 +148,39 @@ def test_copies_brought_forward_never_knot_the_residencies_past_packing():
     assert validate_swap_plan(trace, result.plan).valid
 
 
+def test_the_last_update_s_state_stays_across_the_boundary_the_earlier_ones_leave():
+    """Adam updates the layers in turn at the end of the step. With ``split``, the state
+    the earlier updates write leaves the device across the boundary (its copies out run
+    while the later updates wait for their own state to come in), and the state only the
+    last update writes is copied out in the next iteration's head instead of after the
+    step's last op. On this trace that plans the fastest step of the variants."""
+    from cupool.planning.budget.boundary import Variant
+    from cupool.planning.budget.engine.residency import HEAD_OUT_OP
+    from cupool.planning.budget.recipes import with_recompute_recipes
+
+    trace = with_recompute_recipes(lstm_trace(20, 2, hidden=256, vocab=2048))
+    budget, cost = trace.lower_bound_bytes() // 2, cost_model("gen4")
+    split = next(v for v in VARIANTS if v.split)
+    assert split == Variant("working", order="earliest use", split=True)
+    result = plan_boundary(trace, budget, cost, BudgetParams(), time.perf_counter(), split)
+    assert result.feasible, result.reason
+    assert validate_swap_plan(result.trace, result.plan).valid
+    persistent = {b.id: b for b in trace.buffers if b.kind == PERSISTENT}
+    last_update = max(max(b.uses) for b in persistent.values())
+    outs = [a for a in result.plan.actions if isinstance(a, SwapOut) and a.buffer_id in persistent]
+    head = {a.buffer_id for a in outs if a.after_op == HEAD_OUT_OP}
+    across = {a.buffer_id for a in outs if a.after_op == max(persistent[a.buffer_id].uses)}
+    assert head and all(max(persistent[b].uses) == last_update for b in head)
+    assert across and any(max(persistent[b].uses) < last_update for b in across)
+    step = simulate(result.trace, result.plan, cost).iteration_us
+    for variant in VARIANTS:
+        if variant.split:
+            continue
+        other = plan_boundary(trace, budget, cost, BudgetParams(), time.perf_counter(), variant)
+        if other.feasible:
+            assert simulate(other.trace, other.plan, cost).iteration_us > step, variant.name
+
+
 @pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: v.name)
 def test_a_copy_in_brought_forward_never_starts_before_its_copy_out_releases_the_bytes(
         variant):

@@ -37,6 +37,7 @@ import numpy as np
 
 from cupool.check import validate_plan
 from cupool.core.vocabulary import Plan, Residency, SwapIn
+from cupool.planning.budget.engine.residency import in_execution_order
 from cupool.planning.budget.reslot import reslot_late
 from cupool.sim.cost import H2D
 
@@ -107,6 +108,13 @@ def _served(report, plan: Plan) -> list[ServedSwapIn]:
         served.append(ServedSwapIn(action, *copies[b][seen[b]]))
         seen[b] += 1
     return served
+
+
+def swap_in_copies(report, plan: Plan) -> dict:
+    """``{(buffer, trigger_op): (start_us, end_us)}``: each swap-in of ``plan`` and its H2D
+    copy in ``report`` (a :class:`~cupool.sim.simulator.SimReport` of ``plan``)."""
+    return {(s.action.buffer_id, s.action.trigger_op): (s.start_us, s.end_us)
+            for s in _served(report, plan)}
 
 
 def _held_engine(served: list[ServedSwapIn], waiting: ServedSwapIn) -> list[ServedSwapIn]:
@@ -185,12 +193,8 @@ def refine_triggers(trace, plan, cost, sim=None, rounds: int = ROUNDS) -> Refine
 def _reslot(trace, plan, sim) -> MovedTriggers:
     """The late swap-ins, with those holding bytes at their due ops, placed again where
     their bytes free up first (:func:`~.reslot.reslot_late`)."""
-    moved = reslot_late(trace, plan, sim, predicted_waits(sim, plan))
-    if not moved.moved:
-        return MovedTriggers(plan, 0)
-    return MovedTriggers(replace(moved.plan,
-                                 actions=tuple(_in_execution_order(list(moved.plan.actions)))),
-                         moved.moved)
+    moved = reslot_late(trace, plan, sim, swap_in_copies(sim, plan))
+    return MovedTriggers(moved.plan, moved.moved)
 
 
 def _postpone_blockers(trace, plan, sim) -> MovedTriggers:
@@ -218,7 +222,7 @@ def _postpone_blockers(trace, plan, sim) -> MovedTriggers:
         return MovedTriggers(plan, 0)
     for other, target in new_trigger.items():
         plan = move_swap_in(plan, other, target)
-    return MovedTriggers(replace(plan, actions=tuple(_in_execution_order(list(plan.actions)))),
+    return MovedTriggers(replace(plan, actions=tuple(in_execution_order(list(plan.actions)))),
                          len(new_trigger))
 
 
@@ -267,7 +271,7 @@ def _move_late_triggers(trace, plan, sim) -> MovedTriggers:
         if isinstance(action, SwapIn) and key in new_trigger:
             action = replace(action, trigger_op=new_trigger[key])  # keeps its level
         actions.append(action)
-    actions = _in_execution_order(actions)
+    actions = in_execution_order(actions)
     return MovedTriggers(replace(plan, residencies=tuple(residencies), actions=tuple(actions)),
                          len(new_trigger))
 
@@ -282,20 +286,6 @@ def _free(residencies, sizes, r, op: int, resident, budget: int) -> bool:
         if q.start <= op < q.end and q.offset < high and low < q.offset + sizes[q.buffer_id]:
             return False
     return True
-
-
-def _in_execution_order(actions):
-    """Swap-outs after op ``t - 1``, then swap-ins triggered at ``t``, then recomputes before
-    ``t`` (their relative order kept: chains rely on it)."""
-    def key(item):
-        position, action = item
-        if isinstance(action, SwapIn):
-            return (action.trigger_op, 1, position)
-        if hasattr(action, "after_op"):
-            return (action.after_op + 1, 0, position)
-        return (action.before_op, 2, position)
-
-    return [a for _p, a in sorted(enumerate(actions), key=key)]
 
 
 # -- the runtime's feedback: measured late prefetches move triggers between iterations -------

@@ -35,6 +35,7 @@ from typing import NamedTuple
 import numpy as np
 
 from cupool.core.vocabulary import Plan, Residency, SwapIn, SwapOut
+from cupool.planning.budget.engine.residency import in_execution_order
 from cupool.sim.cost import D2H
 
 RECENT_OPS = 8
@@ -128,16 +129,23 @@ def _releases(plan: Plan, report, sizes) -> list[float]:
 
 
 def _place(arena: _Arena, r: Residency, size: int, swap_in: SwapIn, dispatch,
-           budget: int, keep_offset: bool) -> tuple[int, int] | None:
+           budget: int, keep_offset: bool, sooner: list) -> tuple[int, int, float] | None:
     """The start and offset where the copy of ``swap_in`` (entering ``r``) can begin
-    soonest (ties: its own start, then its own offset, then the lowest), ``None`` when
-    nothing fits; with ``keep_offset`` only its start may change."""
+    soonest (ties: its own start, then its own offset, then the lowest), and when, or
+    ``None`` when nothing fits; with ``keep_offset`` only its start may change.
+    ``sooner``: ``(due op, µs)`` of the swap-ins re-placed before it, each landing that
+    much sooner: the ops from its due op on are dispatched sooner too."""
     trigger, due = swap_in.trigger_op, swap_in.due_op
+
+    def dispatched(op: int) -> float:
+        gain = max((us for d, us in sooner if d < op), default=0.0)
+        return max(dispatch[trigger], dispatch[op] - gain)
+
     view = arena.view(trigger, due, r.end, dispatch[trigger])
     starts = sorted({trigger} | {int(e) for e in view.end if trigger < e <= due})
     best_key, best = None, None
     for start in starts:
-        if best_key is not None and dispatch[start] > best_key[0]:
+        if best_key is not None and dispatched(start) > best_key[0]:
             break  # dispatched later than the best can begin
         offsets = {r.offset}
         if not keep_offset:
@@ -147,58 +155,72 @@ def _place(arena: _Arena, r: Residency, size: int, swap_in: SwapIn, dispatch,
                               dtype=np.int64)
         if not len(candidates):
             continue
-        ready = np.maximum(dispatch[start], view.free_at(candidates, size, start))
+        ready = np.maximum(dispatched(start), view.free_at(candidates, size, start))
         fits = view.fitting(candidates, size, start, r.end)
         for offset, at in zip(candidates[fits].tolist(), ready[fits].tolist(), strict=True):
             key = (at, start != trigger, offset != r.offset, start, offset)
             if best_key is None or key < best_key:
-                best_key, best = key, (start, offset)
+                best_key, best = key, (start, offset, at)
     return best
 
 
-def reslot_late(trace, plan: Plan, report, late: dict) -> Reslotted:
-    """``plan`` with the swap-ins of the buffers in ``late`` (``{buffer: µs}`` their due
-    ops waited in ``report``, ``plan``'s simulation) and the swap-ins holding bytes at
-    their due ops re-placed (module docstring). The actions keep their order: a moved
-    trigger may leave them out of execution order."""
+def reslot_late(trace, plan: Plan, report, copies_in: dict) -> Reslotted:
+    """``plan`` with its late swap-ins and the swap-ins holding bytes at their due ops
+    re-placed (module docstring). ``report`` is ``plan``'s simulation and ``copies_in``
+    maps each swap-in's ``(buffer, trigger_op)`` to its H2D copy there (``(start_us,
+    end_us)``); a swap-in is late when its copy ends after its due op was dispatched."""
     dispatch = [times[0] for times in report.op_times]
     swap_ins = [a for a in plan.actions if isinstance(a, SwapIn)]
-    if not swap_ins or not late:
+    late = {(a.buffer_id, a.trigger_op) for a in swap_ins
+            if (a.buffer_id, a.trigger_op) in copies_in
+            and copies_in[(a.buffer_id, a.trigger_op)][1] > dispatch[a.due_op] + 1e-9}
+    if not late:
         return Reslotted(plan, 0)
     sizes = {b.id: b.size for b in trace.buffers}
     residencies = list(plan.residencies)
     index = {(r.buffer_id, r.start): k for k, r in enumerate(residencies)}
     arena = _Arena(residencies, sizes, _releases(plan, report, sizes))
+    planned_release = arena.release.copy()
     # a buffer on the device across the boundary keeps one offset at both ends
     entered_at_0 = {a.buffer_id for a in swap_ins if a.trigger_op == 0}
     n = trace.num_ops
     across = {r.buffer_id for r in residencies if r.start == 0} - entered_at_0
     trigger_of = {}  # (buffer, trigger as planned) -> the new trigger
     done = set()
-    late_dues = sorted({a.due_op for a in swap_ins if a.buffer_id in late})
+    late_dues = sorted({a.due_op for a in swap_ins if (a.buffer_id, a.trigger_op) in late})
     for due in late_dues:
         group = sorted((a for a in swap_ins
                         if a.trigger_op <= due <= a.due_op and (a.buffer_id, a.trigger_op)
                         in index and index[(a.buffer_id, a.trigger_op)] not in done),
                        key=lambda a: (a.due_op, -sizes[a.buffer_id], a.buffer_id))
-        if not any(a.buffer_id in late and a.due_op == due for a in group):
+        if not any((a.buffer_id, a.trigger_op) in late and a.due_op == due for a in group):
             continue
         ks = [index[(a.buffer_id, a.trigger_op)] for a in group]
         arena.active[ks] = False
+        sooner = []
         for a, k in zip(group, ks, strict=True):
             r = residencies[k]
             placed = _place(arena, r, sizes[a.buffer_id], a, dispatch, plan.capacity_bytes,
-                            keep_offset=r.end == n and r.buffer_id in across)
+                            keep_offset=r.end == n and r.buffer_id in across, sooner=sooner)
             if placed is None:  # its own place is taken by one placed before it: give up
                 for other in ks:
                     r = residencies[other]
                     arena.start[other], arena.low[other] = r.start, r.offset
                     arena.high[other] = r.offset + sizes[r.buffer_id]
+                arena.release[ks] = planned_release[ks]
                 arena.active[ks] = True
                 break
-            arena.start[k], arena.low[k] = placed
-            arena.high[k] = arena.low[k] + sizes[a.buffer_id]
+            start, offset, ready = placed
+            arena.start[k], arena.low[k] = start, offset
+            arena.high[k] = offset + sizes[a.buffer_id]
             arena.active[k] = True
+            copy = copies_in.get((a.buffer_id, a.trigger_op))
+            if copy is not None and (start, offset) != (r.start, r.offset):
+                # re-placed, its copy in may begin sooner: it leaves sooner, and the
+                # ops after its due op are dispatched sooner
+                gain = max(0.0, copy[0] - ready)
+                arena.release[k] -= gain
+                sooner.append((a.due_op, gain))
         else:
             done.update(ks)
     moved = 0
@@ -216,5 +238,5 @@ def reslot_late(trace, plan: Plan, report, late: dict) -> Reslotted:
     actions = [replace(a, trigger_op=trigger_of[(a.buffer_id, a.trigger_op)])
                if isinstance(a, SwapIn) and (a.buffer_id, a.trigger_op) in trigger_of else a
                for a in plan.actions]
-    return Reslotted(replace(plan, residencies=tuple(new_residencies), actions=tuple(actions)),
-                     moved)
+    return Reslotted(replace(plan, residencies=tuple(new_residencies),
+                             actions=tuple(in_execution_order(actions))), moved)

@@ -126,6 +126,21 @@ def actions_of(trace: Trace, schedule: Schedule) -> tuple:
     return tuple(action for _key, action in keyed)
 
 
+def in_execution_order(actions) -> list:
+    """``actions`` (a plan's, edited) back in execution order: swap-outs after op ``t - 1``,
+    then swap-ins triggered at ``t``, then recomputes before ``t`` (the relative order of
+    each kind at an op kept: chains rely on it)."""
+    def key(item):
+        position, action = item
+        if isinstance(action, SwapIn):
+            return (action.trigger_op, 1, position)
+        if hasattr(action, "after_op"):
+            return (action.after_op + 1, 0, position)
+        return (action.before_op, 2, position)
+
+    return [a for _p, a in sorted(enumerate(actions), key=key)]
+
+
 def _producer(trace: Trace, buffer_id: int) -> int:
     """The op a recompute of the buffer re-runs: inputs exist before it, so running the
     recomputes before one op in producer order finds every input already made."""
