@@ -52,6 +52,24 @@ landing by its first use and before the one taken before it starts::
 
 Only dirty persistent state across the boundary is taken (in the ``live`` target's
 order), and only where the hole covers an op over the target; the greedy plans the rest.
+
+**Split** (a :class:`Variant` with ``split``, which ``auto`` runs where persistent state
+must leave). The updates at the step's end write the layers' state in turn; while one
+update waits for its state to come in, the state an earlier update wrote can be copied
+out, into the room the next copy in needs. So the state of every update but the last
+leaves across the boundary as in steps 1-2 (earliest update first: its copy out runs
+first); the last update's state would leave only after the step's last op, a copy out
+nothing overlaps, and is taken in the next iteration's head instead (copied back in no
+earlier than the last op of the gap over the target, even when it then lands late)::
+
+    op:           ... u1   u2   u3 | 0  1  ...     u1..u3: the updates of layers 1..3
+    state of 1    ==]  out ~~~~~~~~|~~~~~~~~~~      (off across the boundary)
+    state of 2      in ==] out ~~~~|~~~~~~~~~~
+    state of 3          in ===]====|===] out        (in the head)
+
+Which of the copies in waits for which copy out is then for the offline feedback to
+order (:mod:`.reslot`): each plan this member makes has its late swap-ins re-placed
+(:func:`~.feedback.refine_triggers` with ``reslot_only``) before ``auto`` compares it.
 """
 
 from __future__ import annotations
@@ -100,7 +118,10 @@ class Variant(NamedTuple):
     long): which state leaves the device decides which copies crowd the last ops, and
     no order wins everywhere; the share of the budget step 4 ``fill`` s (more room for
     copies brought forward, less slack for packing offsets: when they do not pack, the
-    member plans with a smaller budget, as for any schedule)."""
+    member plans with a smaller budget, as for any schedule); whether the dirty state
+    across the boundary is all taken in the ``head`` (:data:`HEAD_VARIANT`), or ``split``
+    (the last update's in the head, the earlier ones' across the boundary: module
+    docstring)."""
 
     target: str = "working"
     eager: bool = False
@@ -434,6 +455,7 @@ def plan_boundary(trace, budget_bytes, cost, params: BudgetParams, started: floa
                             last_resort=place_pairs_first_fit)
     if not result.feasible:
         return result
-    # its copies stall the step by design: which waits on which is the feedback's to order
-    refined = refine_triggers(result.trace, result.plan, cost)
+    # its copies stall the step by design: which waits for which bytes is the feedback's
+    # to order (its other moves are auto's, on the plan it keeps)
+    refined = refine_triggers(result.trace, result.plan, cost, rounds=1, reslot_only=True)
     return replace(result, plan=refined.plan) if refined.moved_triggers else result

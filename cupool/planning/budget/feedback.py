@@ -159,12 +159,14 @@ def queued_ahead(report, plan: Plan, late: dict, guard_us: float = 0.0) -> dict:
     return blockers
 
 
-def refine_triggers(trace, plan, cost, sim=None, rounds: int = ROUNDS) -> RefinedPlan:
+def refine_triggers(trace, plan, cost, sim=None, rounds: int = ROUNDS,
+                    reslot_only: bool = False) -> RefinedPlan:
     """The fastest plan found (``plan`` itself when nothing helped). Each round tries the
     late swap-ins' triggers earlier, then the copies queued ahead of late ones later
     (:func:`_postpone_blockers`), then the late swap-ins re-placed where their bytes free
-    up first (:func:`_reslot`); a candidate is kept when it simulates faster and passes
-    the validator. ``sim``: ``plan``'s simulation, when the caller has it."""
+    up first (:func:`_reslot`; with ``reslot_only``, only that); a candidate is kept when
+    it simulates faster and passes the validator. ``sim``: ``plan``'s simulation, when the
+    caller has it."""
     from cupool.sim.simulator import simulate
 
     if sim is None:
@@ -172,7 +174,9 @@ def refine_triggers(trace, plan, cost, sim=None, rounds: int = ROUNDS) -> Refine
     moved_total = 0
     for _round in range(rounds):
         improved = False
-        for mover in (_move_late_triggers, _postpone_blockers, _reslot):
+        movers = (_reslot,) if reslot_only else (_move_late_triggers, _postpone_blockers,
+                                                 _reslot)
+        for mover in movers:
             candidate = mover(trace, plan, sim)
             if not candidate.moved:
                 continue
@@ -244,6 +248,10 @@ def _move_late_triggers(trace, plan, sim) -> MovedTriggers:
         resident[r.end] -= sizes[r.buffer_id]
     resident = np.cumsum(resident[:-1])
     index = {(r.buffer_id, r.start): k for k, r in enumerate(residencies)}
+    ends = defaultdict(list)  # buffer -> its residencies' ends (moves change only starts)
+    for r in residencies:
+        ends[r.buffer_id].append(r.end)
+    held = _Held(residencies, sizes)
     new_trigger = {}
     for b in swap_ins:
         for swap_in in landed[b]:
@@ -253,15 +261,16 @@ def _move_late_triggers(trace, plan, sim) -> MovedTriggers:
                 continue
             k = index[(b, action.trigger_op)]
             r = residencies[k]
-            floor = max((q.end for q in residencies
-                         if q.buffer_id == b and q.end <= r.start), default=r.start)
+            floor = max((end for end in ends[b] if end <= r.start), default=r.start)
             target = action.trigger_op
             while (target > floor and dispatch[action.trigger_op] - dispatch[target] < wait
-                   and _free(residencies, sizes, r, target - 1, resident, plan.capacity_bytes)):
+                   and resident[target - 1] + sizes[b] <= plan.capacity_bytes
+                   and held.free(r.offset, sizes[b], target - 1)):
                 target -= 1
                 resident[target] += sizes[b]
             if target < action.trigger_op:
                 residencies[k] = Residency(b, target, r.end, r.offset)
+                held.start[k] = target
                 new_trigger[(b, action.trigger_op)] = target
     if not new_trigger:
         return MovedTriggers(plan, 0)
@@ -276,16 +285,21 @@ def _move_late_triggers(trace, plan, sim) -> MovedTriggers:
                          len(new_trigger))
 
 
-def _free(residencies, sizes, r, op: int, resident, budget: int) -> bool:
-    """Can residency ``r`` also hold its bytes during ``op``?"""
-    size = sizes[r.buffer_id]
-    if resident[op] + size > budget:
-        return False
-    low, high = r.offset, r.offset + size
-    for q in residencies:
-        if q.start <= op < q.end and q.offset < high and low < q.offset + sizes[q.buffer_id]:
-            return False
-    return True
+class _Held:
+    """Each residency's ops ``[start, end)`` and bytes ``[low, high)`` as arrays (a moved
+    trigger updates ``start``)."""
+
+    def __init__(self, residencies, sizes) -> None:
+        self.start = np.array([r.start for r in residencies], dtype=np.int64)
+        self.end = np.array([r.end for r in residencies], dtype=np.int64)
+        self.low = np.array([r.offset for r in residencies], dtype=np.int64)
+        self.high = self.low + np.array([sizes[r.buffer_id] for r in residencies],
+                                        dtype=np.int64)
+
+    def free(self, offset: int, size: int, op: int) -> bool:
+        """Whether no residency holds any of ``[offset, offset + size)`` during ``op``."""
+        return not ((self.start <= op) & (op < self.end) & (self.low < offset + size)
+                    & (offset < self.high)).any()
 
 
 # -- the runtime's feedback: measured late prefetches move triggers between iterations -------

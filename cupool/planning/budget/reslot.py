@@ -142,7 +142,7 @@ def _place(arena: _Arena, r: Residency, size: int, swap_in: SwapIn, dispatch,
         return max(dispatch[trigger], dispatch[op] - gain)
 
     view = arena.view(trigger, due, r.end, dispatch[trigger])
-    starts = sorted({trigger} | {int(e) for e in view.end if trigger < e <= due})
+    starts = sorted({trigger, *view.end[(view.end > trigger) & (view.end <= due)].tolist()})
     best_key, best = None, None
     for start in starts:
         if best_key is not None and dispatched(start) > best_key[0]:
