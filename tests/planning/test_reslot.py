@@ -4,7 +4,11 @@ plans whose timings are worked out in the docstrings, and through the offline fe
 
 from __future__ import annotations
 
+import time
+
 import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
 
 from cupool.check import validate_swap_plan
 from cupool.core.vocabulary import PERSISTENT, Buffer, Residency, SwapIn, SwapOut
@@ -12,6 +16,7 @@ from cupool.planning.budget.feedback import predicted_waits, refine_triggers, sw
 from cupool.planning.budget.reslot import reslot_late
 from cupool.sim.cost import cost_model
 from cupool.sim.simulator import simulate
+from tests.planning.test_auto_shapes import persistent_heavy_traces
 from tests.swap_cases import swap_plan, trace_of
 
 S = 30000  # a copy of S bytes takes 33 µs at 1 GB/s with 3 µs latency
@@ -127,3 +132,65 @@ def test_the_offline_feedback_keeps_a_faster_re_placement():
     assert refined.moved_triggers >= 2
     assert validate_swap_plan(trace, refined.plan).valid
     assert refined.simulation.iteration_us <= 218.0 + 1e-6
+
+
+@st.composite
+def update_phase_traces(draw):
+    """Steps that end with one update op per layer, each writing that layer's state (one
+    to three persistent buffers of MBs, copied for tens of µs) after a few short ops whose
+    temporaries are also MBs: copies dominate, as in an Adam phase below the budget."""
+    layers = draw(st.integers(2, 5))
+    head = draw(st.integers(2, 6))
+    n = head + layers
+    op_us = draw(st.sampled_from([2.0, 10.0, 40.0]))
+    buffers = []
+    for _i in range(draw(st.integers(0, 4))):
+        start = draw(st.integers(0, head - 1))
+        end = draw(st.integers(start + 1, head))
+        buffers.append(Buffer(len(buffers), draw(st.integers(1, 8)) << 20, start, end,
+                              tuple(range(start, end))))
+    for layer in range(layers):
+        forward = draw(st.sets(st.integers(0, head - 1), max_size=2))
+        for _k in range(draw(st.integers(1, 3))):
+            uses = (*sorted(forward), head + layer)
+            buffers.append(Buffer(len(buffers), draw(st.integers(1, 8)) << 20, 0, n, uses,
+                                  kind=PERSISTENT))
+    return trace_of([op_us] * n, *buffers, name="update-phase")
+
+
+@settings(max_examples=80, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(trace=st.one_of(update_phase_traces(), persistent_heavy_traces()),
+       fraction=st.sampled_from([0.8, 0.7, 0.5, 0.4]), link=st.sampled_from(["gen4", "gen5"]))
+def test_re_placement_on_generated_traces_moves_only_starts_later_and_offsets(trace, fraction,
+                                                                              link):
+    """On plans of the boundary member for generated persistent-heavy steps: the
+    re-placed plan keeps every residency's buffer and end, starts a residency no earlier
+    than planned and no later than its swap-in's due op, triggers each swap-in where its
+    residency starts; what the feedback keeps of it is valid and no slower."""
+    from cupool.planning.budget.boundary import VARIANTS, persistent_over, plan_boundary
+    from cupool.planning.budget.params import BudgetParams
+
+    budget = max(1, int(fraction * trace.lower_bound_bytes()))
+    assume(persistent_over(trace, budget))
+    cost = cost_model(link)
+    variant = VARIANTS[int(fraction * 10) % len(VARIANTS)]
+    planned = plan_boundary(trace, budget, cost, BudgetParams(), time.perf_counter(), variant)
+    assume(planned.feasible)
+    plan, planned_trace = planned.plan, planned.trace
+    report = simulate(planned_trace, plan, cost, validate=False)
+    moved = reslot_late(planned_trace, plan, report, swap_in_copies(report, plan))
+    before = sorted(plan.residencies, key=lambda r: (r.buffer_id, r.end))
+    after = sorted(moved.plan.residencies, key=lambda r: (r.buffer_id, r.end))
+    assert [(r.buffer_id, r.end) for r in before] == [(r.buffer_id, r.end) for r in after]
+    assert sum(a != b for a, b in zip(before, after, strict=True)) == moved.moved
+    starts = {(r.buffer_id, r.start) for r in moved.plan.residencies}
+    for old, new in zip(before, after, strict=True):
+        assert new.start >= old.start
+    for action in moved.plan.actions:
+        if isinstance(action, SwapIn):
+            assert action.trigger_op <= action.due_op
+            assert (action.buffer_id, action.trigger_op) in starts
+    refined = refine_triggers(planned_trace, plan, cost, reslot_only=True)
+    assert validate_swap_plan(planned_trace, refined.plan).valid
+    assert refined.simulation.iteration_us <= report.iteration_us + 1e-9
