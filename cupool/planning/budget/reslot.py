@@ -22,8 +22,12 @@ dispatched, nor than the copies out (or the last ops) of the residencies that he
 bytes have finished. A swap-in may start later than planned (its trigger moves towards
 its due op; a later trigger only shortens the residency), never earlier. Offsets tried
 are the original one and the edges of the ranges freed just before (or by the swap-ins
-placed first). The caller keeps the result only when it passes the validator and
-simulates faster.
+placed first); the last residency of a buffer that stays on the device across the
+boundary keeps its offset (it must share it with its first). The simulation's times are
+corrected as the group is placed: a swap-in whose copy can begin sooner than it did
+leaves its bytes that much sooner, and the ops after its due op are dispatched that much
+sooner. The caller keeps the result only when it simulates faster and passes the
+validator.
 """
 
 from __future__ import annotations
