@@ -161,7 +161,7 @@ def test_the_last_update_s_state_stays_across_the_boundary_the_earlier_ones_leav
     trace = with_recompute_recipes(lstm_trace(20, 2, hidden=256, vocab=2048))
     budget, cost = trace.lower_bound_bytes() // 2, cost_model("gen4")
     split = next(v for v in VARIANTS if v.split)
-    assert split == Variant("working", order="earliest use", split=True)
+    assert split == Variant("working", order="earliest use", fill=0.95, split=True)
     result = plan_boundary(trace, budget, cost, BudgetParams(), time.perf_counter(), split)
     assert result.feasible, result.reason
     assert validate_swap_plan(result.trace, result.plan).valid

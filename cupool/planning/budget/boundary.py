@@ -154,7 +154,7 @@ runs while the later updates wait for their state to come in)."""
 
 VARIANTS = (Variant("working"), Variant("live"), Variant("working", eager=True),
             Variant("live", eager=True), Variant("working", order="latest use", fill=1.0),
-            Variant("working", order="earliest use", split=True))
+            Variant("working", order="earliest use", fill=0.95, split=True))
 """The variants ``auto`` runs when persistent state must leave the device
 (:func:`persistent_over`), in the order that breaks ties."""
 
