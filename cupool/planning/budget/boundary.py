@@ -68,7 +68,7 @@ earlier than the last op of the gap over the target, even when it then lands lat
     state of 3          in ===]====|===] out        (in the head)
 
 Which of the copies in waits for which copy out is then for the offline feedback to
-order (:mod:`.reslot`): each plan this member makes has its late swap-ins re-placed
+order (:mod:`.reslot`): each plan this variant makes has its late swap-ins re-placed
 (:func:`~.feedback.refine_triggers` with ``reslot_only``) before ``auto`` compares it.
 """
 
@@ -453,9 +453,9 @@ def plan_boundary(trace, budget_bytes, cost, params: BudgetParams, started: floa
 
     result = place_schedule(trace, budget_bytes, decide, "boundary", params.placement, started,
                             last_resort=place_pairs_first_fit)
-    if not result.feasible:
+    if not result.feasible or not variant.split:
         return result
-    # its copies stall the step by design: which waits for which bytes is the feedback's
-    # to order (its other moves are auto's, on the plan it keeps)
+    # the split's copies stall the step by design: which waits for which bytes is the
+    # feedback's to order (its other moves are auto's, on the plan it keeps)
     refined = refine_triggers(result.trace, result.plan, cost, rounds=1, reslot_only=True)
     return replace(result, plan=refined.plan) if refined.moved_triggers else result
