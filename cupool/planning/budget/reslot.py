@@ -137,8 +137,8 @@ def _place(arena: _Arena, r: Residency, size: int, swap_in: SwapIn, dispatch,
     """The start and offset where the copy of ``swap_in`` (entering ``r``) can begin
     soonest (ties: its own start, then its own offset, then the lowest), and when, or
     ``None`` when nothing fits; with ``keep_offset`` only its start may change.
-    ``sooner``: ``(due op, µs)`` of the swap-ins re-placed before it, each landing that
-    much sooner: the ops from its due op on are dispatched sooner too."""
+    ``sooner``: ``(due op, µs)`` of the swap-ins re-placed before it, each of whose
+    copies can begin that much sooner: the ops after its due op are dispatched sooner."""
     trigger, due = swap_in.trigger_op, swap_in.due_op
 
     def dispatched(op: int) -> float:
