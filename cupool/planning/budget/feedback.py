@@ -38,7 +38,7 @@ import numpy as np
 from cupool.check import validate_plan
 from cupool.core.vocabulary import Plan, Residency, SwapIn
 from cupool.planning.budget.engine.residency import in_execution_order
-from cupool.planning.budget.reslot import reslot_late
+from cupool.planning.budget.reslot import Spans, reslot_late
 from cupool.sim.cost import H2D
 
 if TYPE_CHECKING:
@@ -172,10 +172,9 @@ def refine_triggers(trace, plan, cost, sim=None, rounds: int = ROUNDS,
     if sim is None:
         sim = simulate(trace, plan, cost, validate=False)
     moved_total = 0
+    movers = (_reslot,) if reslot_only else (_move_late_triggers, _postpone_blockers, _reslot)
     for _round in range(rounds):
         improved = False
-        movers = (_reslot,) if reslot_only else (_move_late_triggers, _postpone_blockers,
-                                                 _reslot)
         for mover in movers:
             candidate = mover(trace, plan, sim)
             if not candidate.moved:
@@ -251,7 +250,7 @@ def _move_late_triggers(trace, plan, sim) -> MovedTriggers:
     ends = defaultdict(list)  # buffer -> its residencies' ends (moves change only starts)
     for r in residencies:
         ends[r.buffer_id].append(r.end)
-    held = _Held(residencies, sizes)
+    held = Spans(residencies, sizes)
     new_trigger = {}
     for b in swap_ins:
         for swap_in in landed[b]:
@@ -283,23 +282,6 @@ def _move_late_triggers(trace, plan, sim) -> MovedTriggers:
     actions = in_execution_order(actions)
     return MovedTriggers(replace(plan, residencies=tuple(residencies), actions=tuple(actions)),
                          len(new_trigger))
-
-
-class _Held:
-    """Each residency's ops ``[start, end)`` and bytes ``[low, high)`` as arrays (a moved
-    trigger updates ``start``)."""
-
-    def __init__(self, residencies, sizes) -> None:
-        self.start = np.array([r.start for r in residencies], dtype=np.int64)
-        self.end = np.array([r.end for r in residencies], dtype=np.int64)
-        self.low = np.array([r.offset for r in residencies], dtype=np.int64)
-        self.high = self.low + np.array([sizes[r.buffer_id] for r in residencies],
-                                        dtype=np.int64)
-
-    def free(self, offset: int, size: int, op: int) -> bool:
-        """Whether no residency holds any of ``[offset, offset + size)`` during ``op``."""
-        return not ((self.start <= op) & (op < self.end) & (self.low < offset + size)
-                    & (offset < self.high)).any()
 
 
 # -- the runtime's feedback: measured late prefetches move triggers between iterations -------

@@ -54,16 +54,29 @@ class Reslotted(NamedTuple):
     moved: int
 
 
-class _Arena:
-    """The residencies as arrays: ops ``[start, end)``, bytes ``[low, high)``, when their
-    bytes are free again (µs), and which are lifted out (``active`` False)."""
+class Spans:
+    """Residencies as arrays: ops ``[start, end)`` and bytes ``[low, high)`` (``sizes``:
+    bytes by buffer id). A moved residency is edited in place."""
 
-    def __init__(self, residencies, sizes, release) -> None:
+    def __init__(self, residencies, sizes) -> None:
         self.start = np.array([r.start for r in residencies], dtype=np.int64)
         self.end = np.array([r.end for r in residencies], dtype=np.int64)
         self.low = np.array([r.offset for r in residencies], dtype=np.int64)
         self.high = self.low + np.array([sizes[r.buffer_id] for r in residencies],
                                         dtype=np.int64)
+
+    def free(self, offset: int, size: int, op: int) -> bool:
+        """Whether no residency holds any of ``[offset, offset + size)`` during ``op``."""
+        return not ((self.start <= op) & (op < self.end) & (self.low < offset + size)
+                    & (offset < self.high)).any()
+
+
+class _Arena(Spans):
+    """:class:`Spans`, with when each residency's bytes are free again (µs) and which are
+    lifted out (``active`` False)."""
+
+    def __init__(self, residencies, sizes, release) -> None:
+        super().__init__(residencies, sizes)
         self.release = np.asarray(release, dtype=np.float64)
         self.active = np.ones(len(residencies), dtype=bool)
 
