@@ -110,6 +110,35 @@ def small_traces(draw):
     return Trace("small", ops, tuple(buffers))
 
 
+def _place(spans, buffers, n):
+    """First-fit offsets for ``(buffer id, start, end)`` residencies; a persistent buffer
+    resident at both ends of the iteration keeps one offset across the boundary (both
+    residencies on top of everything). Returns ``(buffer id, start, end, offset)``."""
+    sizes = {b.id: b.size for b in buffers}
+    placed = []
+    for buffer_id, begin, stop in sorted(spans, key=lambda s: (s[1], s[0])):
+        offset = 0
+        for other, o_begin, o_stop, o_offset in sorted(placed, key=lambda p: p[3]):
+            if o_begin < stop and begin < o_stop and offset < o_offset + sizes[other] \
+                    and o_offset < offset + sizes[buffer_id]:
+                offset = o_offset + sizes[other]
+        clash = any(o_begin < stop and begin < o_stop and offset < o_off + sizes[o]
+                    and o_off < offset + sizes[buffer_id] for o, o_begin, o_stop, o_off in placed)
+        if clash:  # first fit by one pass can miss: put it on top of everything
+            offset = max(o_off + sizes[o] for o, *_rest, o_off in placed)
+        placed.append((buffer_id, begin, stop, offset))
+    # a persistent buffer resident at both ends stays at one address across the boundary:
+    # its first and last residencies move together to the top, free at every op
+    for buffer in buffers:
+        ends = [k for k, (b, begin, stop, _o) in enumerate(placed)
+                if b == buffer.id and (begin == 0 or stop == n)]
+        if buffer.kind == PERSISTENT and len(ends) == 2:
+            top = max(o_off + sizes[o] for o, *_rest, o_off in placed)
+            for k in ends:
+                placed[k] = (*placed[k][:3], top)
+    return placed
+
+
 @st.composite
 def trace_and_plan(draw):
     """A random small trace, and a random valid plan that evicts every buffer idle at the
@@ -179,28 +208,7 @@ def trace_and_plan(draw):
         pieces.extend(actions)
     spans = [p for p in pieces if isinstance(p, tuple)]
     actions = [p for p in pieces if not isinstance(p, tuple)]
-    sizes = {b.id: b.size for b in buffers}
-    placed = []
-    for buffer_id, begin, stop in sorted(spans, key=lambda s: (s[1], s[0])):
-        offset = 0
-        for other, o_begin, o_stop, o_offset in sorted(placed, key=lambda p: p[3]):
-            if o_begin < stop and begin < o_stop and offset < o_offset + sizes[other] \
-                    and o_offset < offset + sizes[buffer_id]:
-                offset = o_offset + sizes[other]
-        clash = any(o_begin < stop and begin < o_stop and offset < o_off + sizes[o]
-                    and o_off < offset + sizes[buffer_id] for o, o_begin, o_stop, o_off in placed)
-        if clash:  # first fit by one pass can miss: put it on top of everything
-            offset = max(o_off + sizes[o] for o, *_rest, o_off in placed)
-        placed.append((buffer_id, begin, stop, offset))
-    # a persistent buffer resident at both ends stays at one address across the boundary:
-    # its first and last residencies move together to the top, free at every op
-    for buffer in buffers:
-        ends = [k for k, (b, begin, stop, _o) in enumerate(placed)
-                if b == buffer.id and (begin == 0 or stop == n)]
-        if buffer.kind == PERSISTENT and len(ends) == 2:
-            top = max(o_off + sizes[o] for o, *_rest, o_off in placed)
-            for k in ends:
-                placed[k] = (*placed[k][:3], top)
+    placed = _place(spans, buffers, n)
     trace = trace_of(durations, *buffers)
     residencies = [Residency(b, s, e, o) for b, s, e, o in placed]
     link = draw(st.sampled_from([0.02, 0.05, 1.0]))
@@ -223,6 +231,44 @@ def written_trace_and_plan(draw):
     trace = dataclasses.replace(trace, buffers=tuple(buffers))
     return trace, dataclasses.replace(plan_, actions=mark_drops(trace, plan_.residencies,
                                                     plan_.actions)), cost
+
+
+@st.composite
+def streaming_trace_and_plan(draw):
+    """Weights streamed through several peaks: block ``b`` is op ``2b``, which reads the
+    read-only weight ``b``, then op ``2b + 1``, the peak, whose temporary is born and dies
+    there. Each weight is kept on the device, streamed from the host (in by a swap-in
+    before its use, dropped after it: off the device across the boundary), or dropped
+    after its use and back in by a later swap-in before the iteration ends (on the device
+    across the boundary); the budget is the arena that leaves."""
+    blocks = draw(st.integers(2, 4))
+    n = 2 * blocks
+    durations = [float(draw(st.integers(1, 8))) for _ in range(n)]
+    buffers = [Buffer(b, 100 * draw(st.integers(1, 5)), 0, n, (2 * b,), PERSISTENT,
+                      writes=()) for b in range(blocks)]
+    buffers += [Buffer(blocks + b, 100 * draw(st.integers(1, 5)), 2 * b + 1, 2 * b + 2,
+                       (2 * b + 1,)) for b in range(blocks)]
+    spans = [(blocks + b, 2 * b + 1, 2 * b + 2) for b in range(blocks)]
+    actions = []
+    for b in range(blocks):
+        use = 2 * b
+        choice = draw(st.sampled_from(["keep", "stream", "back"]))
+        if choice == "keep":
+            spans.append((b, 0, n))
+        elif choice == "stream":
+            trigger = draw(st.integers(0, use))
+            spans.append((b, trigger, use + 1))
+            actions += [SwapIn(b, trigger, draw(st.integers(trigger, use))),
+                        SwapOut(b, use, drop=True)]
+        else:
+            back = draw(st.integers(use + 1, n - 1))
+            spans += [(b, 0, use + 1), (b, back, n)]
+            actions += [SwapOut(b, use, drop=True), SwapIn(b, back, back)]
+    placed = _place(spans, buffers, n)
+    trace = trace_of(durations, *buffers)
+    residencies = [Residency(b, s, e, o) for b, s, e, o in placed]
+    link = draw(st.sampled_from([0.02, 0.05, 1.0]))
+    return trace, swap_plan(trace, residencies, actions), cost_model(link, latency_us=1.0)
 
 
 def replay_on_emulated(trace, plan, iterations: int = 3, size_scale: int = 1):

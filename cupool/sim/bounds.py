@@ -132,6 +132,7 @@ from cupool.core.vocabulary import PERSISTENT, TEMPORARY, Trace
 from cupool.errors import InputError
 from cupool.sim.cost import D2H, H2D, CostModel, cost_model
 from cupool.sim.memory_time import memory_time_bound_us
+from cupool.sim.peaks import Peak, choose_peaks, several_peaks_bound_us
 
 _GOLDEN = (math.sqrt(5.0) - 1.0) / 2.0
 
@@ -636,6 +637,17 @@ def overhead_lower_bound(trace: Trace, budget_bytes: int, cost: CostModel | None
     if memory_time is not None and memory_time > best[0]:
         best = (memory_time, None, None, None, None)
         method = "memory-time"
+    peaks = []
+    for i in choose_peaks(excess):
+        alive = (arrays.pend_first <= i) & (i <= arrays.pend_last)
+        alive[list(must[i])] = False
+        candidates = np.flatnonzero(alive)
+        peaks.append(Peak(int(i), float(excess[i]), candidates,
+                          arrays.next_uses(candidates, int(i))))
+    several = several_peaks_bound_us(trace, cost, op_us, arrays.recompute, peaks, best[0])
+    if several is not None and several > best[0]:
+        best = (several, None, None, None, None)
+        method = "several peaks"
     bound_us, op, mu, lam, _split = best
     overhead = max(0.0, bound_us / ideal - 1.0) if ideal > 0 else 0.0
     details.update(bound_us=bound_us, op=op, mu=mu, lam=lam, ops_examined=len(ops),
@@ -645,6 +657,10 @@ def overhead_lower_bound(trace: Trace, budget_bytes: int, cost: CostModel | None
         reason = (f"the arena holds {budget_bytes} bytes for the whole iteration: keeping "
                   f"what must be on the device there (copies in flight included) takes at "
                   f"least {bound_us - ideal:.1f} us beyond the ideal {ideal:.1f} us")
+    elif method == "several peaks":
+        reason = (f"the {len(peaks)} ops with the most excess must each have whole buffers "
+                  f"off the device, copied back after them over one link: at least "
+                  f"{bound_us - ideal:.1f} us beyond the ideal {ideal:.1f} us")
     elif op is None:
         reason = "no op forces copies or recomputation beyond what overlaps compute"
     else:
