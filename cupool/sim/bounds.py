@@ -114,10 +114,19 @@ whole buffer for as long as it runs (streamed weights pay for their copies' memo
 well as for the deficit). With SciPy, its bound is taken when it is higher
 (``details["method"] == "memory-time"``).
 
+**Several peaks.** Each op is bounded alone above, with buffers relaxed to fractions.
+:mod:`cupool.sim.peaks` states the ops of most excess together: a buffer off the device at
+one of them is off whole and waits for all of its copy after it, and one off at several
+is copied in once for all of them (a step streaming its weights through equal peaks keeps
+the weights needed right after each peak there, and the other peaks pay for streaming
+those). With SciPy, its bound is taken when it is higher (``details["method"] ==
+"several-peaks"``).
+
 What the bound ignores (so it may be loose): fragmentation (the arena must also pack),
 when each copy out can start (after its buffer is produced), chains through inputs that
-are alive but dropped by the plan, and interactions between different ops' evictions
-(each op is bounded alone). A budget at or above the trace's lower bound gives 0: a
+are alive but dropped by the plan, and most interactions between different ops'
+evictions (each op is bounded alone, but for the few the several-peaks program states
+together). A budget at or above the trace's lower bound gives 0: a
 static plan fits.
 """
 
@@ -647,7 +656,7 @@ def overhead_lower_bound(trace: Trace, budget_bytes: int, cost: CostModel | None
     several = several_peaks_bound_us(trace, cost, op_us, arrays.recompute, peaks, best[0])
     if several is not None and several > best[0]:
         best = (several, None, None, None, None)
-        method = "several peaks"
+        method = "several-peaks"
     bound_us, op, mu, lam, _split = best
     overhead = max(0.0, bound_us / ideal - 1.0) if ideal > 0 else 0.0
     details.update(bound_us=bound_us, op=op, mu=mu, lam=lam, ops_examined=len(ops),
@@ -657,7 +666,7 @@ def overhead_lower_bound(trace: Trace, budget_bytes: int, cost: CostModel | None
         reason = (f"the arena holds {budget_bytes} bytes for the whole iteration: keeping "
                   f"what must be on the device there (copies in flight included) takes at "
                   f"least {bound_us - ideal:.1f} us beyond the ideal {ideal:.1f} us")
-    elif method == "several peaks":
+    elif method == "several-peaks":
         reason = (f"the {len(peaks)} ops with the most excess must each have whole buffers "
                   f"off the device, copied back after them over one link: at least "
                   f"{bound_us - ideal:.1f} us beyond the ideal {ideal:.1f} us")

@@ -359,7 +359,7 @@ def test_a_whole_copy_waits_where_a_fraction_would_fit(monkeypatch):
     trace = trace_of([10.0] * 3, Buffer(0, 1500, 0, 3, (2,), PERSISTENT, writes=()),
                      Buffer(1, 1500, 0, 1, (0,)), Buffer(2, 100, 1, 2, (1,)))
     bound = overhead_lower_bound(trace, 2250, link)
-    assert bound.details["method"] == "several peaks"
+    assert bound.details["method"] == "several-peaks"
     assert bound.details["bound_us"] == pytest.approx(40.0, rel=1e-5)
     assert "whole buffers" in bound.reason
     streamed = swap_plan(trace, [Residency(0, 1, 3, 0), Residency(1, 0, 1, 0),
@@ -391,7 +391,7 @@ def test_weights_streamed_through_several_peaks_are_copied_once_each(monkeypatch
     peaks = [Buffer(3 + b, 3000, 2 * b + 1, 2 * b + 2, (2 * b + 1,)) for b in range(3)]
     trace = trace_of([10.0] * 6, *weights, *peaks)
     bound = overhead_lower_bound(trace, 4000, link)
-    assert bound.details["method"] == "several peaks"
+    assert bound.details["method"] == "several-peaks"
     assert bound.details["bound_us"] == pytest.approx(70.0, rel=1e-5)
     from cupool.planning.budget import plan_with_budget
 
