@@ -615,10 +615,14 @@ def overhead_lower_bound(trace: Trace, budget_bytes: int, cost: CostModel | None
     prefix = np.concatenate([[0.0], np.cumsum(op_us)])
     best = (ideal, None, 1.0, 0.5, 0.0)
 
-    def op_bound(i):
+    def candidates_at(i):
+        """The buffers that may be off the device at op ``i``: pending, not needed there."""
         alive = (arrays.pend_first <= i) & (i <= arrays.pend_last)
         alive[list(must[i])] = False
-        candidates = np.flatnonzero(alive)
+        return np.flatnonzero(alive)
+
+    def op_bound(i):
+        candidates = candidates_at(i)
         return _OpBound(arrays, prefix, op_us, cost.copy_engines_per_direction, i,
                         candidates, float(excess[i]), arrays.next_uses(candidates, i),
                         head_room)
@@ -648,9 +652,7 @@ def overhead_lower_bound(trace: Trace, budget_bytes: int, cost: CostModel | None
         method = "memory-time"
     peaks = []
     for i in choose_peaks(excess):
-        alive = (arrays.pend_first <= i) & (i <= arrays.pend_last)
-        alive[list(must[i])] = False
-        candidates = np.flatnonzero(alive)
+        candidates = candidates_at(i)
         peaks.append(Peak(int(i), float(excess[i]), candidates,
                           arrays.next_uses(candidates, int(i))))
     several = several_peaks_bound_us(trace, cost, op_us, arrays.recompute, peaks, best[0])

@@ -117,6 +117,11 @@ class CostModel:
             return self.latency_us + nbytes / (self.gbps(direction) * 1e3)
         return self.level_latency_us(level) + nbytes / (self.level_gbps(direction, level) * 1e3)
 
+    def fastest_copy_us(self, nbytes: int, direction: str) -> float:
+        """The shortest a copy of ``nbytes`` in ``direction`` can take, to or from whichever
+        host level (µs)."""
+        return min(self.copy_us(nbytes, direction, level) for level in HOST_LEVELS)
+
     def op_us(self, trace: Trace, i: int) -> float:
         """Duration of op ``i`` of ``trace`` (µs): its ``duration_us``, else the default."""
         duration = trace.ops[i].duration_us

@@ -54,7 +54,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cupool.core.vocabulary import HOST_LEVELS, PERSISTENT, Trace
+from cupool.core.vocabulary import PERSISTENT, Trace
 from cupool.sim.cost import D2H, H2D, CostModel
 
 BISECTION_STEPS = 20
@@ -86,11 +86,6 @@ class _Choices:
     redo: np.ndarray
 
 
-def _fastest_copy_us(cost: CostModel, nbytes: int, direction: str) -> float:
-    """The shortest a copy of ``nbytes`` can take, to whichever host level."""
-    return min(cost.copy_us(nbytes, direction, level) for level in HOST_LEVELS)
-
-
 def _choices(trace: Trace, cost: CostModel, op_us: np.ndarray, redo_us: np.ndarray) -> _Choices:
     prefix = np.concatenate([[0.0], np.cumsum(op_us)])
     rows = []
@@ -104,8 +99,8 @@ def _choices(trace: Trace, cost: CostModel, op_us: np.ndarray, redo_us: np.ndarr
             rows.append((b.size, persistent, span, 0.0, math.inf, 0.0, 0.0, 0.0))
             continue
         written = not persistent or bool(b.write_ops)
-        copy_in = _fastest_copy_us(cost, b.size, H2D)
-        copy_out = _fastest_copy_us(cost, b.size, D2H) if written else 0.0
+        copy_in = cost.fastest_copy_us(b.size, H2D)
+        copy_out = cost.fastest_copy_us(b.size, D2H) if written else 0.0
         redo_on = (runs + float(op_us[b.recompute.op]) if b.recompute is not None
                    and math.isfinite(redo_us[index]) else math.inf)
         rows.append((b.size, persistent, span, runs + copy_in + copy_out, redo_on,

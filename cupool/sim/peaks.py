@@ -52,7 +52,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cupool.core.vocabulary import HOST_LEVELS, PERSISTENT, Trace
+from cupool.core.vocabulary import PERSISTENT, Trace
 from cupool.sim.cost import D2H, H2D, CostModel
 
 PEAK_OPS = 12
@@ -93,24 +93,24 @@ def choose_peaks(excess: np.ndarray) -> list[int]:
     return [int(i) for i in ops[order][:PEAK_OPS]]
 
 
-def _fastest_copy_us(cost: CostModel, nbytes: int, direction: str) -> float:
-    """The shortest a copy of ``nbytes`` can take, to whichever host level."""
-    return min(cost.copy_us(nbytes, direction, level) for level in HOST_LEVELS)
-
-
 class _Rows:
-    """Sparse rows ``sum(values * x[columns]) <= bound``, columns allocated in blocks."""
+    """Sparse rows ``sum(values * x[columns]) <= bound``, columns allocated in blocks, each
+    column in ``[0, its upper bound]``."""
 
     def __init__(self):
+        self.upper: list[np.ndarray] = []
         self.rows: list[np.ndarray] = []
         self.cols: list[np.ndarray] = []
         self.vals: list[np.ndarray] = []
         self.bounds: list[float] = []
         self.columns = 0
 
-    def block(self, count: int) -> int:
+    def block(self, count: int, upper=np.inf) -> int:
+        """The first of ``count`` new columns, bounded above by ``upper`` (a scalar or an
+        array of ``count``)."""
         first = self.columns
         self.columns += count
+        self.upper.append(np.broadcast_to(np.asarray(upper, dtype=np.float64), count))
         return first
 
     def add(self, columns, values, bound: float) -> None:
@@ -179,9 +179,9 @@ def several_peaks_bound_us(trace: Trace, cost: CostModel, op_us, redo_us: np.nda
     involved = np.unique(np.concatenate([p.candidates for p in peaks]))
     count = len(involved)
     sizes = np.array([buffers[j].size for j in involved], dtype=np.int64)
-    copy_in = np.array([_fastest_copy_us(cost, int(s), H2D) for s in sizes])
+    copy_in = np.array([cost.fastest_copy_us(int(s), H2D) for s in sizes])
     temporary = np.array([buffers[j].kind != PERSISTENT for j in involved])
-    copy_out = np.array([_fastest_copy_us(cost, int(s), D2H) if t else 0.0
+    copy_out = np.array([cost.fastest_copy_us(int(s), D2H) if t else 0.0
                          for s, t in zip(sizes, temporary, strict=True)])
     redo = np.asarray(redo_us, dtype=np.float64)[involved]
     # a persistent buffer without uses is never needed on the device: off for free
@@ -199,8 +199,7 @@ def several_peaks_bound_us(trace: Trace, cost: CostModel, op_us, redo_us: np.nda
     cuts = np.array(sorted(cuts), dtype=np.int64)
     rows = _Rows()
     t_col = rows.block(1)
-    g0 = rows.block(len(cuts))
-    upper = [np.array([np.inf]), np.concatenate([[0.0], np.full(len(cuts) - 1, np.inf)])]
+    g0 = rows.block(len(cuts), np.concatenate([[0.0], np.full(len(cuts) - 1, np.inf)]))
     steps = g0 + np.arange(len(cuts))
     rows.each([steps[:-1], steps[1:]], [1.0, -1.0], 0.0)  # every gap >= 0
 
@@ -208,10 +207,9 @@ def several_peaks_bound_us(trace: Trace, cost: CostModel, op_us, redo_us: np.nda
         """The running-total columns at ``op`` (the gaps before ops ``0 .. op - 1``)."""
         return g0 + np.searchsorted(cuts, op)
 
-    y0 = rows.block(count)  # copied in at least once
-    v0 = rows.block(count)  # recomputed at least once
-    h0 = rows.block(count)  # began the iteration off the device
-    upper.append(np.ones(3 * count))
+    y0 = rows.block(count, 1.0)  # copied in at least once
+    v0 = rows.block(count, 1.0)  # recomputed at least once
+    h0 = rows.block(count, 1.0)  # began the iteration off the device
 
     def in_order(columns, values, due, window_columns, scale, windows):
         """Rows ``sum over due <= u of values * x[columns] <= scale * (windows[u] + the
@@ -219,7 +217,6 @@ def several_peaks_bound_us(trace: Trace, cost: CostModel, op_us, redo_us: np.nda
         (``window_columns``: the start and end gap totals of each window)."""
         ops = np.unique(due)
         run0 = rows.block(len(ops))
-        upper.append(np.full(len(ops), np.inf))
         rows.running(np.searchsorted(ops, due), columns, values, run0 + np.arange(len(ops)))
         start, end = window_columns(ops)
         rows.each([run0 + np.arange(len(ops)), end, start], [1.0, -scale, scale],
@@ -231,8 +228,9 @@ def several_peaks_bound_us(trace: Trace, cost: CostModel, op_us, redo_us: np.nda
         nxt = np.asarray(p.next_use)
         later = nxt < n
         can_redo = later & np.isfinite(redo[local])
-        z0, w0, t0 = rows.block(m), rows.block(m), rows.block(m)
-        upper += [np.ones(m), can_redo.astype(np.float64), (~later).astype(np.float64)]
+        z0 = rows.block(m, 1.0)
+        w0 = rows.block(m, can_redo.astype(np.float64))
+        t0 = rows.block(m, (~later).astype(np.float64))
         z, w, t = z0 + np.arange(m), w0 + np.arange(m), t0 + np.arange(m)
         # X bytes off the device, each candidate by one means
         rows.add(np.concatenate([z, w]), -np.concatenate([sizes[local], sizes[local]]),
@@ -283,9 +281,9 @@ def several_peaks_bound_us(trace: Trace, cost: CostModel, op_us, redo_us: np.nda
     rows.add(np.array([g0 + len(cuts) - 1, t_col]), np.array([1.0, -1.0]), -ideal)
     objective = np.zeros(rows.columns)
     objective[t_col] = 1.0
-    high = np.concatenate(upper)
-    result = linprog(objective, A_ub=rows.matrix(), b_ub=np.array(rows.bounds),
-                     bounds=np.column_stack([np.zeros(rows.columns), high]), method=METHOD)
+    bounds = np.column_stack([np.zeros(rows.columns), np.concatenate(rows.upper)])
+    result = linprog(objective, A_ub=rows.matrix(), b_ub=np.array(rows.bounds), bounds=bounds,
+                     method=METHOD)
     if result.status != 0:
         return None
     value = float(result.fun) * (1.0 - TOLERANCE)
