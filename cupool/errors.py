@@ -73,3 +73,25 @@ class UnitError(InputError):
 
 class SolverError(CupoolError):
     """A solver was asked for something it cannot do (unknown name, bad parameter)."""
+
+
+class OutputError(InputError):
+    """A file could not be written: ``path`` (the path as given), ``errno`` (the OS error
+    number, ``None`` for a short write that reported none) and ``reason`` (what failed:
+    ``"No space left on device"``, ``"wrote 100 of 4096 bytes"``). An :class:`InputError`,
+    so the CLI prints it as one line and exits 2: the output path is an argument."""
+
+    def __init__(self, path: str, errno: int | None, reason: str) -> None:
+        self.errno = errno
+        self.reason = reason
+        code = "" if errno is None else f", {_errno_name(errno)}"
+        super().__init__(f"cannot write here ({reason}{code})", path=str(path))
+
+    def __reduce__(self):
+        return (self.__class__, (self.path, self.errno, self.reason))
+
+
+def _errno_name(number: int) -> str:
+    import errno
+
+    return errno.errorcode.get(number, f"errno {number}")

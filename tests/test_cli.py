@@ -301,3 +301,34 @@ def test_viz_draws_a_layout_svg_and_refuses_other_extensions(tmp_path):
     assert out_path.read_text().lstrip().startswith("<?xml")
     code, out, err = cli("viz", EXAMPLE, "--out", tmp_path / "layout.bmp")
     assert code == 2 and out == "" and ".bmp" in err
+
+
+def test_plan_out_to_a_full_device_exits_2_and_leaves_the_device(tmp_path):
+    import os
+    import stat
+
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full")
+    code, out, err = cli("plan", EXAMPLE, "--solver", "greedy-size", "--out", "/dev/full")
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and err.startswith("cupool: error: /dev/full: cannot write here")
+    assert "ENOSPC" in err and stat.S_ISCHR(os.stat("/dev/full").st_mode)
+
+
+def test_plan_out_through_a_symlink_and_to_dev_stdout(tmp_path, capfd):
+    import os
+
+    (tmp_path / "store").mkdir()
+    link = tmp_path / "plan.json"
+    link.symlink_to(tmp_path / "store" / "real.json")
+    code, _, err = cli("plan", EXAMPLE, "--solver", "greedy-size", "--out", link)
+    assert code == 0 and err == "" and link.is_symlink()
+    written = load_plan(tmp_path / "store" / "real.json")
+    if not os.path.islink("/dev/stdout"):
+        pytest.skip("no /dev/stdout link")
+    capfd.readouterr()
+    code, out, err = cli("plan", EXAMPLE, "--solver", "greedy-size", "--out", "/dev/stdout")
+    assert code == 0 and err == "" and "plan written to /dev/stdout" in out
+    (tmp_path / "stdout.json").write_text(capfd.readouterr().out)
+    assert load_plan(tmp_path / "stdout.json").offsets() == written.offsets()
+    assert os.path.islink("/dev/stdout")

@@ -9,7 +9,7 @@ from cupool.cli.common import EXIT_OK, emit
 from cupool.core.units import format_bytes
 from cupool.core.vocabulary import PERSISTENT
 from cupool.errors import InputError
-from cupool.io import load_trace, save_trace
+from cupool.io import is_regular_output, load_trace, save_trace
 
 
 def cmd_info(args, stdout) -> int:
@@ -68,7 +68,8 @@ def cmd_capture(args, stdout) -> int:
     trace = capture_model(args.model, CaptureOptions(args.mode, args.batch, small=args.small,
                                                      amp=args.amp, cost_model=cost))
     save_trace(trace, args.out)
-    trace = load_trace(args.out)  # the strict reader checks what was written
+    if is_regular_output(args.out):  # a device or a pipe cannot be read back
+        trace = load_trace(args.out)  # the strict reader checks what was written
     document = {"trace": trace.name, "out": args.out, "ops": trace.num_ops,
                 "buffers": len(trace.buffers), "lower_bound_bytes": trace.lower_bound_bytes(),
                 "persistent_bytes": sum(b.size for b in trace.buffers if b.kind == PERSISTENT)}

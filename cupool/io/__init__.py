@@ -22,7 +22,7 @@ from pathlib import Path
 
 from cupool.core.vocabulary import Placement, Plan, SolveStatus, Trace
 from cupool.errors import InputError, PlanFormatError, TraceFormatError
-from cupool.io._files import read_bytes, write_atomic
+from cupool.io._files import is_regular_output, read_bytes, write_atomic
 from cupool.io.cupy_hook import looks_like_hook_log, parse_hook_log
 from cupool.io.minimalloc_csv import csv_text, parse_csv
 from cupool.io.plan_json import parse_plan, plan_json_bytes
@@ -142,5 +142,5 @@ def load_plan(path: str | os.PathLike, trace: Trace | None = None) -> Plan:
                 tuple(Placement(b.id, offsets[b.id]) for b in csv_trace.buffers))
 
 
-__all__ = ["convert", "load_plan", "load_trace", "load_trace_and_offsets", "save_plan",
-           "save_trace"]
+__all__ = ["convert", "is_regular_output", "load_plan", "load_trace", "load_trace_and_offsets",
+           "save_plan", "save_trace", "write_atomic"]

@@ -86,13 +86,11 @@ class BrokerConfig:
 
 
 def write_key(path: str) -> bytes:
-    """A new random key, written to ``path`` (mode 0600) by an atomic rename."""
+    """A new random key, written to ``path`` (mode 0600, from the start) by an atomic rename."""
+    from cupool.io import write_atomic
+
     key = os.urandom(32)
-    temporary = f"{path}.{os.getpid()}.tmp"
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as file:
-        file.write(key)
-    os.replace(temporary, path)
+    write_atomic(path, key, mode=0o600)
     return key
 
 

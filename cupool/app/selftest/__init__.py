@@ -191,8 +191,10 @@ def run_selftest(options: SelftestOptions, *, log=None) -> SelftestReport:
 
 
 def save_json(document: dict, path: Path) -> None:
+    from cupool.io import write_atomic
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(document, indent=1, default=str) + "\n")
+    write_atomic(path, (json.dumps(document, indent=1, default=str) + "\n").encode())
 
 
 __all__ = ["DEVICES", "STEP_NAMES", "SelftestOptions", "SelftestReport",

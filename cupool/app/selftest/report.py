@@ -193,9 +193,10 @@ def report_paths(out_dir: Path, device: str) -> tuple[Path, Path]:
 def write_report(report, out_dir: Path) -> dict:
     """Write both files for ``report`` into ``out_dir``; the JSON document."""
     from cupool.app.selftest import save_json
+    from cupool.io import write_atomic
 
     document = report.document()
     json_path, md_path = report_paths(out_dir, report.device)
     save_json(document, json_path)
-    md_path.write_text(render_markdown(document, report) + "\n")
+    write_atomic(md_path, (render_markdown(document, report) + "\n").encode())
     return document
