@@ -93,6 +93,7 @@ from cupool.planning.budget.parallel import (
 )
 from cupool.planning.budget.params import BudgetParams
 from cupool.planning.budget.result import BudgetResult
+from cupool.planning.budget.working_sets import KEPT_MEMBER, MEMBER, plan_working_sets
 
 NEAR_TIE = 0.01
 """The runner-up (the best plan of another family than the best member's, the searched
@@ -264,7 +265,21 @@ def batch(trace, budget_bytes, cost, params: BudgetParams,
     :func:`boundary_members`. Module-level: worker processes list them with it
     (:mod:`.parallel`)."""
     return [*members(trace, budget_bytes, cost, params, cache),
-            *boundary_members(trace, budget_bytes, cost, params)]
+            *boundary_members(trace, budget_bytes, cost, params),
+            *working_set_members(trace, budget_bytes, cost, params)]
+
+
+LAST_RESORT_MEMBERS = frozenset({MEMBER, KEPT_MEMBER})
+"""The names of :func:`working_set_members` (those of :mod:`.working_sets`)."""
+
+
+def working_set_members(trace, budget_bytes, cost, params: BudgetParams) -> list[Member]:
+    """The last resort that cannot fail where every op's working set fits
+    (:mod:`.working_sets`), with all persistent state off the device between uses and with
+    what fits kept on it; ranked last, so it wins only when strictly faster."""
+    return [Member(name, lambda started, keep=keep: plan_working_sets(
+                trace, budget_bytes, cost, params, started, keep))
+            for name, keep in ((MEMBER, False), (KEPT_MEMBER, True))]
 
 
 CLASSES_MEMBER = "stream(searched keep set, from size classes)"
@@ -315,7 +330,9 @@ class Selection:
     """What ``auto`` keeps of its members' outcomes, given in rank order (:meth:`add`): the
     ``candidates`` report, why members found nothing, the best plan (least simulated
     iteration time; ties: fewer swapped bytes, then rank) and the best but the searched
-    member's."""
+    member's. The last resort's plans (:func:`working_set_members`) are kept aside
+    (``last_resort``): ``auto`` refines the best of them too when it beats the others'
+    best before refining, and keeps it only when it is faster refined."""
 
     def __init__(self, trace) -> None:
         self.trace = trace
@@ -323,6 +340,8 @@ class Selection:
         self.reasons: list[str] = []
         self.best: BudgetResult | None = None
         self.others: BudgetResult | None = None  # the best member but the searched one
+        self.last_resort: BudgetResult | None = None
+        self._last_resort_key = None
         self._families: dict[str, tuple] = {}  # the best (key, entry) of each family
         self._best_key = self._others_key = None
         self.last_plan = None
@@ -353,6 +372,10 @@ class Selection:
         key = (sim.iteration_us, sim.swapped_bytes, rank)
         entry = BudgetResult(outcome.plan, self.trace, outcome.policy, outcome.reason,
                              simulation=sim, member=name)
+        if name in LAST_RESORT_MEMBERS:
+            if self._last_resort_key is None or key < self._last_resort_key:
+                self.last_resort, self._last_resort_key = entry, key
+            return
         if self._best_key is None or key < self._best_key:
             self.best, self._best_key = entry, key
         if name == SEARCHED_MEMBER:
@@ -422,6 +445,10 @@ def plan_auto(trace, budget_bytes, cost, params: BudgetParams, started: float) -
         selection.add(len(listed), judge(trace, member.name, member.run(time.perf_counter()),
                                          cost, judged))
     report, best, others = selection.report, selection.best, selection.others
+    last_resort = selection.last_resort
+    if best is None and last_resort is not None:
+        refined = refine(trace, last_resort, cost, params)
+        return _chosen(trace, last_resort, refined, report, started)
     if best is None:
         reason = ("auto: no member found a plan within the budget ("
                   + "; ".join(selection.reasons) + ")")
@@ -442,6 +469,18 @@ def plan_auto(trace, budget_bytes, cost, params: BudgetParams, started: float) -
         other = refine(trace, runner_up, cost, params)
         if other.simulation.iteration_us < refined.simulation.iteration_us:
             best, refined = runner_up, other
+    if last_resort is not None and (last_resort.simulation.iteration_us
+                                    < selection.best.simulation.iteration_us):
+        # the last resort beat every member before refining: refined, it may still
+        other = refine(trace, last_resort, cost, params)
+        if other.simulation.iteration_us < refined.simulation.iteration_us:
+            best, refined = last_resort, other
+    return _chosen(trace, best, refined, report, started)
+
+
+def _chosen(trace, best: BudgetResult, refined: Refined, report: dict,
+            started: float) -> BudgetResult:
+    """``auto``'s result: member ``best``'s plan as refined."""
     plan, sim = refined.plan, refined.simulation
     stats = {**plan.stats, "member": best.member, "simulated_overhead": sim.overhead,
              "candidates": report, **refined.stats}

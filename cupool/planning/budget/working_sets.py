@@ -1,0 +1,351 @@
+"""``auto``'s last resort: at each op only that op's working set, copies waited for.
+
+A plan exists whenever every op's own working set (:func:`required_bytes`: what it uses,
+and a temporary it produces without a recorded use) fits the budget: bring in what the op
+needs, put it back after. This member builds such a plan by walking the ops once with
+the device memory as a cache of byte ranges::
+
+    op t:   close the temporaries t no longer needs (dead: nothing copied)
+            for each buffer op t needs and the device lacks, largest first:
+              a free range that holds it (best fit, lowest address)
+              else the range whose residents are cheapest to evict (bytes needed soonest
+                cost most; nothing op t needs may be evicted): each evicted one is copied
+                out after its last use (a drop when clean) and back at its next use
+              else, fragmentation: every resident leaves and op t's working set is packed
+                from address 0 (what op t needs that was resident is copied out and in)
+            enter it: produced by op t (a temporary's first op) or copied in, due at t
+
+Whatever op ``t`` needs then fits (its bytes are at most the cache's size), so the walk
+cannot fail, and every residency lies inside ``[0, cache bytes)``: offsets never need
+more than the budget. A buffer stays on the device until its bytes are wanted (or it
+dies), so what fits is never copied. Persistent state begins the iteration on the host
+(copied in at its first use, out after its last), except, in the *kept* variant
+(:data:`KEPT_MEMBER`), the persistent buffers that fit above the cache beside every op's
+working set, chosen by copy time saved per byte: they stay on the device.
+
+Then each copy in starts earlier where its bytes are already free (at most about twice
+its own copy time ahead of its use; earlier copies would queue ahead of more urgent ones
+on the FIFO engine): the copies that the walk made wait are overlapped with the ops
+before them where the memory allows. ``auto`` validates and simulates the plan like any
+member's, refines it the same way, and keeps it only when it is the fastest.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import time
+
+import numpy as np
+
+from cupool.core.vocabulary import PERSISTENT, Plan, Residency, SolveStatus, SwapIn, SwapOut, Trace
+from cupool.planning.budget.engine.drops import mark_drops
+from cupool.planning.budget.engine.residency import failed_plan, in_execution_order
+from cupool.planning.budget.params import BudgetParams
+from cupool.planning.budget.result import BudgetResult
+
+POLICY = "working-sets"
+"""The plans' ``solver``."""
+
+MEMBER = "working sets (copies waited for)"
+"""The variant whose persistent state all begins the iteration on the host."""
+
+KEPT_MEMBER = "working sets (persistent state kept where it fits)"
+"""The variant that keeps the persistent buffers that fit beside every working set."""
+
+PREFETCH_LEAD = 2.0
+"""A copy in may start up to this many times its own copy time before its use."""
+
+
+def needed_ops(trace: Trace) -> dict[int, tuple[int, ...]]:
+    """Per buffer, the ops it must be resident at in any valid plan: its uses; a temporary
+    without recorded uses, its first op (it is produced there); a persistent one without
+    uses, the op whose other needs are the fewest bytes (it must be resident somewhere)."""
+    needs: dict[int, tuple[int, ...]] = {}
+    load = np.zeros(max(trace.num_ops, 1), dtype=np.int64)
+    idle = []
+    for b in trace.buffers:
+        if b.uses:
+            needs[b.id] = tuple(sorted(set(b.uses)))
+        elif b.kind != PERSISTENT:
+            needs[b.id] = (b.start,)
+        else:
+            idle.append(b)
+            continue
+        for op in needs[b.id]:
+            load[op] += b.size
+    for b in idle:
+        op = int(np.argmin(load))
+        needs[b.id] = (op,)
+        load[op] += b.size
+    return needs
+
+
+def required_bytes(trace: Trace, needs: dict[int, tuple[int, ...]] | None = None) -> np.ndarray:
+    """Bytes each op needs resident in any valid plan (:func:`needed_ops`)."""
+    needs = needed_ops(trace) if needs is None else needs
+    out = np.zeros(trace.num_ops, dtype=np.int64)
+    for b in trace.buffers:
+        for op in needs[b.id]:
+            out[op] += b.size
+    return out
+
+
+def kept_persistent(trace: Trace, budget_bytes: int, cost,
+                    needs: dict[int, tuple[int, ...]]) -> list[int]:
+    """Persistent buffers that may stay on the device for the whole iteration: taken in
+    order of copy time per byte saved (a copy in per run of consecutive needs), each while
+    every op's other needs still fit beside those taken."""
+    required = required_bytes(trace, needs).astype(np.float64)
+    scored = []
+    for b in trace.buffers:
+        if b.kind != PERSISTENT:
+            continue
+        ops = needs[b.id]
+        runs = 1 + sum(1 for a, c in itertools.pairwise(ops) if c > a + 1)
+        scored.append((-runs * cost.copy_us(b.size, "h2d") / b.size, b.size, b.id))
+    kept, kept_bytes = [], 0
+    room = budget_bytes - required  # what each op leaves free beside its working set
+    for _score, size, buffer_id in sorted(scored):
+        used = np.zeros(trace.num_ops, dtype=bool)
+        used[list(needs[buffer_id])] = True
+        # ops that use it need it anyway; the others lose its bytes
+        if np.all(room - np.where(used, 0, size) >= 0):
+            room -= np.where(used, 0, size)
+            kept.append(buffer_id)
+            kept_bytes += size
+    return kept
+
+
+class _Walk:
+    """The device as a cache of byte ranges ``[0, capacity)``, walked op by op (module
+    docstring); what it decides accumulates in ``residencies`` and ``actions``."""
+
+    def __init__(self, trace: Trace, capacity: int, needs: dict[int, tuple[int, ...]],
+                 skipped: set[int]) -> None:
+        self.trace, self.capacity, self.needs = trace, capacity, needs
+        self.size = {b.id: b.size for b in trace.buffers}
+        self.persistent = {b.id for b in trace.buffers if b.kind == PERSISTENT}
+        self.start_op = {b.id: b.start for b in trace.buffers}
+        self.needed_at: list[list[int]] = [[] for _ in range(trace.num_ops)]
+        for b in trace.buffers:
+            if b.id not in skipped:
+                for op in needs[b.id]:
+                    self.needed_at[op].append(b.id)
+        self.lows: list[int] = []       # offsets of the residents, ascending
+        self.at_low: dict[int, int] = {}  # offset -> resident buffer
+        self.offset: dict[int, int] = {}  # resident buffer -> (offset)
+        self.since: dict[int, int] = {}   # resident buffer -> op its residency began
+        self.residencies: list[Residency] = []
+        self.actions: list = []
+        self.evictions = self.repacks = 0
+
+    def run(self) -> None:
+        n = self.trace.num_ops
+        for t in range(n):
+            self._close_dead(t)
+            self._serve(t)
+        for buffer_id in list(self.offset):
+            self._leave(buffer_id, n, final=True)
+
+    # what a buffer needs after op t, before it: its next and previous needed ops
+    def _next_need(self, buffer_id: int, t: int) -> int | None:
+        ops = self.needs[buffer_id]
+        k = bisect.bisect_left(ops, t)
+        return ops[k] if k < len(ops) else None
+
+    def _last_need_before(self, buffer_id: int, t: int) -> int:
+        ops = self.needs[buffer_id]
+        return ops[bisect.bisect_left(ops, t) - 1]
+
+    def _close_dead(self, t: int) -> None:
+        for buffer_id in self.needed_at[t - 1] if t else ():
+            if (buffer_id in self.offset and buffer_id not in self.persistent
+                    and self._next_need(buffer_id, t) is None):
+                self._leave(buffer_id, t)
+
+    def _leave(self, buffer_id: int, t: int, final: bool = False) -> None:
+        """End ``buffer_id``'s residency at op ``t``; copy it out after its last use when it
+        is needed later (this iteration, or, persistent, the next)."""
+        begun, offset = self.since.pop(buffer_id), self.offset.pop(buffer_id)
+        self.lows.pop(bisect.bisect_left(self.lows, offset))
+        del self.at_low[offset]
+        last = self._last_need_before(buffer_id, t)
+        end = last + 1 if final else t
+        self.residencies.append(Residency(buffer_id, begun, end, offset))
+        if buffer_id in self.persistent or self._next_need(buffer_id, t) is not None:
+            self.actions.append(SwapOut(buffer_id, last))
+
+    def _enter(self, buffer_id: int, t: int, offset: int) -> None:
+        self.offset[buffer_id], self.since[buffer_id] = offset, t
+        bisect.insort(self.lows, offset)
+        self.at_low[offset] = buffer_id
+        produced = buffer_id not in self.persistent and self.start_op[buffer_id] == t
+        if not produced:
+            self.actions.append(SwapIn(buffer_id, t, t))
+
+    def _serve(self, t: int) -> None:
+        needed = self.needed_at[t]
+        missing = sorted((b for b in needed if b not in self.offset),
+                         key=lambda b: (-self.size[b], b))
+        pinned = set(needed)
+        for buffer_id in missing:
+            offset = self._free_range(self.size[buffer_id])
+            if offset is None:
+                offset = self._evict_for(self.size[buffer_id], pinned, t)
+            if offset is None:
+                self._repack(t, needed)
+                return
+            self._enter(buffer_id, t, offset)
+
+    def _free_range(self, size: int) -> int | None:
+        """The smallest free range holding ``size`` bytes (lowest address on ties)."""
+        best, best_room, cursor = None, None, 0
+        for low in [*self.lows, self.capacity]:
+            room = low - cursor
+            if room >= size and (best_room is None or room < best_room):
+                best, best_room = cursor, room
+            if low < self.capacity:
+                cursor = low + self.size[self.at_low[low]]
+        return best
+
+    def _evict_for(self, size: int, pinned: set[int], t: int) -> int | None:
+        """Evict the cheapest residents from a range of ``size`` bytes holding nothing in
+        ``pinned``; its offset, or ``None`` when every such range holds a pinned one."""
+        if size > self.capacity:
+            return None
+        lows = np.array(self.lows, dtype=np.int64)
+        ids = [self.at_low[low] for low in self.lows]
+        highs = lows + np.array([self.size[b] for b in ids], dtype=np.int64)
+        blocked = np.array([b in pinned for b in ids], dtype=np.int64)
+        weight = np.array([self.size[b] / max(1, self._distance(b, t)) for b in ids])
+        starts = np.unique(np.concatenate(([0, self.capacity - size], lows, highs)))
+        starts = starts[(starts >= 0) & (starts + size <= self.capacity)]
+        first = np.searchsorted(highs, starts, side="right")   # residents ending after a
+        past = np.searchsorted(lows, starts + size, side="left")  # ... starting before a+size
+        blocked_sum = np.concatenate(([0], np.cumsum(blocked)))
+        weight_sum = np.concatenate(([0.0], np.cumsum(weight)))
+        ok = blocked_sum[past] - blocked_sum[first] == 0
+        if not np.any(ok):
+            return None
+        costs = np.where(ok, weight_sum[past] - weight_sum[first], np.inf)
+        k = int(np.argmin(costs))  # lowest address on ties
+        for j in range(int(first[k]), int(past[k])):
+            self._leave(ids[j], t)
+            self.evictions += 1
+        return int(starts[k])
+
+    def _distance(self, buffer_id: int, t: int) -> int:
+        nxt = self._next_need(buffer_id, t)
+        if nxt is None:  # persistent: its first need of the next iteration
+            nxt = self.needs[buffer_id][0] + self.trace.num_ops
+        return nxt - t
+
+    def _repack(self, t: int, needed: list[int]) -> None:
+        """Every resident leaves (those entered at ``t`` without a trace); op ``t``'s
+        working set is packed from address 0, largest first."""
+        self.repacks += 1
+        fresh = {b for b, since in self.since.items() if since == t}
+        for buffer_id in list(self.offset):
+            if buffer_id in fresh:  # entered at t: nothing of it to keep
+                offset = self.offset.pop(buffer_id)
+                del self.since[buffer_id]
+                self.lows.pop(bisect.bisect_left(self.lows, offset))
+                del self.at_low[offset]
+            else:
+                self._leave(buffer_id, t)
+        self.actions = [a for a in self.actions if not (
+            isinstance(a, SwapIn) and a.trigger_op == t and a.buffer_id in fresh)]
+        cursor = 0
+        for buffer_id in sorted(needed, key=lambda b: (-self.size[b], b)):
+            self._enter(buffer_id, t, cursor)
+            cursor += self.size[buffer_id]
+
+
+def prefetch_earlier(trace: Trace, cost, residencies: list[Residency], actions: list
+                     ) -> tuple[list[Residency], list]:
+    """Each swap-in triggered at its due op starts earlier: its residency begins at the
+    latest of the op its bytes are free from, its buffer's previous residency's end, and
+    the op :data:`PREFETCH_LEAD` copy times before its use."""
+    op_end = np.concatenate(([0.0], np.cumsum(cost.op_times(trace))))  # op k starts at [k]
+    size = {b.id: b.size for b in trace.buffers}
+    lows = np.array([r.offset for r in residencies], dtype=np.int64)
+    highs = lows + np.array([size[r.buffer_id] for r in residencies], dtype=np.int64)
+    starts = np.array([r.start for r in residencies], dtype=np.int64)
+    ends = np.array([r.end for r in residencies], dtype=np.int64)
+    index = {(r.buffer_id, r.start): k for k, r in enumerate(residencies)}
+    previous_end: dict[tuple[int, int], int] = {}
+    by_buffer: dict[int, list[Residency]] = {}
+    for r in residencies:
+        by_buffer.setdefault(r.buffer_id, []).append(r)
+    for spans in by_buffer.values():
+        spans.sort(key=lambda r: r.start)
+        for before, after in itertools.pairwise(spans):
+            previous_end[(after.buffer_id, after.start)] = before.end
+    moved = {}
+    for action in sorted((a for a in actions if isinstance(a, SwapIn)),
+                         key=lambda a: a.trigger_op):
+        k = index[(action.buffer_id, action.trigger_op)]
+        t = action.trigger_op
+        lead = PREFETCH_LEAD * cost.copy_us(size[action.buffer_id], "h2d")
+        earliest = int(np.searchsorted(op_end, op_end[t] - lead, side="right")) - 1
+        floor = max(earliest, previous_end.get((action.buffer_id, t), 0), 0)
+        if floor >= t:
+            continue
+        clash = (lows < highs[k]) & (highs > lows[k]) & (starts < t)
+        clash[k] = False
+        floor = max(floor, int(ends[clash].max()) if np.any(clash) else 0)
+        if floor < t:
+            starts[k] = floor
+            moved[k] = floor
+    if not moved:
+        return residencies, actions
+    out_residencies = list(residencies)
+    for k, start in moved.items():
+        out_residencies[k] = Residency(residencies[k].buffer_id, start, residencies[k].end,
+                                       residencies[k].offset)
+    out_actions = []
+    for a in actions:
+        if isinstance(a, SwapIn):
+            k = index[(a.buffer_id, a.trigger_op)]
+            if k in moved:
+                a = SwapIn(a.buffer_id, moved[k], a.due_op, a.level)
+        out_actions.append(a)
+    return out_residencies, out_actions
+
+
+def plan_working_sets(trace: Trace, budget_bytes: int, cost, params: BudgetParams,
+                      started: float, keep_persistent: bool = False) -> BudgetResult:
+    """The last resort (module docstring): ``feasible`` whenever every op's working set
+    fits the budget (else ``infeasible``, naming the op), persistent state kept where it
+    fits when ``keep_persistent``."""
+    del params  # nothing to tune: the walk is deterministic
+    needs = needed_ops(trace)
+    required = required_bytes(trace, needs)
+    if trace.num_ops and int(required.max()) > budget_bytes:
+        op = int(np.argmax(required))
+        reason = (f"infeasible: op {op} needs {int(required[op])} bytes resident "
+                  f"(budget {budget_bytes} bytes)")
+        plan = failed_plan(trace, budget_bytes, POLICY, started, SolveStatus.INFEASIBLE,
+                           {"reason": reason})
+        return BudgetResult(plan, trace, POLICY, reason)
+    kept = kept_persistent(trace, budget_bytes, cost, needs) if keep_persistent else []
+    kept_bytes = sum(trace.buffer(b).size for b in kept)
+    walk = _Walk(trace, budget_bytes - kept_bytes, needs, set(kept))
+    walk.run()
+    top = budget_bytes - kept_bytes
+    residencies = list(walk.residencies)
+    for buffer_id in kept:
+        residencies.append(Residency(buffer_id, 0, trace.num_ops, top))
+        top += trace.buffer(buffer_id).size
+    residencies, actions = prefetch_earlier(trace, cost, residencies, walk.actions)
+    residencies.sort(key=lambda r: (r.buffer_id, r.start))
+    actions = mark_drops(trace, residencies, in_execution_order(actions))
+    size = {b.id: b.size for b in trace.buffers}
+    arena = max((r.offset + size[r.buffer_id] for r in residencies), default=0)
+    stats = {"evictions": walk.evictions, "repacks": walk.repacks,
+             "kept_persistent": len(kept), "kept_persistent_bytes": kept_bytes}
+    plan = Plan(trace.name, trace.digest(), POLICY, SolveStatus.FEASIBLE, int(arena),
+                trace.lower_bound_bytes(), (), time.perf_counter() - started, budget_bytes,
+                stats, tuple(residencies), tuple(actions))
+    return BudgetResult(plan, trace, POLICY)
