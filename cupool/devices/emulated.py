@@ -34,8 +34,10 @@ it is faithful where that matters and strict where a real GPU would be silent:
   the events its stream waited for were recorded -- starts then: a copy engine takes the
   next copy at once, a woken thread does not, and those wake-up delays would otherwise
   add up along a queue of copies.
-- **Host callbacks** (``host_callback``) run on the stream's thread; they are the
-  hook for emulating kernels and op durations.
+- **Launches** (``launch``) run a host function on the stream's thread as the
+  stream's device work: the kernels' NumPy twins, op callables, op durations. **Host
+  callbacks** (``host_callback``) run the same way; they stand for Python on a GPU
+  stream's timeline (bookkeeping), which the runtime avoids, and are counted apart.
 - **Gates** (``hold_streams``). Work enqueued behind a :class:`StreamGate` waits until
   the gate is released; the release counts as a recorded event for the pacing above: a
   copy first in line starts at the release, not when its woken thread reaches it.
@@ -240,6 +242,14 @@ class EmulatedEvent(Event):
         token = self._token
         return token is None or token.is_set()
 
+    @property
+    def recorded_at(self) -> float:
+        """When the stream reached the last recorded mark (``time.perf_counter`` s; 0.0
+        when never recorded or not yet reached): for work on the emulated streams that
+        keeps a clock, as a GPU kernel reads ``%globaltimer``."""
+        token = self._token
+        return getattr(token, "recorded_at", 0.0) if token is not None else 0.0
+
     def _synchronize(self) -> None:
         token = self._token
         if token is not None:
@@ -388,6 +398,9 @@ class EmulatedDevice(Device):
 
     def _host_callback(self, stream: Stream, fn: Callable[[], object]) -> None:
         stream._submit(f"host_callback {callable_name(fn)}", fn)
+
+    def _launch(self, stream: Stream, fn: Callable[[], object]) -> None:
+        stream._submit(f"launch {callable_name(fn)}", fn)
 
     # -- copies ---------------------------------------------------------------------------
     def _enqueue_copy(self, kind: str, dst_ptr: int, src_ptr: int, nbytes: int,

@@ -47,7 +47,11 @@ Statistics (:meth:`Device.stats`) are one flat ``dict[str, int]``; keys are
 =============================  ===============================================
 ``copy_count.h2d|d2h|d2d``     copies done (emulated) / issued (cuda)
 ``copy_bytes.h2d|d2h|d2d``     bytes of those copies
-``host_callbacks.count``       host callbacks enqueued
+``host_callbacks.count``       host callbacks enqueued (Python on a stream's timeline)
+``launches.count``             host work launched as a stream's device work
+                               (:meth:`Device.launch`: the emulated kernels)
+``event_records.count``        events recorded on a stream
+``stream_waits.count``         stream waits for an event enqueued
 ``reserved_bytes.current``     device bytes reserved and not released
 ``reserved_bytes.peak``        maximum of ``reserved_bytes.current``
 ``reservations.current``       number of live reservations
@@ -135,6 +139,7 @@ class Stream(ABC):
         self.device._check_open(f"stream {self.name!r}.wait_event()")
         self.device._check_own(event, Event, "wait_event")
         self._wait_event(event)
+        self.device._add_stat("stream_waits.count", 1)
 
     def synchronize(self) -> None:
         """Block until all work enqueued so far on this stream has run; raise the
@@ -180,6 +185,7 @@ class Event(ABC):
         self.device._check_open("event.record()")
         self.device._check_own(stream, Stream, "event.record")
         self._record(stream)
+        self.device._add_stat("event_records.count", 1)
 
     def query(self) -> bool:
         """True when the stream has reached the last recorded mark (or none was recorded)."""
@@ -353,6 +359,20 @@ class Device(ABC):
         self._host_callback(stream, fn)
         self._add_stat("host_callbacks.count", 1)
 
+    def launch(self, stream: Stream, fn: Callable[[], object]) -> None:
+        """Enqueue ``fn()`` on ``stream`` as the stream's own device work: what a kernel
+        does on a GPU, done by a host function where the device is emulated (its kernels'
+        NumPy twins, an op's callable over emulated memory, an op's duration spent).
+        Unlike :meth:`host_callback` it is not bookkeeping on the device's timeline: a
+        backend whose streams run only kernels (``cuda``) refuses it with
+        :class:`DeviceError` (run the callable with the stream current instead)."""
+        self._check_open("launch()")
+        self._check_own(stream, Stream, "launch")
+        if not callable(fn):
+            raise DeviceError(f"launch(fn={fn!r}): fn must be callable")
+        self._launch(stream, fn)
+        self._add_stat("launches.count", 1)
+
     def synchronize(self) -> None:
         """Block until all work on all streams of this device has run; raise the first
         :class:`StreamTaskError` of any stream."""
@@ -485,6 +505,11 @@ class Device(ABC):
     @abstractmethod
     def _host_callback(self, stream: Stream, fn: Callable[[], object]) -> None: ...
 
+    def _launch(self, stream: Stream, fn: Callable[[], object]) -> None:
+        raise DeviceError(f"launch(): device {self.name!r} ({self.kind}) runs kernels on "
+                          f"its streams, not Python; call {callable_name(fn)} with the "
+                          f"stream current instead")
+
     @abstractmethod
     def _synchronize(self) -> None: ...
 
@@ -496,7 +521,7 @@ class Device(ABC):
 _STAT_KEYS = (
     *(f"copy_count.{k}" for k in COPY_KINDS),
     *(f"copy_bytes.{k}" for k in COPY_KINDS),
-    "host_callbacks.count",
+    "host_callbacks.count", "launches.count", "event_records.count", "stream_waits.count",
     "reserved_bytes.current", "reserved_bytes.peak", "reservations.current",
     "pinned_bytes.current", "pinned_bytes.peak",
 )

@@ -107,7 +107,7 @@ def _emulate(device: Device, stream: Stream, operation: str, ptr: int, nbytes: i
         work(host_view(ptr, nbytes))
 
     run.__name__ = operation
-    device.host_callback(stream, run)
+    device.launch(stream, run)
 
 
 def _launch(device: Device, stream: Stream, function: str, grid: int, args: tuple,
@@ -212,7 +212,7 @@ def spin(device: Device, ns: int, *, stream: Stream | None = None,
         def spin_ns() -> None:
             reference.spin(ns)
 
-        device.host_callback(stream, spin_ns)
+        device.launch(stream, spin_ns)
         return
     if clock == "globaltimer":
         _launch(device, stream, "cupool_spin_ns", 1, (np.uint64(ns), np.uint64(0)), block=1)

@@ -178,7 +178,8 @@ class PlannedRunner:
         self._first.clear()  # every home residency starts at op 0: all were written
         if self.failed is not None:
             raise self.failed
-        self.op_us.append(result.op_us)
+        if result.op_us:  # an iteration that timed its ops
+            self.op_us.append(result.op_us)
         moved = self._feedback(result) if self.feedback else 0
         return PlannedRun(result, self._fetched, stats["reserved_bytes.peak"],
                           stats["allocated_bytes.peak"], moved)
@@ -212,7 +213,7 @@ class PlannedRunner:
             state.setup_s += spent
             state.clock += spent
 
-        engine.work.callback(first_fill)
+        engine.work.run(first_fill)
 
     def _call(self, op, arrays) -> None:
         if self.failed is not None:
@@ -278,7 +279,9 @@ class PlannedRunner:
     def _feedback(self, result: IterationResult) -> int:
         if not result.late_us:
             return 0
-        adjusted = adjust_triggers(self.trace, self.engine.plan, result.late_us, result.op_us,
+        op_us = result.op_us or (self.op_us[-1] if self.op_us else
+                                 self.cost.op_times(self.trace))
+        adjusted = adjust_triggers(self.trace, self.engine.plan, result.late_us, op_us,
                                    validate_swap_plan, self._predict, guard_us=self._guard_us)
         if adjusted.moves:
             self.engine.set_plan(adjusted.plan)

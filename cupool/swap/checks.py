@@ -8,40 +8,38 @@ two backends differ in what may run where, and :class:`StreamWork` hides that:
 ==================  ========================================  ==============================
                     ``emulated``                              ``cuda``
 ==================  ========================================  ==============================
-:meth:`run` ``fn``  a host callback on the stream (``fn``     ``fn()`` now, with the stream
+:meth:`run` ``fn``  launched on the stream (``fn``          ``fn()`` now, with the stream
                     runs when the stream reaches it)          current in CuPy, so the
                                                               kernels it launches are
                                                               ordered on the stream
 :meth:`fill`        NumPy twin (:func:`~cupool.kernels.       ``cupool_pattern_fill``
-                    reference.fill`) in a host callback       (:func:`~cupool.kernels.
+                    reference.fill`) launched on the stream   (:func:`~cupool.kernels.
                                                               fill_pattern`)
 :meth:`verify`      NumPy twin (``count_mismatches``) in a    ``cupool_pattern_verify``
-                    host callback, summed on the host         through the kernels' loader,
+                    launch, summed on the host                through the kernels' loader,
                                                               summed into one device
                                                               counter per iteration
 :meth:`spin`        (the engine sleeps on its own clock)      ``cupool_spin_ns``
 ==================  ========================================  ==============================
 
-:meth:`callback` is a host callback on both (bookkeeping in Python: marking uses,
-timestamps); on a GPU such a callback must not call CUDA (a ``cudaLaunchHostFunc`` rule),
-and none of the engine's does.
+Nothing here is a host callback (Python on the stream's timeline, which on a GPU stalls
+the stream until the enqueuing thread lets go of the interpreter): what the emulated
+backend runs in host functions is the stream's own work, *launched*
+(:meth:`~cupool.devices.protocol.Device.launch`), as a kernel would be on a GPU.
 
-**Batches.** A host callback costs a queue hand-off on the emulated device and the
-interpreter lock from a driver thread on a GPU (the stream stalls until the enqueuing
-thread lets go of it), and the engine's op boundaries make several per op, so between
-:meth:`begin_batch` and :meth:`end_batch` the work is collected and enqueued as *one* host
-callback that runs it in order (the first exception is re-raised after the rest ran, so
-bookkeeping that undoes a use still happens), when the stream must see it: at
-:meth:`flush`, which the caller calls before it records an event another stream waits
-for, and at :meth:`end_batch`. The emulated backend collects everything (callbacks,
-``run``, fills, verifies, timed waits: all host work there), so the stream runs it in the
-order of the calls. A GPU collects the host callbacks only: its kernels go on the stream
-at once, and the callbacks (bookkeeping of handle states and uses, which no kernel reads)
-run at the next flush or timed wait, after the kernels enqueued meanwhile, but before
-anything another stream does after an event recorded after them; the two timestamps of a
-timed wait are flushed at once. A batch may span many ops: :meth:`commit` marks what was
-collected so far as complete, and ``end_batch(complete=False)`` (an interrupted op)
-enqueues only that and drops the rest.
+**Batches.** On the emulated device each launch is a hand-off to the stream's thread, and
+an op is several pieces of work, so between :meth:`begin_batch` and :meth:`end_batch`
+they are collected and launched as *one* function that runs them in order (the first
+exception is re-raised after the rest ran), when the stream must see them: at
+:meth:`flush`, which the caller calls before it records an event or enqueues a wait on
+the stream, and at :meth:`end_batch`. A batch may span many ops: :meth:`commit` marks what
+was collected so far as complete, and ``end_batch(complete=False)`` (an interrupted op)
+launches only that and drops the rest. On a GPU nothing is collected (kernels go on the
+stream at once), so :meth:`flush` has nothing to do.
+
+**Timed waits.** :meth:`timed_wait` enqueues a wait for an event between two timing
+events recorded on the stream, on both backends; the caller reads how long the stream
+stood still from them once the stream has been synchronised (:class:`TimedWait`).
 
 Counts: :meth:`results` returns the iteration's :class:`CheckCounts` once the
 stream has been synchronised; :meth:`begin_iteration` resets them. Mismatches are counted,
@@ -51,7 +49,6 @@ never raised: a lost byte is a number in the report.
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -63,6 +60,19 @@ from cupool.kernels import reference
 
 _BLOCK = 256  # threads per block (a multiple of 32, as the verify reduction needs)
 _MAX_BLOCKS = 4096
+
+
+class TimedWait(NamedTuple):
+    """A wait :meth:`StreamWork.timed_wait` enqueued: the stream reached ``began``, then
+    waited for the event, then reached ``ended`` (timing events; read them after the
+    stream has been synchronised)."""
+
+    began: object
+    ended: object
+
+    def seconds(self) -> float:
+        """How long the stream stood still for the event."""
+        return self.ended.seconds_since(self.began)
 
 
 class CheckCounts(NamedTuple):
@@ -94,7 +104,7 @@ class StreamWork:
         self._checked = 0
         self._corrupt = 0
         self._counter = None  # cuda: uint64[2] device array [mismatches, first mismatch]
-        self._batch: list | None = None  # work collected for one host callback
+        self._batch: list | None = None  # work collected for one launch
         self._committed = 0  # how much of _batch belongs to complete ops (commit())
 
     def begin_iteration(self) -> None:
@@ -108,7 +118,7 @@ class StreamWork:
                 self._counter = cupy.array([0, reference.MASK64], dtype=cupy.uint64)
 
     def begin_batch(self) -> None:
-        """Collect the following work into host callbacks enqueued together (module
+        """Collect the following work into one launch (module
         docstring)."""
         self._batch = []
         self._committed = 0
@@ -120,7 +130,7 @@ class StreamWork:
             self._committed = len(self._batch)
 
     def flush(self) -> None:
-        """Enqueue the collected work now, as one host callback; keep collecting."""
+        """Enqueue the collected work now, as one launch; keep collecting."""
         batch = self._batch
         if batch:
             self._batch = []
@@ -128,7 +138,7 @@ class StreamWork:
             self._enqueue(batch)
 
     def end_batch(self, complete: bool = True) -> None:
-        """Enqueue the collected work as one host callback and stop collecting;
+        """Enqueue the collected work as one launch and stop collecting;
         ``complete=False`` enqueues only what was committed and drops the rest."""
         batch, self._batch = self._batch, None
         if batch and not complete:
@@ -147,43 +157,35 @@ class StreamWork:
             if first is not None:
                 raise first
 
-        self.device.host_callback(self.stream, batch_of_work)
+        self.device.launch(self.stream, batch_of_work)
 
-    def callback(self, fn: Callable[[], object]) -> None:
-        """Enqueue ``fn()`` as a host callback (pure Python; no CUDA calls)."""
+    def _collect(self, fn: Callable[[], object]) -> None:
+        """Emulated: launch ``fn()`` on the stream, in the batch when one is open."""
         if self._batch is not None:
             self._batch.append(fn)
         else:
-            self.device.host_callback(self.stream, fn)
+            self.device.launch(self.stream, fn)
 
     def run(self, fn: Callable[[], object]) -> None:
-        """Run ``fn()`` in stream order: a host callback on the emulated device; on a GPU,
-        now, with the stream current (``fn`` launches its work on it)."""
+        """Run ``fn()`` in stream order: launched on the emulated device's stream (the
+        device's own work there: an op's callable over emulated memory); on a GPU, now,
+        with the stream current (``fn`` launches its kernels on it)."""
         if not self.gpu:
-            self.callback(fn)
+            self._collect(fn)
             return
         with self._on_gpu():
             fn()
 
-    def timed_wait(self, event, report: Callable[[float, float], object]) -> None:
-        """Make later work wait for ``event``; ``report(began, ended)`` (``perf_counter``
-        seconds) receives how long the stream stood still for it."""
-        if self.gpu:
-            began = []
-            self.callback(lambda: began.append(time.perf_counter()))
-            self.flush()
-            self.stream.wait_event(event)
-            self.callback(lambda: report(began.pop(), time.perf_counter()))
-            self.flush()  # the wait's end is read when the stream passes it
-            return
-
-        def wait() -> None:
-            began = time.perf_counter()
-            if not event.query():
-                event.synchronize()
-            report(began, time.perf_counter())
-
-        self.callback(wait)
+    def timed_wait(self, event, began, ended) -> TimedWait:
+        """Make later work wait for ``event``, between ``began`` and ``ended`` (timing
+        events, recorded now on the stream; reusable once the stream was synchronised).
+        Returns the :class:`TimedWait` to read after the stream finished."""
+        self.flush()
+        stream = self.stream
+        began.record(stream)
+        stream.wait_event(event)
+        ended.record(stream)
+        return TimedWait(began, ended)
 
     def fill(self, ptr: int, nbytes: int, buffer_id: int, iteration: int) -> None:
         """Enqueue: device bytes ``[ptr, ptr + nbytes)`` get the pattern of ``(seed,
@@ -201,7 +203,7 @@ class StreamWork:
         def fill() -> None:
             reference.fill(host_view(ptr, nbytes), seed, buffer_id, iteration)
 
-        self.callback(fill)
+        self._collect(fill)
 
     def verify(self, ptr: int, nbytes: int, buffer_id: int, iteration: int) -> None:
         """Enqueue: count the bytes of ``[ptr, ptr + nbytes)`` that differ from the pattern
@@ -226,7 +228,7 @@ class StreamWork:
                 with self._lock:
                     self._corrupt += wrong
 
-        self.callback(verify)
+        self._collect(verify)
 
     def spin(self, seconds: float) -> None:
         """Enqueue a wait of ``seconds`` on a GPU (``cupool_spin_ns``; the cuda backend only:

@@ -5,8 +5,8 @@ compute stream or with each other except through events), each serving its copie
 the order they were issued, like one DMA engine per direction::
 
     compute   |op 3|──record(done[3])                 |op 7 ........
-    D2H            wait(done[3]) ─ [to_host] ─ copy b ─ record(out_b) ─ [host]
-    H2D                       wait(done[5], out_b) ─ [to_device] ─ copy b ─ record(in_b) ─ [device]
+    D2H            wait(done[3]) ─ copy b ─ record(out_b)
+    H2D                       wait(done[5], out_b) ─ copy b ─ record(in_b)
     compute                                           wait(in_b) ─ |op 7|   (due op of b)
 
 - A swap-out waits for the op it follows (an event on the compute stream), copies the
@@ -15,22 +15,23 @@ the order they were issued, like one DMA engine per direction::
   caller makes whatever lands there next wait for it (``waits`` of :meth:`swap_in`, or a
   compute-stream wait before a buffer is produced there).
 - A swap-in waits for its trigger op's predecessor, for the copies still reading the
-  bytes it lands in, and for the buffer's own swap-out; copies the slot back; moves the
-  handle to ``device`` and releases the slot (a host callback), then records ``in`` — so
-  work that waits on ``in`` (a GPU stream cannot wait on a host-side state) finds the
-  handle resident.
-- Handle states move in stream order (host callbacks before and after each copy).
+  bytes it lands in, and for the buffer's own swap-out; copies the slot back and records
+  ``in``. The slot stays the caller's (it may serve the buffer's next swap-out: that copy
+  is ordered after this one through the compute stream's wait for ``in``).
+- Nothing runs on the streams but the copies, the waits and the records: the handles
+  move on the host, in program order, as the copies are issued (stream order guarantees
+  what their states describe): ``to_host`` and then ``host`` (or, for a *held* copy, at
+  the residency's end) when a swap-out is issued, ``to_device`` when a swap-in is issued,
+  ``device`` when the caller has made the due op wait for it (:meth:`arrived`).
 - A copy the device refuses when it is issued (a bad range, a closed device) fails the
-  handle with :class:`~cupool.swap.errors.CopyFailedError`, which the buffer's next
-  use raises; its slot is released at once. A copy that fails while the stream runs
-  (the stream's :meth:`~cupool.devices.protocol.Stream.pending_failure`, seen by the
-  callback after the copy) fails the handle the same way, so the use raises instead of
-  reading bytes that never arrived; the next ``synchronize()`` reports it too (the
-  device protocol's contract), wrapped by the engine. (A CUDA copy error is sticky
-  and surfaces at ``synchronize()``.)
-- Pageable slots (staging fallback) are copied by a host callback on the same stream
-  (``memmove``, paced like the link when the device paces copies); a real GPU would do
-  a synchronous pageable copy there.
+  handle with :class:`~cupool.swap.errors.CopyFailedError` at once, which the buffer's
+  next use raises. A copy that fails while the stream runs is reported by the next
+  ``synchronize()`` (the device protocol's contract; a CUDA copy error is sticky and
+  surfaces there too), which the swap engine turns into the iteration's error.
+- Pageable slots (staging fallback, when the pinned reservation is full) are copied by
+  host work on the same stream (``memmove``, paced like the link when the device paces
+  copies): launched on the emulated device, a host callback on a GPU (the one host
+  callback left, and only where staging overflows).
 
 Statistics: ``copies.d2h|h2d`` and ``bytes.d2h|h2d`` (issued), ``failed.count``.
 """
@@ -73,74 +74,61 @@ class CopyEngine:
                        "failed.count": 0}
 
     def swap_out(self, handle, ptr: int, nbytes: int, after, slot: Slot | None = None,
-                 level: str = "pinned", drop: bool = False,
-                 held: bool = False) -> IssuedSwapOut:
+                 level: str = "pinned", drop: bool = False, held: bool = False,
+                 out=None, waits=()) -> IssuedSwapOut:
         """Copy ``nbytes`` of ``handle``'s device bytes at ``ptr`` to a host slot once
-        ``after`` (an event) completed. Returns the :class:`IssuedSwapOut` (the slot now
-        owned by the handle's host copy, the event recorded after the copy). ``slot``
-        reuses a caller's slot (a persistent buffer's boundary copy, or the host copy a
-        clean buffer was swapped in from); otherwise one is taken from staging on the
-        plan's host ``level``. With ``drop`` the data is clean, ``slot`` already holds it:
-        nothing is copied (the handle still moves to ``host`` in stream order). With
-        ``held`` the residency keeps the device bytes after the copy (the plan copies out
-        early): the handle leaves the device when the residency ends too
-        (:meth:`~cupool.swap.handles.TensorHandle.copied_out`)."""
+        ``after`` (an event) and every event of ``waits`` completed. Returns the
+        :class:`IssuedSwapOut` (the slot now owned by the handle's host copy, the event
+        recorded after the copy: ``out``, or a new one). ``slot`` reuses a caller's slot (a
+        persistent buffer's boundary copy, or the slot the buffer was swapped in from);
+        otherwise one is taken from staging on the plan's host ``level``. With ``drop`` the
+        data is clean, ``slot`` already holds it: nothing is copied. With ``held`` the
+        residency keeps the device bytes after the copy (the plan copies out early): the
+        handle leaves the device when the residency ends
+        (:meth:`~cupool.swap.handles.TensorHandle.residency_ended`)."""
         stream = self.d2h_stream
         slot = slot or self.staging.acquire(max(1, nbytes), level)
-        out = self.device.create_event()
+        out = out or self.device.create_event()
         if after is not None:
             stream.wait_event(after)
-        self.device.host_callback(stream, lambda: handle.move(TO_HOST))
+        for event in waits:
+            stream.wait_event(event)
+        handle.move(TO_HOST)
         try:
             self._copy(D2H, stream, handle, slot, 0 if drop else nbytes, ptr)
         except DeviceError as exc:
             self._failed(handle, D2H, nbytes, exc)
             return IssuedSwapOut(slot, out)
         out.record(stream)
-
-        def copied_out() -> None:
-            failure = stream.pending_failure()
-            if failure is not None:  # the copy (or work before it) failed as the stream ran
-                handle.fail(CopyFailedError(handle.buffer.id, D2H, nbytes, failure))
-                return
-            handle.copied_out(held)
-
-        self.device.host_callback(stream, copied_out)
+        handle.copied_out(held)
         if not drop:
             self._count(D2H, nbytes)
         return IssuedSwapOut(slot, out)
 
-    def swap_in(self, handle, slot: Slot, nbytes: int, ptr: int, view, waits,
-                keep_slot: bool = False):
-        """Copy ``nbytes`` from ``slot`` back to device address ``ptr`` (where ``view``
-        looks) once every event of ``waits`` completed; returns the event recorded after
-        the copy. The slot is released after the copy unless ``keep_slot``."""
+    def swap_in(self, handle, slot: Slot, nbytes: int, ptr: int, waits, landed=None):
+        """Copy ``nbytes`` from ``slot`` back to device address ``ptr`` once every event of
+        ``waits`` completed; returns the event recorded after the copy (``landed``, or a
+        new one). The handle is ``to_device`` until :meth:`arrived`."""
         stream = self.h2d_stream
-        landed = self.device.create_event()
+        landed = landed or self.device.create_event()
         for event in waits:
             stream.wait_event(event)
-        self.device.host_callback(stream, lambda: handle.move(TO_DEVICE))
+        handle.move(TO_DEVICE)
         try:
             self._copy(H2D, stream, handle, slot, nbytes, ptr)
         except DeviceError as exc:
             self._failed(handle, H2D, nbytes, exc)
-            if not keep_slot:
-                self.staging.release(slot)
             return landed
-
-        def arrived() -> None:
-            if not keep_slot:
-                self.staging.release(slot)
-            failure = stream.pending_failure()
-            if failure is not None:  # the copy (or work before it) failed as the stream ran
-                handle.fail(CopyFailedError(handle.buffer.id, H2D, nbytes, failure))
-                return
-            handle.move(DEVICE, view, ptr)
-
-        self.device.host_callback(stream, arrived)
-        landed.record(stream)  # after the handle moved: a stream waiting on it sees DEVICE
+        landed.record(stream)
         self._count(H2D, nbytes)
         return landed
+
+    @staticmethod
+    def arrived(handle, view, ptr: int) -> None:
+        """The work that uses ``handle`` next waits for its swap-in's ``landed`` event
+        (the caller enqueued that wait): in program order, its bytes are on the device at
+        ``ptr``, where ``view`` looks. A handle whose copy failed stays failed."""
+        handle.move(DEVICE, view, ptr)
 
     def _copy(self, direction, stream, handle, slot, nbytes, ptr) -> None:
         if nbytes == 0:
@@ -165,12 +153,13 @@ class CopyEngine:
             if remaining > 0:
                 time.sleep(remaining)
 
-        self.device.host_callback(stream, pageable_copy)
+        if self.device.kind == "cuda":  # the runtime has no pageable async copy to enqueue
+            self.device.host_callback(stream, pageable_copy)
+        else:
+            self.device.launch(stream, pageable_copy)
 
     def _failed(self, handle, direction, nbytes, exc) -> None:
-        error = CopyFailedError(handle.buffer.id, direction, nbytes, str(exc))
-        self.device.host_callback(self.d2h_stream if direction == D2H else self.h2d_stream,
-                                  lambda: handle.fail(error))
+        handle.fail(CopyFailedError(handle.buffer.id, direction, nbytes, str(exc)))
         with self._lock:
             self._stats["failed.count"] += 1
 

@@ -24,30 +24,35 @@ closes an iteration something raised in). For op ``i`` the engine enqueues, in t
     pool    free the blocks of residencies ending at i; malloc those starting at i
             (allocation k of the pool's iteration is served at its planned offset)
     H2D     swap-ins triggered at i: wait(done[i-1], copies out of the landing bytes,
-            the buffer's own swap-out) ─ copy ─ [device] ─ record(in_b)
-    compute timed waits for the swap-ins due at i (a wait is a *late prefetch*); waits
-            for copies still reading bytes a buffer is produced or recomputed in at i
-            ─ [begin: enter the op's uses] ─ recomputes (the handle's ``recompute``
-            callable, then the producing op's duration) ─ the op body's work ─
-            [end: exit the uses; residencies ending at i+1 drop or retire] ─ record(done[i])
-    D2H     swap-outs after i: wait(done[i]) ─ [to_host] ─ copy ─ record(out_b) ─ [host]
+            the buffer's own swap-out) ─ copy ─ record(in_b)
+    compute timed waits for the swap-ins due at i (a wait is a *late prefetch*); timed
+            waits for copies still reading bytes a buffer is produced or recomputed in at
+            i ─ recomputes (the handle's ``recompute`` callable, then the producing op's
+            duration) ─ the op body's work ─ [timing mark] ─ record(done[i])
+    D2H     swap-outs after i: wait(done[i]) ─ copy ─ record(out_b)
 
-``[...]`` are host callbacks (pure Python, so allowed on both backends); they go through
-:class:`~cupool.swap.checks.StreamWork`'s batch, which spans op boundaries: they are
-enqueued as one host callback (on the emulated device, with all the compute stream's
-work) when another stream must see their effect, before a record of ``done[i]``, and at
-the end of the iteration (on a GPU also at a timed wait; its kernels go on the stream at
-once, the ops are timed by events after their recomputes and at ``[end]``, so a resident
-op costs the stream no host callback of its own). ``done[i]`` is recorded only after an op that
-something waits for (a swap-out after it, a swap-in triggered at ``i + 1``). The engine
-only measures: a due op's wait over :data:`LATE_THRESHOLD_WALL_US` is a late prefetch,
-reported per buffer; moving triggers for the next iteration is the feedback's job
+Only kernels, copies, event records and stream waits go on the streams: no Python runs on
+the device's timeline. The books (each handle's state, the uses an op takes, residencies
+ending) are kept on the host, in program order, as the op is enqueued; stream order
+already guarantees what they describe (a swap-in's handle is ``to_device`` from its
+trigger and ``device`` once its due op waits for it). What an op body runs on the compute
+stream (:class:`~cupool.swap.checks.StreamWork`) is launched there on the emulated device,
+whose kernels are host functions, batched between the events other streams wait for, and
+are kernels on a GPU. A timed wait is a wait between two timing events; their lengths
+(stalls, late prefetches) are read after the final synchronize, and so are the op times
+(``[timing mark]``: a timing event after each op, in the engine's first three iterations
+and every ``time_ops_every``-th after them; the others report no op times). ``done[i]`` is
+recorded only after an op that something waits for (a swap-out after it, a swap-in
+triggered at ``i + 1``). The engine only measures: a due op's wait over
+:data:`LATE_THRESHOLD_WALL_US` is a late prefetch, reported per buffer; moving triggers for
+the next iteration is the feedback's job
 (:func:`~cupool.planning.budget.feedback.adjust_triggers`, then :meth:`SwapEngine.set_plan`).
 
 **Time.** On the emulated device an op spends ``duration_us × time_scale`` of wall time
 on the compute stream (:meth:`SwapEngine.spend`), measured on a clock that advances by
 exactly that much per op and by the measured waits: an op ends at ``clock += duration``
-(sleeping until then); a wait that ends at ``t`` sets ``clock = max(clock, t)``. Work the
+(sleeping until then, launched on the compute stream); a wait whose end mark the stream
+reached at ``t`` sets ``clock = max(clock, t)`` first. Work the
 body enqueues runs inside the op's time; an op whose checks overrun it borrows from later
 ops' slack instead of delaying the whole iteration (checking is instrumentation, not the
 workload). The emulated device's stream threads share the interpreter (and its lock) with
@@ -77,12 +82,12 @@ from cupool.errors import CupoolError
 from cupool.swap.checks import StreamWork
 from cupool.swap.copy_engine import CopyEngine
 from cupool.swap.errors import CopyFailedError, EngineStateError, ReplayError
-from cupool.swap.handles import DEVICE, HOST, TensorHandle
+from cupool.swap.handles import DEVICE, HOST, TO_HOST, TensorHandle
 from cupool.swap.iteration import (
     LATE_THRESHOLD_WALL_US,
-    Arrival,
     IterationResult,
     IterationState,
+    MeasuredWait,
     OpFrame,
     PendingCopy,
     RunningOp,
@@ -101,12 +106,16 @@ class EngineSettings:
     """How the engine scales a trace: ``size_scale`` (int >= 1) divides every size and
     offset; ``time_scale`` multiplies every op duration (a replay paces the link to
     match); ``seed`` seeds the patterns; ``staging_bytes`` is the pinned reservation
-    (default: room for one host copy of every buffer the plan swaps out)."""
+    (default: room for one host copy of every buffer the plan swaps out);
+    ``time_ops_every`` (int >= 1): the engine's first three iterations, and every
+    ``time_ops_every``-th after them, time each op with a timing event after it (the
+    others record events only where the plan has a copy or a recompute)."""
 
     size_scale: int = 1
     time_scale: float = 1.0
     seed: int = 0
     staging_bytes: int | None = None
+    time_ops_every: int = 4
 
 
 OpBody = Callable[["SwapEngine", OpFrame], object]
@@ -188,7 +197,10 @@ class SwapEngine:
         self._persistent_ready = set()  # persistent buffers whose first contents are written
         self._state: IterationState | None = None
         self._done_events = {}  # op -> the event recorded after it (reused every iteration)
-        self._op_marks = []  # GPU: timing events recorded as op i begins (2i) and ends (2i+1)
+        self._copy_events = {}  # (buffer, op, direction) -> the event recorded after its copy
+        self._wait_events = []  # pairs of timing events, the k-th for the k-th timed wait
+        self._op_marks = []  # timing events: the iteration's start (0), op i's end (i + 1)
+        self._runs = 0  # iterations begun (which of them time their ops)
         self.schedule = None
         self.set_plan(plan, layout)
         self._setup_persistent()
@@ -222,6 +234,9 @@ class SwapEngine:
             self._home_at.setdefault(start, []).append(b)
         schedule = self.schedule
         self._steps = op_steps(schedule, self.trace)
+        handles = self.handles
+        self._op_uses = [tuple((handles[b], write) for b, write in step.intents)
+                         for step in self._steps]  # per op: (handle, write) of its uses
         self._waited_ops = frozenset([*(i for i, outs in schedule.swap_outs.items() if outs),
                                       *(i - 1 for i, ins in schedule.swap_ins.items()
                                         if ins and i > 0)])
@@ -283,15 +298,18 @@ class SwapEngine:
                 handle.reset()
         self.work.begin_iteration()
         device, n = self.device, self.trace.num_ops
-        if self.gpu and not self._op_marks:  # made once, recorded in every iteration
-            self._op_marks = [device.create_event(timing=True) for _ in range(2 * n)]
+        runs, every = self._runs, max(1, self.settings.time_ops_every)
+        self._runs += 1
+        timing = runs < 3 or runs % every == 0
+        if timing and not self._op_marks:  # made once, recorded in the iterations timing ops
+            self._op_marks = [device.create_event(timing=True) for _ in range(n + 1)]
         done = [None] * n  # recorded where something waits for it (after_op)
         gate = None if self.gpu else device.hold_streams(  # emulated: enqueue first
             (self.compute, self.copy_engine.d2h_stream, self.copy_engine.h2d_stream))
         self.work.begin_batch()
         state = IterationState(iteration, done, gate, self.off_plan, self.time_scale,
-                               op_wall_s=[0.0] * n)
-        state.started = state.clock = state.op_end = time.perf_counter()
+                               op_wall_s=[0.0] * n if timing else [])
+        state.started = state.clock = time.perf_counter()
         try:
             state.pool_iteration.enter_context(self.pool.iteration())
         except BaseException:
@@ -299,13 +317,15 @@ class SwapEngine:
             self._quiesce()
             raise
         state.arena_ptr = self.pool.arena_ptr
+        if timing:
+            self._op_marks[0].record(self.compute)
         self._state = state
         return state
 
     def before_op(self, op: int) -> OpFrame:
         """Everything before op ``op``'s own work: its residencies' pool blocks, the
         swap-ins the plan triggers here, the waits for what it needs (swap-ins due here,
-        copies still reading bytes it writes), its uses entered, the plan's recomputes.
+        copies still reading bytes it writes), its uses taken, the plan's recomputes.
         Returns the :class:`~cupool.swap.iteration.OpFrame` the op body works on."""
         state = self._state
         if state is None or state.running is not None or op != state.next_op:
@@ -318,24 +338,27 @@ class SwapEngine:
         if step.swap_ins:
             self._issue_swap_ins(state, op)
         for action in step.due:
-            self.work.timed_wait(state.landed_at[(action.buffer_id, action.trigger_op)],
-                                 partial(state.measured_wait, action.buffer_id))
+            b, trigger = action.buffer_id, action.trigger_op
+            self._timed_wait(state, op, state.landed_at[(b, trigger)], b)
+            ptr = ptrs[(b, trigger)]
+            self.copy_engine.arrived(self.handles[b], self.array(b, ptr), ptr)
         first_fills = [b for b in self._home_at[op] if b not in self._persistent_ready] \
             if op in self._home_at else ()
-        produced, written, intents, frame = step.produced, step.written, step.intents, step.frame
+        produced, written, frame = step.produced, step.written, step.frame
+        uses = self._op_uses[op]
         if first_fills:  # the first iteration that serves these persistent buffers
             produced = (*produced, *first_fills)
             written = (*produced, *step.recomputed)
-            intents = intents_of(self.trace, step.uses, written, step.recomputed)
+            handles = self.handles
+            uses = tuple((handles[b], write) for b, write in
+                         intents_of(self.trace, step.uses, written, step.recomputed))
             frame = (*((b, op) for b in first_fills), *frame)
         if state.pending and written:
             self._wait_for_readers(state, op, written)
         running = RunningOp(op, frozenset(first_fills) if first_fills else _NO_FILLS)
-        self._begin_op(state, running, written, intents)
+        self._take_uses(state, running, op, written, uses)
         if step.recomputed:
             self._recompute(state, running, step.recomputed)
-        if self.gpu:  # the op's start on the stream (after its recomputes: not its time)
-            self._op_marks[2 * op].record(self.compute)
         try:
             frame_ptrs = {b: ptrs[(b, start)] for b, start in frame}
         except KeyError:  # a use the plan holds in no residency served this iteration
@@ -354,9 +377,9 @@ class SwapEngine:
                 self.off_plan += 1
 
     def after_op(self, op: int) -> None:
-        """Everything after op ``op``'s work: its uses released (and residencies ending
-        after it dropped or retired) in stream order, ``done[op]`` recorded, the
-        swap-outs the plan issues after it."""
+        """Everything after op ``op``'s work: residencies ending after it dropped or
+        retired (on the host, in program order), ``done[op]`` recorded where a copy waits
+        for it, the swap-outs the plan issues after it."""
         state = self._state
         running = state.running if state is not None else None
         if running is None or running.op != op:
@@ -364,9 +387,11 @@ class SwapEngine:
         if running.first_fills:
             self._persistent_ready.update(running.first_fills)
         work, step = self.work, self._steps[op]
-        if self.gpu:
-            self._op_marks[2 * op + 1].record(self.compute)
-        work.callback(partial(self._end_op, state, running, step.ends))
+        if state.op_wall_s:  # this iteration times its ops: a mark at the op's end
+            work.flush()
+            self._op_marks[op + 1].record(self.compute)
+        if step.ends:
+            self._end_residencies(state, step.ends)
         work.commit()
         if op in self._waited_ops:  # a swap-out after op, or a swap-in triggered at op + 1
             work.flush()
@@ -382,8 +407,9 @@ class SwapEngine:
 
     def end_iteration(self) -> IterationResult:
         """Finish the iteration after its last op: free the last blocks, leave the pool's
-        iteration, release the gate, wait for every stream. Raises the iteration's first
-        error (after the streams finished); the pool and staging are clean either way."""
+        iteration, release the gate, wait for every stream, read the timing events.
+        Raises the iteration's first error (after the streams finished); the pool and
+        staging are clean either way."""
         state = self._state
         n = self.trace.num_ops
         if state is None or state.running is not None or state.next_op != n:
@@ -412,9 +438,7 @@ class SwapEngine:
         wall = time.perf_counter() - state.started - state.setup_s
         if state.error is not None:
             raise state.error
-        if self.gpu:  # the bookkeeping callbacks ran in batches: the marks time the ops
-            marks = self._op_marks
-            state.op_wall_s = [marks[2 * i + 1].seconds_since(marks[2 * i]) for i in range(n)]
+        self._read_timing(state)
         checked, corrupt = self.work.results()
         ts = self.time_scale
         return IterationResult(
@@ -422,6 +446,25 @@ class SwapEngine:
             late_us=dict(state.late_us), stall_us=state.stall_us,
             op_us=tuple(w * 1e6 / ts for w in state.op_wall_s), bytes_checked=checked,
             corrupt_bytes=corrupt, off_plan=self.off_plan - state.off_plan_before)
+
+    def _read_timing(self, state: IterationState) -> None:
+        """After the final synchronize: the waits' lengths (stalls, late prefetches) and,
+        in an iteration timing its ops, each op's time: from the previous op's end mark
+        to its own, less the waits and the recomputes before it."""
+        waited = {}
+        for measured in state.waits:
+            seconds = measured.wait.seconds()
+            state.measured_wait(measured.late_buffer, seconds)
+            waited[measured.op] = waited.get(measured.op, 0.0) + seconds
+        if not state.op_wall_s:
+            return
+        marks = self._op_marks
+        for op, (began, ended) in state.recomputes.items():
+            waited[op] = waited.get(op, 0.0) + ended.seconds_since(began)
+        op_wall_s = state.op_wall_s
+        for i in range(len(op_wall_s)):
+            spent = marks[i + 1].seconds_since(marks[i]) - waited.get(i, 0.0)
+            op_wall_s[i] = spent if spent > 0.0 else 0.0
 
     def abort_iteration(self, error: BaseException | None = None) -> None:
         """Close an iteration that ``error`` interrupted between :meth:`begin_iteration`
@@ -449,9 +492,32 @@ class SwapEngine:
         if self.gpu:
             self.work.spin(seconds)
             return
-        self.work.callback(partial(self._state.advance_clock, seconds))
+        state = self._state
+        waits, state.unclocked = state.unclocked, []
+        self.work.run(partial(state.advance_clock, seconds, waits))
 
     # -- what before_op and after_op enqueue ----------------------------------------------
+    def _event(self, key):
+        """The event recorded for ``key`` (a copy), made once and recorded again in every
+        iteration (a stream's wait holds the mark it was given)."""
+        event = self._copy_events.get(key)
+        if event is None:
+            event = self._copy_events[key] = self.device.create_event()
+        return event
+
+    def _timed_wait(self, state: IterationState, op: int, event, late_buffer) -> None:
+        """The compute stream waits for ``event`` before op ``op``, timed (for a swap-in's
+        due op, ``late_buffer`` is its buffer)."""
+        k = len(state.waits)
+        pairs = self._wait_events
+        if k == len(pairs):
+            make = self.device.create_event
+            pairs.append((make(timing=True), make(timing=True)))
+        wait = self.work.timed_wait(event, *pairs[k])
+        state.waits.append(MeasuredWait(op, wait, late_buffer))
+        if not self.gpu:
+            state.unclocked.append(wait)
+
     def _issue_swap_ins(self, state: IterationState, op: int) -> None:
         for action in self.schedule.swap_ins[op]:
             b = action.buffer_id
@@ -460,17 +526,15 @@ class SwapEngine:
             split = split_overlapping(state.h2d_pending, ((ptr, ptr + self.sizes[b]),))
             state.h2d_pending = split.rest
             waits = [copy.copied for copy in split.overlapping]
-            if b in state.last_out:
-                waits.append(state.last_out[b])
+            own = state.last_out.get(b)
+            if own is not None and own not in waits:  # often the copy out of these bytes
+                waits.append(own)
             if op > 0:
                 waits.append(state.done[op - 1])
-            keep = b in self.boundary_slots or b in self.schedule.dropped  # drops reuse it
             slot = self.boundary_slots.get(b) or state.host_slots[b]
-            if not keep:
-                del state.host_slots[b]
-            state.landed_at[(b, op)] = self.copy_engine.swap_in(
-                self.handles[b], slot, self.sizes[b], ptr, self.array(b, ptr), waits,
-                keep_slot=keep)
+            landed = self.copy_engine.swap_in(self.handles[b], slot, self.sizes[b], ptr, waits,
+                                              landed=self._event((b, op, "in")))
+            state.landed_at[(b, op)] = state.last_in[b] = landed
 
     def _wait_for_readers(self, state: IterationState, op: int, written) -> None:
         """Make the compute stream wait for swap-outs still reading the bytes ``written``
@@ -479,19 +543,38 @@ class SwapEngine:
         split = split_overlapping(state.pending, [(ptrs[(b, op)], ptrs[(b, op)] + sizes[b])
                                                   for b in written])
         for copy in split.overlapping:
-            self.work.timed_wait(copy.copied, partial(state.measured_wait, None))
+            self._timed_wait(state, op, copy.copied, None)
         state.pending = split.rest
 
-    def _begin_op(self, state: IterationState, running: RunningOp, written, intents) -> None:
-        """Enqueue the callback that moves the op's new residencies (``written``) onto the
-        device and enters its uses (``intents``: ``(buffer, write)`` pairs)."""
-        op, ptrs = running.op, state.ptrs
-        arrivals = [Arrival(b, p, self.array(b, p)) for b in written for p in (ptrs[(b, op)],)]
-        self.work.callback(partial(self._enter_uses, state, running, arrivals, intents))
+    def _take_uses(self, state: IterationState, running: RunningOp, op: int, written,
+                   uses) -> None:
+        """On the host, in program order: the op's new residencies (``written``) are on
+        the device, and every use it makes (``uses``: ``(handle, write)`` pairs) finds its
+        handle where the plan says (stream order guarantees the bytes are there when the
+        op runs). A refused use is the iteration's first error."""
+        try:
+            if written:
+                ptrs, handles = state.ptrs, self.handles
+                for b in written:
+                    ptr = ptrs[(b, op)]
+                    handles[b].move(DEVICE, self.array(b, ptr), ptr)
+            for handle, write in uses:
+                state_now = handle.state
+                if state_now is not DEVICE and (write or state_now is not TO_HOST):
+                    handle.refuse(write)
+                handle.uses += 1
+            running.entered = True
+        except Exception as exc:
+            state.keep_first_error(exc)
 
     def _recompute(self, state: IterationState, running: RunningOp, recomputed) -> None:
-        if not self.gpu:  # timed apart: not the op's time (a GPU's op marks follow them)
-            self.work.callback(running.begin_recomputes)
+        timing = bool(state.op_wall_s)
+        if timing:  # timed apart: not the op's time (the simulator counts them apart)
+            make = self.device.create_event
+            began, ended = state.recomputes[running.op] = (make(timing=True),
+                                                           make(timing=True))
+            self.work.flush()
+            began.record(self.compute)
         for b in recomputed:
             producer = self.trace.buffer(b).recompute
             inputs = [self.array(s, self._resident_ptr(state, s, running.op))
@@ -499,18 +582,23 @@ class SwapEngine:
             out = self.array(b, state.ptrs[(b, running.op)])
             self.work.run(partial(self._call_recompute, state, running, b, out, inputs))
             self.spend(self.op_us[producer.op])
-        if not self.gpu:
-            self.work.callback(running.end_recomputes)
+        if timing:
+            self.work.flush()
+            ended.record(self.compute)
 
     def _issue_swap_outs(self, state: IterationState, op: int) -> None:
         for b in self.schedule.swap_outs[op]:
             ptr = self._resident_ptr(state, b, op)
             drop = (b, op) in self.schedule.drops  # clean: the host copy is still valid
+            slot = self.boundary_slots.get(b) or state.host_slots.get(b)
+            # a slot the buffer was swapped in from is written only after that copy read it
+            waits = (state.last_in[b],) if slot is not None and not drop \
+                and b in state.last_in else ()
             issued = self.copy_engine.swap_out(
-                self.handles[b], ptr, self.sizes[b], state.done[op],
-                self.boundary_slots.get(b) or state.host_slots.get(b),
+                self.handles[b], ptr, self.sizes[b], state.done[op], slot,
                 self.schedule.out_levels[(b, op)], drop=drop,
-                held=(b, op) in self.schedule.held)
+                held=(b, op) in self.schedule.held, out=self._event((b, op, "out")),
+                waits=waits)
             if b not in self.boundary_slots:
                 state.host_slots[b] = issued.slot
             if not drop:  # a drop reads no device byte
@@ -526,36 +614,23 @@ class SwapEngine:
             raise ReplayError(f"buffer {b} is used at op {op} but has no residency there")
         return state.ptrs[(b, start)]
 
-    # -- host callbacks on the compute stream ----------------------------------------------
-    def _enter_uses(self, state: IterationState, running: RunningOp, arrivals, intents) -> None:
+    def _end_residencies(self, state: IterationState, ends) -> None:
+        """On the host, in program order: residencies ending after the op leave the
+        device (dropped, retired, or, after a held swap-out, to the host copy)."""
+        handles = self.handles
         try:
-            for arrival in arrivals:
-                self.handles[arrival.buffer_id].move(DEVICE, arrival.view, arrival.ptr)
-            handles, uses = self.handles, running.uses
-            for b, write in intents:
-                handle = handles[b]
-                handle.enter_use(write)
-                uses.append((handle, write))
-            running.entered = True
-        except Exception as exc:
-            state.keep_first_error(exc)
-
-    def _end_op(self, state: IterationState, running: RunningOp, ends) -> None:
-        try:
-            for handle, write in running.uses:
-                handle.exit_use(write)
             for b, where in ends:
                 if where is HOST:  # a held swap-out's residency ended
-                    self.handles[b].residency_ended()
+                    handles[b].residency_ended()
                 else:
-                    self.handles[b].move(where)
+                    handles[b].move(where)
         except Exception as exc:
             state.keep_first_error(exc)
-        state.end_op_time(running)
 
+    # -- work launched on the compute stream --------------------------------------------
     def _call_recompute(self, state: IterationState, running: RunningOp, b: int, out,
                         inputs) -> None:
-        if not self.gpu and not running.entered:  # the op's uses could not be taken
+        if not running.entered:  # the op's uses could not be taken
             return
         try:
             self.handles[b].recompute(out, *inputs)

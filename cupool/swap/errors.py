@@ -8,7 +8,6 @@
         ConflictingUseError        a use conflicting with one in progress (another thread)
         CopyFailedError            a swap copy failed; raised at the buffer's next use
       StagingError                 a staging slot released twice, or a bad request
-      PassiveOutOfMemoryError      the passive run: one op's working set exceeds the arena
       ReplayError                  the engine cannot run this plan or device
       EngineStateError             the op-boundary methods called out of order
 
@@ -79,20 +78,6 @@ class CopyFailedError(HandleError):
 
 class StagingError(CupoolError):
     """A slot released twice, or not from this staging area."""
-
-
-class PassiveOutOfMemoryError(CupoolError):
-    """Op ``op`` needs buffer ``buffer_id`` (``nbytes`` scaled bytes) resident, and it does
-    not fit in the ``arena_bytes`` arena even with every other buffer evicted."""
-
-    def __init__(self, op: int, buffer_id: int, nbytes: int, arena_bytes: int) -> None:
-        self.op, self.buffer_id = op, buffer_id
-        self.nbytes, self.arena_bytes = nbytes, arena_bytes
-        super().__init__(f"op {op}: buffer {buffer_id} ({nbytes} bytes) does not fit in the "
-                         f"{arena_bytes}-byte arena beside the op's other buffers")
-
-    def __reduce__(self):
-        return (self.__class__, (self.op, self.buffer_id, self.nbytes, self.arena_bytes))
 
 
 class ReplayError(CupoolError):

@@ -206,6 +206,11 @@ class TensorHandle:
                 self._readers -= 1
             self.uses += 1
 
+    def refuse(self, write: bool) -> None:
+        """Raise the error a use with ``write`` intent gets in the handle's state (the
+        swap engine checks states itself, on the host in program order)."""
+        raise self._refusal(self.state, write)
+
     def _refusal(self, state: str, write: bool) -> HandleError:
         if state is RETIRED:
             return HandleLifetimeError(self.buffer.id, self.buffer.start, self.buffer.end)

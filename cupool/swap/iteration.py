@@ -53,42 +53,26 @@ def split_overlapping(copies: list, ranges) -> CopySplit:
     return CopySplit(overlapping, rest)
 
 
-class Arrival(NamedTuple):
-    """A residency that begins at an op without a copy (produced or recomputed there):
-    buffer ``buffer_id``'s handle moves to the device at ``ptr``, where ``view`` looks."""
-
-    buffer_id: int
-    ptr: int
-    view: object
-
-
 @dataclass(eq=False)
 class RunningOp:
-    """Op ``op`` between ``before_op`` and ``after_op``.
-
-    ``uses`` are the ``(handle, write)`` uses its begin callback entered (write for the
-    buffers it produces or recomputes, read for the rest), which its end callback exits; ``entered``
-    says the begin callback took them all (a recompute runs only then); ``recompute_s`` is
-    how long the recomputes before it took on the compute stream (the emulated device
-    times them, from ``recompute_began``: the simulator counts a recompute apart from the
-    op it precedes). ``first_fills`` are the persistent buffers the op gives their first contents
-    (marked as holding them once the op is enqueued). The callbacks run on the compute
-    stream, one op after another."""
+    """Op ``op`` between ``before_op`` and ``after_op``: ``first_fills`` are the persistent
+    buffers the op gives their first contents (marked as holding them once the op is
+    enqueued); ``entered`` says its uses were all taken (on the host, in program order:
+    a recompute runs only then)."""
 
     op: int
     first_fills: frozenset
-    uses: list = field(default_factory=list)
     entered: bool = False
-    recompute_began: float = 0.0
-    recompute_s: float = 0.0
 
-    def begin_recomputes(self) -> None:
-        """Callback: the recomputes before the op start now."""
-        self.recompute_began = time.perf_counter()
 
-    def end_recomputes(self) -> None:
-        """Callback: the recomputes before the op ended now."""
-        self.recompute_s += time.perf_counter() - self.recompute_began
+class MeasuredWait(NamedTuple):
+    """A wait the compute stream was given before op ``op``: ``wait`` (its
+    :class:`~cupool.swap.checks.TimedWait`), and ``late_buffer``, the buffer whose
+    swap-in is due at the op (``None``: a copy still reading bytes the op writes)."""
+
+    op: int
+    wait: object
+    late_buffer: int | None
 
 
 @dataclass(eq=False)
@@ -103,19 +87,25 @@ class IterationState:
     once it has, later work on it is ordered after the copy), ``h2d_pending`` (likewise
     for the H2D stream), ``landed_at`` (``(buffer, trigger op)`` →
     the event recorded after that swap-in landed), ``last_out`` (buffer → the event of its
-    latest swap-out), ``host_slots`` (buffer → the staging slot holding its swapped-out
-    bytes), ``pool_iteration`` (holds the pool's ``iteration()`` open).
+    latest swap-out), ``last_in`` (buffer → the event of its latest swap-in),
+    ``host_slots`` (buffer → the staging slot holding its host copy: taken at its first
+    swap-out, kept until the iteration ends, the slot of its later swap-outs too),
+    ``pool_iteration`` (holds the pool's ``iteration()`` open).
 
-    Written by callbacks on the compute stream, read after the final synchronize:
-    ``clock`` (the emulated op clock, s), ``setup_s`` (setup work excluded from the
-    iteration's time: the persistent buffers' first fill), ``stall_us`` (every measured
-    wait over the noise threshold), ``late_us`` (buffer → how long its due op waited for
-    its swap-in: a *late prefetch*), ``op_wall_s`` (each op's time on the compute stream:
-    on the emulated device from the previous op's end, or the iteration's start, to its
-    own, the waits and the recomputes in between left out, so that the engine's own work
-    between ops is some op's time, as it is part of the iteration; checks included),
-    ``op_end`` and ``waited_s`` (when the last op ended, every wait since: what
-    :meth:`end_op_time` needs) and ``error`` (the first error a callback caught).
+    Written by work launched on the emulated compute stream: ``clock`` (the emulated op
+    clock, s), ``setup_s`` (setup work excluded from the iteration's time: the persistent
+    buffers' first fill), ``error`` (the first error the op work caught). Filled after the
+    final synchronize from the timing events: ``stall_us`` (every measured wait over the
+    noise threshold), ``late_us`` (buffer → how long its due op waited for its swap-in: a
+    *late prefetch*), ``op_wall_s`` (in iterations that time their ops, each op's time
+    on the compute stream, from the previous op's end mark, or the iteration's start, to
+    its own, the waits and the recomputes in between left out, so that the engine's own
+    work between ops is some op's time, as it is part of the iteration; empty otherwise).
+
+    Written by the caller's thread, read after the final synchronize: ``waits`` (every
+    :class:`MeasuredWait` enqueued), ``unclocked`` (the emulated op clock: waits enqueued
+    since the last op duration was spent), ``recomputes`` (op → the two timing events
+    around the recomputes before it, in iterations that time their ops).
 
     ``started`` is when the iteration's timing began (the gate's release on the emulated
     device, the start of enqueuing on a GPU); ``gate`` holds the emulated streams until
@@ -123,10 +113,8 @@ class IterationState:
     compute stream after op ``i`` when a swap waits for it (``None`` for the other ops);
     ``time_scale`` turns wall time into trace time.
 
-    The methods are what callbacks on the compute stream do to it: account a measured
-    wait, advance the op clock, keep the first error. On a GPU ``op_wall_s`` is read from
-    timing events at each op's start and end after the final synchronize (the callbacks
-    there run in batches, not at the op boundaries)."""
+    Nothing of it is touched by Python on a stream's timeline but the emulated op clock
+    and the op work's first error (launched work, the emulated device's kernels)."""
 
     iteration: int
     done: list
@@ -144,36 +132,28 @@ class IterationState:
     landed_at: dict = field(default_factory=dict)
     last_out: dict = field(default_factory=dict)
     host_slots: dict = field(default_factory=dict)
+    last_in: dict = field(default_factory=dict)
     started: float = 0.0
     clock: float = 0.0
     setup_s: float = 0.0
     stall_us: float = 0.0
     late_us: dict = field(default_factory=dict)
     op_wall_s: list = field(default_factory=list)
-    op_end: float = 0.0
-    waited_s: float = 0.0
     error: BaseException | None = None
+    waits: list = field(default_factory=list)
+    unclocked: list = field(default_factory=list)
+    recomputes: dict = field(default_factory=dict)
 
-    def measured_wait(self, late_buffer: int | None, began: float, ended: float) -> None:
-        """A timed wait's report (``perf_counter`` s): over the noise threshold it is a
+    def measured_wait(self, late_buffer: int | None, seconds: float) -> None:
+        """A timed wait as measured (wall seconds): over the noise threshold it is a
         stall, and, for a swap-in's due op (``late_buffer``), a late prefetch of that
-        buffer; the op clock moves to the wait's end."""
+        buffer."""
         ts = self.time_scale
-        self.waited_s += ended - began
-        wait_us = (ended - began) * 1e6 / ts
+        wait_us = seconds * 1e6 / ts
         if wait_us * ts > LATE_THRESHOLD_WALL_US:
             self.stall_us += wait_us
             if late_buffer is not None:
                 self.late_us[late_buffer] = self.late_us.get(late_buffer, 0) + wait_us
-        self.clock = max(self.clock, ended)
-
-    def end_op_time(self, running: RunningOp) -> None:
-        """Op ``running`` ended now (its end callback): its time is what passed since the
-        previous op ended, less the waits and its recomputes."""
-        now = time.perf_counter()
-        spent = now - self.op_end - self.waited_s - running.recompute_s
-        self.op_wall_s[running.op] = max(0.0, spent)
-        self.op_end, self.waited_s = now, 0.0
 
     def release_host_slots(self, staging) -> None:
         """Return the staging slots of host copies still held (swapped out and never
@@ -182,8 +162,12 @@ class IterationState:
             staging.release(slot)
         self.host_slots.clear()
 
-    def advance_clock(self, seconds: float) -> None:
-        """The op ends ``seconds`` after the clock; sleep until then."""
+    def advance_clock(self, seconds: float, waits=()) -> None:
+        """Emulated op clock, launched on the compute stream: the clock moves to the end of
+        each of ``waits`` (the :class:`~cupool.swap.checks.TimedWait` enqueued since the
+        last op, complete by now), then the op ends ``seconds`` after it; sleep until then."""
+        for wait in waits:
+            self.clock = max(self.clock, wait.ended.recorded_at)
         self.clock += seconds
         remaining = self.clock - time.perf_counter()
         if remaining > 0:

@@ -40,7 +40,7 @@ def pattern_body(engine, frame) -> None:
     work, sizes = engine.work, engine.sizes
     for b in frame.produced:
         if b in frame.first_fills and not engine.gpu:
-            work.callback(partial(_first_fill, engine, engine.state, frame.ptrs[b], b))
+            work.run(partial(_first_fill, engine, engine.state, frame.ptrs[b], b))
         else:
             work.fill(frame.ptrs[b], sizes[b], b, pattern_iteration(engine, b))
     for b in frame.uses:

@@ -116,14 +116,15 @@ def _recompute_a_from_w(out, w) -> None:
 def _writing_and_reading_body(reads: list):
     """An op body of the test's own: in stream order, each op writes ``VALUES[b]`` into
     every buffer ``b`` it produces and logs ``(op, b, values)`` for every other buffer it
-    uses, after checking the engine holds each of them on the device."""
+    uses, after checking the engine holds each of them on the device (the handles' books
+    are kept on the host, in program order, as the op is enqueued)."""
 
     def body(engine, frame) -> None:
         arrays = {b: engine.array(b, ptr) for b, ptr in frame.ptrs.items()}
         handles = engine.handles
+        assert all(handles[b].state == DEVICE for b in arrays)
 
         def compute() -> None:
-            assert all(handles[b].state == DEVICE for b in arrays)
             for b in frame.produced:
                 arrays[b][:] = VALUES[b]
             for b in frame.uses:
@@ -208,28 +209,38 @@ def test_op_boundaries_out_of_order_raise_and_an_abort_leaves_the_engine_usable(
         assert result.late_prefetches == len(result.late_us)
 
 
-def test_resident_ops_cost_the_streams_no_host_callback_of_their_own():
-    """40 ops, A swapped out after op 0 and in at op 37 (due 39), W used by every op: the
-    compute stream's bookkeeping goes out in one host callback per stretch of ops between
-    the events a copy waits for (done[0], done[36]) and the iteration's end, so an
-    iteration's host callbacks do not grow with its ops; every byte still checks."""
+def test_a_planned_iteration_puts_no_python_on_the_streams_timeline():
+    """40 ops, A swapped out after op 0 and in at op 37 (due 39), W used by every op. An
+    iteration that does not time its ops (the fourth: the first three do, then every
+    fourth) enqueues no host callback at all; the compute stream's op work goes out in one
+    launch per stretch of ops between the events something waits for (done[0], done[36],
+    the timed wait before op 39) and the end; events are recorded and waited for only
+    where the plan has a copy: done[0], done[36], the copies' own two, and the two timing
+    marks around the due op's wait; D2H waits for done[0], H2D for done[36] and A's
+    swap-out, the compute stream for A's landing."""
     ops = 40
     trace = trace_of([10.0] * ops, Buffer(0, 8, 0, ops, tuple(range(ops)), PERSISTENT),
                      Buffer(1, 16, 0, ops, (0, ops - 1)))
     plan = swap_plan(trace, [Residency(0, 0, ops, 0), Residency(1, 0, 1, 8),
                              Residency(1, ops - 3, ops, 8)],
                      [SwapOut(1, 0), SwapIn(1, ops - 3, ops - 1)])
+    keys = ("host_callbacks.count", "launches.count", "event_records.count",
+            "stream_waits.count", "copy_count.h2d", "copy_count.d2h")
     with open_device("emulated", capacity="1MiB") as device, \
-            SwapEngine(trace, plan, device) as engine:
-        engine.run_iteration(0)
-        before = device.stats()["host_callbacks.count"]
-        result = engine.run_iteration(1)
-        callbacks = device.stats()["host_callbacks.count"] - before
+            SwapEngine(trace, plan, device, EngineSettings(time_ops_every=4)) as engine:
+        for iteration in range(3):
+            timed = engine.run_iteration(iteration)
+            assert len(timed.op_us) == ops
+        before = device.stats()
+        result = engine.run_iteration(3)
+        after = device.stats()
+    calls = {key: after[key] - before[key] for key in keys}
     assert (result.corrupt_bytes, result.late_prefetches) == (0, 0)
     assert result.bytes_checked == 8 * ops + 16  # W at every op, A where it lands
-    # compute batches 3 (up to done[0], up to done[36], the rest), swap-out 2 (to_host,
-    # host), swap-in 2 (to_device, device); the gate holding the streams is no callback
-    assert callbacks == 7
+    assert result.op_us == ()  # not timed: no event after each op
+    assert calls == {"host_callbacks.count": 0, "launches.count": 4,
+                     "event_records.count": 6, "stream_waits.count": 4,
+                     "copy_count.h2d": 1, "copy_count.d2h": 1}
 
 
 def test_an_ops_observed_time_leaves_out_the_recomputes_before_it():

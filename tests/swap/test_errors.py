@@ -14,7 +14,6 @@ from cupool.swap.errors import (
     HandleError,
     HandleLifetimeError,
     HandleStateError,
-    PassiveOutOfMemoryError,
     ReplayError,
     StagingError,
 )
@@ -29,8 +28,6 @@ ERRORS = [
     (CopyFailedError(9, "h2d", 1024, "DMA fault"),
      "buffer 9: h2d copy of 1024 bytes failed: DMA fault"),
     (StagingError("released twice"), "released twice"),
-    (PassiveOutOfMemoryError(3, 1, 4096, 2048),
-     "op 3: buffer 1 (4096 bytes) does not fit in the 2048-byte arena"),
     (ReplayError("no plan within 8 bytes"), "no plan within 8 bytes"),
     (EngineStateError("before_op(3): no iteration is running"),
      "before_op(3): no iteration is running"),
