@@ -58,15 +58,24 @@ class OpCaller:
     def call(self, op: DeclaredOp, arrays: dict, names: dict) -> None:
         """Run ``op`` over ``arrays`` (tensor key → array; each key's array once). Raises
         the typed errors of the module docstring."""
-        writable = op.writable
-        protect = self.check_writes and not self.gpu
-        if protect:
+        self.call_prepared(op, self.arguments(op, arrays), arrays, names)
+
+    def arguments(self, op: DeclaredOp, arrays: dict) -> list:
+        """``op``'s positional arguments over ``arrays``: its inputs (read-only views where
+        the writes are checked on the emulated device), then its updates and outputs.
+        Made once where the arrays stay (a planned step's fixed addresses)."""
+        if self.check_writes and not self.gpu:
             args = [(_read_only(arrays[k]) if read_only else arrays[k])
                     for k, read_only in zip(op.inputs, op.read_only, strict=True)]
         else:
             args = [arrays[k] for k in op.inputs]
         for k in op.written_keys:
             args.append(arrays[k])
+        return args
+
+    def call_prepared(self, op: DeclaredOp, args: list, arrays: dict, names: dict) -> None:
+        """Run ``op`` over ``args`` (made by :meth:`arguments` from ``arrays``)."""
+        writable = op.writable
         sums = None
         if self.check_writes and self.gpu:
             sums = {k: _checksum(arrays[k]) for k in dict.fromkeys(op.inputs)
@@ -76,7 +85,8 @@ class OpCaller:
         except ProgramError:
             raise
         except ValueError as exc:
-            if protect and any(word in str(exc) for word in _READ_ONLY):
+            if self.check_writes and not self.gpu and any(word in str(exc)
+                                                          for word in _READ_ONLY):
                 raise self._undeclared(op, arrays, names, writable) from exc
             raise OpFailedError(op.name, op.index, self.iteration, repr(exc)) from exc
         except Exception as exc:

@@ -49,6 +49,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from functools import partial
+from typing import NamedTuple
 
 import numpy as np
 
@@ -96,6 +97,15 @@ class RunnerOptions:
     settings: EngineSettings = field(default_factory=EngineSettings)
     op_us: tuple | None = None
     recompute: dict | None = None
+
+
+class _Prepared(NamedTuple):
+    """Op ``op``'s call over the arrays of ``frame`` (the engine hands the same frame
+    again while every block sits at its planned address)."""
+
+    op: object
+    frame: object
+    call: object
 
 
 @dataclass(frozen=True)
@@ -154,6 +164,7 @@ class PlannedRunner:
         self._touched = tuple(tuple((k, ids[k]) for k in op.touched) for op in program.ops)
         """Per op: ``(tensor key, buffer id)`` of every tensor it touches (the same in
         every iteration of the program)."""
+        self._prepared = [None] * n  # per op: its call at the addresses of the last frame
         self.current = program
         self.failed: ProgramError | None = None
         self.iteration = 0
@@ -185,18 +196,26 @@ class PlannedRunner:
                           stats["allocated_bytes.peak"], moved)
 
     def _body(self, engine, frame) -> None:
-        op = self.current.ops[frame.op]
+        index = frame.op
+        op = self.current.ops[index]
         ptrs = frame.ptrs
-        for b in frame.first_fills:
-            value = self._first.get(b)
-            if value is not None:
-                self._first_fill(engine, engine.array(b, ptrs[b]), value)
-        array = engine.array
-        arrays = {k: array(b, ptrs[b]) for k, b in self._touched[frame.op]}
-        if op.kind == FETCH:
-            engine.work.run(partial(self._fetch, op, arrays))
+        prepared = self._prepared[index]
+        if prepared is not None and prepared.frame is frame and prepared.op is op:
+            engine.work.run(prepared.call)  # the op at the same addresses: made once
         else:
-            engine.work.run(partial(self._call, op, arrays))
+            for b in frame.first_fills:
+                value = self._first.get(b)
+                if value is not None:
+                    self._first_fill(engine, engine.array(b, ptrs[b]), value)
+            array = engine.array
+            arrays = {k: array(b, ptrs[b]) for k, b in self._touched[index]}
+            if op.kind == FETCH:
+                call = partial(self._fetch, op, arrays)
+            else:
+                call = partial(self._call, op, self.caller.arguments(op, arrays), arrays)
+            if not frame.first_fills:
+                self._prepared[index] = _Prepared(op, frame, call)
+            engine.work.run(call)
         if self._spends:
             engine.spend(engine.op_us[frame.op])
 
@@ -215,11 +234,11 @@ class PlannedRunner:
 
         engine.work.run(first_fill)
 
-    def _call(self, op, arrays) -> None:
+    def _call(self, op, args, arrays) -> None:
         if self.failed is not None:
             return
         try:
-            self.caller.call(op, arrays, self.current.names)
+            self.caller.call_prepared(op, args, arrays, self.current.names)
         except ProgramError as exc:
             self.failed = exc
 

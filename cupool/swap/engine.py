@@ -76,6 +76,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
+from typing import NamedTuple
 
 from cupool.core.vocabulary import Plan, SwapIn, SwapOut, Trace
 from cupool.errors import CupoolError
@@ -122,6 +123,15 @@ OpBody = Callable[["SwapEngine", OpFrame], object]
 """``body(engine, frame)``: the work of op ``frame.op``, enqueued between ``before_op`` and
 ``after_op`` (see :func:`~cupool.swap.patterns.pattern_body`)."""
 _NO_FILLS = frozenset()  # the first_fills of an op that fills no persistent buffer
+
+
+class _PlannedOp(NamedTuple):
+    """An op as ``before_op`` made it with every block at its planned address: the
+    ``frame`` handed to the op body and the ``arrivals`` (``(handle, view, ptr)`` of the
+    residencies it begins), the same in every iteration while the blocks stay there."""
+
+    frame: OpFrame
+    arrivals: tuple
 
 
 class SwapEngine:
@@ -201,6 +211,7 @@ class SwapEngine:
         self._wait_events = []  # pairs of timing events, the k-th for the k-th timed wait
         self._op_marks = []  # timing events: the iteration's start (0), op i's end (i + 1)
         self._runs = 0  # iterations begun (which of them time their ops)
+        self._frames_arena = None  # the arena address the planned frames were made for
         self.schedule = None
         self.set_plan(plan, layout)
         self._setup_persistent()
@@ -237,6 +248,7 @@ class SwapEngine:
         handles = self.handles
         self._op_uses = [tuple((handles[b], write) for b, write in step.intents)
                          for step in self._steps]  # per op: (handle, write) of its uses
+        self._frames = [None] * self.trace.num_ops  # per op: its _PlannedOp, once made
         self._waited_ops = frozenset([*(i for i, outs in schedule.swap_outs.items() if outs),
                                       *(i - 1 for i, ins in schedule.swap_ins.items()
                                         if ins and i > 0)])
@@ -317,6 +329,9 @@ class SwapEngine:
             self._quiesce()
             raise
         state.arena_ptr = self.pool.arena_ptr
+        if state.arena_ptr != self._frames_arena:  # frames point into the arena as it is
+            self._frames = [None] * n
+            self._frames_arena = state.arena_ptr
         if timing:
             self._op_marks[0].record(self.compute)
         self._state = state
@@ -356,15 +371,28 @@ class SwapEngine:
         if state.pending and written:
             self._wait_for_readers(state, op, written)
         running = RunningOp(op, frozenset(first_fills) if first_fills else _NO_FILLS)
-        self._take_uses(state, running, op, written, uses)
+        planned = self._frames[op] if state.exact and not first_fills else None
+        if planned is None:
+            arrivals = [(self.handles[b], self.array(b, ptrs[(b, op)]), ptrs[(b, op)])
+                        for b in written]
+            self._take_uses(state, running, arrivals, uses)
+        else:
+            self._take_uses(state, running, planned.arrivals, uses)
         if step.recomputed:
             self._recompute(state, running, step.recomputed)
-        try:
-            frame_ptrs = {b: ptrs[(b, start)] for b, start in frame}
-        except KeyError:  # a use the plan holds in no residency served this iteration
-            frame_ptrs = {b: self._resident_ptr(state, b, op) for b, _ in frame}
+        if planned is None:
+            try:
+                frame_ptrs = {b: ptrs[(b, start)] for b, start in frame}
+            except KeyError:  # a use the plan holds in no residency served this iteration
+                frame_ptrs = {b: self._resident_ptr(state, b, op) for b, _ in frame}
+            frame = OpFrame(op, produced, running.first_fills, step.recomputed, step.uses,
+                            frame_ptrs)
+            if state.exact and not first_fills:  # the same every iteration from now
+                self._frames[op] = _PlannedOp(frame, tuple(arrivals))
+        else:
+            frame = planned.frame
         state.running = running
-        return OpFrame(op, produced, running.first_fills, step.recomputed, step.uses, frame_ptrs)
+        return frame
 
     def _serve(self, state: IterationState, allocs) -> None:
         """Pool blocks for the residencies starting at an op (``allocs``, in the pool's
@@ -375,6 +403,7 @@ class SwapEngine:
             ptrs[key] = block.ptr
             if block.ptr != state.arena_ptr + schedule.offsets[key]:
                 self.off_plan += 1
+                state.exact = False
 
     def after_op(self, op: int) -> None:
         """Everything after op ``op``'s work: residencies ending after it dropped or
@@ -546,18 +575,16 @@ class SwapEngine:
             self._timed_wait(state, op, copy.copied, None)
         state.pending = split.rest
 
-    def _take_uses(self, state: IterationState, running: RunningOp, op: int, written,
-                   uses) -> None:
-        """On the host, in program order: the op's new residencies (``written``) are on
-        the device, and every use it makes (``uses``: ``(handle, write)`` pairs) finds its
-        handle where the plan says (stream order guarantees the bytes are there when the
-        op runs). A refused use is the iteration's first error."""
+    @staticmethod
+    def _take_uses(state: IterationState, running: RunningOp, arrivals, uses) -> None:
+        """On the host, in program order: the op's new residencies (``arrivals``:
+        ``(handle, view, ptr)``) are on the device, and every use it makes (``uses``:
+        ``(handle, write)`` pairs) finds its handle where the plan says (stream order
+        guarantees the bytes are there when the op runs). A refused use is the
+        iteration's first error."""
         try:
-            if written:
-                ptrs, handles = state.ptrs, self.handles
-                for b in written:
-                    ptr = ptrs[(b, op)]
-                    handles[b].move(DEVICE, self.array(b, ptr), ptr)
+            for handle, view, ptr in arrivals:
+                handle.arrive(view, ptr)
             for handle, write in uses:
                 state_now = handle.state
                 if state_now is not DEVICE and (write or state_now is not TO_HOST):

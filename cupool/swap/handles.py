@@ -248,6 +248,16 @@ class TensorHandle:
             if state in (HOST, DROPPED, RETIRED):
                 self.view = None
 
+    def arrive(self, view, ptr: int) -> None:
+        """The bytes are (produced, recomputed or landed) on the device at ``ptr``, where
+        ``view`` looks: :meth:`move` to ``device``, without its lock where the handle is
+        ``unborn`` or ``dropped`` (the swap engine's books, kept by one thread)."""
+        state = self.state
+        if (state is UNBORN or state is DROPPED) and not (self._readers or self._writers):
+            self.view, self.ptr, self.state = view, ptr, DEVICE
+            return
+        self.move(DEVICE, view, ptr)
+
     def copied_out(self, held: bool = False) -> None:
         """A swap-out's copy to the host completed (or, for a drop, reached its place in
         the stream): the bytes leave the device (``host``). With ``held`` the plan copied

@@ -53,16 +53,16 @@ def split_overlapping(copies: list, ranges) -> CopySplit:
     return CopySplit(overlapping, rest)
 
 
-@dataclass(eq=False)
 class RunningOp:
     """Op ``op`` between ``before_op`` and ``after_op``: ``first_fills`` are the persistent
     buffers the op gives their first contents (marked as holding them once the op is
     enqueued); ``entered`` says its uses were all taken (on the host, in program order:
-    a recompute runs only then)."""
+    a recompute runs only then). A slotted class: one is made per op."""
 
-    op: int
-    first_fills: frozenset
-    entered: bool = False
+    __slots__ = ("entered", "first_fills", "op")
+
+    def __init__(self, op: int, first_fills: frozenset) -> None:
+        self.op, self.first_fills, self.entered = op, first_fills, False
 
 
 class MeasuredWait(NamedTuple):
@@ -90,7 +90,9 @@ class IterationState:
     latest swap-out), ``last_in`` (buffer → the event of its latest swap-in),
     ``host_slots`` (buffer → the staging slot holding its host copy: taken at its first
     swap-out, kept until the iteration ends, the slot of its later swap-outs too),
-    ``pool_iteration`` (holds the pool's ``iteration()`` open).
+    ``pool_iteration`` (holds the pool's ``iteration()`` open), ``exact`` (every block
+    so far was served at its planned address: the op frames made for those addresses
+    serve again).
 
     Written by work launched on the emulated compute stream: ``clock`` (the emulated op
     clock, s), ``setup_s`` (setup work excluded from the iteration's time: the persistent
@@ -123,6 +125,7 @@ class IterationState:
     time_scale: float = 1.0
     pool_iteration: ExitStack = field(default_factory=ExitStack)
     arena_ptr: int = 0
+    exact: bool = True
     next_op: int = 0
     running: RunningOp | None = None
     blocks: dict = field(default_factory=dict)
