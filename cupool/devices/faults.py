@@ -160,6 +160,13 @@ class FaultyDevice(EmulatedDevice):
         with self._lock:
             self._committed -= taken
 
+    def pending_work(self) -> int:
+        """How many streams have work enqueued that has not run yet (0 once every stream
+        is idle: what a test checks after a failed step)."""
+        with self._lock:
+            streams = [self.default_stream, *self._streams]
+        return sum(not stream.query() for stream in streams)
+
     # -- the check every hooked call makes ------------------------------------------------
     def _fault(self, operation: str) -> int | None:
         """Count one call of ``operation``; its call number when an armed fault names it
