@@ -40,6 +40,7 @@ from cupool.planning.budget.multilevel_moves import (
     moves_at,
 )
 from cupool.planning.budget.recipes import with_recompute_recipes
+from cupool.planning.budget.working_sets import KEPT_MEMBER
 from cupool.sim import cost_model, simulate
 from cupool.sim.cost import DEFAULT_PAGEABLE_LATENCY_US, PAGEABLE_FRACTION, CostModel
 from tests.swap_cases import six_op_swap_plan, six_op_trace, trace_of
@@ -130,19 +131,24 @@ def _seeded(trace, budget, cost=GEN5, params=None):
     return result.plan, result.trace
 
 
-def test_plan_tiers_beats_the_best_two_level_member_on_the_six_op_trace():
+def test_plan_tiers_and_the_last_resort_find_the_swap_the_greedy_misses_on_the_six_op_trace():
     trace = six_op_trace()
     auto, planned = _seeded(trace, 24, params=UNREFINED)
     result = plan_tiers(planned, 24, GEN5, UNREFINED, 0.0)
     tiers = result.plan
     assert result.reason is None and validate_plan(planned, tiers).valid
     auto_us = simulate(planned, auto, GEN5).iteration_us
+    ideal_us = 60.0
+    greedy_us = ideal_us * (1 + auto.stats["candidates"]["greedy(swap_weight=inf)"])
     tiers_us = simulate(planned, tiers, GEN5).iteration_us
     # the greedy recomputes A (10 µs, op 0 again); a swap of 16 B lands in time for ~0 µs
-    assert auto_us == pytest.approx(70.0)
-    assert tiers_us < auto_us - 5
-    assert tiers.solver == "tiers" and tiers.stats["seed_iteration_us"] == pytest.approx(70.0)
-    # auto's own final refinement (the same search, pinned level only) finds it too
+    assert greedy_us == pytest.approx(70.0)
+    assert tiers_us < greedy_us - 5
+    # the last resort keeps W on the device and swaps A: that swap, before any refining
+    assert auto.stats["member"] == KEPT_MEMBER and auto_us == pytest.approx(tiers_us)
+    assert tiers.solver == "tiers" and tiers.stats["seed_iteration_us"] == pytest.approx(auto_us)
+    # auto's own final refinement (the same search, pinned level only) finds it from the
+    # greedy's plan too
     refined, _planned = _seeded(trace, 24)
     assert simulate(planned, refined, GEN5).iteration_us == pytest.approx(tiers_us)
     assert refined.solver == "auto" and refined.stats["refine_gain_us"] > 5
