@@ -27,6 +27,7 @@ first:
 from cupool.program.eager import EagerSession
 from cupool.program.errors import (
     BudgetTooSmallError,
+    EngineFailedError,
     NotReadyError,
     OpFailedError,
     OpResultError,
@@ -41,8 +42,8 @@ from cupool.program.errors import (
 from cupool.program.session import Session, StepReport
 from cupool.program.tensors import Fetch, Spec, Tensor, array_module, spec
 
-__all__ = ["BudgetTooSmallError", "EagerSession", "Fetch", "NotReadyError", "OpFailedError",
-           "OpResultError", "ProgramChangedError", "ProgramError", "Session",
+__all__ = ["BudgetTooSmallError", "EagerSession", "EngineFailedError", "Fetch", "NotReadyError",
+           "OpFailedError", "OpResultError", "ProgramChangedError", "ProgramError", "Session",
            "SessionClosedError", "Spec", "SpecError", "StepReport", "Tensor",
            "TensorReleasedError", "TensorScopeError", "UndeclaredWriteError",
            "array_module", "spec"]

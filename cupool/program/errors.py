@@ -122,6 +122,22 @@ class OpFailedError(ProgramError):
         return (self.__class__, (self.op, self.op_index, self.iteration, self.cause))
 
 
+class EngineFailedError(ProgramError):
+    """Iteration ``iteration`` failed in the swap engine or the device (a copy, a launch,
+    a stream), not in an op: ``cause`` says what failed. Persistent state the plan was
+    moving may be partly updated or lost, so the session refuses later iterations and
+    reads with this error; closing it returns every device resource."""
+
+    def __init__(self, iteration: int, cause: str) -> None:
+        self.iteration, self.cause = iteration, cause
+        super().__init__(f"iteration {iteration} failed in the swap engine: {cause}; the "
+                         f"persistent state may be partly updated, so the session refuses "
+                         f"later iterations and reads")
+
+    def __reduce__(self):
+        return (self.__class__, (self.iteration, self.cause))
+
+
 class UndeclaredWriteError(ProgramError):
     """Op ``op`` (index ``op_index``) wrote into ``tensor``, which it declared as an input
     only (declare it in ``updates`` to modify it in place)."""
@@ -161,6 +177,6 @@ class NotReadyError(ProgramError):
         return (self.__class__, (self.tensor,))
 
 
-__all__ = ["BudgetTooSmallError", "NotReadyError", "OpFailedError", "OpResultError",
-           "ProgramChangedError", "ProgramError", "SessionClosedError", "SpecError",
-           "TensorReleasedError", "TensorScopeError", "UndeclaredWriteError"]
+__all__ = ["BudgetTooSmallError", "EngineFailedError", "NotReadyError", "OpFailedError",
+           "OpResultError", "ProgramChangedError", "ProgramError", "SessionClosedError",
+           "SpecError", "TensorReleasedError", "TensorScopeError", "UndeclaredWriteError"]

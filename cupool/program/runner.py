@@ -35,6 +35,13 @@ as uploading weights is); those it keeps on the host across iterations have thei
 copy (the engine's ``boundary_slots``) filled when the runner is made. :meth:`read` finds a
 persistent tensor's current value wherever the plan keeps it, :meth:`park` all of them.
 
+**A failure in the engine or the device** (a copy, a launch, a stream; not an op) can
+leave persistent state the plan was moving partly updated: the runner gives its device
+memory back and refuses later iterations and reads with
+:class:`~cupool.program.errors.EngineFailedError` naming what failed (as does an interrupt
+while the step is being enqueued; one while its streams finish leaves the state of the
+whole step).
+
 **An op that raises** does not abort the engine's iteration: the ops after it (and the
 recomputes) are skipped, but every swap of the plan still runs, so each persistent tensor
 is back where the plan keeps it between iterations; the error is raised once the streams
@@ -44,6 +51,7 @@ stay (as a run without cupool would keep them).
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
 from collections import deque
@@ -55,9 +63,10 @@ import numpy as np
 
 from cupool.check import validate_swap_plan
 from cupool.core.vocabulary import Trace
+from cupool.errors import CupoolError
 from cupool.planning.budget.feedback import adjust_triggers
 from cupool.program.calls import OpCaller
-from cupool.program.errors import OpFailedError, ProgramError
+from cupool.program.errors import EngineFailedError, OpFailedError, ProgramError
 from cupool.program.program import FETCH, Program
 from cupool.program.transfer import host_copy, upload
 from cupool.sim.simulator import simulate
@@ -151,16 +160,23 @@ class PlannedRunner:
         self.engine = SwapEngine(self.trace, plan, device, options.settings,
                                  op_us=list(options.op_us) if self._spends else [0.0] * n,
                                  recompute=recompute, layouts=layouts)
-        self.engine.pool.set_limit(size=max(self.engine.arena_bytes, 1))
-        self._first = {}  # buffer id -> value written by its first residency
-        for key in program.persistent_keys:
-            b = ids[key]
-            slot = self.engine.boundary_slots.get(b)
-            if slot is None or b in self.engine.schedule.home:  # written by its home residency
-                self._first[b] = parked[key]
-            if slot is not None:  # and its host copy (offloaded, or read-only and dropped)
-                raw = np.require(parked[key], requirements="C").reshape(-1).view(np.uint8)
-                slot.array[:raw.size] = raw
+        try:
+            self.engine.pool.set_limit(size=max(self.engine.arena_bytes, 1))
+            self._first = {}  # buffer id -> value written by its first residency
+            for key in program.persistent_keys:
+                b = ids[key]
+                slot = self.engine.boundary_slots.get(b)
+                if slot is None or b in self.engine.schedule.home:  # its home residency
+                    self._first[b] = parked[key]
+                if slot is not None:  # and its host copy (offloaded, or read-only, dropped)
+                    raw = np.require(parked[key], requirements="C").reshape(-1).view(np.uint8)
+                    slot.array[:raw.size] = raw
+        except BaseException:
+            self.engine.close()
+            raise
+        self.broken: EngineFailedError | None = None
+        """Set when an iteration failed in the engine (not in an op): the runner refuses
+        to run or read from then on (:class:`EngineFailedError`)."""
         self._touched = tuple(tuple((k, ids[k]) for k in op.touched) for op in program.ops)
         """Per op: ``(tensor key, buffer id)`` of every tensor it touches (the same in
         every iteration of the program)."""
@@ -179,12 +195,29 @@ class PlannedRunner:
     def run(self, program: Program, iteration: int) -> PlannedRun:
         """Run ``program`` (the same program as recorded: checked by the caller) as
         iteration ``iteration``. Raises the first op error, after the iteration closed."""
+        if self.broken is not None:
+            raise self.broken
         engine = self.engine
         self.current, self.failed, self.iteration = program, None, iteration
         self.caller.iteration = iteration
         self._fetched = {}
         engine.pool.reset_peak_stats()
-        result = engine.run_iteration(iteration, self._body)
+        copies_failed = engine.copy_engine.stats()["failed.count"]
+        self._enqueued = False
+        try:
+            result = engine.run_iteration(iteration, self._body)
+        except KeyboardInterrupt:
+            if not self._enqueued:  # interrupted while enqueuing: the plan ran in part
+                self._break(iteration, "interrupted (KeyboardInterrupt) while the step was "
+                                       "being enqueued")
+            raise
+        except CupoolError as exc:
+            raise self._break(iteration, f"{type(exc).__name__}: {exc}") from exc
+        if engine.copy_engine.stats()["failed.count"] > copies_failed:
+            # a swap that failed where no later use of its buffer noticed it
+            lost = [h.failure for h in engine.handles.values() if h.failure is not None]
+            raise self._break(iteration, f"{type(lost[0]).__name__}: {lost[0]}" if lost
+                              else "a swap copy failed")
         stats = engine.pool.memory_stats()
         self._first.clear()  # every home residency starts at op 0: all were written
         if self.failed is not None:
@@ -195,8 +228,16 @@ class PlannedRunner:
         return PlannedRun(result, self._fetched, stats["reserved_bytes.peak"],
                           stats["allocated_bytes.peak"], moved)
 
+    def _break(self, iteration: int, cause: str) -> EngineFailedError:
+        """Refuse from now on (:attr:`broken`) and give the engine's device memory back."""
+        self.broken = EngineFailedError(iteration, cause)
+        with contextlib.suppress(CupoolError):
+            self.engine.close()
+        return self.broken
+
     def _body(self, engine, frame) -> None:
         index = frame.op
+        self._enqueued = index == len(self.current.ops) - 1
         op = self.current.ops[index]
         ptrs = frame.ptrs
         prepared = self._prepared[index]
@@ -309,6 +350,8 @@ class PlannedRunner:
     # -- persistent state ------------------------------------------------------------------
     def read(self, key) -> np.ndarray:
         """Persistent tensor ``key``'s current value (a host copy), between iterations."""
+        if self.broken is not None:
+            raise self.broken
         b = self.program.buffer_ids[key]
         spec = self.program.specs[key]
         if b in self._first:

@@ -183,38 +183,45 @@ class SwapEngine:
         layout = pool_layout(plan, trace, self.size_scale)
         self.sizes = layout.sizes
         self.pool = PlannedPool(device, name=f"replay {trace.name}")
-        self.pool.install_plan(layout.pool_plan, layout.pool_trace)
-        self.arena_bytes = layout.pool_plan.arena_bytes
-        staging_bytes = settings.staging_bytes
-        if staging_bytes is None:
-            swapped = {a.buffer_id for a in plan.actions if isinstance(a, SwapOut)}
-            staging_bytes = sum(round_up(max(1, self.sizes[b]), ALIGNMENT) for b in swapped)
-        self.staging = PinnedStaging(device, staging_bytes)
-        self.copy_engine = CopyEngine(device, self.staging)
-        self.compute = device.create_stream("compute")
-        self.work = StreamWork(device, self.compute, self.seed)
-        self.iteration = 0
-        self.handles = {}
-        for b in trace.buffers:
-            given = (recompute or {}).get(b.id)
-            dtype, shape = (layouts or {}).get(b.id, ("uint8", None))
-            self.handles[b.id] = TensorHandle(
-                b, given or (regenerate(self, b.id) if b.recompute is not None else None),
-                dtype=dtype, shape=shape)
-        self.off_plan = 0
-        self.boundary_slots = {}
-        self._arrays = {}  # (buffer, ptr) -> the handle's array there (made once)
-        self._persistent_ready = set()  # persistent buffers whose first contents are written
-        self._state: IterationState | None = None
-        self._done_events = {}  # op -> the event recorded after it (reused every iteration)
-        self._copy_events = {}  # (buffer, op, direction) -> the event recorded after its copy
-        self._wait_events = []  # pairs of timing events, the k-th for the k-th timed wait
-        self._op_marks = []  # timing events: the iteration's start (0), op i's end (i + 1)
-        self._runs = 0  # iterations begun (which of them time their ops)
-        self._frames_arena = None  # the arena address the planned frames were made for
-        self.schedule = None
-        self.set_plan(plan, layout)
-        self._setup_persistent()
+        # what a failure while making the engine (pinned memory refused, a stream not
+        # made) leaves would hold device and pinned memory forever: give it back
+        with contextlib.ExitStack() as undo:
+            undo.callback(self.pool.close)
+            self.pool.install_plan(layout.pool_plan, layout.pool_trace)
+            self.arena_bytes = layout.pool_plan.arena_bytes
+            staging_bytes = settings.staging_bytes
+            if staging_bytes is None:
+                swapped = {a.buffer_id for a in plan.actions if isinstance(a, SwapOut)}
+                staging_bytes = sum(round_up(max(1, self.sizes[b]), ALIGNMENT)
+                                    for b in swapped)
+            self.staging = PinnedStaging(device, staging_bytes)
+            undo.callback(self.staging.close)
+            self.copy_engine = CopyEngine(device, self.staging)
+            self.compute = device.create_stream("compute")
+            self.work = StreamWork(device, self.compute, self.seed)
+            self.iteration = 0
+            self.handles = {}
+            for b in trace.buffers:
+                given = (recompute or {}).get(b.id)
+                dtype, shape = (layouts or {}).get(b.id, ("uint8", None))
+                self.handles[b.id] = TensorHandle(
+                    b, given or (regenerate(self, b.id) if b.recompute is not None else None),
+                    dtype=dtype, shape=shape)
+            self.off_plan = 0
+            self.boundary_slots = {}
+            self._arrays = {}  # (buffer, ptr) -> the handle's array there (made once)
+            self._persistent_ready = set()  # persistent buffers with first contents written
+            self._state: IterationState | None = None
+            self._done_events = {}  # op -> the event recorded after it (reused each iteration)
+            self._copy_events = {}  # (buffer, op, direction) -> the event after its copy
+            self._wait_events = []  # pairs of timing events, the k-th for the k-th timed wait
+            self._op_marks = []  # timing events: the iteration's start (0), op i's end (i + 1)
+            self._runs = 0  # iterations begun (which of them time their ops)
+            self._frames_arena = None  # the arena address the planned frames were made for
+            self.schedule = None
+            self.set_plan(plan, layout)
+            self._setup_persistent()
+            undo.pop_all()
 
     # -- plan ---------------------------------------------------------------------------
     @property
