@@ -36,6 +36,7 @@ import numpy as np
 
 from cupool.core.liveness import live_bytes
 from cupool.core.vocabulary import (
+    PERSISTENT,
     Plan,
     RecomputeAction,
     Residency,
@@ -179,9 +180,12 @@ def failed_plan(trace: Trace, budget_bytes: int, policy: str, started: float, st
 
 
 def working_set_bytes(trace: Trace) -> np.ndarray:
-    """Bytes each op uses (every buffer in its ``uses``): they must all be resident."""
+    """Bytes each op must have resident in every plan: each buffer in its ``uses``, and a
+    temporary without recorded uses at its first op (it is produced there)."""
     ws = np.zeros(trace.num_ops, dtype=np.int64)
     for b in trace.buffers:
+        if not b.uses and b.kind != PERSISTENT:
+            ws[b.start] += b.size
         for u in set(b.uses):
             ws[u] += b.size
     return ws
