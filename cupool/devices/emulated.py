@@ -242,6 +242,22 @@ class EmulatedEvent(Event):
         token = self._token
         return token is None or token.is_set()
 
+    def record_in_work(self) -> Callable[[], None]:
+        """Record this event from inside work already launched on a stream: returns the
+        function that completes the mark when that work calls it, at its place in the
+        stream's order (what :meth:`record` enqueues as its own task, without the
+        hand-off: the op work of a batch stamps its timing marks as it goes)."""
+        self.device._check_open("event.record_in_work()")
+        token = threading.Event()
+        self._token = token
+
+        def record() -> None:
+            token.recorded_at = time.perf_counter()
+            token.set()
+
+        self.device._add_stat("event_records.count", 1)
+        return record
+
     @property
     def recorded_at(self) -> float:
         """When the stream reached the last recorded mark (``time.perf_counter`` s; 0.0

@@ -176,6 +176,15 @@ class StreamWork:
         with self._on_gpu():
             fn()
 
+    def mark(self, event) -> None:
+        """Record timing ``event`` at this point of the stream's work: on a GPU at once;
+        on the emulated device inside the batch (the launched work stamps it as it runs),
+        so that a mark costs no hand-off of its own."""
+        if self.gpu or self._batch is None:
+            event.record(self.stream)
+            return
+        self._batch.append(event.record_in_work())
+
     def timed_wait(self, event, began, ended) -> TimedWait:
         """Make later work wait for ``event``, between ``began`` and ``ended`` (timing
         events, recorded now on the stream; reusable once the stream was synchronised).

@@ -340,7 +340,7 @@ class SwapEngine:
             self._frames = [None] * n
             self._frames_arena = state.arena_ptr
         if timing:
-            self._op_marks[0].record(self.compute)
+            self.work.mark(self._op_marks[0])
         self._state = state
         return state
 
@@ -424,8 +424,7 @@ class SwapEngine:
             self._persistent_ready.update(running.first_fills)
         work, step = self.work, self._steps[op]
         if state.op_wall_s:  # this iteration times its ops: a mark at the op's end
-            work.flush()
-            self._op_marks[op + 1].record(self.compute)
+            work.mark(self._op_marks[op + 1])
         if step.ends:
             self._end_residencies(state, step.ends)
         work.commit()
@@ -607,8 +606,7 @@ class SwapEngine:
             make = self.device.create_event
             began, ended = state.recomputes[running.op] = (make(timing=True),
                                                            make(timing=True))
-            self.work.flush()
-            began.record(self.compute)
+            self.work.mark(began)
         for b in recomputed:
             producer = self.trace.buffer(b).recompute
             inputs = [self.array(s, self._resident_ptr(state, s, running.op))
@@ -617,8 +615,7 @@ class SwapEngine:
             self.work.run(partial(self._call_recompute, state, running, b, out, inputs))
             self.spend(self.op_us[producer.op])
         if timing:
-            self.work.flush()
-            ended.record(self.compute)
+            self.work.mark(ended)
 
     def _issue_swap_outs(self, state: IterationState, op: int) -> None:
         for b in self.schedule.swap_outs[op]:
