@@ -122,8 +122,23 @@ class _Walk:
     docstring); what it decides accumulates in ``residencies`` and ``actions``."""
 
     def __init__(self, trace: Trace, capacity: int, needs: dict[int, tuple[int, ...]],
-                 skipped: set[int]) -> None:
+                 skipped: set[int], cost) -> None:
         self.trace, self.capacity, self.needs = trace, capacity, needs
+        self.op_start = np.concatenate(([0.0], np.cumsum(cost.op_times(trace))))
+        self.lead_us = {b.id: PREFETCH_LEAD * cost.copy_us(b.size, "h2d") for b in trace.buffers}
+        # prefetch_from[t]: (due op, buffer) whose copy in should start by op t
+        self.prefetch_from: list[list[tuple[int, int]]] = [[] for _ in range(trace.num_ops)]
+        for b in trace.buffers:
+            if b.id in skipped:
+                continue
+            first = 0 if b.kind == PERSISTENT else b.start + 1  # a temporary once made
+            for j in needs[b.id]:
+                latest = int(np.searchsorted(self.op_start, self.op_start[j] - self.lead_us[b.id],
+                                             side="right")) - 1
+                t = max(latest, first)
+                if t < j:
+                    self.prefetch_from[t].append((j, b.id))
+        self.pending: list[tuple[int, int]] = []
         self.size = {b.id: b.size for b in trace.buffers}
         self.persistent = {b.id for b in trace.buffers if b.kind == PERSISTENT}
         self.start_op = {b.id: b.start for b in trace.buffers}
@@ -145,6 +160,7 @@ class _Walk:
         for t in range(n):
             self._close_dead(t)
             self._serve(t)
+            self._prefetch(t)
         for buffer_id in list(self.offset):
             self._leave(buffer_id, n, final=True)
 
@@ -156,7 +172,8 @@ class _Walk:
 
     def _last_need_before(self, buffer_id: int, t: int) -> int:
         ops = self.needs[buffer_id]
-        return ops[bisect.bisect_left(ops, t) - 1]
+        k = bisect.bisect_left(ops, t)
+        return ops[k - 1] if k else -1
 
     def _close_dead(self, t: int) -> None:
         for buffer_id in self.needed_at[t - 1] if t else ():
@@ -171,18 +188,41 @@ class _Walk:
         self.lows.pop(bisect.bisect_left(self.lows, offset))
         del self.at_low[offset]
         last = self._last_need_before(buffer_id, t)
+        if last < begun:  # prefetched, and leaving before its use: as if never copied in
+            self.actions = [a for a in self.actions if not (
+                isinstance(a, SwapIn) and a.buffer_id == buffer_id and a.trigger_op == begun)]
+            return
         end = last + 1 if final else t
         self.residencies.append(Residency(buffer_id, begun, end, offset))
         if buffer_id in self.persistent or self._next_need(buffer_id, t) is not None:
             self.actions.append(SwapOut(buffer_id, last))
 
-    def _enter(self, buffer_id: int, t: int, offset: int) -> None:
+    def _enter(self, buffer_id: int, t: int, offset: int, due: int | None = None) -> None:
         self.offset[buffer_id], self.since[buffer_id] = offset, t
         bisect.insort(self.lows, offset)
         self.at_low[offset] = buffer_id
         produced = buffer_id not in self.persistent and self.start_op[buffer_id] == t
         if not produced:
-            self.actions.append(SwapIn(buffer_id, t, t))
+            self.actions.append(SwapIn(buffer_id, t, t if due is None else due))
+
+    def _prefetch(self, t: int) -> None:
+        """Copy in now what a later op ``j`` needs when waiting one more op would leave its
+        copy less than its lead (:data:`PREFETCH_LEAD` copy times), or when that moment
+        passed without room: into free bytes, or evicting only residents needed after ``j``
+        (Belady's rule)."""
+        waiting = []
+        for j, buffer_id in sorted([*self.pending, *self.prefetch_from[t]],
+                                   key=lambda item: (item[0], -self.size[item[1]], item[1])):
+            if j <= t or buffer_id in self.offset or self._next_need(buffer_id, t + 1) != j:
+                continue  # come, resident, or needed sooner (its own entry serves that)
+            offset = self._free_range(self.size[buffer_id])
+            if offset is None:
+                offset = self._evict_for(self.size[buffer_id], set(), t, before=j)
+            if offset is None:
+                waiting.append((j, buffer_id))
+            else:
+                self._enter(buffer_id, t, offset, due=j)
+        self.pending = waiting
 
     def _serve(self, t: int) -> None:
         needed = self.needed_at[t]
@@ -209,15 +249,18 @@ class _Walk:
                 cursor = low + self.size[self.at_low[low]]
         return best
 
-    def _evict_for(self, size: int, pinned: set[int], t: int) -> int | None:
+    def _evict_for(self, size: int, pinned: set[int], t: int, before: int | None = None
+                   ) -> int | None:
         """Evict the cheapest residents from a range of ``size`` bytes holding nothing in
-        ``pinned``; its offset, or ``None`` when every such range holds a pinned one."""
+        ``pinned`` (nor, with ``before``, anything needed at or before op ``before``); its
+        offset, or ``None`` when every such range holds one."""
         if size > self.capacity:
             return None
         lows = np.array(self.lows, dtype=np.int64)
         ids = [self.at_low[low] for low in self.lows]
         highs = lows + np.array([self.size[b] for b in ids], dtype=np.int64)
-        blocked = np.array([b in pinned for b in ids], dtype=np.int64)
+        blocked = np.array([b in pinned or (before is not None and self._distance(b, t)
+                                            <= before - t) for b in ids], dtype=np.int64)
         weight = np.array([self.size[b] / max(1, self._distance(b, t)) for b in ids])
         starts = np.unique(np.concatenate(([0, self.capacity - size], lows, highs)))
         starts = starts[(starts >= 0) & (starts + size <= self.capacity)]
@@ -264,9 +307,9 @@ class _Walk:
 
 def prefetch_earlier(trace: Trace, cost, residencies: list[Residency], actions: list
                      ) -> tuple[list[Residency], list]:
-    """Each swap-in triggered at its due op starts earlier: its residency begins at the
-    latest of the op its bytes are free from, its buffer's previous residency's end, and
-    the op :data:`PREFETCH_LEAD` copy times before its use."""
+    """Each swap-in starts earlier where it can: its residency begins at the latest of the
+    op its bytes are free from, its buffer's previous residency's end, and the op
+    :data:`PREFETCH_LEAD` copy times before its due op."""
     op_end = np.concatenate(([0.0], np.cumsum(cost.op_times(trace))))  # op k starts at [k]
     size = {b.id: b.size for b in trace.buffers}
     lows = np.array([r.offset for r in residencies], dtype=np.int64)
@@ -288,7 +331,7 @@ def prefetch_earlier(trace: Trace, cost, residencies: list[Residency], actions: 
         k = index[(action.buffer_id, action.trigger_op)]
         t = action.trigger_op
         lead = PREFETCH_LEAD * cost.copy_us(size[action.buffer_id], "h2d")
-        earliest = int(np.searchsorted(op_end, op_end[t] - lead, side="right")) - 1
+        earliest = int(np.searchsorted(op_end, op_end[action.due_op] - lead, side="right")) - 1
         floor = max(earliest, previous_end.get((action.buffer_id, t), 0), 0)
         if floor >= t:
             continue
@@ -331,7 +374,7 @@ def plan_working_sets(trace: Trace, budget_bytes: int, cost, params: BudgetParam
         return BudgetResult(plan, trace, POLICY, reason)
     kept = kept_persistent(trace, budget_bytes, cost, needs) if keep_persistent else []
     kept_bytes = sum(trace.buffer(b).size for b in kept)
-    walk = _Walk(trace, budget_bytes - kept_bytes, needs, set(kept))
+    walk = _Walk(trace, budget_bytes - kept_bytes, needs, set(kept), cost)
     walk.run()
     top = budget_bytes - kept_bytes
     residencies = list(walk.residencies)
