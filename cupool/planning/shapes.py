@@ -137,3 +137,110 @@ def recurrent_trace(steps: int = 56, seed: int = 0, *, layers: int = 1, batch: i
     for li in range(layers):
         g.op(f"zero_grad[{li}]", "opt", writes=grads[li])
     return g.trace(f"recurrent-{steps}x{layers}-seed{seed}")
+
+
+MIB = 1 << 20
+
+
+def near_budget_trace(seed: int = 0, *, ops: int = 27, big: int = 3, big_bytes: int = 312 * MIB,
+                      small: int = 60, weights: int = 8,
+                      op_us: tuple[float, float] = (200.0, 2000.0)) -> Trace:
+    """A short fused training step with ``big`` buffers of ``big_bytes`` each (a fused
+    recurrent layer's saved gates) made in the forward half and read once in the backward
+    half, ``small`` temporaries of 1-64 MiB between, and ``weights`` persistent weights
+    (8-64 MiB, read forward and backward, written by the last op). At 70% of the peak a
+    big buffer is a large share of the budget, so where offsets leave no room for one the
+    placement, not the bytes, is what fails::
+
+        op:    0 ... 13 | 14 ... 25 | 26 (update)
+        big_0  [===================)           made at a forward op, read at the mirror op
+        w_k    [==================================)
+    """
+    rng = np.random.default_rng(seed)
+    g = _Builder(rng, op_us)
+    half = ops // 2
+    made = {int(k): g.buffer(big_bytes) for k in rng.choice(half, size=big, replace=False)}
+    temps = [(g.buffer(int(rng.integers(1, 65)) * MIB), int(rng.integers(0, ops - 1)))
+             for _ in range(small)]
+    spans = {b: (start, int(min(ops - 1, start + rng.integers(1, 6)))) for b, start in temps}
+    params = [g.buffer(int(rng.integers(8, 65)) * MIB, persistent=True) for _ in range(weights)]
+    for i in range(ops - 1):
+        reads = [b for b, (start, end) in spans.items() if start < i <= end]
+        writes = [b for b, (start, _end) in spans.items() if start == i]
+        if i in made:
+            writes.append(made[i])
+        mirror = ops - 2 - i
+        if mirror in made and i >= half:
+            reads.append(made[mirror])
+        layer = [params[i % weights]] if i < half else [params[(ops - 2 - i) % weights]]
+        g.op(f"{'fw' if i < half else 'bw'}[{i}]", "fw" if i < half else "bw",
+             reads=[*reads, *layer], writes=writes)
+    g.op("update", "opt", writes=params)
+    return g.trace(f"near-budget-{ops}x{big}-seed{seed}")
+
+
+def persistent_heavy(seed: int = 0, *, layers: int = 12, weight_bytes: int = 16 * MIB,
+                     activation_bytes: int = 2 * MIB,
+                     op_us: tuple[float, float] = (30.0, 300.0)) -> Trace:
+    """A training step that is mostly parameters and Adam state: per layer a weight (read
+    forward and backward), its gradient (written backward, read by the update) and two
+    moments (written by the update), each ``weight_bytes``; activations of
+    ``activation_bytes`` saved forward for backward. Persistent state is over 80% of the
+    peak, so under 70% of it the step must move state, not activations::
+
+        op:    fw[0] ... fw[L-1] | bw[L-1] ... bw[0] | adam[0] ... adam[L-1]
+        w_l    read              |  read             |  written
+        m_l, v_l                                        written
+    """
+    rng = np.random.default_rng(seed)
+    g = _Builder(rng, op_us)
+    state = [[g.buffer(weight_bytes, persistent=True) for _ in range(4)] for _ in range(layers)]
+    saved = []
+    x = g.buffer(activation_bytes)
+    g.op("input", "fw", writes=[x])
+    for li in range(layers):
+        out = g.buffer(activation_bytes)
+        g.op(f"fw[{li}]", "fw", reads=[x, state[li][0]], writes=[out])
+        saved.append(x)
+        x = out
+    grad = g.buffer(activation_bytes)
+    g.op("loss", "fw", reads=[x], writes=[grad])
+    for li in reversed(range(layers)):
+        below = g.buffer(activation_bytes)
+        weight, gradient = state[li][0], state[li][1]
+        g.op(f"bw[{li}]", "bw", reads=[grad, saved[li], weight], writes=[below, gradient])
+        grad = below
+    for li in range(layers):
+        weight, gradient, m, v = state[li]
+        g.op(f"adam[{li}]", "opt", reads=[gradient], writes=[weight, m, v])
+    return g.trace(f"persistent-heavy-{layers}-seed{seed}")
+
+
+def inference_trace(seed: int = 0, *, layers: int = 40, weight_bytes: tuple[int, int] = (
+                    MIB // 4, 8 * MIB), activation_bytes: tuple[int, int] = (MIB // 2, 12 * MIB),
+                    op_us: tuple[float, float] = (5.0, 80.0)) -> Trace:
+    """A batch-1 forward pass whose trace says nothing about writes (``writes`` unknown on
+    every buffer, as PyTorch snapshots and CuPy hook logs give): per layer one weight
+    (persistent, read once, in fact never written) and an output read by the next layer
+    and, every fourth layer, by a residual add four layers on::
+
+        op:    0   1   2   3   4   5 ...
+        w_l        r                        (writes unknown: a copy out, unless read-only)
+        y_0    [=======)           (+ residual [=================) )
+    """
+    rng = np.random.default_rng(seed)
+    g = _Builder(rng, op_us)
+    low, high = weight_bytes
+    a_low, a_high = activation_bytes
+    x = g.buffer(int(rng.integers(a_low, a_high)), known_writes=False)
+    g.op("input", "fw", writes=[x])
+    residual = x
+    for li in range(layers):
+        weight = g.buffer(int(rng.integers(low, high)), persistent=True, known_writes=False)
+        out = g.buffer(int(rng.integers(a_low, a_high)), known_writes=False)
+        reads = [x, weight] + ([residual] if li % 4 == 3 else [])
+        g.op(f"layer[{li}]", "fw", reads=reads, writes=[out])
+        if li % 4 == 3:
+            residual = out
+        x = out
+    return g.trace(f"inference-{layers}-seed{seed}")
