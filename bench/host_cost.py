@@ -135,7 +135,8 @@ def resident_ops(tensors: int, steps: int) -> dict:
                 calls = _calls(before, after, OPS)  # a step that did not time its ops
     per_op = {k: statistics.median(v) / OPS * 1e6 for k, v in rows.items()}
     return {"tensors": tensors, "ops": OPS,
-            **{f"{k}_us": round(v, 3) for k, v in per_op.items()}, "eager_us": round(statistics.median(eager_s) / OPS * 1e6, 3), "calls_per_op": calls}
+            **{f"{k}_us": round(v, 3) for k, v in per_op.items()},
+            "eager_us": round(statistics.median(eager_s) / OPS * 1e6, 3), "calls_per_op": calls}
 
 
 def ops_with_copies(iterations: int) -> dict:

@@ -128,10 +128,20 @@ _NO_FILLS = frozenset()  # the first_fills of an op that fills no persistent buf
 class _PlannedOp(NamedTuple):
     """An op as ``before_op`` made it with every block at its planned address: the
     ``frame`` handed to the op body and the ``arrivals`` (``(handle, view, ptr)`` of the
-    residencies it begins), the same in every iteration while the blocks stay there."""
+    residencies it begins), the same in every iteration while the blocks stay there.
+    ``resident`` says that nothing but pool blocks and the handles' books happens at the
+    op (no copy, wait, recompute or event): :meth:`SwapEngine.run_iteration` then runs it
+    from ``frees`` (the residencies whose blocks die before it), ``allocs`` (``(key,
+    block bytes, planned address)`` of those starting there), ``uses`` and ``ends`` (the
+    op step's), without the general path's checks."""
 
     frame: OpFrame
     arrivals: tuple
+    resident: bool
+    frees: tuple
+    allocs: tuple
+    uses: tuple
+    ends: tuple
 
 
 class SwapEngine:
@@ -292,12 +302,44 @@ class SwapEngine:
         pattern fills, checks and duration). The first error of the iteration (a use the
         handle refuses, a failed copy, a recompute callable raising) is raised after the
         streams finished; the pool and the staging area are clean then either way."""
-        self.begin_iteration(iteration)
+        state = self.begin_iteration(iteration)
         try:
+            frames, work, malloc = self._frames, self.work, self.pool.malloc
+            blocks, ptrs, marks = state.blocks, state.ptrs, self._op_marks
+            timing = bool(state.op_wall_s)
             for i in range(self.trace.num_ops):
-                frame = self.before_op(i)
-                body(self, frame)
-                self.after_op(i)
+                planned = frames[i]
+                if planned is None or not planned.resident or not state.exact \
+                        or (state.pending and planned.arrivals):
+                    frame = self.before_op(i)
+                    body(self, frame)
+                    self.after_op(i)
+                    continue
+                # a resident op at its planned addresses: the general path's work, flat
+                for key in planned.frees:
+                    blocks.pop(key, None)
+                for key, nbytes, ptr in planned.allocs:
+                    blocks[key] = malloc(nbytes)  # (no local keeps it: its free is a pop)
+                    served = ptrs[key] = blocks[key].ptr
+                    if served != ptr:  # served elsewhere: the general path from here
+                        self.off_plan += 1
+                        state.exact = False
+                if not state.exact:  # its frame is elsewhere: the general path from here
+                    frame = self._before_op_rest(state, i, self._steps[i])
+                    body(self, frame)
+                    self.after_op(i)
+                    continue
+                running = RunningOp(i, _NO_FILLS)
+                self._take_uses(state, running, planned.arrivals, planned.uses)
+                state.running, state.next_op = running, i
+                body(self, planned.frame)
+                if timing:
+                    work.mark(marks[i + 1])
+                if planned.ends:
+                    self._end_residencies(state, planned.ends)
+                work.commit()
+                state.running = None
+                state.next_op = i + 1
         except BaseException as exc:
             self.abort_iteration(exc)
             raise
@@ -352,11 +394,16 @@ class SwapEngine:
         state = self._state
         if state is None or state.running is not None or op != state.next_op:
             raise EngineStateError(self._order_problem("before_op", op))
-        step, ptrs, blocks = self._steps[op], state.ptrs, state.blocks
+        step, blocks = self._steps[op], state.blocks
         for key in step.frees:
             blocks.pop(key, None)  # the block dies: the pool frees it
         if step.allocs:
             self._serve(state, step.allocs)
+        return self._before_op_rest(state, op, step)
+
+    def _before_op_rest(self, state: IterationState, op: int, step) -> OpFrame:
+        """:meth:`before_op` once the op's pool blocks are served."""
+        ptrs = state.ptrs
         if step.swap_ins:
             self._issue_swap_ins(state, op)
         for action in step.due:
@@ -395,11 +442,21 @@ class SwapEngine:
             frame = OpFrame(op, produced, running.first_fills, step.recomputed, step.uses,
                             frame_ptrs)
             if state.exact and not first_fills:  # the same every iteration from now
-                self._frames[op] = _PlannedOp(frame, tuple(arrivals))
+                self._frames[op] = self._planned_op(state, op, frame, arrivals)
         else:
             frame = planned.frame
         state.running = running
         return frame
+
+    def _planned_op(self, state: IterationState, op: int, frame: OpFrame,
+                    arrivals) -> _PlannedOp:
+        step, schedule = self._steps[op], self.schedule
+        resident = not (step.swap_ins or step.due or step.recomputed or step.swap_outs
+                        or op in self._waited_ops)
+        allocs = tuple((key, schedule.block_sizes[key[0]],
+                        state.arena_ptr + schedule.offsets[key]) for key in step.allocs)
+        return _PlannedOp(frame, tuple(arrivals), resident, step.frees, allocs,
+                          self._op_uses[op], step.ends)
 
     def _serve(self, state: IterationState, allocs) -> None:
         """Pool blocks for the residencies starting at an op (``allocs``, in the pool's
@@ -498,7 +555,11 @@ class SwapEngine:
             waited[op] = waited.get(op, 0.0) + ended.seconds_since(began)
         op_wall_s = state.op_wall_s
         for i in range(len(op_wall_s)):
-            spent = marks[i + 1].seconds_since(marks[i]) - waited.get(i, 0.0)
+            if i == 0 and not self.gpu:  # from the gate's release, as the op clock counts
+                spent = marks[1].recorded_at - state.started - state.setup_s
+            else:
+                spent = marks[i + 1].seconds_since(marks[i])
+            spent -= waited.get(i, 0.0)
             op_wall_s[i] = spent if spent > 0.0 else 0.0
 
     def abort_iteration(self, error: BaseException | None = None) -> None:
