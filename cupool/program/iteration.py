@@ -42,6 +42,15 @@ class Iteration:
         of them (returns a tuple of tensors); neither: the op only updates (returns
         ``None``). ``updates`` are tensors the op modifies in place; ``recompute=False``
         marks an op that must never be re-run (not deterministic)."""
+        if out is not None and outputs is None:  # the recorded op again, checked by a compare
+            index = len(self._ops)
+            if index < len(self._recorded):
+                recorded = self._recorded[index]
+                if recorded.fn is fn and recorded.raw_out is not None and (
+                        recorded.raw_out is out or recorded.raw_out == out):
+                    made = self._again(recorded, name, inputs, tuple(updates), recompute)
+                    if made is not None:
+                        return made
         label = name or getattr(fn, "__name__", type(fn).__name__)
         if not callable(fn):
             raise SpecError(label, f"fn (={fn!r}) must be callable")
@@ -52,7 +61,8 @@ class Iteration:
         if isinstance(outputs, (Spec, Tensor)):
             raise SpecError(label, "outputs= takes a list of specs; use out= for one")
         declared = self._declare(label, OP, fn, inputs, tuple(updates),
-                                 [make_spec(label, s) for s in specs], recompute)
+                                 [make_spec(label, s) for s in specs], recompute,
+                                 out if out is not None and type(out) is tuple else None)
         if out is not None:
             return declared[0]
         return tuple(declared) if outputs is not None else None
@@ -81,7 +91,35 @@ class Iteration:
             self._note(tensor)
         return fetch
 
-    def _declare(self, label, kind, fn, inputs, updates, specs, recompute) -> list[Tensor]:
+    def _again(self, recorded: DeclaredOp, name, inputs, updates, recompute):
+        """The output tensor of ``recorded`` (op ``recorded.index`` of the recorded program)
+        declared again with the same callable and output spec: the recorded op itself when
+        its name, tensors and recompute flag are the same and every tensor is valid here;
+        ``None`` otherwise (the general path then checks and builds the op)."""
+        session, number = self.session, self.number
+        label = name or getattr(recorded.fn, "__name__", type(recorded.fn).__name__)
+        if label != recorded.name or recorded.kind != OP or recorded.recompute is not \
+                bool(recompute) or len(inputs) != len(recorded.inputs) or \
+                len(updates) != len(recorded.updates) or session.closed or \
+                self._state != "open":
+            return None
+        specs, names = self._specs, self._names
+        for tensors, keys in ((inputs, recorded.inputs), (updates, recorded.updates)):
+            for tensor, key in zip(tensors, keys, strict=True):
+                if tensor.__class__ is not Tensor or tensor.key != key or tensor.owner is not \
+                        session or tensor.released or (not tensor.persistent
+                                                       and tensor.iteration != number):
+                    return None
+                if tensor.persistent and key not in specs:
+                    specs[key], names[key] = tensor.spec, tensor.name
+        key, spec, tensor_name = recorded.output_keys[0], recorded.outputs[0], \
+            recorded.output_names[0]
+        specs[key], names[key] = spec, tensor_name
+        self._ops.append(recorded)
+        return Tensor(session, key, spec, tensor_name, number)
+
+    def _declare(self, label, kind, fn, inputs, updates, specs, recompute,
+                 raw_out=None) -> list[Tensor]:
         session, number = self.session, self.number
         if session.closed or self._state != "open":
             self._check_open(f"op {label!r}")
@@ -100,7 +138,8 @@ class Iteration:
         if op is None or op.fn is not fn or op.name != label or op.kind != kind \
                 or op.inputs != input_keys or op.updates != update_keys \
                 or op.outputs != specs or op.recompute is not recompute:
-            op = DeclaredOp(index, label, kind, fn, input_keys, update_keys, specs, recompute)
+            op = DeclaredOp(index, label, kind, fn, input_keys, update_keys, specs, recompute,
+                            raw_out)
         # else: the recorded program's op, equal in every field: shared, not rebuilt
         tensors = []
         for k, key in enumerate(op.output_keys):

@@ -59,14 +59,18 @@ class DeclaredOp:
     updates: tuple
     outputs: tuple[Spec, ...]
     recompute: bool = True
+    raw_out: object = field(default=None, compare=False, repr=False)
 
     output_keys: tuple = field(init=False, compare=False, repr=False)
+    output_names: tuple = field(init=False, compare=False, repr=False)
     touched: tuple = field(init=False, compare=False, repr=False)
     signature: tuple = field(init=False, compare=False, repr=False)
     writable: frozenset = field(init=False, compare=False, repr=False)
     written_keys: tuple = field(init=False, compare=False, repr=False)
     read_only: tuple = field(init=False, compare=False, repr=False)
-    """Derived once, at construction: ``output_keys``, the keys of its outputs;
+    """``raw_out``: the ``out=`` tuple it was declared with (a later iteration declaring an
+    equal one is compared with it instead of parsed again). Derived once, at construction:
+    ``output_keys``, the keys of its outputs; ``output_names``, their tensors' names;
     ``touched``, every tensor key the op reads or writes, each once, in declaration order;
     ``signature``, what must match between iterations of the same program;
     ``writable``, the keys it may write (updates and outputs); ``written_keys``, those
@@ -76,6 +80,9 @@ class DeclaredOp:
     def __post_init__(self) -> None:
         outputs = tuple(("t", self.index, k) for k in range(len(self.outputs)))
         object.__setattr__(self, "output_keys", outputs)
+        object.__setattr__(self, "output_names", tuple(
+            spec.name or (self.name if len(self.outputs) == 1 else f"{self.name}.{k}")
+            for k, spec in enumerate(self.outputs)))
         written = (*self.updates, *outputs)
         writable = frozenset(written)
         object.__setattr__(self, "writable", writable)

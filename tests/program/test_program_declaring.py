@@ -63,3 +63,36 @@ def test_a_repeated_output_spec_is_checked_as_the_first_time():
     with pytest.raises(errors.SpecError, match="must not be negative"):
         make_spec("op", ((-1,), "float32"))
     assert make_spec("op", ((True,), "float32")).shape == (1,)
+
+
+def test_an_op_declared_again_is_compared_field_by_field_before_it_is_shared():
+    """The same callable and an equal ``out=`` tuple share the recorded op only when its
+    name, recompute flag and tensors are the recorded ones too; otherwise the op is made
+    again, and a difference the plan cannot serve is a change of the program."""
+    w0 = np.ones(4, np.float32)
+
+    def declare(session, w, v, name="y", recompute=True, first=None):
+        with session.iteration() as it:
+            y = it.op(_scale, first if first is not None else w, out=((4,), "float32"),
+                      name=name, recompute=recompute)
+            it.op(_shift, y, out=((4,), "float32"), name="z")
+        return it.program().ops
+
+    with cupool.Session("100%", device="emulated") as session:
+        w = session.register("w", w0)
+        v = session.register("v", w0 * 3)
+        declare(session, w, v)
+        recorded = session.recorded_program.ops
+        again = declare(session, w, v)
+        assert again[0] is recorded[0] and again[1] is recorded[1]
+        renamed = declare(session, w, v, name="y2")
+        assert renamed[0] is not recorded[0] and session.reports[-1].change is not None
+        recorded = session.recorded_program.ops
+        flagged = declare(session, w, v, name="y2", recompute=False)
+        assert flagged[0] is not recorded[0] and session.reports[-1].change is not None
+        recorded = session.recorded_program.ops
+        other = declare(session, w, v, name="y2", recompute=False, first=v)
+        assert other[0] is not recorded[0] and session.reports[-1].change is not None
+        with pytest.raises(errors.TensorReleasedError):
+            session.release(v)
+            declare(session, w, v, name="y2", recompute=False, first=v)
