@@ -8,9 +8,10 @@ the device memory as a cache of byte ranges::
     op t:   close the temporaries t no longer needs (dead: nothing copied)
             for each buffer op t needs and the device lacks, largest first:
               a free range that holds it (best fit, lowest address)
-              else the range whose residents are cheapest to evict (bytes needed soonest
-                cost most; nothing op t needs may be evicted): each evicted one is copied
-                out after its last use (a drop when clean) and back at its next use
+              else the range whose residents are cheapest to evict (their copy back in,
+                and out unless clean, over how soon they are needed; nothing op t needs
+                may be evicted): each evicted one is copied out after its last use (a
+                drop when clean) and back at its next use
               else, fragmentation: every resident leaves and op t's working set is packed
                 from address 0 (what op t needs that was resident is copied out and in)
             enter it: produced by op t (a temporary's first op) or copied in, due at t
@@ -125,7 +126,12 @@ class _Walk:
                  skipped: set[int], cost) -> None:
         self.trace, self.capacity, self.needs = trace, capacity, needs
         self.op_start = np.concatenate(([0.0], np.cumsum(cost.op_times(trace))))
-        self.lead_us = {b.id: PREFETCH_LEAD * cost.copy_us(b.size, "h2d") for b in trace.buffers}
+        self.copy_in_us = {b.id: cost.copy_us(b.size, "h2d") for b in trace.buffers}
+        self.copy_out_us = {b.id: cost.copy_us(b.size, "d2h") for b in trace.buffers}
+        self.lead_us = {b: PREFETCH_LEAD * us for b, us in self.copy_in_us.items()}
+        self.write_ops = {b.id: frozenset(b.write_ops) for b in trace.buffers
+                          if not b.read_only}
+        self.dirty: set[int] = set()  # residents whose host copy is stale (or absent)
         # prefetch_from[t]: (due op, buffer) whose copy in should start by op t
         self.prefetch_from: list[list[tuple[int, int]]] = [[] for _ in range(trace.num_ops)]
         for b in trace.buffers:
@@ -160,6 +166,9 @@ class _Walk:
         for t in range(n):
             self._close_dead(t)
             self._serve(t)
+            for buffer_id in self.needed_at[t]:
+                if t in self.write_ops.get(buffer_id, ()):
+                    self.dirty.add(buffer_id)
             self._prefetch(t)
         for buffer_id in list(self.offset):
             self._leave(buffer_id, n, final=True)
@@ -185,6 +194,7 @@ class _Walk:
         """End ``buffer_id``'s residency at op ``t``; copy it out after its last use when it
         is needed later (this iteration, or, persistent, the next)."""
         begun, offset = self.since.pop(buffer_id), self.offset.pop(buffer_id)
+        self.dirty.discard(buffer_id)
         self.lows.pop(bisect.bisect_left(self.lows, offset))
         del self.at_low[offset]
         last = self._last_need_before(buffer_id, t)
@@ -202,7 +212,10 @@ class _Walk:
         bisect.insort(self.lows, offset)
         self.at_low[offset] = buffer_id
         produced = buffer_id not in self.persistent and self.start_op[buffer_id] == t
-        if not produced:
+        if produced:
+            self.dirty.add(buffer_id)
+        else:
+            self.dirty.discard(buffer_id)
             self.actions.append(SwapIn(buffer_id, t, t if due is None else due))
 
     def _prefetch(self, t: int) -> None:
@@ -261,7 +274,7 @@ class _Walk:
         highs = lows + np.array([self.size[b] for b in ids], dtype=np.int64)
         blocked = np.array([b in pinned or (before is not None and self._distance(b, t)
                                             <= before - t) for b in ids], dtype=np.int64)
-        weight = np.array([self.size[b] / max(1, self._distance(b, t)) for b in ids])
+        weight = np.array([self._eviction_us(b) / max(1, self._distance(b, t)) for b in ids])
         starts = np.unique(np.concatenate(([0, self.capacity - size], lows, highs)))
         starts = starts[(starts >= 0) & (starts + size <= self.capacity)]
         first = np.searchsorted(highs, starts, side="right")   # residents ending after a
@@ -277,6 +290,12 @@ class _Walk:
             self._leave(ids[j], t)
             self.evictions += 1
         return int(starts[k])
+
+    def _eviction_us(self, buffer_id: int) -> float:
+        """What evicting the buffer costs the link: its copy back in, and its copy out
+        unless its host copy is still valid."""
+        return self.copy_in_us[buffer_id] + (self.copy_out_us[buffer_id]
+                                             if buffer_id in self.dirty else 0.0)
 
     def _distance(self, buffer_id: int, t: int) -> int:
         nxt = self._next_need(buffer_id, t)
