@@ -118,105 +118,184 @@ def kept_persistent(trace: Trace, budget_bytes: int, cost,
     return kept
 
 
+class _Gaps:
+    """The free ranges of ``[0, capacity)``: the smallest that holds a size (lowest
+    address on ties), taken at a given offset, given back merged with its neighbours."""
+
+    def __init__(self, capacity: int) -> None:
+        self.by_size: list[tuple[int, int]] = []  # (size, start), ascending
+        self.starts: list[int] = []               # starts, ascending
+        self.end_of: dict[int, int] = {}
+        self.start_of: dict[int, int] = {}
+        if capacity > 0:
+            self._add(0, capacity)
+
+    def _add(self, start: int, end: int) -> None:
+        bisect.insort(self.by_size, (end - start, start))
+        bisect.insort(self.starts, start)
+        self.end_of[start], self.start_of[end] = end, start
+
+    def _remove(self, start: int) -> int:
+        end = self.end_of.pop(start)
+        del self.start_of[end]
+        del self.by_size[bisect.bisect_left(self.by_size, (end - start, start))]
+        del self.starts[bisect.bisect_left(self.starts, start)]
+        return end
+
+    def best(self, size: int) -> int | None:
+        i = bisect.bisect_left(self.by_size, (size, -1))
+        return self.by_size[i][1] if i < len(self.by_size) else None
+
+    def take(self, offset: int, size: int) -> None:
+        """Mark ``[offset, offset + size)``, inside one free range, used."""
+        start = self.starts[bisect.bisect_right(self.starts, offset) - 1]
+        end = self._remove(start)
+        if start < offset:
+            self._add(start, offset)
+        if offset + size < end:
+            self._add(offset + size, end)
+
+    def give(self, offset: int, size: int) -> None:
+        """Mark ``[offset, offset + size)`` free again."""
+        start, end = offset, offset + size
+        if end in self.end_of:
+            end = self._remove(end)
+        left = self.start_of.get(start)
+        if left is not None:
+            self._remove(left)
+            start = left
+        self._add(start, end)
+
+
 class _Walk:
     """The device as a cache of byte ranges ``[0, capacity)``, walked op by op (module
-    docstring); what it decides accumulates in ``residencies`` and ``actions``."""
+    docstring); what it decides accumulates in ``residencies`` and ``actions``.
+
+    The residents are kept in address order as parallel lists (``lows``, ``highs``,
+    ``slots``); per-buffer numbers are arrays indexed by a buffer's slot (its index in the
+    trace), so that choosing a range to free is a few array operations."""
 
     def __init__(self, trace: Trace, capacity: int, needs: dict[int, tuple[int, ...]],
                  skipped: set[int], cost) -> None:
         self.trace, self.capacity, self.needs = trace, capacity, needs
+        n = trace.num_ops
         self.op_start = np.concatenate(([0.0], np.cumsum(cost.op_times(trace))))
-        self.copy_in_us = {b.id: cost.copy_us(b.size, "h2d") for b in trace.buffers}
-        self.copy_out_us = {b.id: cost.copy_us(b.size, "d2h") for b in trace.buffers}
-        self.lead_us = {b: PREFETCH_LEAD * us for b, us in self.copy_in_us.items()}
-        self.write_ops = {b.id: frozenset(b.write_ops) for b in trace.buffers
-                          if not b.read_only}
-        self.dirty: set[int] = set()  # residents whose host copy is stale (or absent)
-        # prefetch_from[t]: (due op, buffer) whose copy in should start by op t
-        self.prefetch_from: list[list[tuple[int, int]]] = [[] for _ in range(trace.num_ops)]
-        for b in trace.buffers:
+        buffers = trace.buffers
+        self.slot = {b.id: k for k, b in enumerate(buffers)}
+        self.ids = [b.id for b in buffers]
+        self.size = np.array([b.size for b in buffers], dtype=np.int64)
+        self.copy_in_us = np.array([cost.copy_us(b.size, "h2d") for b in buffers])
+        self.copy_out_us = np.array([cost.copy_us(b.size, "d2h") for b in buffers])
+        self.persistent = np.array([b.kind == PERSISTENT for b in buffers], dtype=bool)
+        self.start_op = [b.start for b in buffers]
+        self.write_ops = [frozenset(() if b.read_only else b.write_ops) for b in buffers]
+        self.need_ops = [needs[b.id] for b in buffers]
+        # the op each buffer is needed at next (from the op being walked on); a persistent
+        # buffer past its last need this iteration: its first need in the next one
+        self.next_need = np.array([ops[0] for ops in self.need_ops], dtype=np.int64)
+        self.dirty = np.zeros(len(buffers), dtype=bool)  # host copy stale (or absent)
+        self.pinned = np.zeros(len(buffers), dtype=bool)  # needed by the op being walked
+        self.needed_at: list[list[int]] = [[] for _ in range(n)]  # slots
+        # prefetch_from[t]: (due op, slot) whose copy in should start by op t
+        self.prefetch_from: list[list[tuple[int, int]]] = [[] for _ in range(n)]
+        lead = PREFETCH_LEAD * self.copy_in_us
+        for k, b in enumerate(buffers):
             if b.id in skipped:
                 continue
             first = 0 if b.kind == PERSISTENT else b.start + 1  # a temporary once made
-            for j in needs[b.id]:
-                latest = int(np.searchsorted(self.op_start, self.op_start[j] - self.lead_us[b.id],
+            for j in self.need_ops[k]:
+                self.needed_at[j].append(k)
+                latest = int(np.searchsorted(self.op_start, self.op_start[j] - lead[k],
                                              side="right")) - 1
                 t = max(latest, first)
                 if t < j:
-                    self.prefetch_from[t].append((j, b.id))
+                    self.prefetch_from[t].append((j, k))
         self.pending: list[tuple[int, int]] = []
-        self.size = {b.id: b.size for b in trace.buffers}
-        self.persistent = {b.id for b in trace.buffers if b.kind == PERSISTENT}
-        self.start_op = {b.id: b.start for b in trace.buffers}
-        self.needed_at: list[list[int]] = [[] for _ in range(trace.num_ops)]
-        for b in trace.buffers:
-            if b.id not in skipped:
-                for op in needs[b.id]:
-                    self.needed_at[op].append(b.id)
-        self.lows: list[int] = []       # offsets of the residents, ascending
-        self.at_low: dict[int, int] = {}  # offset -> resident buffer
-        self.offset: dict[int, int] = {}  # resident buffer -> (offset)
-        self.since: dict[int, int] = {}   # resident buffer -> op its residency began
+        self.gaps = _Gaps(capacity)
+        self.lows: list[int] = []   # offsets of the residents, ascending
+        self.highs: list[int] = []  # their ends
+        self.slots: list[int] = []  # their slots
+        self.offset: dict[int, int] = {}  # resident slot -> offset
+        self.since: dict[int, int] = {}   # resident slot -> op its residency began
+        self.entry: dict[int, int] = {}   # resident slot -> index of its SwapIn in actions
         self.residencies: list[Residency] = []
-        self.actions: list = []
+        self.actions: list = []           # None: a swap-in cancelled
         self.evictions = self.repacks = 0
 
     def run(self) -> None:
         n = self.trace.num_ops
         for t in range(n):
             self._close_dead(t)
+            needed = self.needed_at[t]
+            self.pinned[needed] = True  # op t's: neither evicted for it nor for later ops
             self._serve(t)
-            for buffer_id in self.needed_at[t]:
-                if t in self.write_ops.get(buffer_id, ()):
-                    self.dirty.add(buffer_id)
+            for k in needed:
+                if t in self.write_ops[k]:
+                    self.dirty[k] = True
+                self.next_need[k] = self._need_after(k, t)
             self._prefetch(t)
-        for buffer_id in list(self.offset):
-            self._leave(buffer_id, n, final=True)
+            self.pinned[needed] = False
+        for k in list(self.offset):
+            self._leave(k, n, final=True)
+        self.actions = [a for a in self.actions if a is not None]
 
-    # what a buffer needs after op t, before it: its next and previous needed ops
-    def _next_need(self, buffer_id: int, t: int) -> int | None:
-        ops = self.needs[buffer_id]
-        k = bisect.bisect_left(ops, t)
-        return ops[k] if k < len(ops) else None
+    def _need_after(self, k: int, t: int) -> int:
+        """The first op after ``t`` that needs slot ``k`` (this iteration or, persistent,
+        the next); ``2 * num_ops`` when none (a temporary that is dead)."""
+        ops = self.need_ops[k]
+        i = bisect.bisect_right(ops, t)
+        if i < len(ops):
+            return ops[i]
+        n = self.trace.num_ops
+        return ops[0] + n if self.persistent[k] else 2 * n
 
-    def _last_need_before(self, buffer_id: int, t: int) -> int:
-        ops = self.needs[buffer_id]
-        k = bisect.bisect_left(ops, t)
-        return ops[k - 1] if k else -1
+    def _last_need_before(self, k: int, t: int) -> int:
+        ops = self.need_ops[k]
+        i = bisect.bisect_left(ops, t)
+        return ops[i - 1] if i else -1
 
     def _close_dead(self, t: int) -> None:
-        for buffer_id in self.needed_at[t - 1] if t else ():
-            if (buffer_id in self.offset and buffer_id not in self.persistent
-                    and self._next_need(buffer_id, t) is None):
-                self._leave(buffer_id, t)
+        n = self.trace.num_ops
+        for k in self.needed_at[t - 1] if t else ():
+            if k in self.offset and not self.persistent[k] and self.next_need[k] >= 2 * n:
+                self._leave(k, t)
 
-    def _leave(self, buffer_id: int, t: int, final: bool = False) -> None:
-        """End ``buffer_id``'s residency at op ``t``; copy it out after its last use when it
+    def _unlist(self, k: int) -> tuple[int, int]:
+        """Take slot ``k`` off the residents; its residency's first op and offset."""
+        offset = self.offset.pop(k)
+        i = bisect.bisect_left(self.lows, offset)
+        del self.lows[i], self.highs[i], self.slots[i]
+        self.gaps.give(offset, int(self.size[k]))
+        self.dirty[k] = False
+        return self.since.pop(k), offset
+
+    def _leave(self, k: int, t: int, final: bool = False) -> None:
+        """End slot ``k``'s residency at op ``t``; copy it out after its last use when it
         is needed later (this iteration, or, persistent, the next)."""
-        begun, offset = self.since.pop(buffer_id), self.offset.pop(buffer_id)
-        self.dirty.discard(buffer_id)
-        self.lows.pop(bisect.bisect_left(self.lows, offset))
-        del self.at_low[offset]
-        last = self._last_need_before(buffer_id, t)
+        begun, offset = self._unlist(k)
+        entry = self.entry.pop(k, None)
+        last = self._last_need_before(k, t)
         if last < begun:  # prefetched, and leaving before its use: as if never copied in
-            self.actions = [a for a in self.actions if not (
-                isinstance(a, SwapIn) and a.buffer_id == buffer_id and a.trigger_op == begun)]
+            self.actions[entry] = None
             return
         end = last + 1 if final else t
+        buffer_id = self.ids[k]
         self.residencies.append(Residency(buffer_id, begun, end, offset))
-        if buffer_id in self.persistent or self._next_need(buffer_id, t) is not None:
+        if self.persistent[k] or self.next_need[k] < 2 * self.trace.num_ops:
             self.actions.append(SwapOut(buffer_id, last))
 
-    def _enter(self, buffer_id: int, t: int, offset: int, due: int | None = None) -> None:
-        self.offset[buffer_id], self.since[buffer_id] = offset, t
-        bisect.insort(self.lows, offset)
-        self.at_low[offset] = buffer_id
-        produced = buffer_id not in self.persistent and self.start_op[buffer_id] == t
-        if produced:
-            self.dirty.add(buffer_id)
+    def _enter(self, k: int, t: int, offset: int, due: int | None = None) -> None:
+        self.offset[k], self.since[k] = offset, t
+        i = bisect.bisect_left(self.lows, offset)
+        self.lows.insert(i, offset)
+        self.highs.insert(i, offset + int(self.size[k]))
+        self.slots.insert(i, k)
+        self.gaps.take(offset, int(self.size[k]))
+        if not self.persistent[k] and self.start_op[k] == t:  # produced here
+            self.dirty[k] = True
         else:
-            self.dirty.discard(buffer_id)
-            self.actions.append(SwapIn(buffer_id, t, t if due is None else due))
+            self.entry[k] = len(self.actions)
+            self.actions.append(SwapIn(self.ids[k], t, t if due is None else due))
 
     def _prefetch(self, t: int) -> None:
         """Copy in now what a later op ``j`` needs when waiting one more op would leave its
@@ -224,58 +303,54 @@ class _Walk:
         passed without room: into free bytes, or evicting only residents needed after ``j``
         (Belady's rule)."""
         waiting = []
-        for j, buffer_id in sorted([*self.pending, *self.prefetch_from[t]],
-                                   key=lambda item: (item[0], -self.size[item[1]], item[1])):
-            if j <= t or buffer_id in self.offset or self._next_need(buffer_id, t + 1) != j:
+        for j, k in sorted([*self.pending, *self.prefetch_from[t]],
+                           key=lambda item: (item[0], -self.size[item[1]], item[1])):
+            if j <= t or k in self.offset or self.next_need[k] != j:
                 continue  # come, resident, or needed sooner (its own entry serves that)
-            offset = self._free_range(self.size[buffer_id])
+            size = int(self.size[k])
+            offset = self._free_range(size)
             if offset is None:
-                offset = self._evict_for(self.size[buffer_id], set(), t, before=j)
+                offset = self._evict_for(size, t, before=j)
             if offset is None:
-                waiting.append((j, buffer_id))
+                waiting.append((j, k))
             else:
-                self._enter(buffer_id, t, offset, due=j)
+                self._enter(k, t, offset, due=j)
         self.pending = waiting
 
     def _serve(self, t: int) -> None:
         needed = self.needed_at[t]
-        missing = sorted((b for b in needed if b not in self.offset),
-                         key=lambda b: (-self.size[b], b))
-        pinned = set(needed)
-        for buffer_id in missing:
-            offset = self._free_range(self.size[buffer_id])
+        missing = sorted((k for k in needed if k not in self.offset),
+                         key=lambda k: (-self.size[k], k))
+        for k in missing:
+            size = int(self.size[k])
+            offset = self._free_range(size)
             if offset is None:
-                offset = self._evict_for(self.size[buffer_id], pinned, t)
+                offset = self._evict_for(size, t)
             if offset is None:
                 self._repack(t, needed)
                 return
-            self._enter(buffer_id, t, offset)
+            self._enter(k, t, offset)
 
     def _free_range(self, size: int) -> int | None:
         """The smallest free range holding ``size`` bytes (lowest address on ties)."""
-        best, best_room, cursor = None, None, 0
-        for low in [*self.lows, self.capacity]:
-            room = low - cursor
-            if room >= size and (best_room is None or room < best_room):
-                best, best_room = cursor, room
-            if low < self.capacity:
-                cursor = low + self.size[self.at_low[low]]
-        return best
+        return self.gaps.best(size)
 
-    def _evict_for(self, size: int, pinned: set[int], t: int, before: int | None = None
-                   ) -> int | None:
-        """Evict the cheapest residents from a range of ``size`` bytes holding nothing in
-        ``pinned`` (nor, with ``before``, anything needed at or before op ``before``); its
-        offset, or ``None`` when every such range holds one."""
+    def _evict_for(self, size: int, t: int, before: int | None = None) -> int | None:
+        """Evict the cheapest residents from a range of ``size`` bytes holding nothing the
+        op being walked needs (nor, with ``before``, anything needed at or before op
+        ``before``); its offset, or ``None`` when every such range holds one."""
         if size > self.capacity:
             return None
         lows = np.array(self.lows, dtype=np.int64)
-        ids = [self.at_low[low] for low in self.lows]
-        highs = lows + np.array([self.size[b] for b in ids], dtype=np.int64)
-        blocked = np.array([b in pinned or (before is not None and self._distance(b, t)
-                                            <= before - t) for b in ids], dtype=np.int64)
-        weight = np.array([self._eviction_us(b) / max(1, self._distance(b, t)) for b in ids])
-        starts = np.unique(np.concatenate(([0, self.capacity - size], lows, highs)))
+        highs = np.array(self.highs, dtype=np.int64)
+        slots = np.array(self.slots, dtype=np.int64)
+        blocked = self.pinned[slots]
+        if before is not None:
+            blocked = blocked | (self.next_need[slots] <= before)
+        cost_us = self.copy_in_us[slots] + np.where(self.dirty[slots],
+                                                    self.copy_out_us[slots], 0.0)
+        weight = cost_us / np.maximum(1, self.next_need[slots] - t)
+        starts = np.sort(np.concatenate(([0, self.capacity - size], lows, highs)))
         starts = starts[(starts >= 0) & (starts + size <= self.capacity)]
         first = np.searchsorted(highs, starts, side="right")   # residents ending after a
         past = np.searchsorted(lows, starts + size, side="left")  # ... starting before a+size
@@ -285,43 +360,28 @@ class _Walk:
         if not np.any(ok):
             return None
         costs = np.where(ok, weight_sum[past] - weight_sum[first], np.inf)
-        k = int(np.argmin(costs))  # lowest address on ties
-        for j in range(int(first[k]), int(past[k])):
-            self._leave(ids[j], t)
+        best = int(np.argmin(costs))  # lowest address on ties
+        for k in slots[int(first[best]):int(past[best])].tolist():
+            self._leave(k, t)
             self.evictions += 1
-        return int(starts[k])
-
-    def _eviction_us(self, buffer_id: int) -> float:
-        """What evicting the buffer costs the link: its copy back in, and its copy out
-        unless its host copy is still valid."""
-        return self.copy_in_us[buffer_id] + (self.copy_out_us[buffer_id]
-                                             if buffer_id in self.dirty else 0.0)
-
-    def _distance(self, buffer_id: int, t: int) -> int:
-        nxt = self._next_need(buffer_id, t)
-        if nxt is None:  # persistent: its first need of the next iteration
-            nxt = self.needs[buffer_id][0] + self.trace.num_ops
-        return nxt - t
+        return int(starts[best])
 
     def _repack(self, t: int, needed: list[int]) -> None:
         """Every resident leaves (those entered at ``t`` without a trace); op ``t``'s
         working set is packed from address 0, largest first."""
         self.repacks += 1
-        fresh = {b for b, since in self.since.items() if since == t}
-        for buffer_id in list(self.offset):
-            if buffer_id in fresh:  # entered at t: nothing of it to keep
-                offset = self.offset.pop(buffer_id)
-                del self.since[buffer_id]
-                self.lows.pop(bisect.bisect_left(self.lows, offset))
-                del self.at_low[offset]
+        for k in list(self.offset):
+            if self.since[k] == t:  # entered at t: nothing of it to keep
+                self._unlist(k)
+                entry = self.entry.pop(k, None)
+                if entry is not None:
+                    self.actions[entry] = None
             else:
-                self._leave(buffer_id, t)
-        self.actions = [a for a in self.actions if not (
-            isinstance(a, SwapIn) and a.trigger_op == t and a.buffer_id in fresh)]
+                self._leave(k, t)
         cursor = 0
-        for buffer_id in sorted(needed, key=lambda b: (-self.size[b], b)):
-            self._enter(buffer_id, t, cursor)
-            cursor += self.size[buffer_id]
+        for k in sorted(needed, key=lambda k: (-self.size[k], k)):
+            self._enter(k, t, cursor)
+            cursor += int(self.size[k])
 
 
 def prefetch_earlier(trace: Trace, cost, residencies: list[Residency], actions: list
