@@ -14,7 +14,7 @@ from cupool.io import load_trace
 def cmd_replay(args, stdout) -> int:
     from cupool.app.replay import DEFAULT_SIZE_SCALE, ReplaySettings, replay
 
-    trace = load_trace(args.trace)
+    trace = load_trace(args.trace, read_only_state=args.read_only_state)
     size_scale = args.size_scale or DEFAULT_SIZE_SCALE
     settings = ReplaySettings(iterations=args.iterations, link=args.link,
                               size_scale=size_scale, policy=args.policy, seed=args.seed)

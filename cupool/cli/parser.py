@@ -71,6 +71,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="processes the auto budget policy plans its members in (1: none; "
                    "0: one per CPU on traces of 2000+ buffers; the plan is the same)")
     p.add_argument("--out", help="write the plan: PLAN.json (plan format) or PLAN.csv")
+    p.add_argument("--read-only-state", action="store_true",
+                   help="the step never writes persistent buffers (inference): those "
+                   "whose writes the trace does not say are read-only")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--alignment", type=positive_int, default=512,
                    help="--solver blocks: block and region alignment in bytes (default 512)")
@@ -85,6 +88,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--d2h-gbps", type=positive_seconds)
     s.add_argument("--latency-us", type=non_negative_float)
     s.add_argument("--plan", help="simulate this plan (JSON) instead of planning")
+    s.add_argument("--read-only-state", action="store_true",
+                   help="the step never writes persistent buffers (inference): those "
+                   "whose writes the trace does not say are read-only")
     s.add_argument("--seed", type=non_negative_int, default=0)
     s.add_argument("--workers", type=non_negative_int, default=1,
                    help="processes the auto budget policy plans its members in (1: none; "
@@ -101,12 +107,18 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--size-scale", type=positive_int, default=None,
                    help="divide every size by this (default 1024) so big traces fit in RAM")
     r.add_argument("--policy", default="auto", choices=policy_names())
+    r.add_argument("--read-only-state", action="store_true",
+                   help="the step never writes persistent buffers (inference): those "
+                   "whose writes the trace does not say are read-only")
     r.add_argument("--seed", type=non_negative_int, default=0)
     r.add_argument("--json", action="store_true")
 
     v = commands.add_parser("validate", help="check a plan against its trace")
     v.add_argument("trace")
     v.add_argument("plan", help="plan JSON, or MiniMalloc CSV with an offset column")
+    v.add_argument("--read-only-state", action="store_true",
+                   help="as the plan was made: persistent buffers whose writes the trace "
+                   "does not say are read-only")
     v.add_argument("--json", action="store_true")
 
     i = commands.add_parser("info", help="describe a trace")

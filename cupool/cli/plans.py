@@ -27,7 +27,7 @@ def cmd_plan(args, stdout) -> int:
         raise InputError(f"--solver {args.solver} plans one trace (got {len(args.trace)}); "
                          f"several traces share one pool only with --solver {BLOCKS_SOLVER}")
     args.trace = args.trace[0]
-    trace = load_trace(args.trace)
+    trace = load_trace(args.trace, read_only_state=args.read_only_state)
     lower = trace.lower_bound_bytes()
     capacity = None if args.budget is None else parse_budget(args.budget, lower, "--budget")
     params = SolverParams(time_limit_s=args.time_limit, seed=args.seed)
@@ -69,7 +69,7 @@ def cmd_plan(args, stdout) -> int:
 def cmd_plan_blocks(args, stdout) -> int:
     from cupool.planning.blocks import BlockParams, check_pool, plan_shared
 
-    traces = [load_trace(path) for path in args.trace]
+    traces = [load_trace(path, read_only_state=args.read_only_state) for path in args.trace]
     sum_peaks = sum(t.lower_bound_bytes() for t in traces)
     capacity = None if args.budget is None else parse_budget(args.budget, sum_peaks, "--budget")
     if args.out is not None and not Path(args.out).is_dir():
@@ -114,7 +114,7 @@ def cmd_plan_blocks(args, stdout) -> int:
 
 
 def cmd_validate(args, stdout) -> int:
-    trace = load_trace(args.trace)
+    trace = load_trace(args.trace, read_only_state=args.read_only_state)
     report = read_plan(trace, args.plan).check
     document = {"trace": trace.name, "valid": report.valid, "rule": report.rule or None,
                 "message": report.message or None}
@@ -126,7 +126,7 @@ def cmd_validate(args, stdout) -> int:
 def cmd_simulate(args, stdout) -> int:
     from cupool.sim import overhead_lower_bound, simulate
 
-    trace = load_trace(args.trace)
+    trace = load_trace(args.trace, read_only_state=args.read_only_state)
     lower = trace.lower_bound_bytes()
     budget = parse_budget(args.budget, lower, "--budget")
     cost = cost_from(args)

@@ -20,6 +20,8 @@ import json
 import os
 from pathlib import Path
 
+from cupool.core.read_only import ReadOnlyStateError
+from cupool.core.read_only import read_only_state as declare_read_only
 from cupool.core.vocabulary import Placement, Plan, SolveStatus, Trace
 from cupool.errors import InputError, PlanFormatError, TraceFormatError
 from cupool.io._files import is_regular_output, read_bytes, write_atomic
@@ -70,10 +72,23 @@ def load_trace_and_offsets(path: str | os.PathLike, device: int | None = None):
     return parse_csv(text, _trace_name(path), str(path))
 
 
-def load_trace(path: str | os.PathLike, device: int | None = None) -> Trace:
+def load_trace(path: str | os.PathLike, device: int | None = None,
+               read_only_state: bool = False) -> Trace:
     """Read a trace: trace v1 JSON or MiniMalloc CSV, a PyTorch memory snapshot or a CuPy
-    DebugPrintHook log (any of them optionally gzipped); formats are told by content."""
-    return load_trace_and_offsets(path, device)[0]
+    DebugPrintHook log (any of them optionally gzipped); formats are told by content.
+
+    ``read_only_state``: the step never writes its persistent buffers (inference), so those
+    whose ``writes`` are unknown become read-only
+    (:func:`cupool.core.read_only.read_only_state`); a trace whose ``writes`` say one is
+    written raises :class:`~cupool.core.read_only.ReadOnlyStateError` (naming the buffer,
+    the op and the file)."""
+    trace = load_trace_and_offsets(path, device)[0]
+    if not read_only_state:
+        return trace
+    try:
+        return declare_read_only(trace)
+    except ReadOnlyStateError as error:
+        raise ReadOnlyStateError(error.detail, error.where, str(path)) from None
 
 
 def convert(in_path: str | os.PathLike, out_path: str | os.PathLike,
