@@ -37,7 +37,15 @@ uses / across the iteration boundary only when the budget still does not hold.
 - :func:`fallbacks`: when persistent state with what an op uses does not fit the budget at
   some op, the persistent gaps taken off the device first, late where they must be
   (:mod:`.boundary`, each of its variants); and, only when nothing found a plan, the
-  default greedy placed first-fit.
+  default greedy placed first-fit;
+- last of all, the last resort (:func:`working_set_members`, :mod:`.working_sets`), which
+  cannot fail where every op's own working set fits the budget: at each op only what the
+  op needs must be resident, copies waited for where they cannot land on time, placed as
+  a cache of byte ranges (fragmentation cannot refuse it), with all persistent state off
+  the device between uses and with what fits kept on it. Its plans are kept aside: the
+  best of them is refined too when it beats the best of the other members before
+  refining, and wins only when faster refined (so it never makes ``auto`` slower, and a
+  plan exists wherever one can).
 
 It checks each plan with the independent validator, simulates it, and keeps the one with
 the least simulated iteration time (ties: fewer swapped bytes, then member order). A plan
