@@ -11,8 +11,10 @@ models each:
 - ``near-budget`` (seeds 0 and 1): 27 ops, 3 buffers of 312 MiB, 60 temporaries of 1-64 MiB,
   8 weights; Gen5 and Gen4;
 - ``persistent-heavy``: weights, gradients and Adam moments over 80% of the peak; Gen5, Gen4;
-- ``inference``: a 40-layer forward pass whose trace has no ``writes`` (weights may be
-  written, as far as the planner knows); Gen5, Gen4.
+- ``inference-no-writes``: a 40-layer forward pass whose trace has no ``writes`` (weights
+  may be written, as far as the planner knows); Gen5, Gen4;
+- ``inference-read-only``: the same trace with its persistent state declared read-only
+  (``--read-only-state``: weights dropped, never copied back); Gen5, Gen4.
 
 Per cell: whether ``auto`` returned a plan the independent validator accepts, its
 simulated overhead, the sound lower bound, and whether the overhead is within
@@ -40,6 +42,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from cupool.check import validate_plan
+from cupool.core.read_only import read_only_state
 from cupool.core.vocabulary import Trace
 from cupool.planning.budget import plan_with_budget
 from cupool.planning.budget.working_sets import required_bytes
@@ -72,6 +75,7 @@ SHAPES = (
     Shape("near-budget-1", lambda: near_budget_trace(1), GEN),
     Shape("persistent-heavy", persistent_heavy, GEN),
     Shape("inference-no-writes", inference_trace, GEN),
+    Shape("inference-read-only", lambda: read_only_state(inference_trace()), GEN),
 )
 
 
