@@ -187,7 +187,7 @@ def profile():
     prof = cProfile.Profile()
     _run = engine_module.SwapEngine.run_iteration
 
-    def run_iteration(self, iteration, body=engine_module.pattern_body):
+    def run_iteration(self, iteration, body):
         prof.enable()
         try:
             return _run(self, iteration, body)

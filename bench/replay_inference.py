@@ -31,8 +31,8 @@ from pathlib import Path
 from swap import LINKS, bench_traces, run_info
 
 from cupool.app.replay import ReplaySettings, replay
+from cupool.program.errors import ReplayError
 from cupool.sim import cost_model
-from cupool.swap.errors import ReplayError
 
 ROOT = Path(__file__).resolve().parents[1]
 SIZE_SCALE = 4096

@@ -276,9 +276,10 @@ def replay_on_emulated(trace, plan, iterations: int = 3, size_scale: int = 1):
     without it); every iteration's bytes are checked against the trace's data. Returns the
     iterations' results and the copy engine's stats."""
     from cupool.devices import open_device
-    from cupool.swap.engine import EngineSettings, SwapEngine
+    from cupool.swap.engine import EngineSettings
+    from cupool.swap.patterns import PatternEngine
 
-    with open_device("emulated") as device, SwapEngine(
+    with open_device("emulated") as device, PatternEngine(
             trace, plan, device, EngineSettings(size_scale=size_scale)) as engine:
         results = [engine.run_iteration(i) for i in range(iterations)]
         stats = engine.copy_engine.stats()

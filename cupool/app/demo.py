@@ -149,7 +149,7 @@ def replay_budget_plan(say: Say) -> dict:
     one is usable, else on the emulated device. ``{"skipped": why}`` when it cannot run."""
     from cupool.app.replay import DEFAULT_SIZE_SCALE, ReplaySettings, replay
     from cupool.devices import probe_cuda
-    from cupool.swap.errors import ReplayError
+    from cupool.program.errors import ReplayError
 
     trace = _budget_trace()
     usable, why = probe_cuda()

@@ -64,13 +64,14 @@ from cupool.errors import InputError
 from cupool.planning.budget.feedback import predicted_waits
 from cupool.planning.planned import make_plan
 from cupool.program.calls import OpCaller
+from cupool.program.errors import ReplayError
 from cupool.program.runner import PlannedRunner, RunnerOptions
 from cupool.program.synthetic import synthetic_program
 from cupool.progress import iterate
 from cupool.sim.cost import cost_model, link_gbps
 from cupool.sim.simulator import simulate
 from cupool.swap.engine import LATE_THRESHOLD_WALL_US, EngineSettings
-from cupool.swap.errors import ReplayError
+from cupool.swap.errors import EngineError
 
 DEFAULT_SIZE_SCALE = 1024
 DEFAULT_TIME_SCALE = 50.0
@@ -157,8 +158,11 @@ def replay(trace: Trace, budget, settings: ReplaySettings | None = None, *,
     runs, checked = [], []
     try:
         gpu = getattr(device, "kind", "") == "cuda"
-        runner = PlannedRunner(synthetic.program, given, device,
-                               OpCaller(gpu, check_writes=False), synthetic.parked, options)
+        try:
+            runner = PlannedRunner(synthetic.program, given, device,
+                                   OpCaller(gpu, check_writes=False), synthetic.parked, options)
+        except EngineError as exc:  # the engine cannot run this plan on this device
+            raise ReplayError(str(exc)) from exc
         try:
             synthetic.checks.bind(runner.engine)
             for iteration in iterate(range(settings.iterations), "replay", "iter"):

@@ -138,6 +138,12 @@ class EngineFailedError(ProgramError):
         return (self.__class__, (self.iteration, self.cause))
 
 
+class ReplayError(ProgramError):
+    """A recorded trace cannot be replayed as a program: no valid swapping plan within the
+    budget, recompute callables for buffers the trace does not have, or the swap engine
+    cannot run the plan on the device (reason in the message)."""
+
+
 class UndeclaredWriteError(ProgramError):
     """Op ``op`` (index ``op_index``) wrote into ``tensor``, which it declared as an input
     only (declare it in ``updates`` to modify it in place)."""
@@ -178,5 +184,6 @@ class NotReadyError(ProgramError):
 
 
 __all__ = ["BudgetTooSmallError", "EngineFailedError", "NotReadyError", "OpFailedError",
-           "OpResultError", "ProgramChangedError", "ProgramError", "SessionClosedError",
+           "OpResultError", "ProgramChangedError", "ProgramError", "ReplayError",
+           "SessionClosedError",
            "SpecError", "TensorReleasedError", "TensorScopeError", "UndeclaredWriteError"]

@@ -86,13 +86,13 @@ class _Run:
     input_us: float      # the passive duration of the input op
 
 
-def _run(device, ops: int, iterations: int) -> _Run | None:
-    """Run a program of an input op and ``ops`` no-op ops on ``device``: recorded, planned
-    (budget 100%), then planned iterations; ``None`` if it was not planned."""
-    from cupool.program.session import Session  # the session measures with this module
-
+def _run(session_type, device, ops: int, iterations: int) -> _Run | None:
+    """Run a program of an input op and ``ops`` no-op ops on ``device`` in a
+    ``session_type`` session: recorded, planned (budget 100%), then planned iterations;
+    ``None`` if it was not planned."""
     x0 = np.ones(16, np.float32)
-    with Session("100%", device=device, measure_link=False, measure_overhead=False) as s:
+    with session_type("100%", device=device, measure_link=False,
+                      measure_overhead=False) as s:
         w = s.register("w", x0)
         for _ in range(iterations + 2):
             with s.iteration() as it:
@@ -106,15 +106,19 @@ def _run(device, ops: int, iterations: int) -> _Run | None:
     return _Run(tuple(planned[1:]), tuple(durations[1:]), durations[0])
 
 
-def measure_engine_overhead(device, *, short_ops: int = SHORT_OPS, long_ops: int = LONG_OPS,
+def measure_engine_overhead(session_type, device, *, short_ops: int = SHORT_OPS,
+                            long_ops: int = LONG_OPS,
                             iterations: int = ITERATIONS) -> EngineOverhead | None:
-    """Measure :class:`EngineOverhead` on ``device`` (module docstring; the caller keeps
-    owning the device). ``None`` when the measuring program could not be planned."""
+    """Measure :class:`EngineOverhead` on ``device`` through sessions of ``session_type``
+    (:class:`~cupool.program.session.Session`, which measures itself with this module when
+    it opens, and passes its own type: this module imports nothing above it) (module
+    docstring; the caller keeps owning the device). ``None`` when the measuring program
+    could not be planned."""
     if not 0 < short_ops < long_ops:
         raise ProgramError(f"short_ops (={short_ops}) must be > 0 and < long_ops "
                          f"(={long_ops})")
-    short = _run(device, short_ops, iterations)
-    long = _run(device, long_ops, iterations) if short is not None else None
+    short = _run(session_type, device, short_ops, iterations)
+    long = _run(session_type, device, long_ops, iterations) if short is not None else None
     if long is None:
         return None
     short_us, long_us = statistics.median(short.iteration_us), statistics.median(long.iteration_us)

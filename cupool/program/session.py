@@ -259,7 +259,7 @@ class Session:
         from cupool.program.overhead import measure_engine_overhead
 
         try:
-            self.op_overhead = measure_engine_overhead(self.device)
+            self.op_overhead = measure_engine_overhead(Session, self.device)
         except BaseException:
             self.close()
             raise

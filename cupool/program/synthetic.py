@@ -33,10 +33,10 @@ import numpy as np
 
 from cupool.core.vocabulary import PERSISTENT, Plan, Trace
 from cupool.kernels import reference
+from cupool.program.errors import ReplayError
 from cupool.program.program import OP, DeclaredOp, Program
 from cupool.program.tensors import Spec
 from cupool.swap.checks import CheckCounts
-from cupool.swap.errors import ReplayError
 from cupool.swap.layout import pool_layout
 from cupool.swap.patterns import pattern_iteration
 from cupool.swap.schedule import build_schedule
@@ -114,7 +114,7 @@ def synthetic_program(trace: Trace, plan: Plan, op_us, size_scale: int = 1, seed
     """``trace`` under swapping ``plan`` as a program (module docstring), its ops spending
     ``op_us`` (trace µs per op), sizes divided by ``size_scale``, patterns seeded with
     ``seed``; ``recompute`` maps buffer ids to callables replacing the pattern's
-    regeneration. Raises :class:`~cupool.swap.errors.ReplayError` for a ``recompute`` key
+    regeneration. Raises :class:`~cupool.program.errors.ReplayError` for a ``recompute`` key
     the trace has no buffer for."""
     unknown = sorted(set(recompute or ()) - {b.id for b in trace.buffers})
     if unknown:

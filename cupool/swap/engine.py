@@ -16,8 +16,9 @@ kernels on a GPU). A client drives one iteration as::
         engine.after_op(i)            # release the uses, record done[i], swap-outs
     result = engine.end_iteration()   # synchronize, clean up, IterationResult
 
-(:meth:`SwapEngine.run_iteration` is that loop, with the replay's
-:func:`~cupool.swap.patterns.pattern_body` by default; :meth:`SwapEngine.abort_iteration`
+(:meth:`SwapEngine.run_iteration` is that loop, with the client's body: a program's ops, or
+the replay's pattern instrument, :class:`~cupool.swap.patterns.PatternEngine`;
+:meth:`SwapEngine.abort_iteration`
 closes an iteration something raised in). For op ``i`` the engine enqueues, in this order
 (nothing blocks the caller until the final ``synchronize``)::
 
@@ -64,9 +65,10 @@ the iteration is timed from the start of its enqueuing.
 
 **Recompute.** A recompute action before op ``i`` calls the handle's ``recompute(out,
 *inputs)`` with the arrays of the buffer's new residency and of its producer's inputs
-(held for read: they must be resident). By default it regenerates the buffer's pattern
-(:func:`~cupool.swap.patterns.regenerate`); a callable given per buffer (``recompute=``)
-replaces it.
+(held for read: they must be resident): the callable the client gave for the buffer
+(``recompute=``); a plan that recomputes a buffer without one is refused. The engine holds
+no defaults of a replay's: the op body, the recompute callables and the first contents of
+the persistent buffers' host copies (``boundary_slots``) are the client's.
 """
 
 from __future__ import annotations
@@ -82,7 +84,7 @@ from cupool.core.vocabulary import Plan, SwapIn, SwapOut, Trace
 from cupool.errors import CupoolError
 from cupool.swap.checks import StreamWork
 from cupool.swap.copy_engine import CopyEngine
-from cupool.swap.errors import CopyFailedError, EngineStateError, ReplayError
+from cupool.swap.errors import CopyFailedError, EngineError, EngineStateError
 from cupool.swap.handles import DEVICE, HOST, TO_HOST, TensorHandle
 from cupool.swap.iteration import (
     LATE_THRESHOLD_WALL_US,
@@ -96,7 +98,6 @@ from cupool.swap.iteration import (
     split_overlapping,
 )
 from cupool.swap.layout import Layout, pool_layout, round_up
-from cupool.swap.patterns import fill_host_copy, pattern_body, regenerate
 from cupool.swap.schedule import build_schedule
 from cupool.swap.staging import ALIGNMENT, PinnedStaging
 from cupool.swap.steps import intents_of, op_steps
@@ -121,7 +122,7 @@ class EngineSettings:
 
 OpBody = Callable[["SwapEngine", OpFrame], object]
 """``body(engine, frame)``: the work of op ``frame.op``, enqueued between ``before_op`` and
-``after_op`` (see :func:`~cupool.swap.patterns.pattern_body`)."""
+``after_op`` (for example :func:`~cupool.swap.patterns.pattern_body`)."""
 _NO_FILLS = frozenset()  # the first_fills of an op that fills no persistent buffer
 
 
@@ -150,8 +151,8 @@ class SwapEngine:
 
     ``settings`` (:class:`EngineSettings`) scales sizes and times; ``op_us`` are the op
     durations to spend (trace µs; default: the trace's, 10 µs where it has none);
-    ``recompute`` maps buffer ids to ``recompute(out, *inputs)`` callables replacing the
-    default regeneration (module docstring); ``layouts`` maps buffer ids to ``(dtype,
+    ``recompute`` maps buffer ids to ``recompute(out, *inputs)`` callables, one for every
+    buffer the plan recomputes (module docstring); ``layouts`` maps buffer ids to ``(dtype,
     shape)``, the arrays :meth:`array` and the handles give for them (default: flat
     ``uint8``; a program's op bodies get typed arrays). Call :meth:`close` (or use as a
     context manager) to return the pool's arena and the staging reservation.
@@ -172,17 +173,17 @@ class SwapEngine:
         try:
             from cupool.allocator.pool import PlannedPool
         except ImportError as exc:  # PlannedPool is a cupy.cuda.MemoryPool
-            raise ReplayError(f"the swap runtime serves every buffer from PlannedPool, a "
+            raise EngineError(f"the swap runtime serves every buffer from PlannedPool, a "
                               f"CuPy memory pool, and CuPy is not installed ({exc}): pip "
                               f"install 'cupool[cuda13]' (or 'cupool[cuda12]')") from None
         if getattr(device, "kind", "") not in ("emulated", "cuda"):
-            raise ReplayError(f"device (={device!r}): the executor runs on an 'emulated' or "
+            raise EngineError(f"device (={device!r}): the executor runs on an 'emulated' or "
                               f"'cuda' device")
         if plan.is_static:
-            raise ReplayError("the executor needs a swapping plan (residencies and actions)")
+            raise EngineError("the executor needs a swapping plan (residencies and actions)")
         unknown = sorted(set(recompute or ()) - {b.id for b in trace.buffers})
         if unknown:
-            raise ReplayError(f"recompute callables for buffers {unknown}, which trace "
+            raise EngineError(f"recompute callables for buffers {unknown}, which trace "
                               f"{trace.name!r} does not have")
         self.trace, self.device, self.settings = trace, device, settings
         self.size_scale, self.time_scale = settings.size_scale, settings.time_scale
@@ -214,9 +215,7 @@ class SwapEngine:
             for b in trace.buffers:
                 given = (recompute or {}).get(b.id)
                 dtype, shape = (layouts or {}).get(b.id, ("uint8", None))
-                self.handles[b.id] = TensorHandle(
-                    b, given or (regenerate(self, b.id) if b.recompute is not None else None),
-                    dtype=dtype, shape=shape)
+                self.handles[b.id] = TensorHandle(b, given, dtype=dtype, shape=shape)
             self.off_plan = 0
             self.boundary_slots = {}
             self._arrays = {}  # (buffer, ptr) -> the handle's array there (made once)
@@ -253,7 +252,7 @@ class SwapEngine:
         if layout is None:
             layout = pool_layout(plan, self.trace, self.size_scale)
             if layout.pool_plan.arena_bytes != self.arena_bytes:
-                raise ReplayError(f"plan needs {layout.pool_plan.arena_bytes} scaled arena "
+                raise EngineError(f"plan needs {layout.pool_plan.arena_bytes} scaled arena "
                                   f"bytes, the pool's arena has {self.arena_bytes}")
             self.pool.install_plan(layout.pool_plan, layout.pool_trace)
         self.schedule = build_schedule(plan, self.trace, layout)
@@ -261,6 +260,11 @@ class SwapEngine:
         for b, start in self.schedule.home.items():
             self._home_at.setdefault(start, []).append(b)
         schedule = self.schedule
+        missing = sorted({b for recomputed in schedule.recomputes.values() for b in recomputed
+                          if self.handles[b].recompute is None})
+        if missing:
+            raise EngineError(f"the plan recomputes buffers {missing} and no recompute "
+                              f"callable was given for them (recompute=)")
         self._steps = op_steps(schedule, self.trace)
         handles = self.handles
         self._op_uses = [tuple((handles[b], write) for b, write in step.intents)
@@ -272,14 +276,14 @@ class SwapEngine:
 
     def _setup_persistent(self) -> None:
         """Persistent buffers the plan starts the iteration with on the host, or drops, get
-        a host copy holding their first contents, kept across iterations."""
+        a host copy, kept across iterations (``boundary_slots``), into which the client
+        writes their first contents."""
         schedule = self.schedule
         for b, spans in schedule.residencies.items():
             offloaded = isinstance(schedule.entered.get((b, spans[0].start)), SwapIn)
             if b in schedule.persistent and (offloaded or b in schedule.dropped):
                 level = schedule.out_levels[max(k for k in schedule.out_levels if k[0] == b)]
                 slot = self.staging.acquire(max(1, self.sizes[b]), level)
-                fill_host_copy(self, slot, b)
                 self.boundary_slots[b] = slot
                 if offloaded:
                     self.handles[b].move(HOST)
@@ -296,12 +300,12 @@ class SwapEngine:
         return array
 
     # -- one iteration, op by op ---------------------------------------------------------
-    def run_iteration(self, iteration: int, body: OpBody = pattern_body) -> IterationResult:
+    def run_iteration(self, iteration: int, body: OpBody) -> IterationResult:
         """Run iteration ``iteration``: every op of the trace between :meth:`before_op` and
-        :meth:`after_op`, with ``body(engine, frame)`` as the op (by default the replay's
-        pattern fills, checks and duration). The first error of the iteration (a use the
-        handle refuses, a failed copy, a recompute callable raising) is raised after the
-        streams finished; the pool and the staging area are clean then either way."""
+        :meth:`after_op`, with ``body(engine, frame)`` as the op. The first error of the
+        iteration (a use the handle refuses, a failed copy, a recompute callable raising)
+        is raised after the streams finished; the pool and the staging area are clean then
+        either way."""
         state = self.begin_iteration(iteration)
         try:
             frames, work, malloc = self._frames, self.work, self.pool.malloc
@@ -703,7 +707,7 @@ class SwapEngine:
         """Where buffer ``b``'s residency holding op ``op`` was served this iteration."""
         start = self.schedule.holding(b, op)
         if start is None or (b, start) not in state.ptrs:
-            raise ReplayError(f"buffer {b} is used at op {op} but has no residency there")
+            raise EngineError(f"buffer {b} is used at op {op} but has no residency there")
         return state.ptrs[(b, start)]
 
     def _end_residencies(self, state: IterationState, ends) -> None:

@@ -8,7 +8,7 @@
         ConflictingUseError        a use conflicting with one in progress (another thread)
         CopyFailedError            a swap copy failed; raised at the buffer's next use
       StagingError                 a staging slot released twice, or a bad request
-      ReplayError                  the engine cannot run this plan or device
+      EngineError                  the engine cannot run this plan on this device
       EngineStateError             the op-boundary methods called out of order
 
 Errors with fields pickle with them (``__reduce__``), so they survive worker processes;
@@ -80,9 +80,10 @@ class StagingError(CupoolError):
     """A slot released twice, or not from this staging area."""
 
 
-class ReplayError(CupoolError):
-    """The swap engine cannot run this plan or device, or no valid swapping plan exists
-    for a replay (reason in the message)."""
+class EngineError(CupoolError):
+    """The swap engine cannot run this plan on this device: CuPy missing, a device of
+    another kind, a static plan, a recompute without its callable, a layout the pool cannot
+    serve (reason in the message)."""
 
 
 class EngineStateError(CupoolError):

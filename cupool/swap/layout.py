@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from cupool.allocator.arena import ALLOCATION_UNIT
 from cupool.check import validate_plan
 from cupool.core.vocabulary import Buffer, Op, Placement, Plan, SolveStatus, Trace
-from cupool.swap.errors import ReplayError
+from cupool.swap.errors import EngineError
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,7 @@ def round_up(value: int, unit: int) -> int:
 def pool_layout(plan: Plan, trace: Trace, size_scale: int) -> Layout:
     """The :class:`Layout` of swapping ``plan`` for ``trace`` at ``size_scale``.
 
-    Raises :class:`~cupool.swap.errors.ReplayError` if the static plan over the
+    Raises :class:`~cupool.swap.errors.EngineError` if the static plan over the
     residencies fails the validator (it cannot when ``plan`` passes the swap validator)."""
     unit = ALLOCATION_UNIT
     full = {b.id: b.size for b in trace.buffers}
@@ -86,7 +86,7 @@ def pool_layout(plan: Plan, trace: Trace, size_scale: int) -> Layout:
                      SolveStatus.FEASIBLE, arena, pool_trace.lower_bound_bytes(), placements)
     report = validate_plan(pool_trace, pool_plan)
     if not report.valid:
-        raise ReplayError(f"the pool layout of the plan is invalid ({report.rule}): "
+        raise EngineError(f"the pool layout of the plan is invalid ({report.rule}): "
                           f"{report.message}")
     return Layout(sizes, block_sizes, offsets,
                   tuple((r.buffer_id, r.start) for r in residencies), pool_trace, pool_plan)

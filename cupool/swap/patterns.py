@@ -8,13 +8,18 @@ written once, in the first iteration where its first residency is served (timed 
 not as iteration time: it stands for uploading the weights), or into its host copy when
 the plan starts the iteration with it swapped out. Every use compares every byte;
 mismatches are counted (``corrupt_bytes``), never raised. A recomputed buffer gets its
-pattern again from :func:`regenerate` (the default ``recompute`` callable), unless the
-caller gave its own, whose bytes are then checked like any other.
+pattern again from :func:`regenerate`, unless the caller gave its own ``recompute``
+callable, whose bytes are then checked like any other.
+
+:class:`PatternEngine` is the swap engine with this instrument: :func:`pattern_body` as its
+op body, :func:`regenerate` as the recompute of every buffer the caller gave none for, and
+the patterns written into the persistent buffers' host copies (the engine itself holds
+none of a replay's defaults).
 
 ``cupool replay`` writes and checks the same patterns through the program runner instead
 (:mod:`cupool.program.synthetic`: each trace op a declared op, the session's path; there a
-persistent buffer is also checked at the use that first fills it). :func:`pattern_body`
-stays the engine's default body, for a plan run on the engine alone. Any other op body
+persistent buffer is also checked at the use that first fills it). :class:`PatternEngine`
+runs a plan on the engine alone (tests, the stress walker's twin). Any other op body
 has its shape: ``body(engine, frame)``, called between ``engine.before_op(i)`` and
 ``engine.after_op(i)``, enqueues the op's work on ``engine.work`` (a
 :class:`~cupool.swap.checks.StreamWork`) and its time with ``engine.spend``.
@@ -26,6 +31,7 @@ import time
 from functools import partial
 
 from cupool.devices.memory import host_view
+from cupool.swap.engine import EngineSettings, SwapEngine
 
 
 def pattern_iteration(engine, b: int) -> int:
@@ -69,10 +75,34 @@ def fill_host_copy(engine, slot, b: int) -> None:
     fill(slot.array[:engine.sizes[b]], engine.seed, b, 0)
 
 
-def regenerate(engine, b: int):
-    """The default ``recompute(out, *inputs)`` of buffer ``b``: writes its pattern for the
-    running iteration into ``out``, in stream order (``StreamWork.run`` calls it)."""
+class PatternEngine(SwapEngine):
+    """A :class:`~cupool.swap.engine.SwapEngine` running the pattern instrument (module
+    docstring); the arguments are the engine's. :meth:`run_iteration` runs
+    :func:`pattern_body` unless given another body."""
+
+    def __init__(self, trace, plan, device, settings: EngineSettings | None = None, *,
+                 op_us=None, recompute: dict | None = None, layouts: dict | None = None) -> None:
+        made: list = []  # the engine, once made (the recompute callables need it)
+        given = dict(recompute or {})
+        for b in trace.buffers:
+            if b.recompute is not None and b.id not in given:
+                given[b.id] = regenerate(made, b.id)
+        super().__init__(trace, plan, device, settings, op_us=op_us, recompute=given,
+                         layouts=layouts)
+        made.append(self)
+        for b, slot in self.boundary_slots.items():
+            fill_host_copy(self, slot, b)
+
+    def run_iteration(self, iteration: int, body=None):
+        return super().run_iteration(iteration, pattern_body if body is None else body)
+
+
+def regenerate(made: list, b: int):
+    """A ``recompute(out, *inputs)`` for buffer ``b`` of the engine ``made[0]``: writes its
+    pattern for the running iteration into ``out``, in stream order (``StreamWork.run``
+    calls it)."""
     def regenerate(out, *inputs) -> None:
+        engine = made[0]
         ptr, nbytes, seed = _address(out), engine.sizes[b], engine.seed
         if engine.gpu:
             from cupool.kernels import fill_pattern

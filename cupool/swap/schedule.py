@@ -40,7 +40,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from cupool.core.vocabulary import PERSISTENT, Plan, RecomputeAction, SwapIn, SwapOut, Trace
-from cupool.swap.errors import ReplayError
+from cupool.swap.errors import EngineError
 from cupool.swap.handles import DROPPED, HOST, RETIRED
 from cupool.swap.layout import Layout
 
@@ -84,7 +84,7 @@ class Schedule:
 
 def build_schedule(plan: Plan, trace: Trace, layout: Layout) -> Schedule:
     """Index ``plan`` (a swapping plan for ``trace``) by op. Raises
-    :class:`~cupool.swap.errors.ReplayError` for a persistent buffer that would end the
+    :class:`~cupool.swap.errors.EngineError` for a persistent buffer that would end the
     iteration at another offset than it starts it (moving weights across the iteration
     boundary is not supported)."""
     by_buffer = defaultdict(list)
@@ -134,7 +134,7 @@ def build_schedule(plan: Plan, trace: Trace, layout: Layout) -> Schedule:
                 produced[first.start].append(b)
             else:
                 if spans[-1].offset != first.offset:
-                    raise ReplayError(f"persistent buffer {b} ends the iteration at offset "
+                    raise EngineError(f"persistent buffer {b} ends the iteration at offset "
                                       f"{spans[-1].offset}, starts it at {first.offset}: "
                                       f"moving it across the boundary is not supported")
                 home[b] = first.start

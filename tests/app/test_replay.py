@@ -134,7 +134,7 @@ def test_without_cupy_the_runtime_says_what_to_install(monkeypatch):
     error (the CLI's exit 2), never an ImportError traceback."""
     import sys
 
-    from cupool.swap.errors import ReplayError
+    from cupool.program.errors import ReplayError
     from tests.swap_cases import six_op_swap_plan, six_op_trace
 
     for name in [m for m in sys.modules if m == "cupy" or m.startswith("cupy.")] or ["cupy"]:

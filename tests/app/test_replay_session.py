@@ -14,11 +14,11 @@ import cupool.program.synthetic as synthetic
 from cupool.app.replay import ReplaySettings, open_paced_device, replay
 from cupool.program import OpFailedError
 from cupool.program.calls import OpCaller
+from cupool.program.errors import ReplayError
 from cupool.program.runner import PlannedRunner, RunnerOptions
 from cupool.program.synthetic import synthetic_program
 from cupool.sim.cost import cost_model
 from cupool.swap.engine import EngineSettings
-from cupool.swap.errors import ReplayError
 from tests.swap_cases import six_op_recompute_plan, six_op_swap_plan, six_op_trace
 
 UNSCALED = ReplaySettings(iterations=2, size_scale=1, time_scale=1.0, feedback=False)

@@ -10,8 +10,9 @@ import pytest
 
 from cupool.app.replay import ReplaySettings, replay
 from cupool.core.vocabulary import Buffer, RecomputeAction
-from cupool.swap.engine import EngineSettings, SwapEngine
+from cupool.swap.engine import EngineSettings
 from cupool.swap.handles import DEVICE, RETIRED, WRITE, TensorHandle
+from cupool.swap.patterns import PatternEngine
 
 pytestmark = pytest.mark.gpu
 
@@ -58,7 +59,7 @@ def test_uses_on_cuda_yield_cupy_arrays_at_the_planned_address(cuda_device):
     import cupy
 
     _trace, plan, planned = _planned()
-    with SwapEngine(planned, plan, cuda_device, EngineSettings(size_scale=SIZE_SCALE)) as engine:
+    with PatternEngine(planned, plan, cuda_device, EngineSettings(size_scale=SIZE_SCALE)) as engine:
         result = engine.run_iteration(0)
         resident = [h for h in engine.handles.values() if h.state == DEVICE]
         assert resident and result.corrupt_bytes == 0
@@ -72,6 +73,6 @@ def test_a_wrong_recompute_callable_is_caught_on_cuda(cuda_device):
     recomputed = {a.buffer_id for a in plan.actions if isinstance(a, RecomputeAction)}
     assert recomputed
     wrong = {b: (lambda out, *inputs: out.fill(0)) for b in recomputed}  # on the stream
-    with SwapEngine(planned, plan, cuda_device, EngineSettings(size_scale=SIZE_SCALE),
+    with PatternEngine(planned, plan, cuda_device, EngineSettings(size_scale=SIZE_SCALE),
                     recompute=wrong) as engine:
         assert engine.run_iteration(0).corrupt_bytes > 0

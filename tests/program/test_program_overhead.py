@@ -31,7 +31,8 @@ def test_apply_adds_the_per_op_cost_to_every_op_and_the_per_iteration_cost_to_th
 
 def test_the_measurement_follows_from_its_raw_timings():
     with open_device("emulated") as device:
-        measured = measure_engine_overhead(device, short_ops=2, long_ops=12, iterations=4)
+        measured = measure_engine_overhead(cupool.Session, device, short_ops=2, long_ops=12,
+                                           iterations=4)
     assert (measured.short_ops, measured.long_ops) == (2, 12)
     assert len(measured.short_iteration_us) == len(measured.long_iteration_us) == 4
     assert measured.per_op_us >= 0 and measured.per_iteration_us >= 0
@@ -47,7 +48,7 @@ def test_the_measurement_follows_from_its_raw_timings():
 
 def test_program_lengths_must_be_ordered():
     with open_device("emulated") as device, pytest.raises(ProgramError, match="short_ops"):
-        measure_engine_overhead(device, short_ops=8, long_ops=8)
+        measure_engine_overhead(cupool.Session, device, short_ops=8, long_ops=8)
 
 
 def _recorded(**options):

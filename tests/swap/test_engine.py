@@ -18,9 +18,9 @@ from cupool.core.vocabulary import (
 )
 from cupool.devices import open_device
 from cupool.swap.engine import EngineSettings, SwapEngine
-from cupool.swap.errors import EngineStateError
+from cupool.swap.errors import EngineError, EngineStateError
 from cupool.swap.handles import DEVICE, RETIRED
-from cupool.swap.patterns import pattern_body
+from cupool.swap.patterns import PatternEngine, pattern_body
 from tests.swap_cases import (
     resnet_capuchin_plan,
     six_op_recompute_plan,
@@ -38,7 +38,7 @@ _planned = resnet_capuchin_plan
 
 def _engine(device, **options):
     _trace, plan, planned = _planned()
-    return SwapEngine(planned, plan, device, EngineSettings(size_scale=SIZE_SCALE), **options)
+    return PatternEngine(planned, plan, device, EngineSettings(size_scale=SIZE_SCALE), **options)
 
 
 def _recomputed(plan):
@@ -148,7 +148,7 @@ def test_the_op_boundaries_run_an_op_body_of_the_callers_own(make_plan, recomput
     trace = six_op_trace()
     plan = make_plan(trace)
     with open_device("emulated") as device, \
-            SwapEngine(trace, plan, device, recompute=recompute) as engine:
+            PatternEngine(trace, plan, device, recompute=recompute) as engine:
         for iteration in range(2):
             reads = []
             body = _writing_and_reading_body(reads)
@@ -174,7 +174,7 @@ def test_the_op_boundaries_run_an_op_body_of_the_callers_own(make_plan, recomput
 def test_op_boundaries_out_of_order_raise_and_an_abort_leaves_the_engine_usable():
     trace = six_op_trace()
     plan = six_op_swap_plan(trace)
-    with open_device("emulated") as device, SwapEngine(trace, plan, device) as engine:
+    with open_device("emulated") as device, PatternEngine(trace, plan, device) as engine:
         with pytest.raises(EngineStateError, match=r"before_op\(0\): no iteration is running"):
             engine.before_op(0)
         engine.begin_iteration(0)
@@ -227,7 +227,7 @@ def test_a_planned_iteration_puts_no_python_on_the_streams_timeline():
     keys = ("host_callbacks.count", "launches.count", "event_records.count",
             "stream_waits.count", "copy_count.h2d", "copy_count.d2h")
     with open_device("emulated", capacity="1MiB") as device, \
-            SwapEngine(trace, plan, device, EngineSettings(time_ops_every=4)) as engine:
+            PatternEngine(trace, plan, device, EngineSettings(time_ops_every=4)) as engine:
         for iteration in range(3):
             timed = engine.run_iteration(iteration)
             assert len(timed.op_us) == ops
@@ -250,7 +250,7 @@ def test_an_ops_observed_time_leaves_out_the_recomputes_before_it():
     trace = six_op_trace()
     op_us = [20_000.0, 0.0, 0.0, 0.0, 0.0, 0.0]
     with open_device("emulated") as device, \
-            SwapEngine(trace, six_op_recompute_plan(trace), device, op_us=op_us,
+            PatternEngine(trace, six_op_recompute_plan(trace), device, op_us=op_us,
                        recompute={1: _recompute_a_from_w}) as engine:
         result = engine.run_iteration(0, pattern_body)
     assert result.op_us[0] >= 20_000
@@ -278,7 +278,7 @@ def early_copy_out_case():
 def test_a_buffer_copied_out_early_stays_readable_until_its_residency_ends():
     trace, plan = early_copy_out_case()
     assert validate_swap_plan(trace, plan).valid
-    with open_device("emulated") as device, SwapEngine(trace, plan, device) as engine:
+    with open_device("emulated") as device, PatternEngine(trace, plan, device) as engine:
         for iteration in range(2):
             engine.begin_iteration(iteration)
             for i in range(trace.num_ops):
@@ -289,3 +289,17 @@ def test_a_buffer_copied_out_early_stays_readable_until_its_residency_ends():
             assert result.corrupt_bytes == 0 and result.bytes_checked > 0
             assert engine.handles[0].state == RETIRED
         assert engine.pool.used_bytes() == 0 and engine.staging.is_clean()
+
+
+def test_the_engine_holds_no_replay_defaults():
+    """A plan that recomputes a buffer needs the client's recompute callable: the engine
+    has no pattern regeneration of its own, and refuses such a plan by naming the buffer;
+    the op body is the client's too."""
+    trace = six_op_trace()
+    with open_device("emulated") as device:
+        with pytest.raises(EngineError, match=r"recomputes buffers \[1\] and no recompute "
+                                              r"callable was given"):
+            SwapEngine(trace, six_op_recompute_plan(trace), device)
+        with SwapEngine(trace, six_op_swap_plan(trace), device) as engine, \
+                pytest.raises(TypeError):
+            engine.run_iteration(0)  # no body: nothing of a replay's runs by default

@@ -24,7 +24,8 @@ from cupool.core.vocabulary import (
     SwapOut,
 )
 from cupool.devices import open_device
-from cupool.swap.engine import EngineSettings, SwapEngine
+from cupool.swap.engine import EngineSettings
+from cupool.swap.patterns import PatternEngine
 from tests.swap_cases import swap_plan, trace_and_plan, trace_of, written_trace_and_plan
 
 
@@ -63,7 +64,7 @@ def test_every_valid_generated_plan_replays_byte_exact(case):
     # ops of 0 to 3 ms: copies out land long before the reads that follow them
     settings_ = EngineSettings(time_scale=500.0)
     with open_device("emulated") as device, \
-            SwapEngine(trace, plan, device, settings_) as engine:
+            PatternEngine(trace, plan, device, settings_) as engine:
         for iteration in range(2):
             result = engine.run_iteration(iteration)
             assert result.corrupt_bytes == 0

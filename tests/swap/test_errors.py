@@ -10,11 +10,11 @@ from cupool.errors import CupoolError
 from cupool.swap.errors import (
     ConflictingUseError,
     CopyFailedError,
+    EngineError,
     EngineStateError,
     HandleError,
     HandleLifetimeError,
     HandleStateError,
-    ReplayError,
     StagingError,
 )
 
@@ -28,7 +28,7 @@ ERRORS = [
     (CopyFailedError(9, "h2d", 1024, "DMA fault"),
      "buffer 9: h2d copy of 1024 bytes failed: DMA fault"),
     (StagingError("released twice"), "released twice"),
-    (ReplayError("no plan within 8 bytes"), "no plan within 8 bytes"),
+    (EngineError("the executor needs a swapping plan"), "the executor needs a swapping plan"),
     (EngineStateError("before_op(3): no iteration is running"),
      "before_op(3): no iteration is running"),
 ]
