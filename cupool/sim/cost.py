@@ -57,7 +57,15 @@ class CostModel:
     trace gives none (µs). ``h2d_gbps``, ``d2h_gbps`` and ``latency_us`` are those of
     pinned host memory; the ``pageable_*`` fields those of pageable host memory
     (``None``: :data:`PAGEABLE_FRACTION` of the pinned bandwidth, and
-    :data:`DEFAULT_PAGEABLE_LATENCY_US`)."""
+    :data:`DEFAULT_PAGEABLE_LATENCY_US`).
+
+    ``host_us_per_op`` is what enqueuing one op costs the host (µs): the compute stream
+    cannot run ahead of the host, so op ``i`` is dispatched no earlier than ``(i + 1) ×
+    host_us_per_op`` from the iteration's start, and the swap-ins it triggers are handed
+    over then too; with ``host_gated`` the device starts only once the host enqueued the
+    whole iteration (the emulated device's gate: every op no earlier than ``num_ops ×
+    host_us_per_op``). 0 (the default) leaves the host out: a launch-bound program is
+    then predicted as fast as its ops."""
 
     h2d_gbps: float
     d2h_gbps: float
@@ -67,6 +75,8 @@ class CostModel:
     pageable_h2d_gbps: float | None = None
     pageable_d2h_gbps: float | None = None
     pageable_latency_us: float | None = None
+    host_us_per_op: float = 0.0
+    host_gated: bool = False
 
     def __post_init__(self):
         for name in ("h2d_gbps", "d2h_gbps"):
@@ -74,7 +84,7 @@ class CostModel:
         for name in ("pageable_h2d_gbps", "pageable_d2h_gbps"):
             if getattr(self, name) is not None:
                 _positive(name, getattr(self, name))
-        for name in ("latency_us", "default_op_us", "pageable_latency_us"):
+        for name in ("latency_us", "default_op_us", "pageable_latency_us", "host_us_per_op"):
             value = getattr(self, name)
             if value is None and name == "pageable_latency_us":
                 continue
@@ -126,6 +136,11 @@ class CostModel:
         """Duration of op ``i`` of ``trace`` (µs): its ``duration_us``, else the default."""
         duration = trace.ops[i].duration_us
         return self.default_op_us if duration is None else float(duration)
+
+    def host_ready_us(self, op: int, num_ops: int) -> float:
+        """When the host has enqueued op ``op`` of an iteration of ``num_ops`` ops (µs
+        from its start; see the class docstring)."""
+        return (num_ops if self.host_gated else op + 1) * self.host_us_per_op
 
     def op_times(self, trace: Trace) -> list[float]:
         """``op_us`` of every op, in order."""

@@ -165,6 +165,8 @@ class ReplayInput:
     (``[0, num_ops)``) are left out: the replay never reaches them.
 
     ``op_us`` is each op's duration (``op_us_nonnegative``: every one ``>= 0``);
+    ``host_ready`` when the host has enqueued each op (empty: the host is left out, see
+    :class:`~cupool.sim.cost.CostModel` ``host_us_per_op``);
     ``widest_swap_out`` the most bytes one copy out copies; ``shortest_copy_us`` the
     shortest copy time (0 when there is no copy); ``ops_without_duration`` how many ops took
     the cost model's default duration.
@@ -183,6 +185,7 @@ class ReplayInput:
     shortest_copy_us: float
     ops_without_duration: int
     op_us_nonnegative: bool
+    host_ready: tuple = ()
 
 
 def replay_input(trace, residencies: tuple[Residency, ...], actions,
@@ -216,9 +219,11 @@ def replay_input(trace, residencies: tuple[Residency, ...], actions,
                                np.array(durations, np.float64)[rows])
     rows, first = _grouped(np.where(by_op.filled, arrays.starts, -1), n)
     filled = FilledRows(first, arrays.lows[rows], arrays.highs[rows])
+    host_ready = tuple(cost.host_ready_us(i, n) for i in range(n)) \
+        if cost.host_us_per_op else ()
     return ReplayInput(sizes, op_us, residencies, arrays, swap_ins, due, recomputes,
                        swap_outs, filled, by_op.widest_swap_out, by_op.shortest_copy_us,
-                       facts.ops_without_duration, op_us_nonnegative)
+                       facts.ops_without_duration, op_us_nonnegative, host_ready)
 
 
 def _grouped(ops: np.ndarray, num_ops: int) -> tuple[np.ndarray, np.ndarray]:

@@ -6,7 +6,10 @@ The machine (one iteration, starting with every swap engine idle)::
     D2H      |   |swap-out b1 ........|            FIFO, copy_engines_per_direction servers
     H2D               |swap-in b1 .......|         FIFO, likewise
 
-- op ``i`` is *dispatched* when op ``i - 1`` finishes (op 0 at time 0). At dispatch,
+- op ``i`` is *dispatched* when op ``i - 1`` finishes (op 0 at time 0), and not before
+  the host has enqueued it where the cost model prices the host
+  (:class:`~cupool.sim.cost.CostModel` ``host_us_per_op``: the compute stream cannot
+  run ahead of the host; that wait is a stall too). At dispatch,
   every :class:`SwapIn` triggered at ``i`` is handed to the H2D engine, once the device
   range it lands in is free (any D2H copy out of overlapping bytes completed) and once the
   buffer's own swap-out copy completed (its host copy exists).
@@ -25,8 +28,8 @@ The machine (one iteration, starting with every swap engine idle)::
 
 The iteration ends when the last op has finished and every copy has completed.
 ``iteration_us = ideal_us + recompute_us + stall_us`` exactly: ``stall_us`` is the time
-the compute stream sat idle (waiting for copies or bytes, and for copies still running
-after the last op). A static plan has no actions, so it runs at ``ideal_us``.
+the compute stream sat idle (waiting for the host's enqueue, for copies or bytes, and for
+copies still running after the last op). A static plan has no actions, so it runs at ``ideal_us``.
 
 ``peak_bytes`` is the most device bytes held while an op runs: the plan's residencies
 covering it, plus the ranges of swap-outs whose residency has ended but whose copy is
@@ -275,7 +278,13 @@ class _Replay:
         pending = []  # [(low, high, done)] D2H copies that may still read device bytes
         last_out = {}  # buffer -> done event of its latest swap-out
         landed = {}
+        host_ready = [self.cost.host_ready_us(i, self.trace.num_ops)
+                      for i in range(self.trace.num_ops)] if self.cost.host_us_per_op else ()
         for i in range(self.trace.num_ops):
+            if host_ready and host_ready[i] > env.now:  # ahead of the host's enqueue
+                ready_wait = env.now
+                yield env.timeout(host_ready[i] - env.now)
+                self.waited.append(env.now - ready_wait)
             dispatch = env.now
             pending = [p for p in pending if not p[2].processed]
             for swap_in, r in self.swap_ins[i]:

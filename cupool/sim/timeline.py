@@ -75,6 +75,7 @@ _WAITED_DONE = 2  # its waits are over
 _NEXT_STEP = 3    # run the next recompute before op ``i``, or op ``i`` itself
 _RECOMPUTED = 4   # recompute ``j`` before op ``i`` is over
 _RAN = 5          # op ``i`` is over: issue its swap-outs, dispatch the next op
+_ENQUEUED = 6     # the host has enqueued op ``i``: dispatch it
 
 
 @dataclass(frozen=True)
@@ -99,7 +100,7 @@ def replay(data: ReplayInput, num_ops: int, engines: int) -> Timeline:
     """Run one iteration of the machine on ``engines`` copy engines per direction; see the
     module docstring for the order kept. Compiled (``_timeline``) where built, else
     :func:`python_replay`: the same timeline."""
-    if _timeline is not None:
+    if _timeline is not None and not data.host_ready:  # the host's time: the Python loop
         records = _timeline.replay(data, num_ops, engines, D2H, H2D)
         if records is not None:  # None: an input the compiled loop leaves to Python
             return Timeline(*records)
@@ -132,10 +133,23 @@ def python_replay(data: ReplayInput, num_ops: int, engines: int) -> Timeline:
 
     # the compute stream, resumable: at op ``i``, in ``stage``, at recompute ``j``
     i, j, stage = 0, 0, _DISPATCH if num_ops else _IDLE
-    dispatch = start = begun = 0.0
+    dispatch = start = begun = ready_wait = 0.0
     steps = ()
+    host_ready = data.host_ready
     while True:
         while stage != _IDLE:  # the compute stream runs until it waits
+            if stage == _DISPATCH and host_ready and host_ready[i] > now:
+                ready_wait = now  # the stream is ahead of the host: wait for op i's enqueue
+                until, stage = now + (host_ready[i] - now), _ENQUEUED
+                if heap and heap[0][0] <= until:
+                    push(heap, (until, NORMAL, seq(), _COMPUTE, stage))
+                    stage = _IDLE
+                else:
+                    now = until
+                continue
+            if stage == _ENQUEUED:
+                waited.append(now - ready_wait)
+                stage = _DISPATCH
             if stage == _DISPATCH:
                 dispatch = now
                 if dead and 2 * dead >= len(pending):

@@ -130,7 +130,8 @@ def test_capuchin_plan_with_swaps_and_recomputes_replays_identically():
 def varied(draw, plans):
     """A case of ``plans`` on a varied machine: 1 or 2 engines per direction, a latency of
     0 or 1 µs, a link that makes copy times whole numbers (ties with the whole-number op
-    durations) or not, and every swap of some buffers from or to pageable memory."""
+    durations) or not, every swap of some buffers from or to pageable memory, and a host
+    whose enqueue of each op takes 0, 0.7 or 3 µs, gated or not."""
     trace, plan, cost = draw(plans)
     pageable = draw(st.sets(st.sampled_from([b.id for b in trace.buffers])))
     actions = tuple(dataclasses.replace(a, level=PAGEABLE)
@@ -141,6 +142,8 @@ def varied(draw, plans):
                       copy_engines_per_direction=draw(st.sampled_from(ENGINES)),
                       pageable_gbps=draw(st.sampled_from([None, 0.1])),
                       pageable_latency_us=draw(st.sampled_from([None, 0.0, 2.0])))
+    cost = dataclasses.replace(cost, host_us_per_op=draw(st.sampled_from([0.0, 0.0, 0.7, 3.0])),
+                               host_gated=draw(st.booleans()))
     return trace, dataclasses.replace(plan, actions=actions), cost
 
 
@@ -343,3 +346,24 @@ def test_the_scans_alone_replay_identically(engines):
         for trace, plan in cases:
             assert_same(trace, plan, cost_model(0.1, copy_engines_per_direction=engines),
                         valid=False)
+
+
+@pytest.mark.parametrize("gated", [False, True])
+def test_a_launch_bound_program_is_predicted_launch_bound(gated):
+    """Ten 1 µs ops whose enqueue costs the host 3 µs each: op i starts once the host has
+    enqueued it, at 3 (i + 1) µs (gated: all of them after the host's 30 µs), so the
+    iteration takes 31 µs (gated: 40), its waits for the host counted as stalls; without
+    the host the same program takes 10 µs."""
+    from cupool.core.vocabulary import Buffer, Op, Residency, Trace
+
+    trace = Trace("launch-bound", tuple(Op(f"op{i}", 1.0) for i in range(10)),
+                  (Buffer(0, 512, 0, 10, tuple(range(10))),))
+    plan = swap_plan(trace, [Residency(0, 0, 10, 0)])
+    free = assert_same(trace, plan, cost_model(0.1))
+    host = dataclasses.replace(cost_model(0.1), host_us_per_op=3.0, host_gated=gated)
+    bound = assert_same(trace, plan, host)
+    assert free.iteration_us == 10.0
+    assert bound.iteration_us == (40.0 if gated else 31.0)
+    assert bound.stall_us == bound.iteration_us - 10.0
+    assert [start for _dispatch, start, _end in bound.op_times] == (
+        [30.0 + i for i in range(10)] if gated else [3.0 * (i + 1) for i in range(10)])
