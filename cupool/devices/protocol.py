@@ -352,12 +352,7 @@ class Device(ABC):
         """Enqueue ``fn()`` on ``stream``: it runs on a host thread when the stream
         reaches it, and later work on the stream waits for it to return. On the cuda
         backend ``fn`` must not call CUDA (a ``cudaLaunchHostFunc`` rule)."""
-        self._check_open("host_callback()")
-        self._check_own(stream, Stream, "host_callback")
-        if not callable(fn):
-            raise DeviceError(f"host_callback(fn={fn!r}): fn must be callable")
-        self._host_callback(stream, fn)
-        self._add_stat("host_callbacks.count", 1)
+        self._host_work("host_callback", stream, fn, self._host_callback, "host_callbacks")
 
     def launch(self, stream: Stream, fn: Callable[[], object]) -> None:
         """Enqueue ``fn()`` on ``stream`` as the stream's own device work: what a kernel
@@ -366,12 +361,16 @@ class Device(ABC):
         Unlike :meth:`host_callback` it is not bookkeeping on the device's timeline: a
         backend whose streams run only kernels (``cuda``) refuses it with
         :class:`DeviceError` (run the callable with the stream current instead)."""
-        self._check_open("launch()")
-        self._check_own(stream, Stream, "launch")
+        self._host_work("launch", stream, fn, self._launch, "launches")
+
+    def _host_work(self, operation: str, stream: Stream, fn, enqueue, counter: str) -> None:
+        """Check ``operation``'s arguments, ``enqueue(stream, fn)``, count it."""
+        self._check_open(f"{operation}()")
+        self._check_own(stream, Stream, operation)
         if not callable(fn):
-            raise DeviceError(f"launch(fn={fn!r}): fn must be callable")
-        self._launch(stream, fn)
-        self._add_stat("launches.count", 1)
+            raise DeviceError(f"{operation}(fn={fn!r}): fn must be callable")
+        enqueue(stream, fn)
+        self._add_stat(f"{counter}.count", 1)
 
     def synchronize(self) -> None:
         """Block until all work on all streams of this device has run; raise the first
