@@ -719,7 +719,7 @@ class SwapEngine:
                 if where is HOST:  # a held swap-out's residency ended
                     handles[b].residency_ended()
                 else:
-                    handles[b].move(where)
+                    handles[b].leave(where)
         except Exception as exc:
             state.keep_first_error(exc)
 

@@ -258,6 +258,16 @@ class TensorHandle:
             return
         self.move(DEVICE, view, ptr)
 
+    def leave(self, state: str) -> None:
+        """The residency ended without a copy: :meth:`move` to ``state`` (``retired`` or
+        ``dropped``), without its lock from ``device`` with no use in progress (the swap
+        engine's books, kept by one thread)."""
+        if self.state is DEVICE and (state is RETIRED or state is DROPPED) \
+                and not (self._readers or self._writers):
+            self.state, self.view = state, None
+            return
+        self.move(state)
+
     def copied_out(self, held: bool = False) -> None:
         """A swap-out's copy to the host completed (or, for a drop, reached its place in
         the stream): the bytes leave the device (``host``). With ``held`` the plan copied
