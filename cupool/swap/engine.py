@@ -309,6 +309,7 @@ class SwapEngine:
         state = self.begin_iteration(iteration)
         try:
             frames, work, malloc = self._frames, self.work, self.pool.malloc
+            take_uses = self._take_uses
             blocks, ptrs, marks = state.blocks, state.ptrs, self._op_marks
             timing = bool(state.op_wall_s)
             for i in range(self.trace.num_ops):
@@ -334,7 +335,7 @@ class SwapEngine:
                     self.after_op(i)
                     continue
                 running = RunningOp(i, _NO_FILLS)
-                self._take_uses(state, running, planned.arrivals, planned.uses)
+                take_uses(state, running, planned.arrivals, planned.uses)
                 state.running, state.next_op = running, i
                 body(self, planned.frame)
                 if timing:

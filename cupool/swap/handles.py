@@ -299,7 +299,12 @@ class TensorHandle:
             self._landed.set()  # wake a use waiting for the landing; it then raises
 
     def reset(self) -> None:
-        """Back to ``unborn`` for the next iteration (from ``retired`` or ``failed``)."""
+        """Back to ``unborn`` for the next iteration (from ``retired`` or ``failed``);
+        without the lock from ``retired`` with nothing pending (the engine's books)."""
+        if self.state is RETIRED and self.view is None and self.failure is None \
+                and not (self._copied or self._released or self._landed.is_set()):
+            self.state = UNBORN
+            return
         with self._lock:
             self.state = UNBORN
             self.view = None
