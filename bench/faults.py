@@ -32,8 +32,12 @@ and ``leaked_device_bytes``/``leaked_pinned_bytes`` (held after the session clos
 ``busy_streams`` (streams with work left after the failed step), ``peak_over_budget``
 (device bytes reserved above the budget at the worst moment, another process's excluded).
 
+Then the other clients of the device (``bench/fault_clients.py``: ``PlannedPool`` and
+replay), each cell with its own outcome and checks, under ``client_cells``; ``outcomes``
+counts the cells of each client by outcome.
+
 Prints the table and writes ``bench/results/faults.json``. ``--quick`` runs the two small
-programs only.
+programs only; ``--only NAME`` the programs and clients whose name contains it.
 """
 
 from __future__ import annotations
@@ -366,23 +370,43 @@ def matrix(quick: bool, only: str = "") -> list:
     return cells
 
 
+def outcome_counts(cells: list) -> dict:
+    """How many cells of each client (a session program, or the pool, replay...) ended
+    with each outcome: ``{"client / outcome": count}``."""
+    counts: dict = {}
+    for cell in cells:
+        key = f"{getattr(cell, 'program', None) or cell.client} / {cell.outcome}"
+        counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="the two small programs only")
-    parser.add_argument("--only", default="", help="programs whose name contains this")
+    parser.add_argument("--only", default="",
+                        help="programs and clients whose name contains this")
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT))
+    import fault_clients
+
     from cupool.io import write_atomic
 
     began = time.perf_counter()
     cells = matrix(args.quick, args.only)
-    misses = [c for c in cells if not good(c)]
+    clients = fault_clients.client_matrix(args.only)
+    misses = [c for c in cells if not good(c)] + [c for c in clients
+                                                  if not fault_clients.good(c)]
     document = {"steps": STEPS, "failed_step": FAILED_STEP, "budget": BUDGET, "seed": SEED,
-                "cells": [asdict(c) for c in cells], "misses": len(misses),
+                "cells": [asdict(c) for c in cells],
+                "client_cells": [asdict(c) for c in clients],
+                "outcomes": outcome_counts([*cells, *clients]), "misses": len(misses),
                 "seconds": round(time.perf_counter() - began, 1)}
     write_atomic(args.out, (json.dumps(document, indent=1) + "\n").encode())
-    print(f"{len(cells)} cells, {len(misses)} missing a target; written to {args.out}")
+    print(f"{len(cells) + len(clients)} cells, {len(misses)} missing a target; written to "
+          f"{args.out}")
+    for key, count in sorted(document["outcomes"].items()):
+        print(f"  {key:48s} {count}")
     return 0
 
 
