@@ -31,6 +31,7 @@ from cupool.program.errors import (
     NotReadyError,
     OpFailedError,
     OpResultError,
+    PlanningFailedError,
     ProgramChangedError,
     ProgramError,
     SessionClosedError,
@@ -43,7 +44,7 @@ from cupool.program.session import Session, StepReport
 from cupool.program.tensors import Fetch, Spec, Tensor, array_module, spec
 
 __all__ = ["BudgetTooSmallError", "EagerSession", "EngineFailedError", "Fetch", "NotReadyError",
-           "OpFailedError", "OpResultError", "ProgramChangedError", "ProgramError", "Session",
-           "SessionClosedError", "Spec", "SpecError", "StepReport", "Tensor",
-           "TensorReleasedError", "TensorScopeError", "UndeclaredWriteError",
+           "OpFailedError", "OpResultError", "PlanningFailedError", "ProgramChangedError",
+           "ProgramError", "Session", "SessionClosedError", "Spec", "SpecError", "StepReport",
+           "Tensor", "TensorReleasedError", "TensorScopeError", "UndeclaredWriteError",
            "array_module", "spec"]

@@ -7,6 +7,8 @@
         TensorScopeError           a tensor of another session or of an iteration that ended
         SpecError                  a bad output shape or dtype, or a bad op declaration
         BudgetTooSmallError        one op's own working set does not fit the budget
+        PlanningFailedError        the recorded program got no plan though every op's
+                                   working set fits the budget (a bug in cupool)
         ProgramChangedError        the op sequence or a shape differs from the recorded one
                                    (raised when the session was opened with
                                    ``on_change="raise"``; by default it re-records)
@@ -90,6 +92,26 @@ class BudgetTooSmallError(ProgramError):
     def __reduce__(self):
         return (self.__class__, (self.op, self.op_index, self.needed_bytes,
                                  self.budget_bytes))
+
+
+class PlanningFailedError(ProgramError):
+    """The program recorded by iteration ``iteration`` got no plan within ``budget_bytes``
+    though every op's working set fits it: ``reason`` says why (the planner's own error,
+    the plan's status, or the swap engine refusing the plan). Where every working set fits
+    a plan exists (at worst each op's working set brought in and put back, the budget
+    planner's last resort), so this is a bug in cupool; the session says so rather than
+    run every later iteration passively. The recording iteration itself ran: its updates
+    stand and its fetched values are delivered; the next iteration records and plans
+    again."""
+
+    def __init__(self, iteration: int, budget_bytes: int, reason: str) -> None:
+        self.iteration, self.budget_bytes, self.reason = iteration, budget_bytes, reason
+        super().__init__(f"iteration {iteration}: the recorded program got no plan within "
+                         f"{budget_bytes} bytes, though every op's working set fits: "
+                         f"{reason}")
+
+    def __reduce__(self):
+        return (self.__class__, (self.iteration, self.budget_bytes, self.reason))
 
 
 class ProgramChangedError(ProgramError):

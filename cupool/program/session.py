@@ -40,8 +40,16 @@ read with ``it.fetch`` and, for persistent state, ``session.read``):
 An iteration that differs from the recorded one (another op sequence, another shape) is
 recorded again and re-planned (``on_change="record"``, the default) or refused with
 :class:`~cupool.program.errors.ProgramChangedError` (``on_change="raise"``); it never runs
-against a stale plan. When no plan fits (``session.plan_reason`` says why) the session
-keeps running iterations passively.
+against a stale plan.
+
+**Always a plan.** Only the recording iteration (and the warm-up before it on a GPU) runs
+passively. A budget below one op's own working set (its inputs, updates and outputs) is
+refused before anything runs with :class:`~cupool.program.errors.BudgetTooSmallError`,
+naming the op; every other budget has a plan (at worst each op's working set brought in and
+put back around it, the budget planner's last resort). Planning that fails there anyway is
+a bug: the recording iteration's results are delivered and
+:class:`~cupool.program.errors.PlanningFailedError` says why (``session.plan_reason`` too);
+the session never runs later iterations passively in silence.
 
 **Budget.** Bytes (``6 << 30``), a size (``"6GiB"``) or a percentage of the program's peak
 (``"70%"``: of the most bytes its tensors hold at once, each rounded up to the pool's 512-byte
@@ -97,6 +105,7 @@ from cupool.core.units import parse_budget
 from cupool.errors import CupoolError
 from cupool.program.calls import OpCaller
 from cupool.program.errors import (
+    PlanningFailedError,
     ProgramChangedError,
     ProgramError,
     SessionClosedError,
@@ -117,8 +126,8 @@ ON_CHANGE = ("record", "raise")
 class StepReport:
     """One iteration as the session ran it.
 
-    ``mode``: ``"passive"`` (no plan: the recording run, or every run when no plan fits)
-    or ``"planned"``; ``recorded``: this iteration recorded the program; ``change``: why it
+    ``mode``: ``"passive"`` (no plan: the warm-up and the recording run) or
+    ``"planned"``; ``recorded``: this iteration recorded the program; ``change``: why it
     was recorded again (``None``: it was not); ``wall_us``: from the end of the ``with``
     block to the results being ready, planning excluded (``plan_seconds``);
     ``iteration_us``: the iteration as the engine timed it (planned: from its start on the
@@ -173,7 +182,8 @@ class Session:
     ``swap_round_trip`` (the :class:`~cupool.program.overhead.SwapRoundTrip`, or ``None``),
     ``planned``
     (its :class:`~cupool.planning.PlannedTrace`, ``None`` without a plan), ``plan`` (the
-    plan the next iteration runs, after feedback), ``plan_reason`` (why there is no plan),
+    plan the next iteration runs, after feedback), ``plan_reason`` (why there is no plan:
+    warming up, or the planning failure raised),
     ``recording`` (the last passive iteration's :class:`~cupool.program.recorder.Recording`:
     durations, every access, swaps), ``cost`` (the link's cost model), ``xp`` (the array
     module of the device's arrays).
@@ -354,8 +364,9 @@ class Session:
         self.budget_bytes, self.peak_bytes = budget, peak
         if change is not None:
             self._retire()
+        failure = None
         if self._runner is None:
-            report, fetched = self._record(iteration.number, program, budget, began)
+            report, fetched, failure = self._record(iteration.number, program, budget, began)
             if change is not None:
                 from dataclasses import replace
 
@@ -366,6 +377,8 @@ class Session:
             report, fetched = self._run_planned(iteration.number, program, budget, began)
         self.reports.append(report)
         iteration.deliver(fetched)
+        if failure is not None:  # the iteration ran and its results stand: say why no plan
+            raise failure
 
     def _record(self, number: int, program: Program, budget: int, began: float):
         self._caller.iteration = number
@@ -379,36 +392,42 @@ class Session:
         self.trace = program.to_trace(durations, name=f"program@{number}")
         planning = time.perf_counter()
         warming = self._warmup > 0
+        failure = None
         if warming:  # its durations hold one-off costs: record the next one
             self._warmup -= 1
             self.plan_reason = (f"warming up: iteration {number} ran passively to compile "
                                 f"kernels and start libraries; the next one is recorded")
         else:
-            self._plan(program)
+            failure = self._plan(number, program)
         report = StepReport(number, "passive", not warming, None, wall, recording.wall_us, {},
                             0.0, 0, recording.peak_bytes, budget,
                             plan_seconds=0.0 if warming else time.perf_counter() - planning)
-        return report, recording.fetched
+        return report, recording.fetched, failure
 
-    def _plan(self, program: Program) -> None:
+    def _plan(self, number: int, program: Program) -> PlanningFailedError | None:
+        """Plan the recorded ``program`` and open its runner; the error to raise once the
+        recording iteration's results are delivered where that fails (every op's working
+        set fits the budget: the program checked it before running)."""
         self.planned = None
         try:
             planned = plan_program(self.trace, self.budget_bytes, self.cost)
-        except CupoolError as exc:  # the planner failed: keep running passively, say why
-            self.plan_reason = f"planning failed: {exc}"
-            return
-        if not planned.fits or not planned.check.valid:
-            self.plan_reason = planned.reason or f"invalid plan: {planned.check.message}"
-            return
-        try:
-            self._runner = PlannedRunner(program, planned, self.device, self._caller,
-                                         self._parked, RunnerOptions(self.cost, self.feedback))
+            reason = (None if planned.fits and planned.check.valid else
+                      planned.reason or f"invalid plan: {planned.check.message}")
         except CupoolError as exc:
-            self.plan_reason = f"the swap engine cannot run the plan: {exc}"
-            return
+            reason = f"the planner raised {type(exc).__name__}: {exc}"
+        if reason is None:
+            try:
+                self._runner = PlannedRunner(program, planned, self.device, self._caller,
+                                             self._parked, RunnerOptions(self.cost, self.feedback))
+            except CupoolError as exc:
+                reason = f"the swap engine cannot run the plan: {type(exc).__name__}: {exc}"
+        self.plan_reason = reason
+        if reason is not None:
+            return PlanningFailedError(number, self.budget_bytes, reason)
         for key in program.persistent_keys:  # the runner holds their values now
             self._parked.pop(key, None)
-        self.planned, self.plan_reason = planned, None
+        self.planned = planned
+        return None
 
     def _run_planned(self, number: int, program: Program, budget: int, began: float):
         run = self._runner.run(program, number)

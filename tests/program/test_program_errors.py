@@ -182,6 +182,7 @@ ERRORS = [
     errors.TensorScopeError("h", "op 2 'relu'", "belongs to another session"),
     errors.SpecError("fc0", "shape (=(-1,)) must not be negative"),
     errors.BudgetTooSmallError("fc0", 2, 394240, 200000),
+    errors.PlanningFailedError(0, 109516, "the planner raised SolverError: no solver"),
     errors.ProgramChangedError(4, 0, "x", "x", "output 0 is (128,) float32"),
     errors.OpFailedError("dlogits", 12, 3, "FloatingPointError('overflow')"),
     errors.UndeclaredWriteError("sneaky", 1, "w"),
