@@ -258,12 +258,122 @@ def pool_cell(point: PoolPoint) -> ClientCell:
         round(time.perf_counter() - began, 3))
 
 
+# -- replay -----------------------------------------------------------------------------------
+REPLAY_TRACE = "resnet50_train_b32_fp32.trace.json.gz"
+REPLAY_BUDGET = 0.7  # of the trace's lower bound
+
+
+@dataclass(frozen=True)
+class ReplayPoint:
+    """A fault for a replay of :data:`REPLAY_TRACE` (2 iterations): ``operation``'s calls
+    ``nth``.. (``times`` of them) of the run (``stage`` as in
+    :class:`~cupool.devices.faults.Fault`)."""
+
+    label: str
+    operation: str
+    nth: int
+    stage: str = "enqueue"
+    times: int = 1
+
+
+def _replay_setup():
+    """``(trace, plan, planned trace, settings)``: a capuchin plan at 70%, replayed
+    unpaced at 1/4096 of the sizes (the test suite's small settings)."""
+    from cupool.app.replay import ReplaySettings
+    from cupool.data import DATA_DIR
+    from cupool.io import load_trace
+    from cupool.planning.budget import plan_with_budget
+
+    trace = load_trace(DATA_DIR / "traces" / REPLAY_TRACE)
+    result = plan_with_budget(trace, int(trace.lower_bound_bytes() * REPLAY_BUDGET),
+                              "capuchin")
+    settings = ReplaySettings(iterations=2, size_scale=4096, time_scale=1.0, feedback=False)
+    return trace, result.plan, result.trace, settings
+
+
+def _replay_once(device, setup) -> dict:
+    from cupool.app.replay import replay
+
+    trace, plan, planned, settings = setup
+    return replay(trace, f"{REPLAY_BUDGET:.0%}", settings, device=device, plan=plan,
+                  plan_trace=planned)
+
+
+def replay_points(setup) -> tuple:
+    """``(points, clean)``: the replay's points, aimed at three quarters of a clean run's
+    calls of each operation (the middle of its second iteration), and the clean run's
+    device statistics (its reserved peak is the cells' limit)."""
+    from cupool.devices.faults import FaultyDevice
+
+    with FaultyDevice(capacity=1 << 30) as device:
+        device.arm()
+        _replay_once(device, setup)
+        counts, clean = dict(device.counts), device.stats()
+    found = [ReplayPoint("start: the arena's reservation refused", "reserve", 1, times=3),
+             ReplayPoint("start: the pinned staging refused", "alloc_pinned", 1)]
+    for operation in ("copy_h2d", "copy_d2h", "launch", "record"):
+        nth = max(1, counts.get(operation, 0) * 3 // 4)
+        found.append(ReplayPoint(f"iteration 2: {operation} #{nth} of {counts[operation]}",
+                                 operation, nth))
+        if operation != "record":
+            found.append(ReplayPoint(f"iteration 2: {operation} #{nth} failing on its stream",
+                                     operation, nth, "run"))
+    return found, clean
+
+
+def replay_cell(point: ReplayPoint, setup, clean: dict) -> ClientCell:
+    """One replay cell: the faulted run must raise a typed error naming the failure and
+    leave nothing behind; a second run on the same device (fault disarmed) must be byte
+    exact. Limit: the clean run's reserved peak."""
+    from cupool.devices.faults import Fault, FaultyDevice
+
+    began = time.perf_counter()
+    error, later, corrupt = None, [], 0
+    with FaultyDevice(capacity=1 << 30) as device:
+        device.arm(Fault(point.operation, point.nth, point.times, point.stage))
+        try:
+            result = _replay_once(device, setup)
+            corrupt += result["corrupt_bytes"]
+        except Exception as exc:
+            error = _typed(exc)
+        busy = device.pending_work()
+        held = device.stats()
+        device.disarm()
+        try:
+            corrupt += _replay_once(device, setup)["corrupt_bytes"]
+        except Exception as exc:
+            later.append(_typed(exc))
+        stats = device.stats()
+        hit = bool(device.injected)
+    named = error is None or "injected fault" in error or "out of memory" in error.lower()
+    outcome = _outcome(error, later, 1, hit)
+    if not named:
+        outcome = "WRONG"
+    return ClientCell(
+        "replay", point.label, outcome, error, later,
+        held["reserved_bytes.current"] + stats["reserved_bytes.current"],
+        held["pinned_bytes.current"] + stats["pinned_bytes.current"], busy,
+        max(0, stats["reserved_bytes.peak"] - clean["reserved_bytes.peak"]), corrupt,
+        "", round(time.perf_counter() - began, 3))
+
+
+def replay_cells() -> list:
+    setup = _replay_setup()
+    points, clean = replay_points(setup)
+    return [(point, lambda point, setup=setup: replay_cell(point, setup, clean))
+            for point in points]
+
+
+def pool_cells() -> list:
+    return [(point, pool_cell) for point in pool_points()]
+
+
 def client_matrix(only: str = "") -> list:
     cells = []
-    for client, points, run in (("PlannedPool", pool_points, pool_cell),):
+    for client, points_and_runs in (("PlannedPool", pool_cells), ("replay", replay_cells)):
         if only and only not in client:
             continue
-        for point in points():
+        for point, run in points_and_runs():
             cell = run(point)
             cells.append(cell)
             print(f"{client:12s} {point.label:60s} {cell.outcome:20s} leaked "
