@@ -179,12 +179,13 @@ def measure_swap_round_trip(device, gbps: float, *, lead_us: float = 1000.0,
     """Measure :class:`SwapRoundTrip` on ``device`` (module docstring) for a link of
     ``gbps`` GB/s (the bytes' share of the copy). Op 1 spends ``lead_us``: give it enough
     for the swap-out to land before the swap-in starts."""
-    from cupool.swap.engine import SwapEngine
+    from cupool.swap.engine import EngineSettings, SwapEngine
 
     trace, swapping, resident = _round_trip_plans(nbytes)
     beyond = {}
+    every = EngineSettings(time_ops_every=1)  # every iteration's op times are needed
     for name, plan in (("swap", swapping), ("resident", resident)):
-        with SwapEngine(trace, plan, device, op_us=[0.0, lead_us, 0.0, 0.0]) as engine:
+        with SwapEngine(trace, plan, device, every, op_us=[0.0, lead_us, 0.0, 0.0]) as engine:
             results = [engine.run_iteration(k, _spend) for k in range(iterations + 1)][1:]
         beyond[name] = tuple(r.iteration_us - sum(r.op_us) for r in results)
     extra = statistics.median(beyond["swap"]) - statistics.median(beyond["resident"])
