@@ -1,6 +1,8 @@
-"""The fault matrix's other clients of the device: ``PlannedPool`` driven by CuPy, and a
+"""The fault matrix's other clients of the device: ``PlannedPool`` driven by CuPy and a
 replayed trace (``cupool.app.replay``), each on a
-:class:`~cupool.devices.faults.FaultyDevice` with one fault per cell.
+:class:`~cupool.devices.faults.FaultyDevice` with one fault per cell, and the broker of a
+time-shared device (``cupool.sharing``), whose arena is not a ``Device``: its cells are
+the faults its jobs meet (:func:`broker_cell`).
 
 ``bench/faults.py`` runs these cells after the session's and writes them in the same
 results file (key ``client_cells``). Each cell records:
@@ -364,19 +366,97 @@ def replay_cells() -> list:
             for point in points]
 
 
+# -- the broker -------------------------------------------------------------------------------
+BROKER_CAPACITY = 64 * KIB
+BROKER_TEMPORARY = 8 * KIB
+BROKER_POINTS = ("joining: a job that does not fit is refused",
+                 "mid-iteration: the client's device fails a launch")
+
+
+def broker_cell(label: str) -> ClientCell:
+    """One broker cell. The broker (:mod:`cupool.sharing`) holds one arena of its own
+    (shared memory here, CUDA IPC on a GPU), not a :class:`~cupool.devices.protocol.Device`,
+    so its faults are a job's: jobs ``a`` and ``b`` hold persistent bytes; at the point,
+    job ``c`` asks for more than the device has (refused when it joins), or job ``a``'s
+    compute on its own :class:`~cupool.devices.faults.FaultyDevice` fails a launch in the
+    middle of its slice. Then both jobs run an iteration each. ``corrupt_bytes``: persistent
+    bytes not as the jobs wrote them, and temporary bytes not zeroed when the slice
+    ended; ``leaked_device_bytes``: arena bytes not zero once every job left (the broker
+    zeroes what a job leaves) plus every job still listed."""
+    import shutil
+    import tempfile
+
+    from cupool.devices.faults import Fault, FaultyDevice
+    from cupool.sharing import Broker, BrokerConfig, SharingClient
+
+    began = time.perf_counter()
+    runtime_dir = tempfile.mkdtemp(prefix="cpf", dir="/tmp")  # AF_UNIX paths are short
+    broker = Broker(BrokerConfig(capacity_bytes=BROKER_CAPACITY,
+                                 temporary_bytes=BROKER_TEMPORARY,
+                                 runtime_dir=runtime_dir)).start()
+    error, later, corrupt, left, hit = None, [], 0, 0, False
+    try:
+        def join(job: str, persistent: int) -> SharingClient:
+            return SharingClient(job, persistent, 4 * KIB, runtime_dir=runtime_dir,
+                                 reply_timeout_s=10.0)
+
+        jobs = {"a": join("a", 4 * KIB), "b": join("b", 4 * KIB)}
+        for value, client in enumerate(jobs.values(), start=1):
+            with client.iteration() as grant:
+                grant.persistent.fill(value)
+        with FaultyDevice(capacity=1 << 20) as device:
+            try:
+                if label == BROKER_POINTS[0]:
+                    hit = True
+                    join("c", BROKER_CAPACITY).close()
+                else:
+                    device.arm(Fault("launch", 1))
+                    with jobs["a"].iteration() as grant:
+                        grant.temporary.fill(0xEE)
+                        device.launch(device.default_stream, lambda: None)
+                        grant.persistent.fill(0xEE)  # not reached
+            except Exception as exc:
+                error = _typed(exc)
+            hit = hit or bool(device.injected)
+            temporary = jobs["a"].layout["temporary"]
+            corrupt += sum(broker.read_arena(temporary["offset"], temporary["size"]))
+        for value, client in enumerate(jobs.values(), start=1):
+            try:
+                with client.iteration() as grant:
+                    corrupt += int(np.count_nonzero(grant.persistent.array() != value))
+            except Exception as exc:
+                later.append(_typed(exc))
+        for client in jobs.values():
+            client.close()
+        left = sum(1 for b in broker.read_arena(0, BROKER_CAPACITY) if b) + len(broker.jobs())
+    finally:
+        broker.stop()
+        shutil.rmtree(runtime_dir, ignore_errors=True)
+    named = error is not None and ("injected fault (launch call 1" in error
+                                   or "AdmissionError" in error)
+    outcome = _outcome(error, later, 2, hit) if named else "WRONG"
+    return ClientCell("broker", label, outcome, error, later, left, 0, 0, 0, corrupt, "",
+                      round(time.perf_counter() - began, 3))
+
+
+def broker_cells() -> list:
+    return [(label, broker_cell) for label in BROKER_POINTS]
+
+
 def pool_cells() -> list:
     return [(point, pool_cell) for point in pool_points()]
 
 
 def client_matrix(only: str = "") -> list:
     cells = []
-    for client, points_and_runs in (("PlannedPool", pool_cells), ("replay", replay_cells)):
+    for client, points_and_runs in (("PlannedPool", pool_cells), ("replay", replay_cells),
+                                    ("broker", broker_cells)):
         if only and only not in client:
             continue
         for point, run in points_and_runs():
             cell = run(point)
             cells.append(cell)
-            print(f"{client:12s} {point.label:60s} {cell.outcome:20s} leaked "
+            print(f"{client:12s} {cell.point:60s} {cell.outcome:20s} leaked "
                   f"{cell.leaked_device_bytes}/{cell.leaked_pinned_bytes} B corrupt "
                   f"{cell.corrupt_bytes} over {cell.over_limit_bytes} B "
                   f"{'ok' if good(cell) else 'MISS'}", flush=True)

@@ -32,9 +32,9 @@ and ``leaked_device_bytes``/``leaked_pinned_bytes`` (held after the session clos
 ``busy_streams`` (streams with work left after the failed step), ``peak_over_budget``
 (device bytes reserved above the budget at the worst moment, another process's excluded).
 
-Then the other clients of the device (``bench/fault_clients.py``: ``PlannedPool`` and
-replay), each cell with its own outcome and checks, under ``client_cells``; ``outcomes``
-counts the cells of each client by outcome.
+Then the other clients of the device (``bench/fault_clients.py``: ``PlannedPool``,
+replay and the broker), each cell with its own outcome and checks, under
+``client_cells``; ``outcomes`` counts the cells of each client by outcome.
 
 Prints the table and writes ``bench/results/faults.json``. ``--quick`` runs the two small
 programs only; ``--only NAME`` the programs and clients whose name contains it.
