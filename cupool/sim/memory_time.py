@@ -154,7 +154,7 @@ def memory_time_bound_us(trace: Trace, budget_bytes: int, cost: CostModel, op_us
     """The largest iteration time above ``above_us`` that the memory-time argument (module
     docstring) proves no valid plan within ``budget_bytes`` reaches, or ``None`` when it
     proves none (or SciPy is missing). ``redo_us``: each buffer's recompute time
-    (:func:`cupool.sim.bounds.recompute_us`, ``inf`` without a recipe)."""
+    (:func:`cupool.sim.bound_inputs.recompute_us`, ``inf`` without a recipe)."""
     try:
         import scipy.optimize  # noqa: F401
     except ImportError:

@@ -193,15 +193,17 @@ def test_recomputes_before_the_last_use_delay_the_copy_out_of_offloaded_state():
     bound = overhead_lower_bound(trace, 1000, link)
     assert bound.details["method"] == "memory-time"
     assert bound.details["bound_us"] == pytest.approx(86.0, rel=1e-5)
-    from cupool.sim.bounds import _Buffers, _lp_value, _OpBound
-    arrays = _Buffers(trace, link)
+    from cupool.sim.bound_inputs import BufferArrays
+    from cupool.sim.op_alone import OpBound
+    from cupool.sim.op_alone_lp import lp_value
+    arrays = BufferArrays(trace, link)
     prefix = [0.0, 2.0, 12.0, 22.0, 32.0, 42.0]
-    at_op_2 = _OpBound(arrays, prefix, [2.0, 10.0, 10.0, 10.0, 10.0], 1, 2, [0], 1000.0,
+    at_op_2 = OpBound(arrays, prefix, [2.0, 10.0, 10.0, 10.0, 10.0], 1, 2, [0], 1000.0,
                        arrays.next_uses([0], 2))
-    assert _lp_value(at_op_2, prefix) == pytest.approx(84.0, rel=1e-5)
-    at_op_1 = _OpBound(arrays, prefix, [2.0, 10.0, 10.0, 10.0, 10.0], 1, 1, [0, 1], 2000.0,
+    assert lp_value(at_op_2, prefix) == pytest.approx(84.0, rel=1e-5)
+    at_op_1 = OpBound(arrays, prefix, [2.0, 10.0, 10.0, 10.0, 10.0], 1, 1, [0, 1], 2000.0,
                        arrays.next_uses([0, 1], 1))
-    assert _lp_value(at_op_1, prefix) == pytest.approx(74.0, rel=1e-5)
+    assert lp_value(at_op_1, prefix) == pytest.approx(74.0, rel=1e-5)
     plan_ = swap_plan(trace, [Residency(0, 3, 5, 0), Residency(1, 0, 1, 0),
                               Residency(1, 2, 3, 0), Residency(2, 1, 2, 0)],
                       [RecomputeAction(1, 2), SwapIn(0, 3, 4), SwapOut(0, 4)], budget=1000)
