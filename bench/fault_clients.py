@@ -1,5 +1,6 @@
 """The fault matrix's other clients of the device: ``PlannedPool`` driven by CuPy and a
-replayed trace (``cupool.app.replay``), each on a
+replayed trace (``cupool.app.replay``) and the same plan run by the stress test's
+independent walker (``cupool.app.stress.independent_walker``), each on a
 :class:`~cupool.devices.faults.FaultyDevice` with one fault per cell, and the broker of a
 time-shared device (``cupool.sharing``), whose arena is not a ``Device``: its cells are
 the faults its jobs meet (:func:`broker_cell`).
@@ -301,48 +302,70 @@ def _replay_once(device, setup) -> dict:
                   plan_trace=planned)
 
 
-def replay_points(setup) -> tuple:
-    """``(points, clean)``: the replay's points, aimed at three quarters of a clean run's
-    calls of each operation (the middle of its second iteration), and the clean run's
-    device statistics (its reserved peak is the cells' limit)."""
+def _walk_once(device, setup) -> dict:
+    """The same plan run by the stress test's independent walker (the device protocol and
+    the kernels only: its pattern checks synchronize their stream)."""
+    from cupool.app.stress.independent_walker import WalkSettings, walk_plan
+
+    _trace, plan, planned, settings = setup
+    result = walk_plan(device, planned, plan,
+                       WalkSettings(iterations=settings.iterations,
+                                    size_scale=settings.size_scale))
+    return {"corrupt_bytes": result.corrupt_bytes}
+
+
+RUNS = {"replay": (_replay_once, ("copy_h2d", "copy_d2h", "launch", "record", "wait_event")),
+        "walker": (_walk_once, ("wait_event", "stream_synchronize"))}
+"""Per client of the replay's setup: how it runs, and the operations whose calls fail in
+its second iteration."""
+RUN_STAGE = ("copy_h2d", "copy_d2h", "launch")  # also failed on their stream
+
+
+def replay_points(setup, client: str = "replay") -> tuple:
+    """``(points, clean)``: ``client``'s points (:data:`RUNS`), aimed at three quarters of
+    a clean run's calls of each operation (the middle of its second iteration), and the
+    clean run's device statistics (its reserved peak is the cells' limit)."""
     from cupool.devices.faults import FaultyDevice
 
+    run, operations = RUNS[client]
     with FaultyDevice(capacity=1 << 30) as device:
         device.arm()
-        _replay_once(device, setup)
+        run(device, setup)
         counts, clean = dict(device.counts), device.stats()
-    found = [ReplayPoint("start: the arena's reservation refused", "reserve", 1, times=3),
-             ReplayPoint("start: the pinned staging refused", "alloc_pinned", 1)]
-    for operation in ("copy_h2d", "copy_d2h", "launch", "record"):
+    found = []
+    if client == "replay":
+        found += [ReplayPoint("start: the arena's reservation refused", "reserve", 1, times=3),
+                  ReplayPoint("start: the pinned staging refused", "alloc_pinned", 1)]
+    for operation in operations:
         nth = max(1, counts.get(operation, 0) * 3 // 4)
         found.append(ReplayPoint(f"iteration 2: {operation} #{nth} of {counts[operation]}",
                                  operation, nth))
-        if operation != "record":
+        if operation in RUN_STAGE:
             found.append(ReplayPoint(f"iteration 2: {operation} #{nth} failing on its stream",
                                      operation, nth, "run"))
     return found, clean
 
 
-def replay_cell(point: ReplayPoint, setup, clean: dict) -> ClientCell:
-    """One replay cell: the faulted run must raise a typed error naming the failure and
-    leave nothing behind; a second run on the same device (fault disarmed) must be byte
-    exact. Limit: the clean run's reserved peak."""
+def replay_cell(point: ReplayPoint, setup, clean: dict, client: str = "replay") -> ClientCell:
+    """One cell of ``client`` (:data:`RUNS`): the faulted run must raise a typed error
+    naming the failure and leave nothing behind; a second run on the same device (fault
+    disarmed) must be byte exact. Limit: the clean run's reserved peak."""
     from cupool.devices.faults import Fault, FaultyDevice
 
+    run = RUNS[client][0]
     began = time.perf_counter()
     error, later, corrupt = None, [], 0
     with FaultyDevice(capacity=1 << 30) as device:
         device.arm(Fault(point.operation, point.nth, point.times, point.stage))
         try:
-            result = _replay_once(device, setup)
-            corrupt += result["corrupt_bytes"]
+            corrupt += run(device, setup)["corrupt_bytes"]
         except Exception as exc:
             error = _typed(exc)
         busy = device.pending_work()
         held = device.stats()
         device.disarm()
         try:
-            corrupt += _replay_once(device, setup)["corrupt_bytes"]
+            corrupt += run(device, setup)["corrupt_bytes"]
         except Exception as exc:
             later.append(_typed(exc))
         stats = device.stats()
@@ -352,18 +375,22 @@ def replay_cell(point: ReplayPoint, setup, clean: dict) -> ClientCell:
     if not named:
         outcome = "WRONG"
     return ClientCell(
-        "replay", point.label, outcome, error, later,
+        client, point.label, outcome, error, later,
         held["reserved_bytes.current"] + stats["reserved_bytes.current"],
         held["pinned_bytes.current"] + stats["pinned_bytes.current"], busy,
         max(0, stats["reserved_bytes.peak"] - clean["reserved_bytes.peak"]), corrupt,
         "", round(time.perf_counter() - began, 3))
 
 
-def replay_cells() -> list:
+def replay_cells(client: str = "replay") -> list:
     setup = _replay_setup()
-    points, clean = replay_points(setup)
-    return [(point, lambda point, setup=setup: replay_cell(point, setup, clean))
+    points, clean = replay_points(setup, client)
+    return [(point, lambda point, setup=setup: replay_cell(point, setup, clean, client))
             for point in points]
+
+
+def walker_cells() -> list:
+    return replay_cells("walker")
 
 
 # -- the broker -------------------------------------------------------------------------------
@@ -450,7 +477,7 @@ def pool_cells() -> list:
 def client_matrix(only: str = "") -> list:
     cells = []
     for client, points_and_runs in (("PlannedPool", pool_cells), ("replay", replay_cells),
-                                    ("broker", broker_cells)):
+                                    ("walker", walker_cells), ("broker", broker_cells)):
         if only and only not in client:
             continue
         for point, run in points_and_runs():

@@ -13,9 +13,10 @@ step:
 - the points: the recording step's reservations, pinned allocation and stream creation
   (the engine is made there, while planning); in a planned step the first, a seeded
   middle and the last copy in each direction (the first swap-in is before the first op,
-  the last one is the step's last swap-in), op launches, event records and the final
-  synchronize, failed when made or, for copies and launches, when their stream runs them;
-  and all free device memory taken by another process before a planned step.
+  the last one is the step's last swap-in), op launches, event records, a stream's wait
+  for an event and the final synchronize, failed when made or, for copies and launches,
+  when their stream runs them; and all free device memory taken by another process
+  before a planned step.
 
 After each cell it records ``outcome``:
 
@@ -239,12 +240,12 @@ def points(counts: list, seed: int) -> list:
                            ("create_stream", 1))
              if counts[0].get(op, 0) >= n]
     planned = counts[FAILED_STEP]
-    for op in ("copy_h2d", "copy_d2h", "launch", "record"):
+    for op in ("copy_h2d", "copy_d2h", "launch", "record", "wait_event"):
         calls = planned.get(op, 0)
         if calls == 0:
             continue
         places = {"first": 1, "middle": rng.randint(1, calls), "last": calls}
-        if op == "record":
+        if op in ("record", "wait_event"):
             places = {"middle": places["middle"]}
         for where, nth in places.items():
             found.append(Point(f"planned: {op} {where} (#{nth} of {calls})", FAILED_STEP,

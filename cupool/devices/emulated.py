@@ -258,6 +258,21 @@ class EmulatedEvent(Event):
         self.device._add_stat("event_records.count", 1)
         return record
 
+    def wait_in_work(self) -> Callable[[], None]:
+        """Wait for this event from inside work already launched on a stream: returns the
+        function that blocks its stream until the event's current mark completes (the
+        mark as it is now, as :meth:`Stream.wait_event` takes it), at its place in the
+        stream's order, without a hand-off of its own."""
+        self.device._check_open("event.wait_in_work()")
+        token, shared = self._token, self.device._shared
+        self.device._add_stat("stream_waits.count", 1)
+
+        def wait() -> None:
+            if token is not None:
+                _wait_token(token, shared)
+
+        return wait
+
     @property
     def recorded_at(self) -> float:
         """When the stream reached the last recorded mark (``time.perf_counter`` s; 0.0
@@ -295,6 +310,7 @@ class EmulatedDevice(Device):
     """
 
     kind = "emulated"
+    _stream_class = EmulatedStream  # the class of its streams (a subclass may inject faults)
 
     def __init__(self, capacity: int | str | None = None, *, h2d_gbps: float | None = None,
                  d2h_gbps: float | None = None, d2d_gbps: float | None = None,
@@ -319,7 +335,7 @@ class EmulatedDevice(Device):
         self._link_free_at = {kind: 0.0 for kind in COPY_KINDS}  # last paced copy's end
         self._streams: list[EmulatedStream] = []
         self._stream_numbers = itertools.count(1)
-        self._default = EmulatedStream(self, "default", synchronous=True)
+        self._default = self._stream_class(self, "default", synchronous=True)
 
     # -- memory -----------------------------------------------------------------------
     def _new_block(self, operation: str, size: int, kind: str) -> Memory:
@@ -385,7 +401,7 @@ class EmulatedDevice(Device):
 
     def _create_stream(self, name: str | None) -> EmulatedStream:
         number = next(self._stream_numbers)
-        stream = EmulatedStream(self, name or f"stream-{number}")
+        stream = self._stream_class(self, name or f"stream-{number}")
         with self._lock:
             closed = self._closed
             if not closed:

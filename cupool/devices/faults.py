@@ -15,6 +15,8 @@ for that call when CUDA refuses it::
     create_stream, create_event,    DeviceError "<operation>() on 'x': ..."
     record, launch, host_callback,
     synchronize
+    wait_event, stream_synchronize DeviceError "stream 's'.wait_event() on 'x': ..."
+                                    (a stream's own synchronize, apart from the device's)
 
 A fault at ``stage="run"`` (stream work only: copies, launches, host callbacks) lets the
 enqueue succeed and fails the work when its stream reaches it, as a GPU reports an
@@ -37,7 +39,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from cupool.devices.emulated import EmulatedDevice, EmulatedEvent
+from cupool.devices.emulated import EmulatedDevice, EmulatedEvent, EmulatedStream
 from cupool.devices.errors import DeviceError, DeviceOutOfMemoryError, InvalidSizeError
 from cupool.devices.memory import Memory
 from cupool.devices.protocol import Stream, callable_name
@@ -46,7 +48,8 @@ from cupool.errors import ArgumentError
 ALLOCATIONS = ("reserve", "alloc_pinned")
 COPIES = ("copy_h2d", "copy_d2h", "copy_d2d")
 STREAM_WORK = ("launch", "host_callback")
-STREAM_OPERATIONS = ("create_stream", "create_event", "record", *STREAM_WORK, "synchronize")
+STREAM_OPERATIONS = ("create_stream", "create_event", "record", "wait_event", *STREAM_WORK,
+                     "synchronize", "stream_synchronize")
 OPERATIONS = (*ALLOCATIONS, *COPIES, *STREAM_OPERATIONS)
 """Every operation a :class:`Fault` can name."""
 
@@ -108,6 +111,26 @@ class Injected:
     message: str
 
 
+class _FaultyStream(EmulatedStream):
+    """An emulated stream whose ``wait_event`` and ``synchronize`` its device may fail (a
+    failed ``synchronize`` still waits for the stream's work, as CUDA's returns only then
+    with the error)."""
+
+    def _wait_event(self, event) -> None:
+        call = self.device._fault("wait_event")
+        if call is not None:
+            raise self.device._error("wait_event", call, "enqueue",
+                                     f"stream {self.name!r}.wait_event()")
+        super()._wait_event(event)
+
+    def _synchronize(self) -> None:
+        call = self.device._fault("stream_synchronize")
+        super()._synchronize()
+        if call is not None:
+            raise self.device._error("stream_synchronize", call, "enqueue",
+                                     f"stream {self.name!r}.synchronize()")
+
+
 class FaultyDevice(EmulatedDevice):
     """An emulated device that fails the calls armed :class:`Fault` s name (module
     docstring). Takes :class:`~cupool.devices.emulated.EmulatedDevice`'s arguments.
@@ -115,6 +138,8 @@ class FaultyDevice(EmulatedDevice):
     ``counts`` holds the calls of each operation since the last :meth:`arm` (a run with
     no fault armed counts them too: how a test finds the n-th call of a point of a step).
     """
+
+    _stream_class = _FaultyStream
 
     def __init__(self, *args, **kwargs) -> None:
         kwargs.setdefault("name", "faulty")

@@ -142,6 +142,39 @@ def test_stream_operations_fail_with_the_cuda_wording(device, operation):
     assert ran == ([1, 1] if operation == "host_callback" else [])
 
 
+def test_a_refused_stream_wait_is_not_enqueued_and_names_the_stream(device):
+    first, second = device.create_stream("first"), device.create_stream("second")
+    event = device.create_event()
+    ran = []
+    event.record(first)
+    device.arm(Fault("wait_event", nth=1))
+    with pytest.raises(DeviceError) as caught:
+        second.wait_event(event)
+    assert str(caught.value) == ("stream 'second'.wait_event() on 'faulty': injected fault "
+                                 "(wait_event call 1, at enqueue)")
+    assert device.stats()["stream_waits.count"] == 0  # nothing was enqueued
+    second.wait_event(event)  # the next one is
+    device.host_callback(second, lambda: ran.append(1))
+    device.synchronize()
+    assert ran == [1] and device.stats()["stream_waits.count"] == 1
+
+
+def test_a_failed_stream_synchronize_waits_for_the_work_then_names_the_stream(device):
+    stream = device.create_stream("copies")
+    ran = []
+    device.arm(Fault("stream_synchronize", nth=1))
+    device.synchronize()  # the device's own synchronize is another operation
+    device.host_callback(stream, lambda: ran.append(1))
+    with pytest.raises(DeviceError) as caught:
+        stream.synchronize()
+    assert str(caught.value) == ("stream 'copies'.synchronize() on 'faulty': injected fault "
+                                 "(stream_synchronize call 1, at enqueue)")
+    assert ran == [1] and device.pending_work() == 0
+    stream.synchronize()
+    assert dict(device.counts) == {"synchronize": 1, "host_callback": 1,
+                                   "stream_synchronize": 2}
+
+
 def test_stream_work_failing_when_run_is_skipped_and_reported(device):
     stream = device.create_stream()
     ran = []

@@ -32,7 +32,8 @@ def test_every_cell_of_the_fault_matrix_meets_its_targets(matrix_programs, name)
                   faults.FAILED_STEP: faults.reference_states(program, faults.FAILED_STEP)}
     points = faults.points(counts, faults.SEED)
     assert {p.operation for p in points} >= {"reserve", "alloc_pinned", "copy_h2d",
-                                             "copy_d2h", "launch", "synchronize"}
+                                             "copy_d2h", "launch", "wait_event",
+                                             "synchronize"}
     fired = set()
     for point in points:
         cell = faults.run_cell(name, program, point, references[point.step])
@@ -47,7 +48,7 @@ def test_every_cell_of_the_fault_matrix_meets_its_targets(matrix_programs, name)
             assert "injected fault" in (cell.error or "") or cell.outcome == "continued", cell
         if cell.outcome == "refused":
             assert all("EngineFailedError" in e for e in cell.later_errors), cell
-    assert fired >= {"copy_h2d", "copy_d2h", "launch"}, fired
+    assert fired >= {"copy_h2d", "copy_d2h", "launch", "wait_event"}, fired
 
 
 def test_a_failed_planned_step_is_refused_afterwards_by_name():
