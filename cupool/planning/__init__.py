@@ -3,7 +3,7 @@
 The front door for every consumer is :func:`make_plan` (or :func:`read_plan` for a plan
 file): a trace and a budget in, a :class:`PlannedTrace` out (the plan, the trace it is for,
 how it was obtained, the validator's report); see :mod:`.planned`. Below it, :func:`plan`
-places every buffer with one static solver::
+places every buffer with one static solver (:mod:`.static`)::
 
     trace ──► StaticProblem ──► solver(problem, params) ──► SolveResult ──► Plan ──► validator
 
@@ -14,79 +14,12 @@ and validate in one import.
 
 from __future__ import annotations
 
-import time
-
 from cupool.check import ValidationReport, validate_offsets, validate_plan
-from cupool.core.vocabulary import Placement, Plan, SolveStatus, Trace
-from cupool.errors import SolverError
+from cupool.planning.planned import PlannedTrace, given_plan, make_plan, read_plan
 from cupool.planning.problem import StaticProblem
-from cupool.planning.solvers import SOLVER_NAMES, SolveResult, SolverParams, get_solver
-
-
-def solve(problem: StaticProblem, solver: str = "auto", params: SolverParams | None = None,
-          *, validate: bool = True) -> SolveResult:
-    """Run the solver named ``solver`` on ``problem`` and check its offsets with the validator.
-
-    A solver whose offsets fail the validator is a bug: :class:`SolverError` says which rule.
-    A solver whose status or arena does not match its offsets is one too. ``validate=False``
-    leaves the validator to the caller, for the offsets it keeps (on large problems it
-    costs more than the solve, and a caller may discard most results).
-    """
-    function = get_solver(solver)
-    started = time.perf_counter()
-    result = function(problem, params or SolverParams())
-    if result.offsets is not None:
-        if validate:
-            check_solver_offsets(problem, solver, result.offsets)
-        _check_claims(problem, solver, result)
-    if result.solve_seconds <= 0:
-        seconds = time.perf_counter() - started
-        result = SolveResult(result.status, result.offsets, result.arena_bytes, seconds,
-                             result.stats)
-    return result
-
-
-def check_solver_offsets(problem: StaticProblem, solver: str, offsets) -> None:
-    """Raise :class:`SolverError` when ``offsets`` (of ``problem``, by ``solver``) fail the
-    validator."""
-    report = validate_offsets(problem.with_capacity(None), offsets)
-    if not report.valid:
-        raise SolverError(f"solver {solver!r} returned an invalid plan: {report.message}")
-
-
-def _check_claims(problem: StaticProblem, solver: str, result: SolveResult) -> None:
-    fits = problem.capacity is None or result.arena_bytes <= problem.capacity
-    claimed = result.status in (SolveStatus.OPTIMAL, SolveStatus.FEASIBLE)
-    if claimed != fits or result.arena_bytes != problem.arena_of(result.offsets):
-        raise SolverError(
-            f"solver {solver!r} says {result.status.value} with arena_bytes "
-            f"(={result.arena_bytes}) but its offsets need {problem.arena_of(result.offsets)} "
-            f"bytes for capacity (={problem.capacity})")
-
-
-def plan(trace: Trace, solver: str = "auto", capacity: int | None = None,
-         params: SolverParams | None = None) -> Plan:
-    """Plan offsets for every buffer of ``trace`` with ``solver``.
-
-    Returns a plan whatever the status; ``plan.status`` says whether it fits ``capacity``
-    (``over_capacity``, ``infeasible`` and ``timeout`` plans have no placements when the
-    solver found none).
-    """
-    problem = StaticProblem.from_trace(trace, capacity)
-    result = solve(problem, solver, params)
-    placements = ()
-    arena = 0
-    if result.offsets is not None:
-        placements = tuple(Placement(int(i), int(o))
-                           for i, o in zip(problem.ids, result.offsets, strict=True))
-        arena = int(result.arena_bytes)
-    return Plan(trace.name, trace.digest(), solver, SolveStatus(result.status), arena,
-                problem.lower_bound(), placements, result.solve_seconds, capacity,
-                dict(result.stats))
-
-
-from cupool.planning.planned import PlannedTrace, given_plan, make_plan, read_plan  # noqa: E402
+from cupool.planning.solvers import SOLVER_NAMES, SolveResult, SolverParams
+from cupool.planning.static import check_solver_offsets, plan, solve
 
 __all__ = ["SOLVER_NAMES", "PlannedTrace", "SolveResult", "SolverParams", "StaticProblem",
-           "ValidationReport", "given_plan", "make_plan", "plan", "read_plan", "solve",
-           "validate_offsets", "validate_plan"]
+           "ValidationReport", "check_solver_offsets", "given_plan", "make_plan", "plan",
+           "read_plan", "solve", "validate_offsets", "validate_plan"]

@@ -57,6 +57,9 @@ from cupool.check import ValidationReport, validate_plan
 from cupool.core.liveness import peak_live_bytes
 from cupool.core.vocabulary import PERSISTENT, Placement, Plan, SolveStatus, Trace
 from cupool.errors import SolverError
+from cupool.planning.problem import StaticProblem
+from cupool.planning.solvers import SolverParams
+from cupool.planning.static import solve
 
 SLOTS = "slots"
 OFFSETS = "offsets"
@@ -195,10 +198,6 @@ def assign_slots(buffers, alignment: int = 512, steps_per_octave: int = 4):
 def _place(spans, num_ops: int, solvers, name: str):
     """Offsets for ``spans = [(start, end, size)]`` by the smallest of ``solvers``:
     ``(offsets, arena_bytes)``."""
-    from cupool.planning import solve
-    from cupool.planning.problem import StaticProblem
-    from cupool.planning.solvers import SolverParams
-
     if not spans:
         return [], 0
     problem = StaticProblem.from_arrays([s for s, _e, _z in spans], [e for _s, e, _z in spans],

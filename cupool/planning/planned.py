@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from cupool.check import ValidationReport, validate_plan
 from cupool.core.vocabulary import Plan, SolveStatus, Trace
+from cupool.planning.static import plan as static_plan
 
 if TYPE_CHECKING:
     from cupool.planning.budget.result import BudgetResult
@@ -91,9 +92,7 @@ def make_plan(trace: Trace, budget_bytes: int | None = None, *, policy: str | No
         if budget_bytes is None:
             raise ValueError(f"policy (={policy!r}) plans for a budget: give budget_bytes")
         return _budget_plan(trace, budget_bytes, policy, cost, seed, workers)
-    from cupool.planning import plan
-
-    static = plan(trace, solver, budget_bytes, solver_params)
+    static = static_plan(trace, solver, budget_bytes, solver_params)
     return PlannedTrace(static, trace, f"solver {solver}")
 
 

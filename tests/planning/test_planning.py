@@ -93,7 +93,7 @@ def test_unknown_solver_and_bad_params_are_typed_errors():
 
 
 def test_front_door_refuses_an_invalid_solver_result(monkeypatch):
-    import cupool.planning as planning
+    import cupool.planning.static as planning
     from cupool.planning.solvers.base import SolveResult
 
     def broken(problem, params):
@@ -106,7 +106,7 @@ def test_front_door_refuses_an_invalid_solver_result(monkeypatch):
 
 
 def test_a_caller_may_leave_the_validator_to_itself_but_not_the_claims(monkeypatch):
-    import cupool.planning as planning
+    import cupool.planning.static as planning
     from cupool.planning.solvers.base import SolveResult
 
     def overlapping(problem, params):  # both buffers at 0: a clash, arena 4
@@ -122,7 +122,7 @@ def test_a_caller_may_leave_the_validator_to_itself_but_not_the_claims(monkeypat
 
 
 def test_budget_placement_validates_the_offsets_it_keeps(monkeypatch):
-    import cupool.planning as planning
+    import cupool.planning.static as planning
     from cupool.core.vocabulary import Buffer, Op, Trace
     from cupool.planning.budget.engine.placement import place
     from cupool.planning.budget.engine.residency import ResidencyInterval

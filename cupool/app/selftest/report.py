@@ -4,6 +4,7 @@ from the steps. Both are pure functions of the report, rewritten after every ste
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from cupool.core.units import format_bytes
@@ -185,6 +186,13 @@ def render_markdown(document: dict, report) -> str:
     return "\n".join(lines)
 
 
+def save_json(document: dict, path: Path) -> None:
+    from cupool.io import write_atomic
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, (json.dumps(document, indent=1, default=str) + "\n").encode())
+
+
 def report_paths(out_dir: Path, device: str) -> tuple[Path, Path]:
     out_dir = Path(out_dir)
     return out_dir / f"selftest_{device}.json", out_dir / f"selftest_{device}.md"
@@ -192,7 +200,6 @@ def report_paths(out_dir: Path, device: str) -> tuple[Path, Path]:
 
 def write_report(report, out_dir: Path) -> dict:
     """Write both files for ``report`` into ``out_dir``; the JSON document."""
-    from cupool.app.selftest import save_json
     from cupool.io import write_atomic
 
     document = report.document()

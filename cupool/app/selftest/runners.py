@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from cupool.app.selftest import SelftestOptions
+from cupool.app.selftest.options import EMULATED_LINK_SCALE, SelftestOptions
 
 PASS, FAIL, ERROR, NOT_RUN = "pass", "fail", "error", "not_run"
 NO_GPU_SKIP = "needs a usable GPU"
@@ -80,7 +80,6 @@ def run_link(context: Context):
     if context.on_gpu:
         measured = measure_link(context.device())
     else:
-        from cupool.app.selftest import EMULATED_LINK_SCALE
         from cupool.devices import open_device
         from cupool.sim.cost import DEFAULT_LATENCY_US, LINK_PRESETS
 

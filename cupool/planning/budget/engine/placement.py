@@ -37,6 +37,7 @@ from cupool.planning.budget.engine.schedule import Schedule
 from cupool.planning.budget.result import BudgetResult
 from cupool.planning.problem import StaticProblem
 from cupool.planning.solvers import SolverParams
+from cupool.planning.static import solve
 
 
 @dataclass(frozen=True)
@@ -93,8 +94,6 @@ def place(trace: Trace, intervals: list[ResidencyInterval], budget_bytes: int,
           ) -> PlacedOffsets:
     """Offsets for the residencies within ``budget_bytes`` by the static ``solver`` (with
     ``params``)."""
-    from cupool.planning import solve  # late: planning/__init__ imports the solvers
-
     if not intervals:
         return PlacedOffsets(np.zeros(0, dtype=np.int64), 0)
     problem = StaticProblem.from_arrays(
