@@ -258,6 +258,21 @@ class EmulatedEvent(Event):
         self.device._add_stat("event_records.count", 1)
         return record
 
+    def wait_in_work(self) -> Callable[[], None]:
+        """Wait for this event from inside work already launched on a stream: returns the
+        function that blocks its stream until the event's current mark completes (the
+        mark as it is now, as :meth:`Stream.wait_event` takes it), at its place in the
+        stream's order, without a hand-off of its own."""
+        self.device._check_open("event.wait_in_work()")
+        token, shared = self._token, self.device._shared
+        self.device._add_stat("stream_waits.count", 1)
+
+        def wait() -> None:
+            if token is not None:
+                _wait_token(token, shared)
+
+        return wait
+
     @property
     def recorded_at(self) -> float:
         """When the stream reached the last recorded mark (``time.perf_counter`` s; 0.0
