@@ -2,22 +2,42 @@
 
 Every error names what was wrong, which item (buffer id, line, field) and the
 bad value, so that the CLI can print it as one line and exit with code 2.
-Errors pickle with their fields (``__reduce__``) so they survive worker
-processes, like CuPy's ``OutOfMemoryError``.
+Errors pickle with their fields so they survive worker processes, like CuPy's
+``OutOfMemoryError``, by one mechanism: :class:`CupoolError` records the arguments each
+error was constructed with and pickles as that same call, so a subclass takes its fields
+as constructor arguments and needs no ``__reduce__`` of its own.
 """
 
 from __future__ import annotations
 
 
+def _construct(cls, args: tuple, kwargs: dict):
+    """``cls(*args, **kwargs)``: how an error constructed with keyword arguments unpickles."""
+    return cls(*args, **kwargs)
+
+
 class CupoolError(Exception):
-    """Base class of every error cupool raises on purpose."""
+    """Base class of every error cupool raises on purpose.
+
+    It pickles as the call that constructed it (module docstring): ``__new__`` records the
+    arguments before any ``__init__`` runs, and unpickling calls the class with them again,
+    which sets every field and the message as before. A subclass must therefore keep its
+    constructor arguments as they were given (derive other fields from them)."""
+
+    def __new__(cls, *args, **kwargs):
+        error = super().__new__(cls, *args, **kwargs)
+        error._constructed_with = (args, kwargs)
+        return error
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
         self.message = message
 
     def __reduce__(self):
-        return (self.__class__, (self.message,))
+        args, kwargs = self._constructed_with
+        if kwargs:
+            return (_construct, (self.__class__, args, kwargs))
+        return (self.__class__, args)
 
     def __str__(self) -> str:
         return self.message
@@ -39,9 +59,6 @@ class InputError(CupoolError):
         super().__init__(text)
         self.detail = message
 
-    def __reduce__(self):
-        return (self.__class__, (self.detail, self.where, self.path))
-
 
 class ArgumentError(CupoolError):
     """A call got a bad argument: ``"reserve(size=-3): size must be > 0"``. ``operation``
@@ -54,9 +71,6 @@ class ArgumentError(CupoolError):
         self.value = value
         self.rule = rule
         super().__init__(f"{operation}({field}={value!r}): {field} {rule}")
-
-    def __reduce__(self):
-        return (self.__class__, (self.operation, self.field, self.value, self.rule))
 
 
 class TraceFormatError(InputError):
@@ -86,9 +100,6 @@ class OutputError(InputError):
         self.reason = reason
         code = "" if errno is None else f", {_errno_name(errno)}"
         super().__init__(f"cannot write here ({reason}{code})", path=str(path))
-
-    def __reduce__(self):
-        return (self.__class__, (self.path, self.errno, self.reason))
 
 
 def _errno_name(number: int) -> str:

@@ -33,9 +33,6 @@ class AllocationSizeError(PoolError, ValueError):
         self.rule = rule
         super().__init__(f"malloc(size={size!r}): size {rule}")
 
-    def __reduce__(self):
-        return (self.__class__, (self.size, self.rule))
-
 
 class CapacityError(PoolError, ValueError):
     """A capacity or limit of ``requested`` bytes when the device has ``device_total``."""
@@ -47,9 +44,6 @@ class CapacityError(PoolError, ValueError):
         self.device = device
         super().__init__(f"{what} (={requested!r}) is larger than device {device!r}, which "
                          f"has {device_total} bytes in total")
-
-    def __reduce__(self):
-        return (self.__class__, (self.what, self.requested, self.device_total, self.device))
 
 
 class IterationStateError(PoolError):
@@ -77,7 +71,7 @@ class PoolOutOfMemoryError(OutOfMemoryError):
         if report:
             self.args = (f"{self.args[0]}\n{report}",)
 
-    def __reduce__(self):
+    def __reduce__(self):  # CuPy's class, not a CupoolError: its fields by hand
         return (self.__class__, (self.size, self.total, self.limit, self.report))
 
     def __str__(self) -> str:

@@ -41,9 +41,6 @@ class ExampleMissingError(CupoolError):
         super().__init__(f"example {name!r} is not in {directory} (run from a checkout of "
                          f"cupool to use the example programs)")
 
-    def __reduce__(self):
-        return (self.__class__, (self.name, self.directory))
-
 
 def load_example(name: str, directory: Path | None = None):
     """The module ``<directory>/<name>.py`` (default: the first of :func:`example_dirs`

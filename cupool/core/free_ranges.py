@@ -91,9 +91,6 @@ class DoubleFreeError(FreeRangeError):
         super().__init__(f"free(offset={offset}): the bytes there are already free (free "
                          f"range [{range_start}, {range_end}); freed twice?)")
 
-    def __reduce__(self):
-        return (self.__class__, (self.offset, self.range_start, self.range_end))
-
 
 class UnknownOffsetError(FreeRangeError):
     """``free(offset)`` (or a query) where no live block starts at ``offset``; ``live`` is
@@ -103,9 +100,6 @@ class UnknownOffsetError(FreeRangeError):
         self.offset, self.live, self.inside = offset, live, inside
         super().__init__(f"offset {offset}: none of the {live} live blocks starts there "
                          f"({inside})")
-
-    def __reduce__(self):
-        return (self.__class__, (self.offset, self.live, self.inside))
 
 
 class Piece(NamedTuple):

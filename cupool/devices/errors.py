@@ -10,8 +10,9 @@
         InvalidPointerError        a copy or release that touches memory the device did not give out
         StreamTaskError            a host callback raised on a stream; reported at synchronize
 
-Every class takes its fields as constructor arguments and pickles with them
-(``__reduce__``), so errors cross process boundaries unchanged.
+Every class takes its fields as constructor arguments and pickles with them (as the call
+that constructed it, :class:`~cupool.errors.CupoolError`), so errors cross process
+boundaries unchanged.
 """
 
 from __future__ import annotations
@@ -34,9 +35,6 @@ class DeviceClosedError(DeviceError):
         self.operation = operation
         super().__init__(f"device {device!r} is closed: {operation} refused")
 
-    def __reduce__(self):
-        return (self.__class__, (self.device, self.operation))
-
 
 class DeviceUnavailableError(DeviceError):
     """The requested device cannot be opened; ``reason`` says why (one line)."""
@@ -45,9 +43,6 @@ class DeviceUnavailableError(DeviceError):
         self.kind = kind
         self.reason = reason
         super().__init__(f"device kind {kind!r} is unavailable: {reason}")
-
-    def __reduce__(self):
-        return (self.__class__, (self.kind, self.reason))
 
 
 class DeviceOptionError(DeviceError):
@@ -60,9 +55,6 @@ class DeviceOptionError(DeviceError):
         self.known = tuple(known)
         super().__init__(f"open_device(kind={kind!r}): unknown option {option!r}; "
                          f"known options: {', '.join(self.known)}")
-
-    def __reduce__(self):
-        return (self.__class__, (self.kind, self.option, self.known))
 
 
 class InvalidSizeError(ArgumentError, DeviceError):
@@ -84,9 +76,6 @@ class DeviceOutOfMemoryError(DeviceError):
         super().__init__(f"{operation}(size={size}): out of memory, only {free} of "
                          f"{capacity} bytes are free")
 
-    def __reduce__(self):
-        return (self.__class__, (self.operation, self.size, self.free, self.capacity))
-
 
 class InvalidPointerError(DeviceError):
     """A pointer range the device does not own, e.g.
@@ -103,9 +92,6 @@ class InvalidPointerError(DeviceError):
         self.detail = detail
         super().__init__(f"{operation}: {detail}")
 
-    def __reduce__(self):
-        return (self.__class__, (self.operation, self.ptr, self.nbytes, self.detail))
-
 
 class StreamTaskError(DeviceError):
     """Work enqueued on a stream failed when the stream ran it (a host callback raised).
@@ -121,6 +107,3 @@ class StreamTaskError(DeviceError):
         self.task = task
         self.failure = failure
         super().__init__(f"stream {stream!r}: {task} failed: {failure}")
-
-    def __reduce__(self):
-        return (self.__class__, (self.stream, self.task, self.failure))

@@ -38,9 +38,6 @@ class SegmentRangeError(KernelError):
                          f"nbytes={nbytes}): must lie inside the arena [0, {arena_bytes}) "
                          f"with every field >= 0")
 
-    def __reduce__(self):
-        return (self.__class__, (self.index, self.segment, self.arena_bytes))
-
 
 class SegmentOverlapError(KernelError):
     """The destination of gather segment ``index`` overlaps ``other_role`` (``"source"``
@@ -59,10 +56,6 @@ class SegmentOverlapError(KernelError):
                          f"{other_role} [{other_start}, {other_end}) of segment {other_index}; "
                          f"a destination may overlap no source and no other destination")
 
-    def __reduce__(self):
-        return (self.__class__, (self.index, self.destination, self.other_index,
-                                 self.other_role, self.other_range))
-
 
 class KernelToolchainError(KernelError):
     """The kernels cannot be compiled here: ``missing`` names what is absent (NVRTC),
@@ -75,9 +68,6 @@ class KernelToolchainError(KernelError):
         super().__init__(f"cannot compile cupool's CUDA kernels: {missing} is not available "
                          f"({detail}); install {install}")
 
-    def __reduce__(self):
-        return (self.__class__, (self.missing, self.install, self.detail))
-
 
 class KernelArchitectureError(KernelError):
     """GPU ``device`` has compute capability ``compute_capability`` (e.g. ``"61"``), which the
@@ -89,6 +79,3 @@ class KernelArchitectureError(KernelError):
         self.detail = detail
         super().__init__(f"device {device!r} (compute capability {compute_capability}) is not "
                          f"supported by cupool's kernels: {detail}")
-
-    def __reduce__(self):
-        return (self.__class__, (self.device, self.compute_capability, self.detail))

@@ -18,9 +18,10 @@
         OpResultError              an op returned an array instead of writing its outputs
         NotReadyError              a fetched value read before its iteration finished
 
-Every error keeps its fields and pickles with them (``__reduce__``), so it survives worker
-processes. ``op`` is the op's name as the program declared it (``None`` where the error is
-not about one op) and ``op_index`` its position in the iteration.
+Every error keeps its fields and pickles with them (as the call that constructed it,
+:class:`~cupool.errors.CupoolError`), so it survives worker processes. ``op`` is the op's
+name as the program declared it (``None`` where the error is not about one op) and
+``op_index`` its position in the iteration.
 """
 
 from __future__ import annotations
@@ -40,9 +41,6 @@ class SessionClosedError(ProgramError):
         self.operation = operation
         super().__init__(f"{operation}: the session is closed")
 
-    def __reduce__(self):
-        return (self.__class__, (self.operation,))
-
 
 class TensorReleasedError(ProgramError):
     """Persistent tensor ``tensor`` was used by ``operation`` after ``release``."""
@@ -50,9 +48,6 @@ class TensorReleasedError(ProgramError):
     def __init__(self, tensor: str, operation: str) -> None:
         self.tensor, self.operation = tensor, operation
         super().__init__(f"{operation}: tensor {tensor!r} was released")
-
-    def __reduce__(self):
-        return (self.__class__, (self.tensor, self.operation))
 
 
 class TensorScopeError(ProgramError):
@@ -63,9 +58,6 @@ class TensorScopeError(ProgramError):
         self.tensor, self.operation, self.why = tensor, operation, why
         super().__init__(f"{operation}: tensor {tensor!r} {why}")
 
-    def __reduce__(self):
-        return (self.__class__, (self.tensor, self.operation, self.why))
-
 
 class SpecError(ProgramError):
     """A bad declaration: ``what`` (a shape, a dtype, an argument) of op ``op``."""
@@ -73,9 +65,6 @@ class SpecError(ProgramError):
     def __init__(self, op: str, what: str) -> None:
         self.op, self.what = op, what
         super().__init__(f"op {op!r}: {what}")
-
-    def __reduce__(self):
-        return (self.__class__, (self.op, self.what))
 
 
 class BudgetTooSmallError(ProgramError):
@@ -88,10 +77,6 @@ class BudgetTooSmallError(ProgramError):
         self.needed_bytes, self.budget_bytes = needed_bytes, budget_bytes
         super().__init__(f"op {op_index} {op!r} needs {needed_bytes} bytes resident (its "
                          f"inputs, updates and outputs), the budget is {budget_bytes} bytes")
-
-    def __reduce__(self):
-        return (self.__class__, (self.op, self.op_index, self.needed_bytes,
-                                 self.budget_bytes))
 
 
 class PlanningFailedError(ProgramError):
@@ -110,9 +95,6 @@ class PlanningFailedError(ProgramError):
                          f"{budget_bytes} bytes, though every op's working set fits: "
                          f"{reason}")
 
-    def __reduce__(self):
-        return (self.__class__, (self.iteration, self.budget_bytes, self.reason))
-
 
 class ProgramChangedError(ProgramError):
     """Iteration ``iteration`` differs from the recorded program at op ``op_index``
@@ -126,10 +108,6 @@ class ProgramChangedError(ProgramError):
         super().__init__(f"iteration {iteration}: op {op_index} {op!r}{about}: {detail} "
                          f"(the plan was made for the recorded program)")
 
-    def __reduce__(self):
-        return (self.__class__, (self.iteration, self.op_index, self.op, self.tensor,
-                                 self.detail))
-
 
 class OpFailedError(ProgramError):
     """Op ``op`` (index ``op_index``) of iteration ``iteration`` raised ``cause`` (its
@@ -139,9 +117,6 @@ class OpFailedError(ProgramError):
         self.op, self.op_index, self.iteration, self.cause = op, op_index, iteration, cause
         super().__init__(f"iteration {iteration}: op {op_index} {op!r} raised {cause}; the "
                          f"ops after it were skipped")
-
-    def __reduce__(self):
-        return (self.__class__, (self.op, self.op_index, self.iteration, self.cause))
 
 
 class EngineFailedError(ProgramError):
@@ -155,9 +130,6 @@ class EngineFailedError(ProgramError):
         super().__init__(f"iteration {iteration} failed in the swap engine: {cause}; the "
                          f"persistent state may be partly updated, so the session refuses "
                          f"later iterations and reads")
-
-    def __reduce__(self):
-        return (self.__class__, (self.iteration, self.cause))
 
 
 class ReplayError(ProgramError):
@@ -176,9 +148,6 @@ class UndeclaredWriteError(ProgramError):
                          f"declared as an input only (declare it in updates= to modify it "
                          f"in place)")
 
-    def __reduce__(self):
-        return (self.__class__, (self.op, self.op_index, self.tensor))
-
 
 class OpResultError(ProgramError):
     """Op ``op`` (index ``op_index``) returned ``returned`` (a type name) instead of writing
@@ -189,9 +158,6 @@ class OpResultError(ProgramError):
         super().__init__(f"op {op_index} {op!r} returned a {returned} that is not one of its "
                          f"outputs: write results into the output arrays it is given")
 
-    def __reduce__(self):
-        return (self.__class__, (self.op, self.op_index, self.returned))
-
 
 class NotReadyError(ProgramError):
     """The value of fetched tensor ``tensor`` was read before its iteration finished."""
@@ -200,9 +166,6 @@ class NotReadyError(ProgramError):
         self.tensor = tensor
         super().__init__(f"tensor {tensor!r}: its value is ready once the iteration's "
                          f"'with' block has ended")
-
-    def __reduce__(self):
-        return (self.__class__, (self.tensor,))
 
 
 __all__ = ["BudgetTooSmallError", "EngineFailedError", "NotReadyError", "OpFailedError",

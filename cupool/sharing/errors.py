@@ -34,9 +34,6 @@ class SharingError(CupoolError):
     def _text(self, *args) -> str:
         return str(args[0]) if args else self.__class__.__name__
 
-    def __reduce__(self):
-        return (self.__class__, self._args)
-
     def to_wire(self) -> dict:
         """The plain form the broker sends: ``{"type": class name, "args": [...]}``."""
         return {"type": self.__class__.__name__, "args": list(self._args)}
@@ -48,9 +45,6 @@ class SharingArgumentError(SharingError, ArgumentError):
     def __init__(self, operation: str, field: str, value: object, rule: str) -> None:
         ArgumentError.__init__(self, operation, field, value, rule)
         self._args = (operation, field, value, rule)
-
-    def __reduce__(self):
-        return (self.__class__, self._args)
 
 
 class AdmissionError(SharingError):

@@ -11,8 +11,8 @@
       EngineError                  the engine cannot run this plan on this device
       EngineStateError             the op-boundary methods called out of order
 
-Errors with fields pickle with them (``__reduce__``), so they survive worker processes;
-the others carry their message, as every :class:`~cupool.errors.CupoolError` does.
+Errors pickle with their fields (as the call that constructed them,
+:class:`~cupool.errors.CupoolError`), so they survive worker processes.
 """
 
 from __future__ import annotations
@@ -32,9 +32,6 @@ class HandleLifetimeError(HandleError):
         super().__init__(f"buffer {buffer_id}: used after its lifetime [{start}, {end}) "
                          f"ended (the handle is retired)")
 
-    def __reduce__(self):
-        return (self.__class__, (self.buffer_id, self.start, self.end))
-
 
 class HandleStateError(HandleError):
     """Buffer ``buffer_id`` is in state ``state`` where ``wanted`` was needed (a use of bytes
@@ -43,9 +40,6 @@ class HandleStateError(HandleError):
     def __init__(self, buffer_id: int, state: str, wanted: str) -> None:
         self.buffer_id, self.state, self.wanted = buffer_id, state, wanted
         super().__init__(f"buffer {buffer_id}: state is {state!r}, {wanted}")
-
-    def __reduce__(self):
-        return (self.__class__, (self.buffer_id, self.state, self.wanted))
 
 
 class ConflictingUseError(HandleError):
@@ -58,9 +52,6 @@ class ConflictingUseError(HandleError):
         super().__init__(f"buffer {buffer_id}: use(intent={intent!r}) conflicts with "
                          f"{readers} read(s) and {writers} write(s) in progress")
 
-    def __reduce__(self):
-        return (self.__class__, (self.buffer_id, self.intent, self.readers, self.writers))
-
 
 class CopyFailedError(HandleError):
     """The ``direction`` copy (``"h2d"``/``"d2h"``) of ``nbytes`` bytes of buffer
@@ -71,9 +62,6 @@ class CopyFailedError(HandleError):
         self.nbytes, self.cause = nbytes, cause
         super().__init__(f"buffer {buffer_id}: {direction} copy of {nbytes} bytes failed: "
                          f"{cause}")
-
-    def __reduce__(self):
-        return (self.__class__, (self.buffer_id, self.direction, self.nbytes, self.cause))
 
 
 class StagingError(CupoolError):

@@ -47,9 +47,6 @@ class MissingExtraError(CupoolError):
         super().__init__(f"{module} is not installed; pictures need it: "
                          f"pip install 'cupool[{extra}]'")
 
-    def __reduce__(self):
-        return (self.__class__, (self.module, self.extra))
-
 
 class VizFormatError(InputError):
     """The output path's extension names no picture format cupool writes."""
