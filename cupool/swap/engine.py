@@ -84,7 +84,7 @@ from cupool.core.vocabulary import Plan, SwapIn, SwapOut, Trace
 from cupool.errors import CupoolError
 from cupool.swap.checks import StreamWork
 from cupool.swap.copy_engine import CopyEngine
-from cupool.swap.errors import CopyFailedError, EngineError, EngineStateError
+from cupool.swap.errors import EngineError, EngineStateError, StreamWorkError
 from cupool.swap.handles import DEVICE, HOST, TO_HOST, TensorHandle
 from cupool.swap.iteration import (
     LATE_THRESHOLD_WALL_US,
@@ -524,7 +524,7 @@ class SwapEngine:
             try:
                 self.device.synchronize()
             except CupoolError as exc:
-                raise CopyFailedError(-1, "stream", 0, str(exc)) from exc
+                raise StreamWorkError(state.iteration, str(exc)) from exc
         except BaseException as exc:
             state.pool_iteration.__exit__(type(exc), exc, exc.__traceback__)
             self._open_gate(state)

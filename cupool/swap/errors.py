@@ -7,6 +7,7 @@
                                    handle's state machine does not have
         ConflictingUseError        a use conflicting with one in progress (another thread)
         CopyFailedError            a swap copy failed; raised at the buffer's next use
+      StreamWorkError              work on a stream failed as it ran (copy, launch, wait)
       StagingError                 a staging slot released twice, or a bad request
       EngineError                  the engine cannot run this plan on this device
       EngineStateError             the op-boundary methods called out of order
@@ -62,6 +63,17 @@ class CopyFailedError(HandleError):
         self.nbytes, self.cause = nbytes, cause
         super().__init__(f"buffer {buffer_id}: {direction} copy of {nbytes} bytes failed: "
                          f"{cause}")
+
+
+class StreamWorkError(CupoolError):
+    """Work an iteration put on a stream failed as the stream ran it (a copy, a launch, a
+    wait; a GPU's errors are sticky and surface here too), reported when the engine
+    synchronized at the iteration's end; ``cause`` is the device's message, naming the
+    stream and the failed work."""
+
+    def __init__(self, iteration: int, cause: str) -> None:
+        self.iteration, self.cause = iteration, cause
+        super().__init__(f"iteration {iteration}: work on a stream failed: {cause}")
 
 
 class StagingError(CupoolError):

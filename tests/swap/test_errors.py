@@ -16,6 +16,7 @@ from cupool.swap.errors import (
     HandleLifetimeError,
     HandleStateError,
     StagingError,
+    StreamWorkError,
 )
 
 ERRORS = [
@@ -25,6 +26,8 @@ ERRORS = [
      "buffer 4: state is 'host', the bytes are not on the device"),
     (ConflictingUseError(2, "write", 1, 0),
      "buffer 2: use(intent='write') conflicts with 1 read(s) and 0 write(s) in progress"),
+    (StreamWorkError(3, "stream 'compute': launch op failed: OSError()"),
+     "iteration 3: work on a stream failed: stream 'compute': launch op failed"),
     (CopyFailedError(9, "h2d", 1024, "DMA fault"),
      "buffer 9: h2d copy of 1024 bytes failed: DMA fault"),
     (StagingError("released twice"), "released twice"),
