@@ -298,13 +298,27 @@ class FaultyDevice(EmulatedDevice):
 
 
 class _FaultyEvent(EmulatedEvent):
-    """An emulated event whose ``record`` its device may fail."""
+    """An emulated event whose ``record`` and waits its device may fail, the ones made
+    inside launched work too (:meth:`record_in_work`, :meth:`wait_in_work`: the same
+    operations, ``record`` and ``wait_event``, counted with the others)."""
 
     def _record(self, stream: Stream) -> None:
         call = self.device._fault("record")
         if call is not None:
             raise self.device._error("record", call, "enqueue", "event.record()")
         super()._record(stream)
+
+    def record_in_work(self):
+        call = self.device._fault("record")
+        if call is not None:
+            raise self.device._error("record", call, "enqueue", "event.record()")
+        return super().record_in_work()
+
+    def wait_in_work(self):
+        call = self.device._fault("wait_event")
+        if call is not None:
+            raise self.device._error("wait_event", call, "enqueue", "wait_event()")
+        return super().wait_in_work()
 
 
 __all__ = ["ALLOCATIONS", "COPIES", "OPERATIONS", "STAGES", "STREAM_OPERATIONS",

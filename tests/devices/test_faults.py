@@ -159,6 +159,25 @@ def test_a_refused_stream_wait_is_not_enqueued_and_names_the_stream(device):
     assert ran == [1] and device.stats()["stream_waits.count"] == 1
 
 
+def test_waits_and_records_made_inside_launched_work_fail_as_the_stream_ones(device):
+    """The emulated device's waits and marks made inside launched work (what the swap
+    engine's batched op work uses) count as ``wait_event`` and ``record`` calls and fail
+    the same way, before anything is counted or enqueued."""
+    stream = device.create_stream("compute")
+    event = device.create_event()
+    event.record(stream)
+    device.arm(Fault("wait_event", nth=1), Fault("record", nth=1))
+    with pytest.raises(DeviceError, match=r"injected fault \(wait_event call 1, at enqueue\)"):
+        event.wait_in_work()
+    with pytest.raises(DeviceError, match=r"injected fault \(record call 1, at enqueue\)"):
+        event.record_in_work()
+    assert device.stats()["stream_waits.count"] == 0
+    wait, mark = event.wait_in_work(), device.create_event(timing=True).record_in_work()
+    device.launch(stream, lambda: (wait(), mark()))
+    device.synchronize()
+    assert device.stats()["stream_waits.count"] == 1
+
+
 def test_a_failed_stream_synchronize_waits_for_the_work_then_names_the_stream(device):
     stream = device.create_stream("copies")
     ran = []
