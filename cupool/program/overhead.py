@@ -55,7 +55,14 @@ class EngineOverhead:
     iteration); the raw measurement: ``short_ops``/``long_ops`` (the two program lengths),
     ``short_iteration_us``/``long_iteration_us`` (their planned iterations, as the engine
     timed them), ``call_us`` (median passive duration of one no-op op) and
-    ``input_us`` (the input op's passive duration, median of both recordings)."""
+    ``input_us`` (the input op's passive duration, median of both recordings).
+
+    ``host_per_op_us`` is what each op costs the host to enqueue (wall µs: matching the
+    step with the recorded one, the engine's op boundaries, the op's call handed to its
+    stream), the slope of the planned steps' host time (``StepReport.wall_us`` less
+    ``iteration_us``: the time the step took beyond the engine's iteration) over the two
+    program lengths (``short_host_us``/``long_host_us``): what
+    :class:`~cupool.sim.cost.CostModel` ``host_us_per_op`` prices."""
 
     per_op_us: float
     per_iteration_us: float
@@ -65,6 +72,9 @@ class EngineOverhead:
     long_iteration_us: tuple
     call_us: float
     input_us: float
+    host_per_op_us: float = 0.0
+    short_host_us: tuple = ()
+    long_host_us: tuple = ()
 
     def apply(self, durations_us) -> tuple[float, ...]:
         """``durations_us`` (a passive iteration's, per op) with ``per_op_us`` added to every
@@ -84,6 +94,7 @@ class _Run:
     iteration_us: tuple  # the planned iterations used
     call_us: tuple       # the passive durations of the no-op ops
     input_us: float      # the passive duration of the input op
+    host_us: tuple       # each planned iteration's step time beyond the engine's iteration
 
 
 def _run(session_type, device, ops: int, iterations: int) -> _Run | None:
@@ -102,8 +113,9 @@ def _run(session_type, device, ops: int, iterations: int) -> _Run | None:
             if s.plan is None:
                 return None
         durations = s.recording.durations_us
-        planned = [r.iteration_us for r in s.reports if r.mode == "planned"]
-    return _Run(tuple(planned[1:]), tuple(durations[1:]), durations[0])
+        planned = [r for r in s.reports if r.mode == "planned"][1:]
+    return _Run(tuple(r.iteration_us for r in planned), tuple(durations[1:]), durations[0],
+                tuple(r.wall_us - r.iteration_us for r in planned))
 
 
 def measure_engine_overhead(session_type, device, *, short_ops: int = SHORT_OPS,
@@ -127,8 +139,11 @@ def measure_engine_overhead(session_type, device, *, short_ops: int = SHORT_OPS,
     input_us = statistics.median((short.input_us, long.input_us))
     per_op = max(0.0, slope - call_us)
     per_iteration = max(0.0, short_us - short_ops * slope - input_us - per_op)
+    host = (statistics.median(long.host_us) - statistics.median(short.host_us)) \
+        / (long_ops - short_ops)
     return EngineOverhead(per_op, per_iteration, short_ops, long_ops, short.iteration_us,
-                          long.iteration_us, call_us, input_us)
+                          long.iteration_us, call_us, input_us, max(0.0, host),
+                          short.host_us, long.host_us)
 
 
 @dataclass(frozen=True)
@@ -137,12 +152,16 @@ class SwapRoundTrip:
     cost: the median extra time of an iteration with the swap over one without, less the
     bytes' time at the link's bandwidth; clamped at zero), ``swap_us`` and
     ``resident_us`` (per iteration, the iteration's time beyond its ops' observed times,
-    with and without the swap), ``nbytes``."""
+    with and without the swap), ``nbytes``; ``host_per_action_us``, what each action of a
+    plan costs the host to enqueue (wall µs: the median extra enqueue of an iteration with
+    the swap's three, a swap-out, its swap-in and the due op's wait, over one without;
+    :class:`~cupool.sim.cost.CostModel` ``host_us_per_action``)."""
 
     latency_us: float
     swap_us: tuple
     resident_us: tuple
     nbytes: int
+    host_per_action_us: float = 0.0
 
 
 def _round_trip_plans(nbytes: int):
@@ -182,15 +201,17 @@ def measure_swap_round_trip(device, gbps: float, *, lead_us: float = 1000.0,
     from cupool.swap.engine import EngineSettings, SwapEngine
 
     trace, swapping, resident = _round_trip_plans(nbytes)
-    beyond = {}
+    beyond, host = {}, {}
     every = EngineSettings(time_ops_every=1)  # every iteration's op times are needed
     for name, plan in (("swap", swapping), ("resident", resident)):
         with SwapEngine(trace, plan, device, every, op_us=[0.0, lead_us, 0.0, 0.0]) as engine:
             results = [engine.run_iteration(k, _spend) for k in range(iterations + 1)][1:]
         beyond[name] = tuple(r.iteration_us - sum(r.op_us) for r in results)
+        host[name] = statistics.median(r.host_us for r in results)
     extra = statistics.median(beyond["swap"]) - statistics.median(beyond["resident"])
     latency = max(0.0, extra - nbytes / (gbps * 1e3))
-    return SwapRoundTrip(latency, beyond["swap"], beyond["resident"], nbytes)
+    per_action = max(0.0, (host["swap"] - host["resident"]) / 3)
+    return SwapRoundTrip(latency, beyond["swap"], beyond["resident"], nbytes, per_action)
 
 
 __all__ = ["EngineOverhead", "SwapRoundTrip", "measure_engine_overhead",

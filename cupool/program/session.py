@@ -438,6 +438,29 @@ class Session:
                             off_plan=result.off_plan)
         return report, run.fetched
 
+    def predict_step(self, trace=None):
+        """The simulator's prediction for a planned step as the session runs it (a
+        :class:`~cupool.sim.simulator.SimReport`; ``None`` before there is a plan): the plan
+        the next step runs, for ``trace`` (default: the recorded trace, the passive step's op
+        times plus the engine's measured cost; or :meth:`measured_trace`), on the session's
+        cost model with the host's measured cost per op to enqueue
+        (``op_overhead.host_per_op_us``) and per action of the plan
+        (``swap_round_trip.host_per_action_us``; 0 where not measured). On the emulated
+        device the streams start once the whole step is enqueued (``host_gated``); on a GPU
+        each op as soon as it is. Compare its ``iteration_us`` with
+        :class:`StepReport` ``wall_us`` (both from the ``with`` block's end)."""
+        if self._runner is None or self.planned is None:
+            return None
+        from dataclasses import replace as replaced
+
+        from cupool.sim.simulator import simulate
+
+        host = self.op_overhead.host_per_op_us if self.op_overhead is not None else 0.0
+        action = getattr(self.swap_round_trip, "host_per_action_us", 0.0)
+        cost = replaced(self.cost, host_us_per_op=host, host_us_per_action=action,
+                        host_gated=self.device.kind == "emulated")
+        return simulate(trace or self.planned.trace, self.plan, cost, validate=False)
+
     def measured_trace(self, skip: int = 1):
         """The recorded trace with each op's duration what the planned iterations
         observed (after the first ``skip`` of them; the recomputes before an op are not its

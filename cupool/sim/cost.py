@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from cupool.core.vocabulary import HOST_LEVELS, PAGEABLE, PINNED, Trace
+from cupool.core.vocabulary import HOST_LEVELS, PAGEABLE, PINNED, SwapIn, SwapOut, Trace
 from cupool.errors import InputError
 
 LINK_PRESETS = {"gen4": 25.0, "gen5": 55.0}
@@ -59,13 +59,15 @@ class CostModel:
     (``None``: :data:`PAGEABLE_FRACTION` of the pinned bandwidth, and
     :data:`DEFAULT_PAGEABLE_LATENCY_US`).
 
-    ``host_us_per_op`` is what enqueuing one op costs the host (µs): the compute stream
-    cannot run ahead of the host, so op ``i`` is dispatched no earlier than ``(i + 1) ×
-    host_us_per_op`` from the iteration's start, and the swap-ins it triggers are handed
-    over then too; with ``host_gated`` the device starts only once the host enqueued the
-    whole iteration (the emulated device's gate: every op no earlier than ``num_ops ×
-    host_us_per_op``). 0 (the default) leaves the host out: a launch-bound program is
-    then predicted as fast as its ops."""
+    ``host_us_per_op`` is what enqueuing one op costs the host (µs), and
+    ``host_us_per_action`` what each action of the plan the host enqueues with it costs
+    more (a swap-in triggered at the op or due there, a swap-out after the op before it, a
+    recompute before it): the compute stream cannot run ahead of the host, so op ``i`` is
+    dispatched no earlier than the host's enqueue of ops ``0..i`` (:meth:`host_ready`), and
+    the swap-ins it triggers are handed over then too; with ``host_gated`` the device
+    starts only once the host enqueued the whole iteration (the emulated device's gate).
+    Both 0 (the default) leave the host out: a launch-bound program is then predicted as
+    fast as its ops."""
 
     h2d_gbps: float
     d2h_gbps: float
@@ -76,6 +78,7 @@ class CostModel:
     pageable_d2h_gbps: float | None = None
     pageable_latency_us: float | None = None
     host_us_per_op: float = 0.0
+    host_us_per_action: float = 0.0
     host_gated: bool = False
 
     def __post_init__(self):
@@ -84,7 +87,8 @@ class CostModel:
         for name in ("pageable_h2d_gbps", "pageable_d2h_gbps"):
             if getattr(self, name) is not None:
                 _positive(name, getattr(self, name))
-        for name in ("latency_us", "default_op_us", "pageable_latency_us", "host_us_per_op"):
+        for name in ("latency_us", "default_op_us", "pageable_latency_us", "host_us_per_op",
+                     "host_us_per_action"):
             value = getattr(self, name)
             if value is None and name == "pageable_latency_us":
                 continue
@@ -137,10 +141,31 @@ class CostModel:
         duration = trace.ops[i].duration_us
         return self.default_op_us if duration is None else float(duration)
 
-    def host_ready_us(self, op: int, num_ops: int) -> float:
-        """When the host has enqueued op ``op`` of an iteration of ``num_ops`` ops (µs
-        from its start; see the class docstring)."""
-        return (num_ops if self.host_gated else op + 1) * self.host_us_per_op
+    def host_ready(self, num_ops: int, actions) -> tuple[float, ...]:
+        """When the host has enqueued each op of an iteration of ``num_ops`` ops whose
+        plan has ``actions`` (µs from its start; see the class docstring); ``()`` when the
+        host is left out."""
+        per_op, per_action = self.host_us_per_op, self.host_us_per_action
+        if not (per_op or per_action) or not num_ops:
+            return ()
+        work = [per_op] * (num_ops + 1)  # the last: swap-outs after the last op
+        for action in actions:
+            if isinstance(action, SwapIn):
+                ops = (action.trigger_op, action.due_op)
+            elif isinstance(action, SwapOut):
+                ops = (action.after_op + 1,)
+            else:
+                ops = (action.before_op,)
+            for op in ops:
+                if 0 <= op <= num_ops:
+                    work[op] += per_action
+        ready, total = [], 0.0
+        for k in range(num_ops):
+            total += work[k]
+            ready.append(total)
+        if self.host_gated:
+            return (total + work[num_ops] - per_op,) * num_ops
+        return tuple(ready)
 
     def op_times(self, trace: Trace) -> list[float]:
         """``op_us`` of every op, in order."""

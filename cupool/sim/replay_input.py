@@ -219,8 +219,7 @@ def replay_input(trace, residencies: tuple[Residency, ...], actions,
                                np.array(durations, np.float64)[rows])
     rows, first = _grouped(np.where(by_op.filled, arrays.starts, -1), n)
     filled = FilledRows(first, arrays.lows[rows], arrays.highs[rows])
-    host_ready = tuple(cost.host_ready_us(i, n) for i in range(n)) \
-        if cost.host_us_per_op else ()
+    host_ready = cost.host_ready(n, actions)
     return ReplayInput(sizes, op_us, residencies, arrays, swap_ins, due, recomputes,
                        swap_outs, filled, by_op.widest_swap_out, by_op.shortest_copy_us,
                        facts.ops_without_duration, op_us_nonnegative, host_ready)

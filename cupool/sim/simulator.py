@@ -213,6 +213,7 @@ class _Replay:
         self.sizes = {b.id: b.size for b in trace.buffers}
         self.op_us = cost.op_times(trace)
         self.residencies = plan_residencies(trace, plan)
+        self.host_ready = cost.host_ready(trace.num_ops, plan.actions)
         entered = {}
         self.swap_ins = defaultdict(list)    # trigger op -> [(SwapIn, residency)]
         self.due = defaultdict(list)         # due op -> [(buffer, trigger op)]
@@ -278,8 +279,7 @@ class _Replay:
         pending = []  # [(low, high, done)] D2H copies that may still read device bytes
         last_out = {}  # buffer -> done event of its latest swap-out
         landed = {}
-        host_ready = [self.cost.host_ready_us(i, self.trace.num_ops)
-                      for i in range(self.trace.num_ops)] if self.cost.host_us_per_op else ()
+        host_ready = self.host_ready
         for i in range(self.trace.num_ops):
             if host_ready and host_ready[i] > env.now:  # ahead of the host's enqueue
                 ready_wait = env.now

@@ -375,7 +375,7 @@ class SwapEngine:
         self.work.begin_batch()
         state = IterationState(iteration, done, gate, self.off_plan, self.time_scale,
                                op_wall_s=[0.0] * n if timing else [])
-        state.started = state.clock = time.perf_counter()
+        state.started = state.clock = state.enqueue_began = time.perf_counter()
         try:
             state.pool_iteration.enter_context(self.pool.iteration())
         except BaseException:
@@ -507,6 +507,7 @@ class SwapEngine:
         iteration, release the gate, wait for every stream, read the timing events.
         Raises the iteration's first error (after the streams finished); the pool and
         staging are clean either way."""
+        enqueued = time.perf_counter()
         state = self._state
         n = self.trace.num_ops
         if state is None or state.running is not None or state.next_op != n:
@@ -542,7 +543,8 @@ class SwapEngine:
             iteration=state.iteration, wall_us=wall * 1e6, iteration_us=wall * 1e6 / ts,
             late_us=dict(state.late_us), stall_us=state.stall_us,
             op_us=tuple(w * 1e6 / ts for w in state.op_wall_s), bytes_checked=checked,
-            corrupt_bytes=corrupt, off_plan=self.off_plan - state.off_plan_before)
+            corrupt_bytes=corrupt, off_plan=self.off_plan - state.off_plan_before,
+            host_us=(enqueued - state.enqueue_began) * 1e6)
 
     def _read_timing(self, state: IterationState) -> None:
         """After the final synchronize: the waits' lengths (stalls, late prefetches) and,

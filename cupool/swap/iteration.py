@@ -137,6 +137,7 @@ class IterationState:
     host_slots: dict = field(default_factory=dict)
     last_in: dict = field(default_factory=dict)
     started: float = 0.0
+    enqueue_began: float = 0.0
     clock: float = 0.0
     setup_s: float = 0.0
     stall_us: float = 0.0
@@ -228,7 +229,9 @@ class IterationResult:
     (:class:`IterationState` ``op_wall_s``: the waits and the recomputes before it
     excluded, which the simulator counts apart); ``bytes_checked``
     and ``corrupt_bytes``: bytes compared with their pattern and those that differed;
-    ``off_plan``: residencies the pool served away from their planned offset."""
+    ``off_plan``: residencies the pool served away from their planned offset; ``host_us``:
+    wall µs the host spent enqueuing the iteration (``begin_iteration`` to the
+    ``end_iteration`` call)."""
 
     iteration: int
     wall_us: float
@@ -239,6 +242,7 @@ class IterationResult:
     bytes_checked: int
     corrupt_bytes: int
     off_plan: int
+    host_us: float = 0.0
 
     @property
     def late_prefetches(self) -> int:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import statistics
 
+import numpy as np
 import pytest
 
 import cupool
@@ -97,3 +98,35 @@ def test_a_swap_in_needed_at_once_costs_at_least_its_copy():
     assert trip.latency_us == pytest.approx(max(
         0.0, statistics.median(trip.swap_us) - statistics.median(trip.resident_us)
         - 4096 / 55e3))
+
+
+def test_the_step_prediction_holds_the_hosts_measured_enqueue():
+    """A session on the emulated device measures what each op and each action of a plan
+    cost the host to enqueue, and its step prediction is the simulator's with them: the
+    device waits for the whole enqueue (gated), so the prediction is the one without the
+    host plus at least the ops' share of it."""
+    import dataclasses
+
+    from cupool.sim.simulator import simulate
+
+    def scale(x, out):
+        out[...] = 2 * x
+
+    with cupool.Session("100%", device="emulated") as session:
+        w = session.register("w", np.ones(64, np.float32))
+        assert session.predict_step() is None  # no plan yet
+        for _ in range(3):
+            with session.iteration() as it:
+                h = w
+                for _k in range(20):
+                    h = it.op(scale, h, out=((64,), "float32"))
+        overhead, trip = session.op_overhead, session.swap_round_trip
+        assert overhead.host_per_op_us > 0 and trip.host_per_action_us >= 0
+        assert len(overhead.short_host_us) == len(overhead.long_host_us) > 0
+        predicted = session.predict_step()
+        without = simulate(session.planned.trace, session.plan,
+                           dataclasses.replace(session.cost, host_us_per_op=0.0),
+                           validate=False)
+        ops = session.planned.trace.num_ops
+        assert predicted.iteration_us >= without.iteration_us + ops * overhead.host_per_op_us \
+            - 1e-6

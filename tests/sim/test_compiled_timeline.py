@@ -72,7 +72,8 @@ def test_generated_plans_give_the_python_timeline(case, engines):
     """Swaps (pinned and pageable), recomputes, drops of clean data, 0 µs ops and whole-number
     copy times (ties), on 1 to 3 engines per direction."""
     trace, plan, cost = case
-    cost = dataclasses.replace(cost, host_us_per_op=0.0)  # the host's time: Python's alone
+    cost = dataclasses.replace(cost, host_us_per_op=0.0,  # the host's time: Python's alone
+                               host_us_per_action=0.0)
     data = replay_input(trace, plan_residencies(trace, plan), plan.actions, cost)
     assert not assert_same_timeline(data, trace.num_ops, engines).startswith("KeyError")
 

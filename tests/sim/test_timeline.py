@@ -131,7 +131,8 @@ def varied(draw, plans):
     """A case of ``plans`` on a varied machine: 1 or 2 engines per direction, a latency of
     0 or 1 µs, a link that makes copy times whole numbers (ties with the whole-number op
     durations) or not, every swap of some buffers from or to pageable memory, and a host
-    whose enqueue of each op takes 0, 0.7 or 3 µs, gated or not."""
+    whose enqueue of each op takes 0, 0.7 or 3 µs and of each action 0 or 2.5 µs more,
+    gated or not."""
     trace, plan, cost = draw(plans)
     pageable = draw(st.sets(st.sampled_from([b.id for b in trace.buffers])))
     actions = tuple(dataclasses.replace(a, level=PAGEABLE)
@@ -143,6 +144,7 @@ def varied(draw, plans):
                       pageable_gbps=draw(st.sampled_from([None, 0.1])),
                       pageable_latency_us=draw(st.sampled_from([None, 0.0, 2.0])))
     cost = dataclasses.replace(cost, host_us_per_op=draw(st.sampled_from([0.0, 0.0, 0.7, 3.0])),
+                               host_us_per_action=draw(st.sampled_from([0.0, 0.0, 2.5])),
                                host_gated=draw(st.booleans()))
     return trace, dataclasses.replace(plan, actions=actions), cost
 
@@ -367,3 +369,24 @@ def test_a_launch_bound_program_is_predicted_launch_bound(gated):
     assert bound.stall_us == bound.iteration_us - 10.0
     assert [start for _dispatch, start, _end in bound.op_times] == (
         [30.0 + i for i in range(10)] if gated else [3.0 * (i + 1) for i in range(10)])
+
+
+def test_the_host_enqueues_a_plans_actions_with_their_ops():
+    """Four 10 µs ops; A swapped out after op 0, in at op 2 for op 3. The host spends 1 µs
+    an op and 4 µs an action: op 0 at 1, op 1 at 2 + 4 (the swap-out after op 0), op 2 at
+    3 + 8 (and the swap-in it triggers), op 3 at 4 + 12 (the wait for it). The ops run
+    back to back from op 0's enqueue (1 µs): the host is never behind them again."""
+    from cupool.core.vocabulary import Buffer, Op, Residency, SwapIn, SwapOut, Trace
+
+    trace = Trace("actions", tuple(Op(f"op{i}", 10.0) for i in range(4)),
+                  (Buffer(0, 512, 0, 4, (0, 3)),))
+    plan = swap_plan(trace, [Residency(0, 0, 1, 0), Residency(0, 2, 4, 0)],
+                     [SwapOut(0, 0), SwapIn(0, 2, 3)])
+    host = dataclasses.replace(cost_model(1000.0, latency_us=0.0), host_us_per_op=1.0,
+                               host_us_per_action=4.0)
+    assert host.host_ready(4, plan.actions) == (1.0, 6.0, 11.0, 16.0)
+    report = assert_same(trace, plan, host)
+    assert report.op_times[0][1] == 1.0 and report.iteration_us == 41.0
+    gated = dataclasses.replace(host, host_gated=True)
+    assert gated.host_ready(4, plan.actions) == (16.0,) * 4
+    assert assert_same(trace, plan, gated).iteration_us == 56.0
