@@ -23,7 +23,10 @@ after the first planned one:
 4. **Programs**: ``examples/mlp_sgd.py``, ``examples/gpt_decoder.py`` and the recurrent
    program ``bench/rnn_program.py`` (about 300 small ops) at 100/90/70/50% of their peak:
    step wall time with cupool against ``cupool.EagerSession`` (run right before), the
-   host's share per op, late prefetches, parameters bitwise equal.
+   host's share per op, late prefetches, parameters bitwise equal; and the planned step
+   (``StepReport.wall_us``: from the ``with`` block's end) against the simulator's
+   prediction with the host's measured enqueue (``Session.predict_step``), given the
+   recorded op times (``sim err``) or those the planned steps observed (``obs err``).
 
 Prints the tables and writes ``bench/results/host_cost.json``.
 """
@@ -199,7 +202,7 @@ def program(name: str, module, budget: str, steps: int) -> dict:
             module.train_step(it, params, *batch)
         eager_s.append(time.perf_counter() - began)
     reference = {k: eager.read(t) for k, t in params.items()}
-    step_s, host_s, engine_us, late, calls = [], [], [], [], None
+    step_s, host_s, engine_us, late, calls, walls = [], [], [], [], None, []
     with cupool.Session(budget=budget, device="emulated") as session:
         state = module.register(session)
         clock = None
@@ -217,6 +220,7 @@ def program(name: str, module, budget: str, steps: int) -> dict:
             if k < 2 or report.mode != "planned":
                 continue
             step_s.append(ended - began)
+            walls.append(report.wall_us)
             host_s.append(clock.end - began)
             engine_us.append(report.iteration_us)
             late.append(report.late_prefetches)
@@ -225,6 +229,8 @@ def program(name: str, module, budget: str, steps: int) -> dict:
                 calls = _calls(before, after, len(session.recorded_program.ops))
         ops = len(session.recorded_program.ops)
         mode = session.reports[-1].mode
+        predicted = session.predict_step()
+        observed = session.predict_step(session.measured_trace())
         identical = all(np.array_equal(session.read(state[k]), v) for k, v in reference.items())
     if not step_s:
         return {"program": name, "budget": budget, "mode": mode, "ops": ops}
@@ -235,7 +241,12 @@ def program(name: str, module, budget: str, steps: int) -> dict:
             "ratio": round(cupool_ms / eager_ms, 3),
             "engine_ms": round(statistics.median(engine_us) / 1e3, 3),
             "host_us_per_op": round(statistics.median(host_s) / ops * 1e6, 2),
-            "late_prefetches": late, "calls_per_op": calls, "params_identical": identical}
+            "late_prefetches": late, "calls_per_op": calls, "params_identical": identical,
+            "step_wall_ms": round(statistics.median(walls) / 1e3, 3),
+            "sim_ms": round(predicted.iteration_us / 1e3, 3),
+            "sim_error": round(statistics.median(walls) / predicted.iteration_us - 1, 3),
+            "sim_observed_error": round(statistics.median(walls) / observed.iteration_us - 1,
+                                        3)}
 
 
 _SHORT = {"host_callbacks": "callbacks", "launches": "launches", "event_records": "records",
@@ -273,8 +284,8 @@ def main(argv=None) -> int:
                 for name, module in modules.items() for budget in ("100%", "90%", "70%", "50%")]
     print("\nprograms (median step from the third on):")
     print(f"{'program':<12} {'budget':>6} {'ops':>4} {'eager ms':>9} {'cupool ms':>10} "
-          f"{'ratio':>6} {'engine ms':>10} {'host µs/op':>10} {'late':>12} {'bitwise':>7}  "
-          f"calls per op")
+          f"{'ratio':>6} {'engine ms':>10} {'host µs/op':>10} {'sim err':>8} {'obs err':>8} "
+          f"{'late':>12} {'bitwise':>7}  calls per op")
     for row in programs:
         if "ratio" not in row:
             print(f"{row['program']:<12} {row['budget']:>6} {row['ops']:>4}  no planned step "
@@ -282,7 +293,8 @@ def main(argv=None) -> int:
             continue
         print(f"{row['program']:<12} {row['budget']:>6} {row['ops']:>4} {row['eager_ms']:>9.2f} "
               f"{row['cupool_ms']:>10.2f} {row['ratio']:>6.2f} {row['engine_ms']:>10.2f} "
-              f"{row['host_us_per_op']:>10.2f} {row['late_prefetches']!s:>12} "
+              f"{row['host_us_per_op']:>10.2f} {row['sim_error']:>+8.1%} "
+              f"{row['sim_observed_error']:>+8.1%} {row['late_prefetches']!s:>12} "
               f"{row['params_identical']!s:>7}  {_fmt_calls(row['calls_per_op'])}")
     result = {"machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
                           "load": os.getloadavg()[0]},
