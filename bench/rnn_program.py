@@ -76,18 +76,21 @@ def batches(steps: int, seed: int = 1) -> list:
 
 
 def train_step(it, p: dict, xs):
-    """One step of back-propagation through time declared on ``it``; returns the loss."""
-    f32, state = "float32", (BATCH, HIDDEN)
-    inputs = [it.input(xs[t], name=f"x{t}") for t in range(STEPS)]
+    """One step of back-propagation through time declared on ``it`` over ``xs`` (time
+    steps × batch × features; the sizes are those of ``xs`` and ``p``); returns the
+    loss."""
+    f32, state = "float32", (xs.shape[1], p["wh"].shape[0])
+    steps = xs.shape[0]
+    inputs = [it.input(xs[t], name=f"x{t}") for t in range(steps)]
     hs = [it.op(first_cell, inputs[0], p["wx"], out=(state, f32), name="cell0")]
-    for t in range(1, STEPS):
+    for t in range(1, steps):
         hs.append(it.op(cell, inputs[t], hs[-1], p["wx"], p["wh"], out=(state, f32),
                         name="cell"))
     loss = it.op(loss_of, hs[-1], out=((), f32), name="loss")
     dh = it.op(loss_grad, hs[-1], out=(state, f32), name="dloss")
     it.op(zero, updates=[p["gwx"]], name="zero_gwx")
     it.op(zero, updates=[p["gwh"]], name="zero_gwh")
-    for t in reversed(range(STEPS)):
+    for t in reversed(range(steps)):
         dz = it.op(tanh_grad, dh, hs[t], out=(state, f32), name="dtanh")
         it.op(accumulate, inputs[t], dz, updates=[p["gwx"]], name="acc_wx")
         if t > 0:

@@ -12,47 +12,12 @@ import pytest
 import cupool
 from cupool.program import BudgetTooSmallError, PlanningFailedError
 from cupool.program import session as session_module
+from tests.bench_modules import load_bench
 
 STEPS = 3
 
 
-def _cell(x, h, wx, wh, out):
-    xp = cupool.array_module(x)
-    xp.matmul(x, wx, out=out)
-    out += h @ wh
-    xp.tanh(out, out=out)
-
-
-def _first_cell(x, wx, out):
-    cupool.array_module(x).tanh(x @ wx, out=out)
-
-
-def _loss(h, out):
-    out[...] = (h * h).sum() / (2 * h.shape[0])
-
-
-def _loss_grad(h, out):
-    cupool.array_module(h).divide(h, h.shape[0], out=out)
-
-
-def _tanh_grad(dh, h, out):
-    cupool.array_module(dh).multiply(dh, 1 - h * h, out=out)
-
-
-def _accumulate(a, dz, grad):
-    grad += a.T @ dz
-
-
-def _through_time(dz, wh, out):
-    cupool.array_module(dz).matmul(dz, wh.T, out=out)
-
-
-def _zero(grad):
-    grad[...] = 0
-
-
-def _sgd(grad, param):
-    param -= np.float32(0.05) * grad
+rnn = load_bench("rnn_program")  # its ops and step, at the sizes drawn below
 
 
 class Recurrent:
@@ -74,25 +39,7 @@ class Recurrent:
                         for _ in range(STEPS)]
 
     def step(self, it, p: dict, xs):
-        f32, state = "float32", (self.batch, self.hidden)
-        inputs = [it.input(xs[t], name=f"x{t}") for t in range(self.time)]
-        hs = [it.op(_first_cell, inputs[0], p["wx"], out=(state, f32), name="cell0")]
-        for t in range(1, self.time):
-            hs.append(it.op(_cell, inputs[t], hs[-1], p["wx"], p["wh"], out=(state, f32),
-                            name="cell"))
-        loss = it.op(_loss, hs[-1], out=((), f32), name="loss")
-        dh = it.op(_loss_grad, hs[-1], out=(state, f32), name="dloss")
-        it.op(_zero, updates=[p["gwx"]], name="zero_gwx")
-        it.op(_zero, updates=[p["gwh"]], name="zero_gwh")
-        for t in reversed(range(self.time)):
-            dz = it.op(_tanh_grad, dh, hs[t], out=(state, f32), name="dtanh")
-            it.op(_accumulate, inputs[t], dz, updates=[p["gwx"]], name="acc_wx")
-            if t > 0:
-                it.op(_accumulate, hs[t - 1], dz, updates=[p["gwh"]], name="acc_wh")
-                dh = it.op(_through_time, dz, p["wh"], out=(state, f32), name="dh")
-        it.op(_sgd, p["gwx"], updates=[p["wx"]], name="sgd_wx")
-        it.op(_sgd, p["gwh"], updates=[p["wh"]], name="sgd_wh")
-        return it.fetch(loss)
+        return rnn.train_step(it, p, xs)
 
     def train(self, session, steps: int = STEPS):
         """Losses and final parameters after ``steps`` steps on ``session``."""
