@@ -60,8 +60,9 @@ class EngineOverhead:
     ``host_per_op_us`` is what each op costs the host to enqueue (wall µs: matching the
     step with the recorded one, the engine's op boundaries, the op's call handed to its
     stream), the slope of the planned steps' host time (``StepReport.wall_us`` less
-    ``iteration_us``: the time the step took beyond the engine's iteration) over the two
-    program lengths (``short_host_us``/``long_host_us``): what
+    ``iteration_us``: the time the step took beyond the engine's iteration; of the steps
+    that did not time their ops) over the two program lengths
+    (``short_host_us``/``long_host_us``): what
     :class:`~cupool.sim.cost.CostModel` ``host_us_per_op`` prices."""
 
     per_op_us: float
@@ -114,8 +115,9 @@ def _run(session_type, device, ops: int, iterations: int) -> _Run | None:
                 return None
         durations = s.recording.durations_us
         planned = [r for r in s.reports if r.mode == "planned"][1:]
+    steady = [r for r in planned if not r.ops_timed] or planned  # the marks cost the host
     return _Run(tuple(r.iteration_us for r in planned), tuple(durations[1:]), durations[0],
-                tuple(r.wall_us - r.iteration_us for r in planned))
+                tuple(r.wall_us - r.iteration_us for r in steady))
 
 
 def measure_engine_overhead(session_type, device, *, short_ops: int = SHORT_OPS,

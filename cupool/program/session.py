@@ -136,7 +136,9 @@ class StepReport:
     compute stream; ``moved_triggers``: triggers the feedback moved for the next iteration;
     ``device_peak_bytes``: the most device bytes the session held for tensors during the
     iteration (the pool's reservation; passive: the arena bytes in use);
-    ``budget_bytes``; ``off_plan``: tensors served away from their planned offset."""
+    ``budget_bytes``; ``off_plan``: tensors served away from their planned offset;
+    ``ops_timed``: the engine timed each op of this planned iteration (its first three,
+    then every fourth: a timing mark after each op costs the host a little)."""
 
     iteration: int
     mode: str
@@ -151,6 +153,7 @@ class StepReport:
     budget_bytes: int
     off_plan: int = 0
     plan_seconds: float = 0.0
+    ops_timed: bool = False
 
     @property
     def late_prefetches(self) -> int:
@@ -435,7 +438,7 @@ class Session:
         report = StepReport(number, "planned", False, None, (time.perf_counter() - began) * 1e6,
                             result.iteration_us, dict(result.late_us), result.stall_us,
                             run.moved_triggers, run.reserved_peak_bytes, budget,
-                            off_plan=result.off_plan)
+                            off_plan=result.off_plan, ops_timed=bool(result.op_us))
         return report, run.fetched
 
     def predict_step(self, trace=None):
