@@ -5,15 +5,15 @@ Every residency's device bytes come from a :class:`~cupool.allocator.pool.Planne
 serving the plan's layout (:mod:`.layout`), every buffer is a
 :class:`~cupool.swap.handles.TensorHandle` whose uses are marked, swaps go through the
 :class:`~cupool.swap.copy_engine.CopyEngine` (D2H and H2D streams, events) and pinned
-staging, and the op work goes on a compute stream through
-:class:`~cupool.swap.checks.StreamWork` (host callbacks on the emulated device, CUDA
-kernels on a GPU). A client drives one iteration as::
+staging (what each copy waits for: :mod:`.plan_copies`), and the op work goes on a
+compute stream through :class:`~cupool.swap.checks.StreamWork` (launched host functions on
+the emulated device, CUDA kernels on a GPU). A client drives one iteration as::
 
     engine.begin_iteration(k)
     for i in range(trace.num_ops):
         frame = engine.before_op(i)   # pool, swap-ins, waits, the op's uses, recomputes
         body(engine, frame)           # the op itself: enqueue its work, spend its time
-        engine.after_op(i)            # release the uses, record done[i], swap-outs
+        engine.after_op(i)            # residencies ended, record done[i], swap-outs
     result = engine.end_iteration()   # synchronize, clean up, IterationResult
 
 (:meth:`SwapEngine.run_iteration` is that loop, with the client's body: a program's ops, or
@@ -36,13 +36,11 @@ Only kernels, copies, event records and stream waits go on the streams: no Pytho
 the device's timeline. The books (each handle's state, the uses an op takes, residencies
 ending) are kept on the host, in program order, as the op is enqueued; stream order
 already guarantees what they describe (a swap-in's handle is ``to_device`` from its
-trigger and ``device`` once its due op waits for it). What an op body runs on the compute
-stream (:class:`~cupool.swap.checks.StreamWork`) is launched there on the emulated device,
-whose kernels are host functions, batched between the events other streams wait for, and
-are kernels on a GPU. A timed wait is a wait between two timing events; their lengths
-(stalls, late prefetches) are read after the final synchronize, and so are the op times
-(``[timing mark]``: a timing event after each op, in the engine's first three iterations
-and every ``time_ops_every``-th after them; the others report no op times). ``done[i]`` is
+trigger and ``device`` once its due op waits for it). Waits and op times are read from
+timing events after the final synchronize (:mod:`.timing`; ``[timing mark]``: in the
+engine's first three iterations and every ``time_ops_every``-th after them). An op served
+at its planned addresses is made once (:class:`~cupool.swap.steps.PlannedOp`), and a
+resident one then runs flat in :meth:`SwapEngine.run_iteration`. ``done[i]`` is
 recorded only after an op that something waits for (a swap-out after it, a swap-in
 triggered at ``i + 1``). The engine only measures: a due op's wait over
 :data:`LATE_THRESHOLD_WALL_US` is a late prefetch, reported per buffer; moving triggers for
@@ -78,29 +76,27 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import NamedTuple
 
 from cupool.core.vocabulary import Plan, SwapIn, SwapOut, Trace
 from cupool.errors import CupoolError
 from cupool.swap.checks import StreamWork
 from cupool.swap.copy_engine import CopyEngine
 from cupool.swap.errors import EngineError, EngineStateError, StreamWorkError
-from cupool.swap.handles import DEVICE, HOST, TO_HOST, TensorHandle
+from cupool.swap.handles import HOST, TensorHandle
 from cupool.swap.iteration import (
     LATE_THRESHOLD_WALL_US,
     IterationResult,
     IterationState,
-    MeasuredWait,
     OpFrame,
-    PendingCopy,
     RunningOp,
     order_problem,
-    split_overlapping,
 )
 from cupool.swap.layout import Layout, pool_layout, round_up
+from cupool.swap.plan_copies import PlanCopies, resident_ptr
 from cupool.swap.schedule import build_schedule
 from cupool.swap.staging import ALIGNMENT, PinnedStaging
-from cupool.swap.steps import intents_of, op_steps
+from cupool.swap.steps import end_residencies, intents_of, op_steps, planned_op, take_uses
+from cupool.swap.timing import StepTiming
 
 
 @dataclass(frozen=True)
@@ -124,25 +120,6 @@ OpBody = Callable[["SwapEngine", OpFrame], object]
 """``body(engine, frame)``: the work of op ``frame.op``, enqueued between ``before_op`` and
 ``after_op`` (for example :func:`~cupool.swap.patterns.pattern_body`)."""
 _NO_FILLS = frozenset()  # the first_fills of an op that fills no persistent buffer
-
-
-class _PlannedOp(NamedTuple):
-    """An op as ``before_op`` made it with every block at its planned address: the
-    ``frame`` handed to the op body and the ``arrivals`` (``(handle, view, ptr)`` of the
-    residencies it begins), the same in every iteration while the blocks stay there.
-    ``resident`` says that nothing but pool blocks and the handles' books happens at the
-    op (no copy, wait, recompute or event): :meth:`SwapEngine.run_iteration` then runs it
-    from ``frees`` (the residencies whose blocks die before it), ``allocs`` (``(key,
-    block bytes, planned address)`` of those starting there), ``uses`` and ``ends`` (the
-    op step's), without the general path's checks."""
-
-    frame: OpFrame
-    arrivals: tuple
-    resident: bool
-    frees: tuple
-    allocs: tuple
-    uses: tuple
-    ends: tuple
 
 
 class SwapEngine:
@@ -221,11 +198,10 @@ class SwapEngine:
             self._arrays = {}  # (buffer, ptr) -> the handle's array there (made once)
             self._persistent_ready = set()  # persistent buffers with first contents written
             self._state: IterationState | None = None
-            self._done_events = {}  # op -> the event recorded after it (reused each iteration)
-            self._copy_events = {}  # (buffer, op, direction) -> the event after its copy
-            self._wait_events = []  # pairs of timing events, the k-th for the k-th timed wait
-            self._op_marks = []  # timing events: the iteration's start (0), op i's end (i + 1)
-            self._runs = 0  # iterations begun (which of them time their ops)
+            self._timing = StepTiming(device, self.work, trace.num_ops,
+                                      settings.time_ops_every, self.gpu)
+            self._copies = PlanCopies(device, self.copy_engine, self.sizes, self.handles,
+                                      self.boundary_slots, self._timing)
             self._frames_arena = None  # the arena address the planned frames were made for
             self.schedule = None
             self.set_plan(plan, layout)
@@ -269,7 +245,7 @@ class SwapEngine:
         handles = self.handles
         self._op_uses = [tuple((handles[b], write) for b, write in step.intents)
                          for step in self._steps]  # per op: (handle, write) of its uses
-        self._frames = [None] * self.trace.num_ops  # per op: its _PlannedOp, once made
+        self._frames = [None] * self.trace.num_ops  # per op: its PlannedOp, once made
         self._waited_ops = frozenset([*(i for i, outs in schedule.swap_outs.items() if outs),
                                       *(i - 1 for i, ins in schedule.swap_ins.items()
                                         if ins and i > 0)])
@@ -309,9 +285,7 @@ class SwapEngine:
         state = self.begin_iteration(iteration)
         try:
             frames, work, malloc = self._frames, self.work, self.pool.malloc
-            take_uses = self._take_uses
-            blocks, ptrs, marks = state.blocks, state.ptrs, self._op_marks
-            timing = bool(state.op_wall_s)
+            blocks, ptrs, timing = state.blocks, state.ptrs, bool(state.op_wall_s)
             for i in range(self.trace.num_ops):
                 planned = frames[i]
                 if planned is None or not planned.resident or not state.exact \
@@ -321,7 +295,9 @@ class SwapEngine:
                     self.after_op(i)
                     continue
                 # a resident op at its planned addresses: the general path's work, flat
-                for key in planned.frees:
+                # (its blocks served inline, as _serve does: a call an op costs 0.3 us)
+                step = planned.step
+                for key in step.frees:
                     blocks.pop(key, None)
                 for key, nbytes, ptr in planned.allocs:
                     blocks[key] = malloc(nbytes)  # (no local keeps it: its free is a pop)
@@ -330,7 +306,7 @@ class SwapEngine:
                         self.off_plan += 1
                         state.exact = False
                 if not state.exact:  # its frame is elsewhere: the general path from here
-                    frame = self._before_op_rest(state, i, self._steps[i])
+                    frame = self._before_op_rest(state, i, step)
                     body(self, frame)
                     self.after_op(i)
                     continue
@@ -339,9 +315,9 @@ class SwapEngine:
                 state.running, state.next_op = running, i
                 body(self, planned.frame)
                 if timing:
-                    work.mark(marks[i + 1])
-                if planned.ends:
-                    self._end_residencies(state, planned.ends)
+                    self._timing.mark_op(i)
+                if step.ends:
+                    end_residencies(state, self.handles, step.ends)
                 work.commit()
                 state.running = None
                 state.next_op = i + 1
@@ -364,11 +340,7 @@ class SwapEngine:
                 handle.reset()
         self.work.begin_iteration()
         device, n = self.device, self.trace.num_ops
-        runs, every = self._runs, max(1, self.settings.time_ops_every)
-        self._runs += 1
-        timing = runs < 3 or runs % every == 0
-        if timing and not self._op_marks:  # made once, recorded in the iterations timing ops
-            self._op_marks = [device.create_event(timing=True) for _ in range(n + 1)]
+        timing = self._timing.begin()
         done = [None] * n  # recorded where something waits for it (after_op)
         gate = None if self.gpu else device.hold_streams(  # emulated: enqueue first
             (self.compute, self.copy_engine.d2h_stream, self.copy_engine.h2d_stream))
@@ -387,7 +359,7 @@ class SwapEngine:
             self._frames = [None] * n
             self._frames_arena = state.arena_ptr
         if timing:
-            self.work.mark(self._op_marks[0])
+            self._timing.mark_start()
         self._state = state
         return state
 
@@ -410,10 +382,10 @@ class SwapEngine:
         """:meth:`before_op` once the op's pool blocks are served."""
         ptrs = state.ptrs
         if step.swap_ins:
-            self._issue_swap_ins(state, op)
+            self._copies.swap_ins(self.schedule, state, op)
         for action in step.due:
             b, trigger = action.buffer_id, action.trigger_op
-            self._timed_wait(state, op, state.landed_at[(b, trigger)], b)
+            self._timing.wait(state, op, state.landed_at[(b, trigger)], b)
             ptr = ptrs[(b, trigger)]
             self.copy_engine.arrived(self.handles[b], self.array(b, ptr), ptr)
         first_fills = [b for b in self._home_at[op] if b not in self._persistent_ready] \
@@ -428,40 +400,29 @@ class SwapEngine:
                          intents_of(self.trace, step.uses, written, step.recomputed))
             frame = (*((b, op) for b in first_fills), *frame)
         if state.pending and written:
-            self._wait_for_readers(state, op, written)
+            self._copies.wait_for_readers(state, op, written)
         running = RunningOp(op, frozenset(first_fills) if first_fills else _NO_FILLS)
         planned = self._frames[op] if state.exact and not first_fills else None
-        if planned is None:
-            arrivals = [(self.handles[b], self.array(b, ptrs[(b, op)]), ptrs[(b, op)])
-                        for b in written]
-            self._take_uses(state, running, arrivals, uses)
-        else:
-            self._take_uses(state, running, planned.arrivals, uses)
+        arrivals = planned.arrivals if planned is not None else [
+            (self.handles[b], self.array(b, ptrs[(b, op)]), ptrs[(b, op)]) for b in written]
+        take_uses(state, running, arrivals, uses)
         if step.recomputed:
             self._recompute(state, running, step.recomputed)
-        if planned is None:
-            try:
-                frame_ptrs = {b: ptrs[(b, start)] for b, start in frame}
-            except KeyError:  # a use the plan holds in no residency served this iteration
-                frame_ptrs = {b: self._resident_ptr(state, b, op) for b, _ in frame}
-            frame = OpFrame(op, produced, running.first_fills, step.recomputed, step.uses,
-                            frame_ptrs)
-            if state.exact and not first_fills:  # the same every iteration from now
-                self._frames[op] = self._planned_op(state, op, frame, arrivals)
-        else:
-            frame = planned.frame
+        if planned is not None:
+            state.running = running
+            return planned.frame
+        try:
+            frame_ptrs = {b: ptrs[(b, start)] for b, start in frame}
+        except KeyError:  # a use the plan holds in no residency served this iteration
+            frame_ptrs = {b: resident_ptr(self.schedule, state, b, op) for b, _ in frame}
+        frame = OpFrame(op, produced, running.first_fills, step.recomputed, step.uses,
+                        frame_ptrs)
+        if state.exact and not first_fills:  # the same every iteration from now
+            self._frames[op] = planned_op(step, frame, arrivals, self._op_uses[op],
+                                          self.schedule, state.arena_ptr,
+                                          op in self._waited_ops)
         state.running = running
         return frame
-
-    def _planned_op(self, state: IterationState, op: int, frame: OpFrame,
-                    arrivals) -> _PlannedOp:
-        step, schedule = self._steps[op], self.schedule
-        resident = not (step.swap_ins or step.due or step.recomputed or step.swap_outs
-                        or op in self._waited_ops)
-        allocs = tuple((key, schedule.block_sizes[key[0]],
-                        state.arena_ptr + schedule.offsets[key]) for key in step.allocs)
-        return _PlannedOp(frame, tuple(arrivals), resident, step.frees, allocs,
-                          self._op_uses[op], step.ends)
 
     def _serve(self, state: IterationState, allocs) -> None:
         """Pool blocks for the residencies starting at an op (``allocs``, in the pool's
@@ -486,19 +447,15 @@ class SwapEngine:
             self._persistent_ready.update(running.first_fills)
         work, step = self.work, self._steps[op]
         if state.op_wall_s:  # this iteration times its ops: a mark at the op's end
-            work.mark(self._op_marks[op + 1])
+            self._timing.mark_op(op)
         if step.ends:
-            self._end_residencies(state, step.ends)
+            end_residencies(state, self.handles, step.ends)
         work.commit()
         if op in self._waited_ops:  # a swap-out after op, or a swap-in triggered at op + 1
             work.flush()
-            event = self._done_events.get(op)
-            if event is None:
-                event = self._done_events[op] = self.device.create_event()
-            event.record(self.compute)
-            state.done[op] = event
+            self._copies.record_done(state, op, self.compute)
         if step.swap_outs:
-            self._issue_swap_outs(state, op)
+            self._copies.swap_outs(self.schedule, state, op)
         state.running = None
         state.next_op = op + 1
 
@@ -536,7 +493,7 @@ class SwapEngine:
         wall = time.perf_counter() - state.started - state.setup_s
         if state.error is not None:
             raise state.error
-        self._read_timing(state)
+        self._timing.read(state)
         checked, corrupt = self.work.results()
         ts = self.time_scale
         return IterationResult(
@@ -545,29 +502,6 @@ class SwapEngine:
             op_us=tuple(w * 1e6 / ts for w in state.op_wall_s), bytes_checked=checked,
             corrupt_bytes=corrupt, off_plan=self.off_plan - state.off_plan_before,
             host_us=(enqueued - state.enqueue_began) * 1e6)
-
-    def _read_timing(self, state: IterationState) -> None:
-        """After the final synchronize: the waits' lengths (stalls, late prefetches) and,
-        in an iteration timing its ops, each op's time: from the previous op's end mark
-        to its own, less the waits and the recomputes before it."""
-        waited = {}
-        for measured in state.waits:
-            seconds = measured.wait.seconds()
-            state.measured_wait(measured.late_buffer, seconds)
-            waited[measured.op] = waited.get(measured.op, 0.0) + seconds
-        if not state.op_wall_s:
-            return
-        marks = self._op_marks
-        for op, (began, ended) in state.recomputes.items():
-            waited[op] = waited.get(op, 0.0) + ended.seconds_since(began)
-        op_wall_s = state.op_wall_s
-        for i in range(len(op_wall_s)):
-            if i == 0 and not self.gpu:  # from the gate's release, as the op clock counts
-                spent = marks[1].recorded_at - state.started - state.setup_s
-            else:
-                spent = marks[i + 1].seconds_since(marks[i])
-            spent -= waited.get(i, 0.0)
-            op_wall_s[i] = spent if spent > 0.0 else 0.0
 
     def abort_iteration(self, error: BaseException | None = None) -> None:
         """Close an iteration that ``error`` interrupted between :meth:`begin_iteration`
@@ -600,131 +534,20 @@ class SwapEngine:
         self.work.run(partial(state.advance_clock, seconds, waits))
 
     # -- what before_op and after_op enqueue ----------------------------------------------
-    def _event(self, key):
-        """The event recorded for ``key`` (a copy), made once and recorded again in every
-        iteration (a stream's wait holds the mark it was given)."""
-        event = self._copy_events.get(key)
-        if event is None:
-            event = self._copy_events[key] = self.device.create_event()
-        return event
-
-    def _timed_wait(self, state: IterationState, op: int, event, late_buffer) -> None:
-        """The compute stream waits for ``event`` before op ``op``, timed (for a swap-in's
-        due op, ``late_buffer`` is its buffer)."""
-        k = len(state.waits)
-        pairs = self._wait_events
-        if k == len(pairs):
-            make = self.device.create_event
-            pairs.append((make(timing=True), make(timing=True)))
-        wait = self.work.timed_wait(event, *pairs[k])
-        state.waits.append(MeasuredWait(op, wait, late_buffer))
-        if not self.gpu:
-            state.unclocked.append(wait)
-
-    def _issue_swap_ins(self, state: IterationState, op: int) -> None:
-        for action in self.schedule.swap_ins[op]:
-            b = action.buffer_id
-            ptr = state.ptrs[(b, op)]
-            # a copy the H2D stream waited for once is behind it from then on
-            split = split_overlapping(state.h2d_pending, ((ptr, ptr + self.sizes[b]),))
-            state.h2d_pending = split.rest
-            waits = [copy.copied for copy in split.overlapping]
-            own = state.last_out.get(b)
-            if own is not None and own not in waits:  # often the copy out of these bytes
-                waits.append(own)
-            if op > 0:
-                waits.append(state.done[op - 1])
-            slot = self.boundary_slots.get(b) or state.host_slots[b]
-            landed = self.copy_engine.swap_in(self.handles[b], slot, self.sizes[b], ptr, waits,
-                                              landed=self._event((b, op, "in")))
-            state.landed_at[(b, op)] = state.last_in[b] = landed
-
-    def _wait_for_readers(self, state: IterationState, op: int, written) -> None:
-        """Make the compute stream wait for swap-outs still reading the bytes ``written``
-        buffers take at ``op`` (each copy once: the stream's later work is behind it)."""
-        ptrs, sizes = state.ptrs, self.sizes
-        split = split_overlapping(state.pending, [(ptrs[(b, op)], ptrs[(b, op)] + sizes[b])
-                                                  for b in written])
-        for copy in split.overlapping:
-            self._timed_wait(state, op, copy.copied, None)
-        state.pending = split.rest
-
-    @staticmethod
-    def _take_uses(state: IterationState, running: RunningOp, arrivals, uses) -> None:
-        """On the host, in program order: the op's new residencies (``arrivals``:
-        ``(handle, view, ptr)``) are on the device, and every use it makes (``uses``:
-        ``(handle, write)`` pairs) finds its handle where the plan says (stream order
-        guarantees the bytes are there when the op runs). A refused use is the
-        iteration's first error."""
-        try:
-            for handle, view, ptr in arrivals:
-                handle.arrive(view, ptr)
-            for handle, write in uses:
-                state_now = handle.state
-                if state_now is not DEVICE and (write or state_now is not TO_HOST):
-                    handle.refuse(write)
-                handle.uses += 1
-            running.entered = True
-        except Exception as exc:
-            state.keep_first_error(exc)
-
     def _recompute(self, state: IterationState, running: RunningOp, recomputed) -> None:
         timing = bool(state.op_wall_s)
         if timing:  # timed apart: not the op's time (the simulator counts them apart)
-            make = self.device.create_event
-            began, ended = state.recomputes[running.op] = (make(timing=True),
-                                                           make(timing=True))
+            began, ended = self._timing.recomputes(state, running.op)
             self.work.mark(began)
         for b in recomputed:
             producer = self.trace.buffer(b).recompute
-            inputs = [self.array(s, self._resident_ptr(state, s, running.op))
+            inputs = [self.array(s, resident_ptr(self.schedule, state, s, running.op))
                       for s in producer.inputs]
             out = self.array(b, state.ptrs[(b, running.op)])
             self.work.run(partial(self._call_recompute, state, running, b, out, inputs))
             self.spend(self.op_us[producer.op])
         if timing:
             self.work.mark(ended)
-
-    def _issue_swap_outs(self, state: IterationState, op: int) -> None:
-        for b in self.schedule.swap_outs[op]:
-            ptr = self._resident_ptr(state, b, op)
-            drop = (b, op) in self.schedule.drops  # clean: the host copy is still valid
-            slot = self.boundary_slots.get(b) or state.host_slots.get(b)
-            # a slot the buffer was swapped in from is written only after that copy read it
-            waits = (state.last_in[b],) if slot is not None and not drop \
-                and b in state.last_in else ()
-            issued = self.copy_engine.swap_out(
-                self.handles[b], ptr, self.sizes[b], state.done[op], slot,
-                self.schedule.out_levels[(b, op)], drop=drop,
-                held=(b, op) in self.schedule.held, out=self._event((b, op, "out")),
-                waits=waits)
-            if b not in self.boundary_slots:
-                state.host_slots[b] = issued.slot
-            if not drop:  # a drop reads no device byte
-                copy = PendingCopy(ptr, ptr + self.sizes[b], issued.copied)
-                state.pending.append(copy)
-                state.h2d_pending.append(copy)
-            state.last_out[b] = issued.copied
-
-    def _resident_ptr(self, state: IterationState, b: int, op: int) -> int:
-        """Where buffer ``b``'s residency holding op ``op`` was served this iteration."""
-        start = self.schedule.holding(b, op)
-        if start is None or (b, start) not in state.ptrs:
-            raise EngineError(f"buffer {b} is used at op {op} but has no residency there")
-        return state.ptrs[(b, start)]
-
-    def _end_residencies(self, state: IterationState, ends) -> None:
-        """On the host, in program order: residencies ending after the op leave the
-        device (dropped, retired, or, after a held swap-out, to the host copy)."""
-        handles = self.handles
-        try:
-            for b, where in ends:
-                if where is HOST:  # a held swap-out's residency ended
-                    handles[b].residency_ended()
-                else:
-                    handles[b].leave(where)
-        except Exception as exc:
-            state.keep_first_error(exc)
 
     # -- work launched on the compute stream --------------------------------------------
     def _call_recompute(self, state: IterationState, running: RunningOp, b: int, out,
@@ -744,7 +567,7 @@ class SwapEngine:
     def _open_gate(state: IterationState) -> None:
         """Release the emulated streams (once), starting the iteration's timing."""
         if state.gate is not None and not state.gate.released:
-            state.started = state.clock = state.op_end = state.gate.release()
+            state.started = state.clock = state.gate.release()
 
     def _quiesce(self) -> None:
         """Wait for every stream (errors were already reported or will be)."""
@@ -760,7 +583,7 @@ class SwapEngine:
         self.device.synchronize()
         for slot in self.boundary_slots.values():
             self.staging.release(slot)
-        self.boundary_slots = {}
+        self.boundary_slots.clear()
         self._arrays = {}
         for h in self.handles.values():
             h.view = None

@@ -8,14 +8,22 @@ so that ``before_op`` and ``after_op`` only read them on an op where nothing mov
 
 Only a persistent buffer's first fill (once, in the first iteration that serves its home
 residency) changes an op from iteration to iteration; the engine then builds that op's
-intents with :func:`intents_of`.
+intents with :func:`intents_of`. Once an op was served with every block at its planned
+address, :func:`planned_op` keeps what it took (:class:`PlannedOp`), and a resident op
+runs from that alone in later iterations.
+
+The handles' books at an op boundary are kept on the host, in program order, by
+:func:`take_uses` and :func:`end_residencies` (stream order already guarantees what they
+describe).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from cupool.core.vocabulary import Trace
+from cupool.swap.handles import DEVICE, HOST, TO_HOST
 from cupool.swap.schedule import Schedule
 
 
@@ -84,4 +92,64 @@ def op_steps(schedule: Schedule, trace: Trace) -> tuple[OpStep, ...]:
     return tuple(steps)
 
 
-__all__ = ["OpStep", "intents_of", "op_steps"]
+class PlannedOp(NamedTuple):
+    """Op ``step.op`` as ``before_op`` made it with every block at its planned address: the
+    ``frame`` (an :class:`~cupool.swap.iteration.OpFrame`) handed to the op body, the
+    ``arrivals`` (``(handle, view, ptr)`` of the residencies it begins) and ``uses``
+    (``(handle, write)``), the same in every iteration while the blocks stay there;
+    ``allocs``: ``(key, block bytes, planned address)`` of the residencies starting there.
+    ``resident`` says that nothing but pool blocks and the handles' books happens at the
+    op (no copy, wait, recompute or event another stream waits for): the engine then runs
+    it from this alone, without the general path's checks."""
+
+    step: OpStep
+    frame: object
+    arrivals: tuple
+    uses: tuple
+    allocs: tuple
+    resident: bool
+
+
+def planned_op(step: OpStep, frame, arrivals, uses, schedule: Schedule, arena_ptr: int,
+               waited: bool) -> PlannedOp:
+    """The :class:`PlannedOp` of ``step`` in an arena at ``arena_ptr`` (``waited``: another
+    stream waits for the op's end)."""
+    resident = not (step.swap_ins or step.due or step.recomputed or step.swap_outs or waited)
+    allocs = tuple((key, schedule.block_sizes[key[0]], arena_ptr + schedule.offsets[key])
+                   for key in step.allocs)
+    return PlannedOp(step, frame, tuple(arrivals), uses, allocs, resident)
+
+
+def take_uses(state, running, arrivals, uses) -> None:
+    """The op's new residencies (``arrivals``: ``(handle, view, ptr)``) are on the device,
+    and every use it makes (``uses``: ``(handle, write)``) finds its handle where the plan
+    says. A refused use is the iteration's first error (``state.keep_first_error``);
+    ``running.entered`` says they were all taken."""
+    try:
+        for handle, view, ptr in arrivals:
+            handle.arrive(view, ptr)
+        for handle, write in uses:
+            state_now = handle.state
+            if state_now is not DEVICE and (write or state_now is not TO_HOST):
+                handle.refuse(write)
+            handle.uses += 1
+        running.entered = True
+    except Exception as exc:
+        state.keep_first_error(exc)
+
+
+def end_residencies(state, handles: dict, ends) -> None:
+    """Residencies ending after an op (``ends``: ``(buffer, state)``) leave the device:
+    dropped, retired, or, after a held swap-out, to the host copy."""
+    try:
+        for b, where in ends:
+            if where is HOST:  # a held swap-out's residency ended
+                handles[b].residency_ended()
+            else:
+                handles[b].leave(where)
+    except Exception as exc:
+        state.keep_first_error(exc)
+
+
+__all__ = ["OpStep", "PlannedOp", "end_residencies", "intents_of", "op_steps", "planned_op",
+           "take_uses"]
