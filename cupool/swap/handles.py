@@ -3,16 +3,17 @@
 A :class:`TensorHandle` stands for one buffer of a trace during one iteration. It knows
 the buffer (size, lifetime, uses), where its bytes are now, and the view of its bytes at
 the planned device address while they are there. Its location is a small state machine;
-the swap engine (:mod:`.copy_engine`, :mod:`.engine`) moves it, always in *stream
-order* (the transitions run as host callbacks on the stream doing the work), so the
-state a use sees is the state of the device, not of the thread that enqueued the work::
+the swap engine (:mod:`.copy_engine`, :mod:`.engine`) moves it on the host, in *program
+order*, as it enqueues the work (its books: stream order guarantees that the bytes are
+where the state says by the time the work that uses them runs); a use through
+:meth:`TensorHandle.use` from another thread waits for a landing in flight::
 
-    unborn ──produce──► device ──swap-out issued──► to_host ──copy done──► host
-                          ▲  │                                               │
-                          │  └──drop (to be recomputed)──► dropped           │ swap-in
-                          │                                   │ recompute    ▼ issued
-                          └───────────────────────────────────┴──landed── to_device
-    any state ──end of lifetime──► retired            a failed copy ──► failed
+    unborn ──produce──► device ──swap-out issued──► to_host ──residency ended──► host
+                          ▲  │                                                     │
+                          │  └──drop (to be recomputed)──► dropped                 │ swap-in
+                          │                                   │ recompute          ▼ issued
+                          └───────────────────────────────────┴──due op waits── to_device
+    any state ──end of lifetime──► retired            a copy refused ──► failed
 
 ``with handle.use() as view:`` (``intent="read"`` or ``"write"``) marks an access and
 guarantees, for the duration of the block, that the bytes are on the device at the

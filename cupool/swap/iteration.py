@@ -204,9 +204,9 @@ class OpFrame(NamedTuple):  # a named tuple, not a frozen dataclass: made once p
     contents, like weights uploaded before training); ``recomputed``: buffers the plan
     regenerated just before the op (already enqueued); ``uses``: the buffers the trace
     says the op uses; ``ptrs``: the device address of every one of them this iteration.
-    The engine holds the op's uses (write for produced and recomputed buffers, read for
-    the rest) from its begin callback to its end callback, so work the body enqueues in
-    between finds every handle resident."""
+    The engine has taken the op's uses (write for produced and recomputed buffers, read
+    for the rest) on its books before it hands the frame over: every handle is
+    resident, in program order, for the work the body enqueues."""
 
     op: int
     produced: tuple

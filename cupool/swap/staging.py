@@ -25,8 +25,8 @@ Statistics (one flat dict, ``<quantity>.<qualifier>``):
 ``staging.live_slots.current``     slots acquired and not released (both kinds)
 =================================  ====================================================
 
-Thread-safe: ``_lock`` guards the free ranges, the live set and the counters (slots are
-released from stream callbacks).
+Thread-safe: ``_lock`` guards the free ranges, the live set and the counters (the swap
+engine acquires and releases slots on its own thread; other callers may use others).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 :func:`op_steps` reads a :class:`~cupool.swap.schedule.Schedule` once per plan (the engine
 calls it from ``set_plan``) and gives, per op, an :class:`OpStep`: the buffers it writes,
-the uses its begin callback takes and the residencies its frame points into, as tuples,
+the uses it takes on the books and the residencies its frame points into, as tuples,
 so that ``before_op`` and ``after_op`` only read them on an op where nothing moves (a
 *resident* op: no pool work, no swap, no wait, no recompute, no first fill).
 
@@ -33,7 +33,7 @@ class OpStep:
 
     ``produced`` / ``recomputed`` / ``written`` (both, in that order): the buffers whose
     residency starts at the op without a copy; ``uses``: the trace's uses of the op;
-    ``intents``: ``(buffer, write)`` pairs the op's begin callback takes, in order (read
+    ``intents``: ``(buffer, write)`` pairs of the uses the op takes, in order (read
     for the uses and the recomputes' inputs, write for ``written``); ``frame``:
     ``(buffer, residency start)`` for every buffer of its frame (``written`` first, then
     the other uses; the start is ``None`` where the plan has no residency holding the use,
