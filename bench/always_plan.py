@@ -32,14 +32,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
-import subprocess
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
+
+from auto_speed import code_version, machine
 
 from cupool.check import validate_plan
 from cupool.core.read_only import read_only_state
@@ -115,20 +114,9 @@ def plan_cell(shape: str, trace: Trace, label: str, budget: int, link: str, cost
 
 
 def run_info() -> dict:
-    def git(*args):
-        try:
-            done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True,
-                                  timeout=30, check=False)
-        except OSError:
-            return None
-        return done.stdout.strip() if done.returncode == 0 else None
-
-    status = git("status", "--porcelain", "--untracked-files=no", "--", "cupool")
-    return {"commit": git("rev-parse", "HEAD"),
-            "uncommitted_under_cupool": None if status is None else bool(status),
-            "machine": platform.machine(), "cpus": os.cpu_count(),
-            "platform": platform.platform(), "python": platform.python_version(),
-            "argv": sys.argv[1:]}
+    """Where and from what the table is made: the commit and the paths under ``cupool/``
+    that differ from it, the machine, the arguments."""
+    return {**code_version(), **machine(), "argv": sys.argv[1:]}
 
 
 def _pct(x) -> str:
