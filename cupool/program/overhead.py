@@ -208,7 +208,8 @@ def measure_swap_round_trip(device, gbps: float, *, lead_us: float = 1000.0,
     for name, plan in (("swap", swapping), ("resident", resident)):
         with SwapEngine(trace, plan, device, every, op_us=[0.0, lead_us, 0.0, 0.0]) as engine:
             results = [engine.run_iteration(k, _spend) for k in range(iterations + 1)][1:]
-        beyond[name] = tuple(r.iteration_us - sum(r.op_us) for r in results)
+        timed = [r for r in results if r.op_us]  # (every one, at time_ops_every=1)
+        beyond[name] = tuple(r.iteration_us - sum(r.op_us) for r in timed)
         host[name] = statistics.median(r.host_us for r in results)
     extra = statistics.median(beyond["swap"]) - statistics.median(beyond["resident"])
     latency = max(0.0, extra - nbytes / (gbps * 1e3))
