@@ -203,11 +203,11 @@ class PlannedRunner:
         self._fetched = {}
         engine.pool.reset_peak_stats()
         copies_failed = engine.copy_engine.stats()["failed.count"]
-        self._enqueued = False
         try:
-            result = engine.run_iteration(iteration, self._body)
+            result = engine.run_iteration(iteration, self._body, self._prepared_calls)
         except KeyboardInterrupt:
-            if not self._enqueued:  # interrupted while enqueuing: the plan ran in part
+            if engine.ops_enqueued < len(program.ops):  # interrupted while enqueuing:
+                # the plan ran in part
                 self._break(iteration, "interrupted (KeyboardInterrupt) while the step was "
                                        "being enqueued")
             raise
@@ -237,7 +237,6 @@ class PlannedRunner:
 
     def _body(self, engine, frame) -> None:
         index = frame.op
-        self._enqueued = index == len(self.current.ops) - 1
         op = self.current.ops[index]
         ptrs = frame.ptrs
         prepared = self._prepared[index]
@@ -259,6 +258,20 @@ class PlannedRunner:
             engine.work.run(call)
         if self._spends:
             engine.spend(engine.op_us[frame.op])
+
+    def _prepared_calls(self, start: int, stop: int, frames) -> list | None:
+        """The engine's ``prepared``: per op from ``start`` to ``stop - 1``, the call made
+        once for it at its frame in ``frames`` while the op is the one it was made for,
+        else ``None`` (the engine then calls :meth:`_body` for it); ``None`` for all where
+        the ops spend time of their own."""
+        if self._spends:
+            return None
+        ops, prepared, calls = self.current.ops, self._prepared, []
+        for index, frame in zip(range(start, stop), frames, strict=True):
+            made = prepared[index]
+            calls.append(made.call if made is not None and made.frame is frame
+                         and made.op is ops[index] else None)
+        return calls
 
     def _first_fill(self, engine, view, value) -> None:
         if engine.gpu:

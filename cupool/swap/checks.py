@@ -176,6 +176,20 @@ class StreamWork:
         with self._on_gpu():
             fn()
 
+    def run_all(self, calls) -> None:
+        """:meth:`run` for each of ``calls`` in order: on the emulated device added to
+        the batch at once, on a GPU called with the stream current once for all."""
+        if not self.gpu:
+            if self._batch is not None:
+                self._batch.extend(calls)
+            else:
+                for fn in calls:
+                    self.device.launch(self.stream, fn)
+            return
+        with self._on_gpu():
+            for fn in calls:
+                fn()
+
     def mark(self, event) -> None:
         """Record timing ``event`` at this point of the stream's work: on a GPU at once;
         on the emulated device inside the batch (the launched work stamps it as it runs),

@@ -64,7 +64,10 @@ the iteration is timed from the start of its enqueuing.
 **Recompute.** A recompute action before op ``i`` calls the handle's ``recompute(out,
 *inputs)`` with the arrays of the buffer's new residency and of its producer's inputs
 (held for read: they must be resident): the callable the client gave for the buffer
-(``recompute=``); a plan that recomputes a buffer without one is refused. The engine holds
+(``recompute=``); a plan that recomputes a buffer without one is refused. A state a
+nested recompute only passes through (an ephemeral residency) takes its block among the
+recomputes and gives it back after the last one reading it; every recomputed residency
+takes its block at its own recompute (:mod:`.recomputed`). The engine holds
 no defaults of a replay's: the op body, the recompute callables and the first contents of
 the persistent buffers' host copies (``boundary_slots``) are the client's.
 """
@@ -74,11 +77,11 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from functools import partial
 
 from cupool.core.vocabulary import Plan, SwapIn, SwapOut, Trace
 from cupool.errors import CupoolError
+from cupool.swap import recomputed
 from cupool.swap.checks import StreamWork
 from cupool.swap.copy_engine import CopyEngine
 from cupool.swap.errors import EngineError, EngineStateError, StreamWorkError
@@ -93,36 +96,30 @@ from cupool.swap.iteration import (
 )
 from cupool.swap.layout import Layout, pool_layout, round_up
 from cupool.swap.plan_copies import PlanCopies, resident_ptr
+from cupool.swap.runs import ResidentRuns, compile_run
 from cupool.swap.schedule import build_schedule
+from cupool.swap.settings import EngineSettings
 from cupool.swap.staging import ALIGNMENT, PinnedStaging
-from cupool.swap.steps import end_residencies, intents_of, op_steps, planned_op, take_uses
+from cupool.swap.steps import (
+    end_residencies,
+    intents_of,
+    op_steps,
+    planned_op,
+    reads_any,
+    take_uses,
+)
 from cupool.swap.timing import StepTiming
-
-
-@dataclass(frozen=True)
-class EngineSettings:
-    """How the engine scales a trace: ``size_scale`` (int >= 1) divides every size and
-    offset; ``time_scale`` multiplies every op duration (a replay paces the link to
-    match); ``seed`` seeds the patterns; ``staging_bytes`` is the pinned reservation
-    (default: room for one host copy of every buffer the plan swaps out);
-    ``time_ops_every`` (int >= 1): the engine's first three iterations, and every
-    ``time_ops_every``-th after them, time each op with a timing event after it (the
-    others record events only where the plan has a copy or a recompute)."""
-
-    size_scale: int = 1
-    time_scale: float = 1.0
-    seed: int = 0
-    staging_bytes: int | None = None
-    time_ops_every: int = 4
-
 
 OpBody = Callable[["SwapEngine", OpFrame], object]
 """``body(engine, frame)``: the work of op ``frame.op``, enqueued between ``before_op`` and
 ``after_op`` (for example :func:`~cupool.swap.patterns.pattern_body`)."""
+PreparedCalls = Callable[[int, int, tuple], "list | None"]
+"""``prepared(start, stop, frames)``: per op of a resident run, the call the body would
+hand the stream work at its frame, or ``None`` (:meth:`SwapEngine.run_iteration`)."""
 _NO_FILLS = frozenset()  # the first_fills of an op that fills no persistent buffer
 
 
-class SwapEngine:
+class SwapEngine(ResidentRuns):
     """Runs iterations of ``trace`` under swapping ``plan`` on ``device`` (``emulated`` or
     ``cuda``), serving its layout from a :class:`~cupool.allocator.pool.PlannedPool`.
 
@@ -188,6 +185,7 @@ class SwapEngine:
             self.compute = device.create_stream("compute")
             self.work = StreamWork(device, self.compute, self.seed)
             self.iteration = 0
+            self.ops_enqueued = 0  # ops of the last iteration whose work was enqueued
             self.handles = {}
             for b in trace.buffers:
                 given = (recompute or {}).get(b.id)
@@ -246,6 +244,7 @@ class SwapEngine:
         self._op_uses = [tuple((handles[b], write) for b, write in step.intents)
                          for step in self._steps]  # per op: (handle, write) of its uses
         self._frames = [None] * self.trace.num_ops  # per op: its PlannedOp, once made
+        self._runs = [None] * self.trace.num_ops  # per op: the ResidentRun from it, or False
         self._waited_ops = frozenset([*(i for i, outs in schedule.swap_outs.items() if outs),
                                       *(i - 1 for i, ins in schedule.swap_ins.items()
                                         if ins and i > 0)])
@@ -276,51 +275,47 @@ class SwapEngine:
         return array
 
     # -- one iteration, op by op ---------------------------------------------------------
-    def run_iteration(self, iteration: int, body: OpBody) -> IterationResult:
-        """Run iteration ``iteration``: every op of the trace between :meth:`before_op` and
-        :meth:`after_op`, with ``body(engine, frame)`` as the op. The first error of the
-        iteration (a use the handle refuses, a failed copy, a recompute callable raising)
-        is raised after the streams finished; the pool and the staging area are clean then
-        either way."""
+    def run_iteration(self, iteration: int, body: OpBody,
+                      prepared: PreparedCalls | None = None) -> IterationResult:
+        """Run iteration ``iteration``: every op between :meth:`before_op` and
+        :meth:`after_op`, with ``body(engine, frame)`` as the op; where ``prepared``
+        (:data:`PreparedCalls`) is given, each :class:`~cupool.swap.runs.ResidentRun` as
+        one piece of host work. The iteration's first error (a refused use, a failed copy,
+        a recompute raising) is raised after the streams finished; the pool and the
+        staging area are clean then either way."""
         state = self.begin_iteration(iteration)
         try:
-            frames, work, malloc = self._frames, self.work, self.pool.malloc
-            blocks, ptrs, timing = state.blocks, state.ptrs, bool(state.op_wall_s)
-            for i in range(self.trace.num_ops):
+            frames, runs, handles = self._frames, self._runs, self.handles
+            timing, n, i = bool(state.op_wall_s), self.trace.num_ops, 0
+            while i < n:
                 planned = frames[i]
-                if planned is None or not planned.resident or not state.exact \
-                        or (state.pending and planned.arrivals):
+                if planned is None or not planned.resident or not state.exact or (
+                        state.pending and planned.written
+                        and reads_any(state.pending, planned.written)):
                     frame = self.before_op(i)
                     body(self, frame)
                     self.after_op(i)
+                    i += 1
                     continue
-                # a resident op at its planned addresses: the general path's work, flat
-                # (its blocks served inline, as _serve does: a call an op costs 0.3 us)
-                step = planned.step
-                for key in step.frees:
-                    blocks.pop(key, None)
-                for key, nbytes, ptr in planned.allocs:
-                    blocks[key] = malloc(nbytes)  # (no local keeps it: its free is a pop)
-                    served = ptrs[key] = blocks[key].ptr
-                    if served != ptr:  # served elsewhere: the general path from here
-                        self.off_plan += 1
-                        state.exact = False
-                if not state.exact:  # its frame is elsewhere: the general path from here
-                    frame = self._before_op_rest(state, i, step)
+                if prepared is not None:
+                    run = runs[i]
+                    if run is None:
+                        scan = compile_run(frames, i, handles)
+                        run = scan.run or False
+                        if scan.final:
+                            runs[i] = run
+                    if run and not (state.pending and reads_any(state.pending, run.written)):
+                        calls = prepared(run.start, run.stop, run.frames)
+                        if calls is not None:
+                            i = self._run_resident(state, run, calls, body, timing)
+                            continue
+                if self._serve_planned(state, planned.allocs, planned.step.frees):
+                    self._resident_op(state, i, planned, body, timing)
+                else:  # its frame is elsewhere: the general path from here
+                    frame = self._before_op_rest(state, i, planned.step)
                     body(self, frame)
                     self.after_op(i)
-                    continue
-                running = RunningOp(i, _NO_FILLS)
-                take_uses(state, running, planned.arrivals, planned.uses)
-                state.running, state.next_op = running, i
-                body(self, planned.frame)
-                if timing:
-                    self._timing.mark_op(i)
-                if step.ends:
-                    end_residencies(state, self.handles, step.ends)
-                work.commit()
-                state.running = None
-                state.next_op = i + 1
+                i += 1
         except BaseException as exc:
             self.abort_iteration(exc)
             raise
@@ -333,7 +328,7 @@ class SwapEngine:
             raise EngineStateError(f"begin_iteration({iteration}): iteration "
                                    f"{self._state.iteration} is still running (end or "
                                    f"abort it first)")
-        self.iteration = iteration
+        self.iteration, self.ops_enqueued = iteration, 0
         persistent = self.schedule.persistent
         for b, handle in self.handles.items():
             if b not in persistent:
@@ -357,6 +352,7 @@ class SwapEngine:
         state.arena_ptr = self.pool.arena_ptr
         if state.arena_ptr != self._frames_arena:  # frames point into the arena as it is
             self._frames = [None] * n
+            self._runs = [None] * n
             self._frames_arena = state.arena_ptr
         if timing:
             self._timing.mark_start()
@@ -394,7 +390,7 @@ class SwapEngine:
         uses = self._op_uses[op]
         if first_fills:  # the first iteration that serves these persistent buffers
             produced = (*produced, *first_fills)
-            written = (*produced, *step.recomputed)
+            written = produced
             handles = self.handles
             uses = tuple((handles[b], write) for b, write in
                          intents_of(self.trace, step.uses, written, step.recomputed))
@@ -407,7 +403,7 @@ class SwapEngine:
             (self.handles[b], self.array(b, ptrs[(b, op)]), ptrs[(b, op)]) for b in written]
         take_uses(state, running, arrivals, uses)
         if step.recomputed:
-            self._recompute(state, running, step.recomputed)
+            self._recompute(state, running, step)
         if planned is not None:
             state.running = running
             return planned.frame
@@ -420,20 +416,16 @@ class SwapEngine:
         if state.exact and not first_fills:  # the same every iteration from now
             self._frames[op] = planned_op(step, frame, arrivals, self._op_uses[op],
                                           self.schedule, state.arena_ptr,
-                                          op in self._waited_ops)
+                                          op in self._waited_ops, self.sizes)
         state.running = running
         return frame
 
     def _serve(self, state: IterationState, allocs) -> None:
-        """Pool blocks for the residencies starting at an op (``allocs``, in the pool's
-        order; nothing else holds a block, so a free is a pop)."""
-        schedule, ptrs = self.schedule, state.ptrs
-        for key in allocs:
-            block = state.blocks[key] = self.pool.malloc(schedule.block_sizes[key[0]])
-            ptrs[key] = block.ptr
-            if block.ptr != state.arena_ptr + schedule.offsets[key]:
-                self.off_plan += 1
-                state.exact = False
+        """Pool blocks for the residencies starting at an op (``allocs``: their keys, in
+        the pool's order)."""
+        schedule, base = self.schedule, state.arena_ptr
+        self._serve_planned(state, [(key, schedule.block_sizes[key[0]],
+                                     base + schedule.offsets[key]) for key in allocs], ())
 
     def after_op(self, op: int) -> None:
         """Everything after op ``op``'s work: residencies ending after it dropped or
@@ -469,7 +461,7 @@ class SwapEngine:
         n = self.trace.num_ops
         if state is None or state.running is not None or state.next_op != n:
             raise EngineStateError(self._order_problem("end_iteration", n))
-        self._state = None
+        self._state, self.ops_enqueued = None, n
         try:
             try:
                 self.work.end_batch()
@@ -511,6 +503,7 @@ class SwapEngine:
         state, self._state = self._state, None
         if state is None:
             return
+        self.ops_enqueued = state.next_op  # their work is enqueued below, the rest dropped
         error = error or EngineStateError(f"iteration {state.iteration} aborted")
         try:
             self.work.end_batch(complete=False)  # the interrupted op's work is dropped
@@ -534,18 +527,27 @@ class SwapEngine:
         self.work.run(partial(state.advance_clock, seconds, waits))
 
     # -- what before_op and after_op enqueue ----------------------------------------------
-    def _recompute(self, state: IterationState, running: RunningOp, recomputed) -> None:
+    def _recompute(self, state: IterationState, running: RunningOp, step) -> None:
+        op, passing = running.op, step.passing  # passing: ephemeral residencies
+        if state.pending:  # each block is taken at its recompute (.recomputed)
+            recomputed.wait_for_readers(self, state, op, step.recomputed)
         timing = bool(state.op_wall_s)
         if timing:  # timed apart: not the op's time (the simulator counts them apart)
-            began, ended = self._timing.recomputes(state, running.op)
+            began, ended = self._timing.recomputes(state, op)
             self.work.mark(began)
-        for b in recomputed:
+        made = passing.made if passing is not None else ()
+        for position, b in enumerate(step.recomputed):
             producer = self.trace.buffer(b).recompute
-            inputs = [self.array(s, resident_ptr(self.schedule, state, s, running.op))
+            out = self.array(b, recomputed.arrive(self, state, op, b))
+            inputs = [self.array(s, state.ptrs[(s, op)] if s in made else
+                                 resident_ptr(self.schedule, state, s, op))
                       for s in producer.inputs]
-            out = self.array(b, state.ptrs[(b, running.op)])
             self.work.run(partial(self._call_recompute, state, running, b, out, inputs))
             self.spend(self.op_us[producer.op])
+            if b not in made:
+                self.handles[b].uses += 1
+            if passing is not None and position in passing.released:
+                recomputed.release(self, state, op, passing.released[position])
         if timing:
             self.work.mark(ended)
 
@@ -597,4 +599,4 @@ class SwapEngine:
         self.close()
 
 
-__all__ = ["LATE_THRESHOLD_WALL_US", "EngineSettings", "OpBody", "SwapEngine"]
+__all__ = ["LATE_THRESHOLD_WALL_US", "EngineSettings", "OpBody", "PreparedCalls", "SwapEngine"]

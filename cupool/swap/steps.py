@@ -31,15 +31,19 @@ from cupool.swap.schedule import Schedule
 class OpStep:
     """Op ``op`` of a schedule (tuples of buffer ids unless said otherwise):
 
-    ``produced`` / ``recomputed`` / ``written`` (both, in that order): the buffers whose
-    residency starts at the op without a copy; ``uses``: the trace's uses of the op;
+    ``produced`` / ``recomputed``: the buffers whose residency starts at the op without a
+    copy (made by the op, or by a recompute before it); ``written``: ``produced``; ``uses``: the trace's uses of the op;
     ``intents``: ``(buffer, write)`` pairs of the uses the op takes, in order (read
     for the uses and the recomputes' inputs, write for ``written``); ``frame``:
     ``(buffer, residency start)`` for every buffer of its frame (``written`` first, then
     the other uses; the start is ``None`` where the plan has no residency holding the use,
     which the engine reports); ``allocs`` / ``frees``: the pool's residencies starting and
     ending there; ``swap_ins`` / ``due`` / ``swap_outs``: the schedule's actions at the op;
-    ``ends``: ``(buffer, state)`` of the residencies ending right after it."""
+    ``ends``: ``(buffer, state)`` of the residencies ending right after it;
+    ``passing``: the :class:`~cupool.swap.recomputed.EphemeralOp` of the ephemeral
+    residencies among its recomputes (``None``: none). The recomputed buffers are in
+    neither ``written`` nor ``intents``: each arrives at its own recompute
+    (:mod:`.recomputed`)."""
 
     op: int
     produced: tuple
@@ -54,18 +58,22 @@ class OpStep:
     due: tuple
     swap_outs: tuple
     ends: tuple
+    passing: object = None
 
 
 def intents_of(trace: Trace, uses, written, recomputed) -> tuple:
     """``(buffer, write)`` pairs of an op's uses: read for ``uses`` and the inputs of the
     ``recomputed`` buffers' producers, write for ``written`` (a buffer once, at its first
-    mention)."""
+    mention); the ``recomputed`` buffers themselves are left out (each arrives at its
+    recompute)."""
     intents = {}
     for b in recomputed:
         for source in trace.buffer(b).recompute.inputs:
-            intents.setdefault(source, False)
+            if source not in recomputed:
+                intents.setdefault(source, False)
     for b in uses:
-        intents.setdefault(b, False)
+        if b not in recomputed:
+            intents.setdefault(b, False)
     for b in written:
         intents[b] = True
     return tuple(intents.items())
@@ -77,7 +85,7 @@ def op_steps(schedule: Schedule, trace: Trace) -> tuple[OpStep, ...]:
     for op in range(trace.num_ops):
         produced = tuple(schedule.produced.get(op, ()))
         recomputed = tuple(schedule.recomputes.get(op, ()))
-        written = produced + recomputed
+        written = produced
         uses = tuple(schedule.uses.get(op, ()))
         frame = [(b, op) for b in written]
         frame += [(b, schedule.holding(b, op)) for b in uses if b not in written]
@@ -88,7 +96,8 @@ def op_steps(schedule: Schedule, trace: Trace) -> tuple[OpStep, ...]:
             frees=tuple(schedule.free_at.get(op, ())),
             swap_ins=tuple(schedule.swap_ins.get(op, ())), due=tuple(schedule.due.get(op, ())),
             swap_outs=tuple(schedule.swap_outs.get(op, ())),
-            ends=tuple(schedule.ends.get(op + 1, ()))))
+            ends=tuple(schedule.ends.get(op + 1, ())),
+            passing=schedule.ephemeral.get(op)))
     return tuple(steps)
 
 
@@ -97,27 +106,42 @@ class PlannedOp(NamedTuple):
     ``frame`` (an :class:`~cupool.swap.iteration.OpFrame`) handed to the op body, the
     ``arrivals`` (``(handle, view, ptr)`` of the residencies it begins) and ``uses``
     (``(handle, write)``), the same in every iteration while the blocks stay there;
-    ``allocs``: ``(key, block bytes, planned address)`` of the residencies starting there.
-    ``resident`` says that nothing but pool blocks and the handles' books happens at the
-    op (no copy, wait, recompute or event another stream waits for): the engine then runs
-    it from this alone, without the general path's checks."""
+    ``allocs``: ``(key, block bytes, planned address)`` of the residencies starting there;
+    ``written``: the device byte ranges ``(low, high)`` of its arrivals (a swap-out still
+    reading one of them must be waited for first). ``resident`` says that nothing but pool
+    blocks and the handles' books happens at the op (no copy, wait, recompute or event
+    another stream waits for): the engine then runs it from this alone, without the
+    general path's checks, unless a pending swap-out reads bytes it writes."""
 
     step: OpStep
     frame: object
     arrivals: tuple
     uses: tuple
     allocs: tuple
+    written: tuple
     resident: bool
 
 
 def planned_op(step: OpStep, frame, arrivals, uses, schedule: Schedule, arena_ptr: int,
-               waited: bool) -> PlannedOp:
+               waited: bool, sizes: dict) -> PlannedOp:
     """The :class:`PlannedOp` of ``step`` in an arena at ``arena_ptr`` (``waited``: another
-    stream waits for the op's end)."""
+    stream waits for the op's end; ``sizes``: each buffer's bytes on the device)."""
     resident = not (step.swap_ins or step.due or step.recomputed or step.swap_outs or waited)
     allocs = tuple((key, schedule.block_sizes[key[0]], arena_ptr + schedule.offsets[key])
                    for key in step.allocs)
-    return PlannedOp(step, frame, tuple(arrivals), uses, allocs, resident)
+    written = tuple((ptr, ptr + sizes[handle.buffer.id]) for handle, _, ptr in arrivals)
+    return PlannedOp(step, frame, tuple(arrivals), uses, allocs, written, resident)
+
+
+def reads_any(pending, written) -> bool:
+    """Whether a pending swap-out (``.low``, ``.high``) reads any of the ``written`` byte
+    ranges."""
+    for copy in pending:
+        low, high = copy.low, copy.high
+        for start, end in written:
+            if low < end and start < high:
+                return True
+    return False
 
 
 def take_uses(state, running, arrivals, uses) -> None:
@@ -152,4 +176,4 @@ def end_residencies(state, handles: dict, ends) -> None:
 
 
 __all__ = ["OpStep", "PlannedOp", "end_residencies", "intents_of", "op_steps", "planned_op",
-           "take_uses"]
+           "reads_any", "take_uses"]
