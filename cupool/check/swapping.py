@@ -13,8 +13,14 @@ order they are checked (``rule`` of the :class:`ValidationReport` in brackets):
    a recompute recipe may be resident again after its lifetime ended (``start >=`` its
    ``end``), entered by a ``RecomputeAction`` (rule 3), to feed a later recompute (a
    chain through an intermediate the program had already freed: it holds no use);
+   an *ephemeral* residency (``start == end``: it holds no op) is one of a temporary
+   buffer with a recompute recipe, after its first, before an op of the trace
+   (``buffer.start < start < num_ops``): the buffer is recomputed among the recomputes
+   before op ``start`` and only read by later ones there (a state a nested recompute
+   passes through);
    [placed] every buffer has at least one residency;
-   [order] a buffer's residencies are disjoint (``previous.end <= next.start``).
+   [order] a buffer's residencies are disjoint (``previous.end <= next.start``) and no
+   two start at one op.
 3. How each residency gets its data:
 
    - [entry] the first residency starts at the buffer's ``start`` (it is produced there)
@@ -53,7 +59,11 @@ order they are checked (``rule`` of the :class:`ValidationReport` in brackets):
      every input of the recipe is resident with valid data just before ``before_op``
      (produced by an earlier op -- a persistent buffer kept on the device is valid from
      op 0 --, landed by ``due_op <= before_op``, or recomputed earlier: before an earlier
-     op, or before the same op by an action earlier in the plan's list).
+     op, or before the same op by an action earlier in the plan's list, an ephemeral
+     residency included);
+   - [ephemeral] an ephemeral residency is entered by a ``RecomputeAction`` and read by
+     at least one later recompute before the same op (its bytes are released after the
+     last of them).
 4. [use] every use of a buffer lies in one of its residencies, with valid data: not in
    ``[trigger_op, due_op)`` of a swap-in (the data is not there yet).
 5. [budget] at every op the resident bytes (sizes of the residencies covering it) fit
@@ -61,6 +71,19 @@ order they are checked (``rule`` of the :class:`ValidationReport` in brackets):
    arena fits the budget; [overlap] residencies covering the same op share no byte (the
    sweep of :mod:`cupool.check.overlap`: a residency may take bytes released at the op
    it starts).
+
+   Both are checked on a finer clock than the ops: before op ``t`` come its recomputes,
+   one step each, in plan order, then the op. A residency ``[s, e)`` holds its bytes to
+   the last step of op ``e - 1`` from the first step before op ``s`` (its bytes are taken
+   before the recomputes run), or, when a recompute enters it, from that recompute's
+   step; an ephemeral residency before op ``t`` from the step of its own recompute to that
+   of the last recompute reading it::
+
+       op 7's steps:  rc x3    rc x4    rc x5    rc x6    op 7
+       x3 ephemeral   [=================]                          read by rc x4
+       x4 ephemeral            [=================]                 read by rc x5
+       x5 ephemeral                     [=================]        may take x3's bytes
+       x6 [7, 9)                                 [====================...
 """
 
 from __future__ import annotations
@@ -111,20 +134,27 @@ def _check_residencies(trace, plan):
                                     f"(={r.offset!r}) must be an integer >= 0", r.buffer_id)
         remat = (buffer.kind != PERSISTENT and buffer.recompute is not None
                  and buffer.end <= r.start < r.end <= trace.num_ops)
-        if not (buffer.start <= r.start < r.end <= buffer.end) and not remat:
+        ephemeral = (r.start == r.end and buffer.kind != PERSISTENT
+                     and buffer.recompute is not None
+                     and buffer.start < r.start < trace.num_ops)
+        if not (buffer.start <= r.start < r.end <= buffer.end) and not remat \
+                and not ephemeral:
             return failed("lifetime", f"buffer {r.buffer_id}: residency {_span(r)} must lie "
                                       f"inside its lifetime [{buffer.start}, {buffer.end}) "
                                       f"with start < end (only a temporary buffer with a "
-                                      f"recompute recipe may come back after it)", r.buffer_id)
+                                      f"recompute recipe may come back after it, or be "
+                                      f"ephemeral: start == end, after its first op and "
+                                      f"before op {trace.num_ops})", r.buffer_id)
         per_buffer[r.buffer_id].append(r)
     for buffer in trace.buffers:
         spans = sorted(per_buffer.get(buffer.id, ()), key=lambda r: r.start)
         if not spans:
             return failed("placed", f"buffer {buffer.id} has no residency", buffer.id)
         for before, after in itertools.pairwise(spans):
-            if after.start < before.end:
+            if after.start < before.end or after.start == before.start:
                 return failed("order", f"buffer {buffer.id}: residencies {_span(before)} and "
-                                       f"{_span(after)} overlap in time", buffer.id)
+                                       f"{_span(after)} overlap in time or start at one op",
+                              buffer.id)
     for action in plan.actions:
         if action.buffer_id not in by_id:
             return failed("known", f"{type(action).__name__} names buffer {action.buffer_id}, "
@@ -220,6 +250,9 @@ def _check_data(trace, plan):
                 return failed("entry", f"buffer {b}: residency {_span(r)} is entered by neither a "
                                        f"swap-in nor a recompute at op {r.start}", b)
             uses_in = [u for u in buffer.uses if r.start <= u < r.end]
+            if r.start == r.end and not isinstance(action, RecomputeAction):
+                return failed("entry", f"buffer {b}: ephemeral residency {_span(r)} holds no "
+                                       f"op; only a recompute can enter it", b)
             if isinstance(action, SwapIn):
                 limit = min(uses_in[0] if uses_in else r.end - 1, r.end - 1)
                 if not action.trigger_op <= action.due_op <= limit:
@@ -270,10 +303,13 @@ def _check_data(trace, plan):
                 return failed("use", f"buffer {b} is used at op {u} but not resident then "
                                      f"(residencies {', '.join(_span(r) for r in rs)})", b)
 
+    read_at = defaultdict(list)  # (input, before_op) -> positions of the recomputes reading it
     for (b, before_op), position in recompute_rank.items():
         recipe = trace.buffer(b).recompute
         for input_id in recipe.inputs:
-            holder = [r for r in spans[input_id] if r.start <= before_op < r.end]
+            read_at[(input_id, before_op)].append(position)
+            holder = [r for r in spans[input_id] if r.start <= before_op < r.end
+                      or r.start == r.end == before_op]
             problem = None
             if input_id == b:
                 problem = "is the buffer itself"
@@ -293,6 +329,12 @@ def _check_data(trace, plan):
                 return failed("recompute", f"buffer {b}: recompute before op {before_op} re-runs "
                                            f"op {recipe.op}, whose input buffer {input_id} "
                                            f"{problem}", b, input_id)
+    for b, rs in spans.items():
+        for r in rs:
+            if r.start == r.end and not any(p > recompute_rank[(b, r.start)]
+                                            for p in read_at.get((b, r.start), ())):
+                return failed("ephemeral", f"buffer {b}: ephemeral residency {_span(r)} is read "
+                                           f"by no later recompute before op {r.start}", b)
     return VALID
 
 
@@ -322,36 +364,65 @@ def _check_drop(buffer, r, entry, out):
 
 
 def _check_memory(trace, plan, budget):
-    """Rule 5: bytes per op, address overlap, arena and budget."""
+    """Rule 5: bytes per step, address overlap, arena and budget, on the finer clock of the
+    module docstring (each op's recomputes, then the op)."""
     sizes = {b.id: b.size for b in trace.buffers}
-    resident = [0] * (trace.num_ops + 1)
-    top, top_id = 0, None
+    steps = defaultdict(list)  # op -> buffers recomputed before it, in plan order
+    for action in plan.actions:
+        if isinstance(action, RecomputeAction):
+            steps[action.before_op].append(action.buffer_id)
+    first_step, at = [], 0  # first_step[op]: the step of op's first recompute (or the op)
+    for op in range(trace.num_ops + 1):
+        first_step.append(at)
+        at += len(steps.get(op, ())) + 1
+
+    def op_of(step):
+        """The op whose recomputes or run ``step`` is (``first_step`` is sorted)."""
+        return max(op for op in range(trace.num_ops + 1) if first_step[op] <= step)
+
+    rows = []
     for r in plan.residencies:
-        resident[r.start] += sizes[r.buffer_id]
-        resident[r.end] -= sizes[r.buffer_id]
-        if r.offset + sizes[r.buffer_id] > top:
-            top, top_id = r.offset + sizes[r.buffer_id], r.buffer_id
+        low, high = r.offset, r.offset + sizes[r.buffer_id]
+        recomputed = r.buffer_id in steps.get(r.start, ())
+        made = steps[r.start].index(r.buffer_id) if recomputed else 0
+        if r.start < r.end:
+            rows.append(Occupancy(low, high, r.buffer_id, first_step[r.start] + made,
+                                  first_step[r.end]))
+            continue
+        last = max([k for k, b in enumerate(steps[r.start]) if k > made
+                    and r.buffer_id in trace.buffer(b).recompute.inputs], default=made)
+        rows.append(Occupancy(low, high, r.buffer_id, first_step[r.start] + made,
+                              first_step[r.start] + last + 1))
+    resident = [0] * (at + 1)
+    top, top_id = 0, None
+    for row in rows:
+        resident[row.start] += row.high - row.low
+        resident[row.end] -= row.high - row.low
+        if row.high > top:
+            top, top_id = row.high, row.buffer_id
     total = 0
-    for op in range(trace.num_ops):
-        total += resident[op]
+    for step in range(at):
+        total += resident[step]
         if total > budget:
-            holders = sorted(r.buffer_id for r in plan.residencies if r.start <= op < r.end)
-            return failed("budget", f"op {op}: resident bytes (={total}) exceed the budget "
-                                    f"(={budget}); resident buffers {holders}", *holders)
+            op = op_of(step)
+            holders = sorted(row.buffer_id for row in rows if row.start <= step < row.end)
+            where = "" if step == first_step[op + 1] - 1 else \
+                f" (before it, recompute {step - first_step[op]})"
+            return failed("budget", f"op {op}{where}: resident bytes (={total}) exceed the "
+                                    f"budget (={budget}); resident buffers {holders}", *holders)
     if top > plan.arena_bytes:
         return failed("arena", f"buffer {top_id} ends at byte {top}, beyond the plan's "
                                f"arena_bytes (={plan.arena_bytes})", top_id)
     if plan.arena_bytes > budget:
         return failed("capacity", f"arena_bytes (={plan.arena_bytes}) exceed the budget "
                                   f"(={budget})")
-    rows = [Occupancy(r.offset, r.offset + sizes[r.buffer_id], r.buffer_id, r.start, r.end)
-            for r in plan.residencies]
     overlap = first_overlap(rows)
     if overlap is not None:
         held, arriving = overlap.held, overlap.arriving
-        return failed("overlap", f"op {overlap.op}: buffer {held.buffer_id} (at [{held.low}, "
-                                 f"{held.high}) from op {held.start}) and buffer "
-                                 f"{arriving.buffer_id} (at [{arriving.low}, {arriving.high}) "
-                                 f"from op {arriving.start}) share bytes [{overlap.shared_low}, "
-                                 f"{overlap.shared_high})", held.buffer_id, arriving.buffer_id)
+        return failed("overlap", f"op {op_of(overlap.op)}: buffer {held.buffer_id} (at "
+                                 f"[{held.low}, {held.high}) from op {op_of(held.start)}) and "
+                                 f"buffer {arriving.buffer_id} (at [{arriving.low}, "
+                                 f"{arriving.high}) from op {op_of(arriving.start)}) share "
+                                 f"bytes [{overlap.shared_low}, {overlap.shared_high})",
+                      held.buffer_id, arriving.buffer_id)
     return VALID

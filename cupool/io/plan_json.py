@@ -26,7 +26,8 @@ is optional (and empty in a valid swapping plan), and two lists are added::
       "budget_bytes": 2000000000,             # = Plan.capacity_bytes: device bytes allowed
       "residencies": [                        # buffer `id` holds [offset, offset+size)
         {"id": 483, "start": 0, "end": 3, "offset": 0},        #   during ops [start, end)
-        {"id": 483, "start": 458, "end": 461, "offset": 4096}
+        {"id": 483, "start": 458, "end": 461, "offset": 4096},
+        {"id": 512, "start": 300, "end": 300, "offset": 0}     # ephemeral: start == end
       ],
       "actions": [
         {"kind": "swap_out", "id": 483, "after_op": 0},        # D2H after op 0 finishes
@@ -35,7 +36,9 @@ is optional (and empty in a valid swapping plan), and two lists are added::
       ]
     }
 
-A swap-out of clean data says ``"drop": true``: the host copy the buffer already has is
+A residency with ``start == end`` is *ephemeral*: a state a nested recompute passes
+through, made among the recomputes before op ``start`` and read only by later ones
+there (:mod:`cupool.check.swapping`). A swap-out of clean data says ``"drop": true``: the host copy the buffer already has is
 still valid, so nothing is copied (:class:`~cupool.core.vocabulary.SwapOut`); the writer
 omits the field otherwise. A swap may say which host level holds the bytes:
 ``"level": "pinned"`` (the default, and what a swap without the field means) or
@@ -218,8 +221,8 @@ def _parse_residencies(raw, fail) -> tuple[Residency, ...]:
             value = entry.get(key)
             if not _is_int(value) or value < 0:
                 fail(f"field {key!r} (={value!r}) must be an integer >= 0", where)
-        if entry["end"] <= entry["start"]:
-            fail(f"end (={entry['end']}) must be > start (={entry['start']})",
+        if entry["end"] < entry["start"]:  # end == start: an ephemeral residency
+            fail(f"end (={entry['end']}) must be >= start (={entry['start']})",
                  f"{where} (buffer {entry['id']})")
         residencies.append(Residency(entry["id"], entry["start"], entry["end"], entry["offset"]))
     return tuple(residencies)

@@ -3,8 +3,10 @@
 The engine serves every residency's device bytes from a
 :class:`~cupool.allocator.pool.PlannedPool`. The pool serves *static* plans, so the
 swapping plan is turned into one over its residencies: residency ``k`` in order of start
-(ties by buffer id) is allocation ``k`` of the pool's iteration, freed before the first
-allocation that starts at or after its end. A block served anywhere but its planned
+(ties by buffer id; those a recompute enters after the op's others, in recompute order:
+:mod:`.recomputed`) is allocation ``k`` of the pool's iteration, freed before the first
+allocation that starts at or after its end (an ephemeral one: after the last recompute
+reading it). A block served anywhere but its planned
 offset is counted by the engine (``off_plan``) and whatever it breaks shows up as corrupt
 bytes.
 
@@ -22,11 +24,13 @@ that rounded up to 512.
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 
 from cupool.allocator.arena import ALLOCATION_UNIT
 from cupool.check import validate_plan
 from cupool.core.vocabulary import Buffer, Op, Placement, Plan, SolveStatus, Trace
+from cupool.swap.recomputed import recompute_keys
 from cupool.swap.errors import EngineError
 
 
@@ -62,7 +66,17 @@ def pool_layout(plan: Plan, trace: Trace, size_scale: int) -> Layout:
     full = {b.id: b.size for b in trace.buffers}
     sizes = {b: n // size_scale for b, n in full.items()}
     block_sizes = {b: round_up(max(1, -(-n // size_scale)), unit) for b, n in full.items()}
-    residencies = sorted(plan.residencies, key=lambda r: (r.start, r.buffer_id))
+    remade = recompute_keys(plan, trace)  # served after the op's others, in recompute order
+
+    def served(r):
+        key = remade.get((r.buffer_id, r.start))
+        return (r.start, 0, r.buffer_id) if key is None else (r.start, 1, key[0])
+
+    def given_back(r):
+        key = remade.get((r.buffer_id, r.start))
+        return (r.end, -1, 0) if key is None or key[1] is None else (r.start, 1, key[1] + 0.5)
+
+    residencies = sorted(plan.residencies, key=served)
     points = sorted({0, *(r.offset for r in residencies),
                      *(r.offset + full[r.buffer_id] for r in residencies)})
     scaled, at, previous = {}, 0, 0
@@ -70,11 +84,11 @@ def pool_layout(plan: Plan, trace: Trace, size_scale: int) -> Layout:
         at += round_up(-(-(point - previous) // size_scale), unit)
         scaled[point], previous = at, point
     offsets = {(r.buffer_id, r.start): scaled[r.offset] for r in residencies}
-    starts = [r.start for r in residencies]
+    keys = [served(r) for r in residencies]
     n = len(residencies)
     buffers = []
     for k, r in enumerate(residencies):
-        end = next((j for j in range(k + 1, n) if starts[j] >= r.end), n)
+        end = bisect.bisect_left(keys, given_back(r), k + 1)
         buffers.append(Buffer(k, block_sizes[r.buffer_id], k, end,
                               name=f"buffer {r.buffer_id} [{r.start}, {r.end})"))
     pool_trace = Trace(f"{trace.name} residencies", tuple(Op(f"malloc {k}") for k in range(n)),

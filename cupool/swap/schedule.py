@@ -26,6 +26,10 @@ iteration, without scanning the plan:
                        on the device until ``i`` (``held`` holds ``(b, after_op)`` of
                        each)
 ``uses[i]``            buffers the trace says op ``i`` uses
+``ephemeral[i]``       the ephemeral residencies among the recomputes before op ``i``
+                       (:class:`~cupool.swap.recomputed.EphemeralOp`: served and given back
+                       there, in none of the other tables; every residency a recompute
+                       enters is served at its recompute, not in ``alloc_at``)
 =====================  ===================================================================
 
 and, for the whole iteration: ``residencies[b]`` (buffer ``b``'s, by start), ``home[b]``
@@ -40,6 +44,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from cupool.core.vocabulary import PERSISTENT, Plan, RecomputeAction, SwapIn, SwapOut, Trace
+from cupool.swap.recomputed import ephemeral_ops, recompute_keys
 from cupool.swap.errors import EngineError
 from cupool.swap.handles import DROPPED, HOST, RETIRED
 from cupool.swap.layout import Layout
@@ -71,6 +76,7 @@ class Schedule:
     drops: frozenset = frozenset()
     dropped: frozenset = frozenset()
     held: frozenset = frozenset()
+    ephemeral: dict = field(default_factory=dict)
     _holding: dict = field(default_factory=dict, repr=False, compare=False)
 
     def holding(self, b: int, i: int) -> int | None:
@@ -93,10 +99,14 @@ def build_schedule(plan: Plan, trace: Trace, layout: Layout) -> Schedule:
     for spans in by_buffer.values():
         spans.sort(key=lambda r: r.start)
     alloc_at, free_at = defaultdict(list), defaultdict(list)
+    remade = recompute_keys(plan, trace)  # served among the recomputes (.recomputed)
+    passing = ephemeral_ops(remade)
     for b, start in layout.order:
-        alloc_at[start].append((b, start))
+        if (b, start) not in remade:
+            alloc_at[start].append((b, start))
     for r in plan.residencies:
-        free_at[r.end].append((r.buffer_id, r.start))
+        if r.start < r.end:
+            free_at[r.end].append((r.buffer_id, r.start))
     entered = {}
     swap_ins, due = defaultdict(list), defaultdict(list)
     recomputes, swap_outs = defaultdict(list), defaultdict(list)
@@ -139,7 +149,7 @@ def build_schedule(plan: Plan, trace: Trace, layout: Layout) -> Schedule:
                                       f"moving it across the boundary is not supported")
                 home[b] = first.start
         for k, r in enumerate(spans):
-            if (b, r.start) in left_by_swap:
+            if (b, r.start) in left_by_swap or r.start == r.end:
                 continue
             if k + 1 < len(spans):
                 ends[r.end].append((b, DROPPED))
@@ -155,4 +165,5 @@ def build_schedule(plan: Plan, trace: Trace, layout: Layout) -> Schedule:
                     swap_ins=swap_ins, due=due, recomputes=recomputes, swap_outs=swap_outs,
                     out_levels=out_levels, produced=produced, ends=ends, home=home,
                     entered=entered, uses=uses, persistent=persistent, drops=frozenset(drops),
-                    dropped=frozenset(b for b, _op in drops), held=frozenset(held))
+                    dropped=frozenset(b for b, _op in drops), held=frozenset(held),
+                    ephemeral=passing)
