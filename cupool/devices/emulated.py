@@ -48,6 +48,8 @@ it is faithful where that matters and strict where a real GPU would be silent:
 
 from __future__ import annotations
 
+import _thread
+import contextlib
 import ctypes
 import itertools
 import queue
@@ -125,7 +127,40 @@ class _Worker:
                 self.queue.task_done()
 
 
-def _wait_token(token: threading.Event, shared: _Shared) -> None:
+class _Token:
+    """A flag set once, which threads wait for: what ``threading.Event`` is used for here
+    (an event's mark, a gate, a synchronize), made with one lock held until it is set
+    (an ``Event`` makes a condition variable: about ten times the cost, paid at every
+    record). ``recorded_at``: when it was set, for those who stamp it."""
+
+    __slots__ = ("_done", "_lock", "recorded_at")
+
+    def __init__(self) -> None:
+        self._lock = _thread.allocate_lock()
+        self._lock.acquire()
+        self._done = False
+        self.recorded_at = 0.0
+
+    def set(self) -> None:
+        if not self._done:
+            self._done = True
+            with contextlib.suppress(RuntimeError):  # set twice at once: released once
+                self._lock.release()
+
+    def is_set(self) -> bool:
+        return self._done
+
+    def wait(self, timeout: float) -> bool:
+        """Whether the flag was set within ``timeout`` seconds."""
+        if self._done:
+            return True
+        if self._lock.acquire(True, timeout):
+            self._lock.release()  # the next waiter's turn
+            return True
+        return self._done
+
+
+def _wait_token(token: _Token, shared: _Shared) -> None:
     """Block until ``token`` is set or the device aborts."""
     while not token.wait(_POLL_SECONDS):
         if shared.abort.is_set():
@@ -156,31 +191,31 @@ class EmulatedStream(Stream):
         if event._token is not None:
             self._wait_for(event._token, "wait_event")
 
-    def _wait_for(self, token: threading.Event, task: str) -> None:
+    def _wait_for(self, token: _Token, task: str) -> None:
         """Enqueue a wait for ``token`` (an event's record, a gate's release); paced
         copies after it may start from when it was set (its ``recorded_at``)."""
         shared = self._shared
 
         def wait() -> None:
             _wait_token(token, shared)
-            self._ready_at = max(self._ready_at, getattr(token, "recorded_at", 0.0))
+            self._ready_at = max(self._ready_at, token.recorded_at)
 
         self._submit(task, wait)
 
     def _synchronize(self) -> None:
         self._wait_reached(self._mark_reached())
 
-    def _mark_reached(self) -> threading.Event | None:
+    def _mark_reached(self) -> _Token | None:
         """Enqueue a token the stream sets when it reaches it; ``None`` when nothing
         enqueued is still to run (the default stream, an idle worker): then there is
         nothing to wait for, and no thread to wake."""
         if self._worker is None or self._query():
             return None
-        reached = threading.Event()
+        reached = _Token()
         self._submit("synchronize", reached.set)
         return reached
 
-    def _wait_reached(self, reached: threading.Event | None) -> None:
+    def _wait_reached(self, reached: _Token | None) -> None:
         """Block until the stream set ``reached`` (if any); raise its first failure."""
         if reached is not None:
             _wait_token(reached, self._shared)
@@ -202,7 +237,7 @@ class StreamGate:
     :meth:`release` (emulated only: a GPU's streams cannot be held from the host)."""
 
     def __init__(self) -> None:
-        self._token = threading.Event()
+        self._token = _Token()
 
     @property
     def released(self) -> bool:
@@ -226,10 +261,10 @@ class EmulatedEvent(Event):
 
     def __init__(self, device: EmulatedDevice) -> None:
         super().__init__(device)
-        self._token: threading.Event | None = None
+        self._token: _Token | None = None
 
     def _record(self, stream: Stream) -> None:
-        token = threading.Event()
+        token = _Token()
         self._token = token
 
         def record() -> None:
@@ -248,7 +283,7 @@ class EmulatedEvent(Event):
         stream's order (what :meth:`record` enqueues as its own task, without the
         hand-off: the op work of a batch stamps its timing marks as it goes)."""
         self.device._check_open("event.record_in_work()")
-        token = threading.Event()
+        token = _Token()
         self._token = token
 
         def record() -> None:
@@ -279,7 +314,7 @@ class EmulatedEvent(Event):
         when never recorded or not yet reached): for work on the emulated streams that
         keeps a clock, as a GPU kernel reads ``%globaltimer``."""
         token = self._token
-        return getattr(token, "recorded_at", 0.0) if token is not None else 0.0
+        return token.recorded_at if token is not None and token.is_set() else 0.0
 
     def _synchronize(self) -> None:
         token = self._token

@@ -1,0 +1,32 @@
+"""The emulated device's one-shot flag: every waiter wakes once it is set, a wait on an
+unset flag times out, setting it twice is setting it once."""
+
+from __future__ import annotations
+
+import threading
+
+from cupool.devices.emulated import _Token
+
+
+def test_every_waiter_wakes_when_the_flag_is_set():
+    token = _Token()
+    woke = []
+    waiters = [threading.Thread(target=lambda: woke.append(token.wait(5.0)))
+               for _ in range(4)]
+    for thread in waiters:
+        thread.start()
+    assert not token.is_set()
+    token.recorded_at = 1.5
+    token.set()
+    for thread in waiters:
+        thread.join(5.0)
+    assert woke == [True] * 4 and token.is_set() and token.recorded_at == 1.5
+    assert token.wait(0.0)  # and later waits return at once
+
+
+def test_a_wait_on_an_unset_flag_times_out_and_a_second_set_changes_nothing():
+    token = _Token()
+    assert token.wait(0.01) is False
+    token.set()
+    token.set()
+    assert token.wait(0.0) and token.wait(0.01)
