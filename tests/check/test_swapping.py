@@ -232,3 +232,61 @@ def test_rematerialization_after_the_lifetime():
     missing_input = swap_plan(trace, spans, [RecomputeAction(1, 3)])
     report = validate_plan(trace, missing_input)
     assert report.rule == "recompute" and "input buffer 0 is not resident" in report.message
+
+
+def _chain_trace():
+    """op:   0    1    2    3    4
+    W 0: [========================)   persistent, 8 B, read by op 0
+    x1:  [====)                       made by op 0 from W, read by op 1
+    x2:       [====)         [=)      made by op 1 from x1, read again by op 4
+    T:             [=========)        32 B, ops 2-3 (the pressure)
+    Y:                       [=)      8 B, made by op 4
+    """
+    from cupool.core.vocabulary import Recompute
+
+    return trace_of([10.0] * 5, Buffer(0, 8, 0, 5, (0,), PERSISTENT),
+                    Buffer(1, 16, 0, 2, (0, 1), recompute=Recompute(0, (0,))),
+                    Buffer(2, 16, 1, 5, (1, 4), recompute=Recompute(1, (1,))),
+                    Buffer(3, 32, 2, 4, (2, 3)), Buffer(4, 8, 4, 5, (4,)))
+
+
+def _chain_plan(trace, residencies=None, actions=None, budget=None):
+    residencies = residencies or [
+        Residency(0, 0, 5, 0), Residency(1, 0, 2, 8), Residency(2, 1, 2, 24),
+        Residency(3, 2, 4, 8), Residency(1, 4, 4, 8), Residency(2, 4, 5, 24),
+        Residency(4, 4, 5, 40)]
+    actions = actions or [RecomputeAction(1, 4), RecomputeAction(2, 4)]
+    return swap_plan(trace, residencies, actions, budget)
+
+
+def test_a_nested_recompute_passes_through_an_ephemeral_residency():
+    trace = _chain_trace()
+    assert validate_plan(trace, _chain_plan(trace))
+    # the bytes: x1 (ephemeral) and x2 are held together during x2's recompute only
+    assert validate_plan(trace, _chain_plan(trace, budget=48))
+
+
+@pytest.mark.parametrize(("change", "rule", "words"), [
+    ({"actions": [RecomputeAction(2, 4), RecomputeAction(1, 4)]}, "recompute",
+     "input buffer 1 is recomputed later"),
+    ({"actions": [RecomputeAction(1, 4)], "residencies": [
+        Residency(0, 0, 5, 0), Residency(1, 0, 2, 8), Residency(2, 1, 5, 24),
+        Residency(3, 2, 4, 40), Residency(1, 4, 4, 8), Residency(4, 4, 5, 72)]},
+     "ephemeral", "read by no later"),
+    ({"residencies": [
+        Residency(0, 0, 5, 0), Residency(1, 0, 2, 8), Residency(2, 1, 2, 24),
+        Residency(3, 2, 4, 8), Residency(1, 4, 4, 8), Residency(2, 4, 5, 8),
+        Residency(4, 4, 5, 40)]}, "overlap",
+     "op 4: buffer 1"),
+    ({"budget": 47}, "budget", "op 4 (before it, recompute 1)"),
+    ({"residencies": [
+        Residency(0, 0, 5, 0), Residency(1, 0, 2, 8), Residency(2, 1, 2, 24),
+        Residency(3, 2, 4, 8), Residency(1, 0, 0, 8), Residency(2, 4, 5, 24),
+        Residency(4, 4, 5, 40)]}, "lifetime",
+     "ephemeral"),
+])
+def test_ephemeral_rules(change, rule, words):
+    trace = _chain_trace()
+    report = validate_plan(trace, _chain_plan(trace, **change))
+    assert not report.valid and report.rule == rule, report
+    assert words in report.message

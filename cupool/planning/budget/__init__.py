@@ -26,6 +26,9 @@ policy          what it does
                 access migrate (swap or recompute), least migrated bytes first
 ``vdnn``        offload every forward activation backward uses, prefetch one layer ahead
 ``on-demand``   swap out least-recently-used on pressure, swap in synchronously at use
+``revolve``     binomial checkpointing (revolve) of the trace's chain of states read back
+                in reverse order: nested recomputes from kept states, the states passed
+                through ephemeral; everything off the chain resident
 ==============  ===========================================================================
 
 Recompute recipes: traces that carry none get derived ones
@@ -58,6 +61,7 @@ _REGISTRY = {
     "segments-ga": ("cupool.planning.budget.segments_ga", "plan_segments_ga"),
     "vdnn": ("cupool.planning.budget.classic", "plan_vdnn"),
     "on-demand": ("cupool.planning.budget.classic", "plan_on_demand"),
+    "revolve": ("cupool.planning.budget.revolve", "plan_revolve"),
 }
 
 POLICY_NAMES = tuple(_REGISTRY)

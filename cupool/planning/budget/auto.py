@@ -27,6 +27,8 @@ uses / across the iteration boundary only when the budget still does not hold.
   (:data:`SEARCHED_MEMBER`), and, last of all members, with one searched from whole size
   classes streamed (:data:`CLASSES_MEMBER`) and one that searches from them longer
   (:data:`LONGER_MEMBER`);
+- when the trace has a chain of states read back in reverse order (:mod:`.chain`),
+  ``revolve`` (binomial checkpointing with nested recomputes, :mod:`.revolve`);
 - ``capuchin`` (in Capuchin's order, and with the on-time swaps of the largest buffers
   taken first), ``vdnn`` and ``on-demand``;
 - when persistent state fits the budget beside what each op uses but some of it is idle
@@ -168,7 +170,9 @@ def members(trace, budget_bytes, cost, params: BudgetParams,
         plan_boundary,
     )
     from cupool.planning.budget.capuchin import plan_capuchin
+    from cupool.planning.budget.chain import find_chain
     from cupool.planning.budget.classic import plan_on_demand, plan_vdnn
+    from cupool.planning.budget.revolve import plan_revolve
     from cupool.planning.budget.stream import (
         KEEP_ORDERS,
         SEARCHED,
@@ -207,6 +211,8 @@ def members(trace, budget_bytes, cost, params: BudgetParams,
                 for h in params.stream_headrooms for order in KEEP_ORDERS]
         out += [Member(SEARCHED_MEMBER, lambda started: plan_stream(
             trace, budget_bytes, cost, params, started, 0.0, SEARCHED))]
+    if find_chain(trace).states:
+        out += [Member("revolve", policy(plan_revolve))]
     out += [Member("capuchin", policy(plan_capuchin)),
             Member(f"capuchin({LARGEST_SWAPS} first)", lambda started: plan_capuchin(
                 trace, budget_bytes, cost, params, started, LARGEST_SWAPS)),

@@ -188,6 +188,19 @@ def _respect_pinned(state: TierState, limit: int) -> TierState:
     return state
 
 
+def _unsearched(trace: Trace, seed_plan: Plan, search, started: float) -> Plan:
+    """``seed_plan`` as it is, with the search's ``stats``: a plan with ephemeral
+    residencies (nested recomputes) is not searched, the moves edit residencies op by op
+    and would cut a chain of recomputes."""
+    us = search._simulate(trace, seed_plan, search.cost, validate=False).iteration_us
+    stats = {**seed_plan.stats, "seed_solver": seed_plan.solver, "seed_iteration_us": us,
+             "iteration_us": us, "moves_tried": {}, "moves_accepted": {}, "evaluations": 0,
+             "rejected_invalid": 0, "passes": 0,
+             "search_seconds": time.perf_counter() - started,
+             "pinned_peak_bytes": pinned_peak_bytes(trace, seed_plan)}
+    return replace(seed_plan, stats=stats)
+
+
 def search_tiers(trace: Trace, seed_plan: Plan, cost, params: TierParams | None = None) -> Plan:
     """Improve a validated swapping plan by the multi-level local search. The plan is
     ``seed_plan`` (re-labelled ``tiers``) when no move helped; with ``pinned_host_bytes``
@@ -201,6 +214,8 @@ def search_tiers(trace: Trace, seed_plan: Plan, cost, params: TierParams | None 
                           f"{len(seed_plan.residencies)} residencies")
     started = time.perf_counter()
     search = _Search(trace, cost, params)
+    if any(r.start == r.end for r in seed_plan.residencies):
+        return _unsearched(trace, seed_plan, search, started)
     seed = search.visit(TierState(trace, seed_plan))
     limit = params.pinned_host_bytes
     current = seed

@@ -1,0 +1,411 @@
+"""``revolve``: binomial checkpointing of a trace's chain (Griewank and Walther's revolve,
+ACM TOMS Algorithm 799), nested recomputation expressed in the plan itself.
+
+An adjoint or any reverse sweep over a chain ``x₁ … x_l`` (:mod:`.chain`) reads the
+states back last first. With ``s`` checkpoint slots (beyond the root ``x₀``), the fewest
+forward steps that deliver them all follow the binomial recursion ``R(n, s)``: to deliver
+``n`` states above a held one, advance ``k`` steps and keep the state reached (a slot),
+deliver the ``n - k`` above it with one slot less, then the ``k - 1`` below it with the
+slot back::
+
+    R(0, s) = 0        R(n, 0) = n + R(n - 1, 0)
+    R(n, s) = min over 1 <= k <= n of  k + R(n - k, s - 1) + R(k - 1, s)   (k = n: no slot)
+
+:func:`revolve_table` solves it for every ``n`` and ``s`` (a small dynamic program; its
+optimum is revolve's ``r·l - C(s + r, s + 1)`` for ``l = n + 1`` steps and ``s + 1``
+checkpoints). The first advances from the root are the program's own forward sweep, so a
+schedule re-runs ``R(n, s) - n`` steps.
+
+**In the plan.** Every advance runs as recomputes before the op that first reads the
+state it delivers (the latest it can: nothing is held early). The states it passes
+through are *ephemeral* residencies (``start == end``, rule ``ephemeral`` of
+:mod:`cupool.check.swapping`): made among those recomputes, read by the next one, given
+back after it; the state it keeps is a residency from there to its last use::
+
+    op (reads x6):   rc x3    rc x4    rc x5    rc x6    op
+    x2 checkpoint    ====================================....   (kept since an earlier op)
+    x3 ephemeral     [=================]                        given back after rc x4
+    x4 ephemeral              [=================]               given back after rc x5
+    x5 ephemeral                       [=================]      may take x3's bytes
+    x6 kept                                     [===========....  to its last use
+
+A state's freed intermediates (*links*: the rest of a multi-op step) are re-made as
+ephemerals before it. Everything off the chain keeps its trace residency.
+
+**Slots from bytes.** The planner tries slot counts (a binary search, then down while the
+offsets do not fit) and keeps the largest whose schedule, measured step by step on the
+validator's clock (each recompute a step), fits the budget.
+
+**Forced checkpoints.** A state whose op is not recomputable is kept from where it is
+made; it splits the chain, each stretch below it reversed from the state under it
+(``stats["revolve_forced"]`` names the op). Its stretch's forward sweep keeps nothing.
+
+**Two levels** (``host=``): states at chosen positions are copied to pinned host memory
+after their forward use and copied back before their stretch is reversed (H-Revolve /
+Disk-Revolve: a slow memory holding checkpoints), the stretches between them reversed
+on the device as above; :func:`plan_revolve_two_level` tries host periods and keeps the
+fastest simulated plan.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+import numpy as np
+
+from cupool.check import validate_plan
+from cupool.core.vocabulary import (
+    Plan,
+    RecomputeAction,
+    Residency,
+    SolveStatus,
+    SwapIn,
+    SwapOut,
+    Trace,
+)
+from cupool.planning.budget.chain import Chain, find_chain
+from cupool.planning.budget.engine.residency import failed_plan
+from cupool.planning.budget.params import BudgetParams
+from cupool.planning.budget.result import BudgetResult
+from cupool.planning.problem import StaticProblem
+from cupool.planning.solvers import SolverParams
+from cupool.planning.static import solve
+
+POLICY = "revolve"
+FALLBACK_SOLVERS = ("greedy-size", "best-fit")
+"""Offset solvers tried, in order, on a schedule's residencies (after ``params``')."""
+
+
+@lru_cache(maxsize=16)
+def revolve_table(states: int, slots: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(R, K)``: ``R[n, s]`` the fewest forward steps that deliver ``n`` states above a
+    held one with ``s`` free slots, ``K[n, s]`` the advance that achieves it (module
+    docstring), for ``0 <= n <= states`` and ``0 <= s <= slots``."""
+    n_all = np.arange(states + 1, dtype=np.int64)
+    cost = np.zeros((states + 1, slots + 1), dtype=np.int64)
+    advance = np.zeros((states + 1, slots + 1), dtype=np.int64)
+    cost[:, 0] = n_all * (n_all + 1) // 2
+    advance[:, 0] = n_all
+    for s in range(1, slots + 1):
+        few = n_all[: min(states, s + 1) + 1]  # a slot for each state below the last
+        cost[few, s] = few
+        advance[few, s] = np.minimum(few, 1)
+        for n in range(len(few), states + 1):
+            k = np.arange(1, n + 1)
+            total = k + cost[k - 1, s]
+            total[:-1] += cost[n - k[:-1], s - 1]
+            best = int(np.argmin(total))
+            cost[n, s], advance[n, s] = total[best], best + 1
+    cost.setflags(write=False)
+    advance.setflags(write=False)
+    return cost, advance
+
+
+def forward_steps(states: int, slots: int) -> int:
+    """Forward steps of the optimal schedule delivering ``states`` states with ``slots``
+    slots (the program's own sweep included)."""
+    return int(revolve_table(states, max(0, slots))[0][states, max(0, slots)])
+
+
+@dataclass
+class _Entry:
+    """One recompute before an op: ``buffer`` re-made, ``kept`` (a residency to its last
+    use) or ephemeral, ``last``: position of the last recompute there reading it."""
+
+    buffer: int
+    kept: bool
+    last: int = -1
+
+
+@dataclass
+class Built:
+    """A schedule as residencies (``(buffer, start, end)``, offsets to come) and actions,
+    with its peak on the validator's clock and what it re-ran."""
+
+    spans: list
+    actions: list
+    steps_before: dict
+    peak_bytes: int
+    peak_op: int
+    state_recomputes: int
+    link_recomputes: int
+    slots: int
+    host: tuple = ()
+    rows: tuple = field(default=(), repr=False)
+
+
+class _Builder:
+    """Turns the recursion's choices into batches of recomputes per op."""
+
+    def __init__(self, trace: Trace, chain: Chain) -> None:
+        self.trace, self.chain = trace, chain
+        self.states = chain.states
+        self.batches: dict[int, list[_Entry]] = defaultdict(list)
+        self.index: dict[int, dict[int, int]] = defaultdict(dict)  # op -> buffer -> entry
+        self.first_end = {x.buffer_id: x.forward_last + 1 for x in chain.states}
+        self.state_recomputes = self.link_recomputes = 0
+
+    def state(self, position: int):
+        return self.states[position - 1]
+
+    def make(self, op: int, buffer: int, kept: bool) -> None:
+        """Re-make ``buffer`` before ``op`` (at most once there: a second request keeps or
+        reuses the first)."""
+        at = self.index[op].get(buffer)
+        if at is not None:
+            self.batches[op][at].kept |= kept
+            return
+        batch = self.batches[op]
+        for source in self.trace.buffer(buffer).recompute.inputs:
+            k = self.index[op].get(source)
+            if k is not None:
+                batch[k].last = len(batch)
+        self.index[op][buffer] = len(batch)
+        batch.append(_Entry(buffer, kept))
+
+    def advance(self, base: int, target: int, op: int) -> None:
+        """Recompute states ``base + 1 .. target`` before ``op`` (their links first),
+        keeping ``target``."""
+        for j in range(base + 1, target + 1):
+            x = self.state(j)
+            for link in x.links:
+                if link not in self.index[op]:
+                    self.link_recomputes += 1
+                self.make(op, link, False)
+            if x.buffer_id not in self.index[op]:
+                self.state_recomputes += 1
+            self.make(op, x.buffer_id, j == target)
+
+    def reverse(self, base: int, top: int, slots: int, forward: bool, table) -> None:
+        """Deliver states ``top, top - 1, .., base + 1`` with ``base`` held (``forward``:
+        the first advances are the program's own sweep)."""
+        _cost, choice = table
+        stack = [(base, top, slots, forward)]
+        while stack:
+            a, b, s, fw = stack.pop()
+            if b <= a:
+                continue
+            target = a + int(choice[b - a, s])
+            if fw:
+                self.first_end[self.state(target).buffer_id] = self.state(target).end
+            else:
+                self.advance(a, target, self.state(b).need)
+            if target == b:
+                stack.append((a, b - 1, s, False))
+            else:  # pushed last, runs first: above the kept state, then below it
+                stack.append((a, target - 1, s, False))
+                stack.append((target, b, s - 1, fw))
+
+
+def build(trace: Trace, chain: Chain, slots: int, host: tuple = (), cost=None,
+          sizes=None) -> Built:
+    """The schedule with ``slots`` slots (``host``: positions copied to the host and back
+    before their stretch, two levels), as residencies and actions with its peak."""
+    m = len(chain.states)
+    slots = max(0, min(slots, max(0, m - 1)))
+    table = revolve_table(max(1, m), max(1, slots))
+    builder = _Builder(trace, chain)
+    host = tuple(sorted(p for p in set(host) if 1 <= p <= m and chain.states[p - 1].recomputable))
+    bases = sorted({0, *chain.forced, *host})
+    last_base = bases[-1]
+    builder.reverse(last_base, m, slots, True, table)
+    kept_bases = {last_base} | set(chain.forced)
+    for i in range(len(bases) - 1, 0, -1):
+        builder.reverse(bases[i - 1], bases[i] - 1, slots, False, table)
+    for p in kept_bases - {0}:
+        x = chain.states[p - 1]
+        builder.first_end[x.buffer_id] = x.end
+    swapped = [p for p in host if p not in kept_bases]
+    spans, actions = [], []
+    for b in trace.buffers:
+        end = builder.first_end.get(b.id, b.end)
+        spans.append((b.id, b.start, end))
+    for op in sorted(builder.batches):
+        for entry in builder.batches[op]:
+            end = trace.buffer(entry.buffer).end if entry.kept else op
+            spans.append((entry.buffer, op, end))
+            actions.append(RecomputeAction(entry.buffer, op))
+    for p in swapped:
+        x = chain.states[p - 1]
+        due = _first_read(builder, x.buffer_id, x.need)
+        trigger = _trigger(trace, builder, due, x, cost, sizes)
+        actions += [SwapOut(x.buffer_id, x.forward_last), SwapIn(x.buffer_id, trigger, due)]
+        spans.append((x.buffer_id, trigger, x.end))
+    peak, peak_op, rows, steps = _peak(trace, spans, builder.batches)
+    return Built(spans, actions, steps, peak, peak_op, builder.state_recomputes,
+                 builder.link_recomputes, slots, tuple(swapped), rows)
+
+
+def _first_read(builder: _Builder, buffer: int, need: int) -> int:
+    """The first op whose recomputes read ``buffer`` (or ``need``, its own first use)."""
+    for op in sorted(o for o in builder.batches if o <= need):
+        if any(buffer in builder.trace.buffer(e.buffer).recompute.inputs
+               for e in builder.batches[op]):
+            return op
+    return need
+
+
+def _trigger(trace: Trace, builder: _Builder, due: int, x, cost, sizes) -> int:
+    """The latest op at which a swap-in of ``x`` lands by ``due`` (ops and recomputes
+    timed by ``cost``), after the state's forward use."""
+    if cost is None:
+        return max(x.forward_last + 1, due)
+    op_us = cost.op_times(trace)
+    need_us = cost.copy_us(trace.buffer(x.buffer_id).size, "h2d")
+    spent, t = 0.0, due
+    while t > x.forward_last + 1 and spent < need_us:
+        t -= 1
+        spent += float(op_us[t]) + sum(float(op_us[trace.buffer(e.buffer).recompute.op])
+                                       for e in builder.batches.get(t, ()))
+    return t
+
+
+def _peak(trace: Trace, spans, batches) -> tuple[int, int, tuple, dict]:
+    """The most bytes held at one step of the validator's clock (each op's recomputes a
+    step each, then the op), the op of that step, the rows ``(start step, end step, size,
+    span index)`` and the steps before each op."""
+    n = trace.num_ops
+    counts = np.zeros(n + 1, dtype=np.int64)
+    for op, batch in batches.items():
+        counts[op] = len(batch)
+    first_step = np.concatenate(([0], np.cumsum(counts + 1)))[: n + 1]
+    total_steps = int(first_step[n])
+    position = {}
+    for op, batch in batches.items():
+        for k, entry in enumerate(batch):
+            position[(entry.buffer, op)] = (k, max(k, entry.last))
+    starts, ends, sizes = [], [], []
+    for buffer, start, end in spans:
+        size = trace.buffer(buffer).size
+        if start < end:  # held from its recompute's step, when one enters it
+            made = position.get((buffer, start), (0, 0))[0]
+            starts.append(first_step[start] + made)
+            ends.append(first_step[end])
+        else:
+            made, last = position[(buffer, start)]
+            starts.append(first_step[start] + made)
+            ends.append(first_step[start] + last + 1)
+        sizes.append(size)
+    starts = np.asarray(starts, dtype=np.int64)
+    ends = np.asarray(ends, dtype=np.int64)
+    sizes = np.asarray(sizes, dtype=np.int64)
+    delta = np.zeros(total_steps + 1, dtype=np.int64)
+    np.add.at(delta, starts, sizes)
+    np.add.at(delta, ends, -sizes)
+    held = np.cumsum(delta)[:total_steps]
+    step = int(np.argmax(held)) if total_steps else 0
+    peak_op = int(np.searchsorted(first_step, step, side="right") - 1)
+    return int(held.max()) if total_steps else 0, peak_op, (starts, ends, sizes), \
+        {int(op): int(c) for op, c in enumerate(counts) if c}
+
+
+def _place(trace: Trace, built: Built, budget_bytes: int, params: BudgetParams):
+    """Offsets for ``built``'s residencies on the validator's clock within the budget, or
+    ``None``."""
+    starts, ends, sizes = built.rows
+    problem = StaticProblem.from_arrays(starts, ends, sizes, capacity=budget_bytes,
+                                        num_ops=int(ends.max()) if len(ends) else 0,
+                                        name=trace.name)
+    for solver in dict.fromkeys((params.offset_solver, *FALLBACK_SOLVERS)):
+        result = solve(problem, solver, SolverParams(time_limit_s=2.0), validate=False)
+        if result.offsets is not None and problem.arena_of(result.offsets) <= budget_bytes:
+            return np.asarray(result.offsets, dtype=np.int64)
+    return None
+
+
+def _plan_of(trace: Trace, built: Built, offsets, budget_bytes: int, started: float,
+             stats: dict) -> Plan:
+    residencies = tuple(sorted(
+        (Residency(b, start, end, int(o)) for (b, start, end), o in
+         zip(built.spans, offsets, strict=True)), key=lambda r: (r.start, r.buffer_id)))
+    arena = max((r.offset + trace.buffer(r.buffer_id).size for r in residencies), default=0)
+    return Plan(trace.name, trace.digest(), POLICY, SolveStatus.FEASIBLE, int(arena),
+                trace.lower_bound_bytes(), (), time.perf_counter() - started, budget_bytes,
+                stats, residencies, tuple(built.actions))
+
+
+def _stats(chain: Chain, built: Built) -> dict:
+    m = len(chain.states)
+    forced = [x.reason for x in chain.states if not x.recomputable]
+    return {"revolve_states": m, "revolve_slots": built.slots,
+            "revolve_recomputes": built.state_recomputes,
+            "revolve_link_recomputes": built.link_recomputes,
+            "revolve_forward_steps": m + built.state_recomputes,
+            "revolve_kept": list(chain.kept), "revolve_forced": forced,
+            "revolve_host": list(built.host), "revolve_notes": list(chain.notes)}
+
+
+def chain_for(trace: Trace) -> tuple[Chain | None, str | None]:
+    """The chain of ``trace`` and ``None``, or ``None`` and why it has none."""
+    chain = find_chain(trace)
+    if not chain.states:
+        return None, (f"{POLICY}: no chain of states read back in reverse order"
+                      + (f" ({'; '.join(chain.notes[:3])})" if chain.notes else ""))
+    return chain, None
+
+
+def floor_reason(trace: Trace, chain: Chain, budget_bytes: int) -> str:
+    """One line: the op and bytes the fewest slots still need, beyond ``budget_bytes``."""
+    built = build(trace, chain, 0)
+    op = trace.ops[built.peak_op]
+    return (f"{POLICY}: op {built.peak_op} ({op.name}) needs {built.peak_bytes} bytes "
+            f"with its working set and one checkpoint (the chain's root), the budget is "
+            f"{budget_bytes} bytes")
+
+
+def largest_fitting(trace: Trace, chain: Chain, budget_bytes: int, params: BudgetParams,
+                    host: tuple = (), cost=None):
+    """``(built, offsets)`` of the most slots whose schedule fits the budget, or
+    ``(None, None)``."""
+    m = len(chain.states)
+    low, high = 0, max(0, m - 1)
+    if build(trace, chain, low, host, cost).peak_bytes > budget_bytes:
+        return None, None
+    while low < high:  # the peak grows with the slots
+        middle = (low + high + 1) // 2
+        if build(trace, chain, middle, host, cost).peak_bytes <= budget_bytes:
+            low = middle
+        else:
+            high = middle - 1
+    for slots in range(low, -1, -1):
+        built = build(trace, chain, slots, host, cost)
+        offsets = _place(trace, built, budget_bytes, params)
+        if offsets is not None:
+            return built, offsets
+    return None, None
+
+
+def plan_revolve(trace, budget_bytes, cost, params: BudgetParams, started: float
+                 ) -> BudgetResult:
+    """The ``revolve`` policy: binomial checkpointing of the trace's chain, everything off
+    the chain resident (module docstring)."""
+    chain, reason = chain_for(trace)
+    if chain is None:
+        return _failed(trace, budget_bytes, started, reason)
+    built, offsets = largest_fitting(trace, chain, budget_bytes, params)
+    if built is None:
+        return _failed(trace, budget_bytes, started, floor_reason(trace, chain, budget_bytes))
+    plan = _plan_of(trace, built, offsets, budget_bytes, started, _stats(chain, built))
+    return _checked(trace, plan, budget_bytes, started)
+
+
+def _checked(trace, plan, budget_bytes, started) -> BudgetResult:
+    report = validate_plan(trace, plan)
+    if not report.valid:  # a bug here, said rather than returned
+        return _failed(trace, budget_bytes, started,
+                       f"{POLICY}: the schedule fails the validator ({report.rule}): "
+                       f"{report.message}")
+    return BudgetResult(plan, trace, POLICY)
+
+
+def _failed(trace, budget_bytes, started, reason) -> BudgetResult:
+    plan = failed_plan(trace, budget_bytes, POLICY, started, SolveStatus.OVER_CAPACITY,
+                       {"reason": reason})
+    return BudgetResult(plan, trace, POLICY, reason)
+
+
+__all__ = ["POLICY", "Built", "build", "chain_for", "floor_reason", "forward_steps",
+           "largest_fitting", "plan_revolve", "revolve_table"]

@@ -1,0 +1,137 @@
+"""The ``revolve`` policy: binomial checkpointing of a chain, nested recomputes in the plan
+(ephemeral residencies), checked by the validator, the simulator and the swap engine."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from math import comb
+
+import pytest
+
+from cupool.check import validate_plan
+from cupool.core.vocabulary import RecomputeAction
+from cupool.planning.budget import BudgetParams, plan_with_budget
+from cupool.planning.budget.chain import adjoint_trace, find_chain
+from cupool.planning.budget.revolve import build, plan_revolve, revolve_table
+from cupool.sim.cost import cost_model
+from cupool.sim.simulator import simulate
+
+MIB = 1 << 20
+
+
+def revolve_formula(steps: int, checkpoints: int) -> int:
+    """Griewank and Walther's fewest forward steps: r·l − C(s + r, s + 1), r least with
+    C(s + r, s) >= l."""
+    r = 1
+    while comb(checkpoints + r, checkpoints) < steps:
+        r += 1
+    return r * steps - comb(checkpoints + r, checkpoints + 1)
+
+
+def test_table_is_revolves_optimum():
+    cost, _advance = revolve_table(60, 20)
+    for states in range(1, 61):
+        for slots in range(0, 21):
+            assert cost[states, slots] == revolve_formula(states + 1, slots + 1)
+    assert revolve_formula(48, 13) == 81 and revolve_formula(48, 3) == 170
+
+
+def _budget_for(trace, slots):
+    """The budget the schedule with ``slots`` slots needs (its peak on the validator's
+    clock)."""
+    return build(trace, find_chain(trace), slots).peak_bytes
+
+
+@pytest.mark.parametrize("slots", [0, 2, 4, 7, 12])
+def test_forward_steps_are_revolves_at_every_budget(slots):
+    trace = adjoint_trace(48, MIB)
+    result = plan_revolve(trace, _budget_for(trace, slots), cost_model("gen5"),
+                          BudgetParams(), time.perf_counter())
+    assert result.feasible, result.reason
+    assert validate_plan(result.trace, result.plan).valid
+    stats = result.plan.stats
+    assert stats["revolve_slots"] >= slots  # more slots may fit the same peak
+    # 47 states read back (x1 .. x47); the sweep's 48th step (x48) is no state
+    forward = 47 + stats["revolve_recomputes"]
+    assert forward == revolve_formula(48, stats["revolve_slots"] + 1)
+    assert forward <= revolve_formula(48, slots + 1)
+    recomputes = sum(isinstance(a, RecomputeAction) for a in result.plan.actions)
+    assert recomputes == stats["revolve_recomputes"]
+    ephemeral = [r for r in result.plan.residencies if r.start == r.end]
+    assert (len(ephemeral) > 0) == (stats["revolve_recomputes"] > 47 - slots - 1)
+    report = simulate(result.trace, result.plan, cost_model("gen5"))
+    assert report.recompute_us == pytest.approx(10.0 * stats["revolve_recomputes"])
+
+
+def test_auto_keeps_revolve_when_the_link_is_slow():
+    trace = adjoint_trace(32, MIB, step_us=200.0)
+    cost = replace(cost_model("gen5"), h2d_gbps=0.5, d2h_gbps=0.5)  # a copy: ~10 steps
+    result = plan_with_budget(trace, int(trace.lower_bound_bytes() * 0.3), "auto", cost)
+    assert result.member == "revolve"
+    assert validate_plan(result.trace, result.plan).valid
+    assert isinstance(result.candidates["on-demand"], float)
+    assert result.candidates["revolve"] < result.candidates["on-demand"]
+
+
+def test_an_op_not_recomputable_splits_the_chain():
+    trace = adjoint_trace(24, MIB, not_recomputable=(10,))
+    result = plan_revolve(trace, _budget_for(trace, 3) + 2 * MIB, cost_model("gen5"),
+                          BudgetParams(), time.perf_counter())
+    assert result.feasible, result.reason
+    assert validate_plan(result.trace, result.plan).valid
+    assert result.plan.stats["revolve_forced"] == ["op 9 (f10) is not recomputable"]
+    assert 10 not in {a.buffer_id for a in result.plan.actions
+                      if isinstance(a, RecomputeAction)}
+
+
+def test_a_budget_below_one_checkpoint_names_the_op_and_bytes():
+    trace = adjoint_trace(16, MIB)
+    floor = _budget_for(trace, 0)
+    result = plan_revolve(trace, floor - 1, cost_model("gen5"), BudgetParams(),
+                          time.perf_counter())
+    assert not result.feasible
+    assert "\n" not in result.reason
+    assert result.reason.startswith("revolve: op ") and f"needs {floor} bytes" in result.reason
+    assert f"the budget is {floor - 1} bytes" in result.reason
+    assert plan_revolve(trace, floor, cost_model("gen5"), BudgetParams(),
+                        time.perf_counter()).feasible
+
+
+def test_a_trace_without_a_chain_has_no_plan():
+    from cupool.core.vocabulary import Buffer
+    from tests.swap_cases import trace_of
+
+    trace = trace_of([10.0] * 4, Buffer(0, 64, 0, 2, (0, 1)), Buffer(1, 64, 1, 4, (1, 2, 3)))
+    result = plan_revolve(trace, 128, cost_model("gen5"), BudgetParams(), time.perf_counter())
+    assert not result.feasible and "no chain" in result.reason
+
+
+def test_plan_round_trips_through_json(tmp_path):
+    from cupool.io import load_plan, save_plan
+
+    trace = adjoint_trace(12, 4096)
+    result = plan_revolve(trace, _budget_for(trace, 1), cost_model("gen5"), BudgetParams(),
+                          time.perf_counter())
+    save_plan(result.plan, tmp_path / "plan.json", result.trace)
+    loaded = load_plan(tmp_path / "plan.json", result.trace)
+    assert loaded.residencies == result.plan.residencies
+    assert loaded.actions == result.plan.actions
+
+
+@pytest.mark.parametrize("slots", [0, 2])
+def test_the_engine_runs_nested_recomputes_byte_exact(slots):
+    from cupool.devices import open_device
+    from cupool.swap.engine import EngineSettings
+    from cupool.swap.patterns import PatternEngine
+
+    trace = adjoint_trace(10, 64 * 1024, step_us=20.0)
+    result = plan_revolve(trace, _budget_for(trace, slots), cost_model("gen5"),
+                          BudgetParams(), time.perf_counter())
+    assert result.plan.stats["revolve_slots"] == slots
+    with open_device("emulated") as device, PatternEngine(
+            result.trace, result.plan, device, EngineSettings(size_scale=64)) as engine:
+        for iteration in range(2):
+            run = engine.run_iteration(iteration)
+            assert (run.corrupt_bytes, run.off_plan) == (0, 0)
+            assert run.bytes_checked > 0
