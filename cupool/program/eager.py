@@ -28,6 +28,8 @@ class EagerSession:
     def __init__(self, xp=None) -> None:
         self.xp = xp or np
         self._count = 0
+        self._open_iteration = None  # the iteration being declared (its array namespace)
+        self.closed = False
 
     def register(self, name: str, value) -> Tensor:
         array = self.xp.array(to_host(value) if self.xp is np else value, copy=True)
@@ -49,6 +51,7 @@ class EagerSession:
 
     def close(self) -> None:
         """Nothing to return (the arrays are the library's)."""
+        self.closed = True
 
     def __enter__(self) -> EagerSession:
         return self
@@ -99,10 +102,22 @@ class _EagerIteration:
         self._fetches.append(fetch)
         return fetch
 
+    @property
+    def xp(self):
+        """The array namespace (:mod:`cupool.program.arrays`), its ops run at once."""
+        xp = self.__dict__.get("_xp")
+        if xp is None:
+            from cupool.program.arrays.namespace import ArrayNamespace
+
+            xp = self._xp = ArrayNamespace(self)
+        return xp
+
     def __enter__(self) -> _EagerIteration:
+        self.session._open_iteration = self
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
+        self.session._open_iteration = None
         if exc_type is None:
             for fetch in self._fetches:  # values as at the end of the iteration
                 fetch._set(to_host(fetch.tensor.array))

@@ -33,6 +33,17 @@ class Iteration:
         recorded = getattr(session, "recorded_program", None)
         self._recorded = recorded.ops if recorded is not None else ()
 
+    @property
+    def xp(self):
+        """This iteration's array namespace (:mod:`cupool.program.arrays`): NumPy-style
+        functions and the tensors' operators, each call one op of this iteration."""
+        xp = self.__dict__.get("_xp")
+        if xp is None:
+            from cupool.program.arrays.namespace import ArrayNamespace
+
+            xp = self._xp = ArrayNamespace(self)
+        return xp
+
     # -- declaring --------------------------------------------------------------------
     def op(self, fn: Callable, *inputs: Tensor, out=None, outputs=None, updates=(),
            name: str | None = None, recompute: bool = True):

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from cupool.program.errors import NotReadyError, SpecError
+from cupool.program.tensor_methods import ArrayMethods
 
 
 @dataclass(frozen=True)
@@ -110,10 +111,12 @@ def spec(shape, dtype="float32", name: str = "", *, op: str = "spec") -> Spec:
     return Spec(dims, dt, str(name))
 
 
-class Tensor:
+class Tensor(ArrayMethods):
     """A handle on one array of a program (module docstring). ``name``, ``shape``,
     ``dtype`` and ``nbytes`` describe it; ``persistent`` says whether it lives across
-    iterations (registered state) or is an op's output (alive until its iteration ends)."""
+    iterations (registered state) or is an op's output (alive until its iteration ends).
+    Its operators and array methods declare ops of the iteration being declared
+    (:mod:`cupool.program.tensor_methods`, ``it.xp``)."""
 
     __slots__ = ("iteration", "key", "name", "owner", "persistent", "released", "spec")
 
