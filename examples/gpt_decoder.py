@@ -14,6 +14,11 @@ next token; every gradient written out by hand. The data: sequences counting mod
 vocabulary with a per-sequence stride (1, 2 or 3), drawn with a fixed seed, so the next
 token is predictable from the context and the loss falls. Op bodies are array-module
 generic (``xp = cupool.array_module(x)``).
+
+This is the fused, hand-tuned version: each op body does the work of several array
+calls (fewer ops, less host work per step). ``examples/decoder_arrays.py`` is the same model as
+one plain array-code step function, ``step(xp, params, batch)``, run with NumPy and
+under a session through its array namespace (``it.xp``).
 """
 
 from __future__ import annotations

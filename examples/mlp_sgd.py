@@ -9,6 +9,11 @@ without cupool (``cupool.EagerSession``: every op at once, on plain arrays).
 The data are Gaussian clusters, one per class, drawn here with a fixed seed. Every op body
 is array-module generic (``xp = cupool.array_module(x)``): NumPy views of the emulated
 device's memory, CuPy arrays on a GPU.
+
+This is the fused, hand-tuned version: each op body does the work of several array
+calls (fewer ops, less host work per step). ``examples/mlp_arrays.py`` is the same model as
+one plain array-code step function, ``step(xp, params, batch)``, run with NumPy and
+under a session through its array namespace (``it.xp``).
 """
 
 from __future__ import annotations

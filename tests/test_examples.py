@@ -88,3 +88,14 @@ def test_the_readmes_first_python_runs_as_written():
     exec(compile(code, "README.md", "exec"), namespace)  # the README's own code
     assert [mode for _mean, mode in printed] == ["passive", "planned", "planned"]
     assert namespace["trained"].shape == (256, 256)
+
+
+@pytest.mark.parametrize("name", ["mlp_arrays.py", "decoder_arrays.py"])
+def test_an_array_code_example_runs_one_step_function_with_and_without_cupool(name):
+    lines = run_example(name, "--steps", "3", "--budget", "50%")
+    assert re.match(r"^budget 50%: program peak (\d+) B, budget (\d+) B, \d+ ops$", lines[0])
+    modes = [re.match(r"^  step \d: loss \d+\.\d+ \((passive|planned), device peak \d+ B, "
+                      r"late prefetches \d+\)$", line).group(1) for line in lines[1:4]]
+    assert modes == ["passive", "planned", "planned"]
+    assert lines[4:] == ["  parameters bitwise identical to the function run on plain "
+                         "arrays: yes"]
