@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import operator
+import warnings
 
 import numpy as np
 
@@ -231,7 +232,8 @@ def result_dtype(key, compute, *operands) -> np.dtype:
     if found is not None:
         return found
     try:
-        with np.errstate(all="ignore"):
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # a stand-in's values mean nothing
             result = compute(*[_stand_in(v) for v in operands])
     except (TypeError, OverflowError, ValueError) as exc:
         raise Refusal("dtype", str(exc).splitlines()[0]) from None
