@@ -53,14 +53,15 @@ class Iteration:
         of them (returns a tuple of tensors); neither: the op only updates (returns
         ``None``). ``updates`` are tensors the op modifies in place; ``recompute=False``
         marks an op that must never be re-run (not deterministic)."""
-        if out is not None and outputs is None:  # the recorded op again, checked by a compare
+        if outputs is None:  # the recorded op again, checked by a compare
             index = len(self._ops)
             if index < len(self._recorded):
                 recorded = self._recorded[index]
-                if recorded.fn is fn and recorded.raw_out is not None and (
-                        recorded.raw_out is out or recorded.raw_out == out):
+                if recorded.fn is fn and (
+                        (out is None and not recorded.outputs) if recorded.raw_out is None
+                        else (recorded.raw_out is out or recorded.raw_out == out)):
                     made = self._again(recorded, name, inputs, tuple(updates), recompute)
-                    if made is not None:
+                    if made is not _MISSED:
                         return made
         label = name or getattr(fn, "__name__", type(fn).__name__)
         if not callable(fn):
@@ -80,16 +81,25 @@ class Iteration:
 
     def input(self, data, name: str | None = None) -> Tensor:
         """Declare host data (a NumPy array, or a CuPy array on a GPU) as a tensor of this
-        iteration: an op of its own uploads a copy of it (taken now)."""
-        label = name or f"input{len(self._ops)}"
+        iteration: an op of its own uploads a copy of it (taken now). Where the recorded
+        program has the same input op here, that op is declared again with this data
+        (its uploader holds the data of the iteration being declared), so that a
+        planned step makes its call once."""
+        index = len(self._ops)
+        label = name or f"input{index}"
         host = to_host(data)
+        if index < len(self._recorded) and self._state == "open" and not self.session.closed:
+            recorded = self._recorded[index]
+            upload, spec = recorded.fn, recorded.outputs[0] if recorded.outputs else None
+            if recorded.kind == INPUT and recorded.name == label and type(upload) is Upload \
+                    and spec.shape == host.shape and spec.dtype == host.dtype:
+                upload.host = host
+                key, tensor_name = recorded.output_keys[0], recorded.output_names[0]
+                self._specs[key], self._names[key] = spec, tensor_name
+                self._ops.append(recorded)
+                return Tensor(self.session, key, spec, tensor_name, self.number)
         spec = Spec(tuple(host.shape), host.dtype, label)
-
-        def upload_input(out) -> None:
-            upload(out, host)
-
-        upload_input.__name__ = label
-        return self._declare(label, INPUT, upload_input, (), (), [spec], True)[0]
+        return self._declare(label, INPUT, Upload(label, host), (), (), [spec], True)[0]
 
     def fetch(self, tensor: Tensor) -> Fetch:
         """Ask for ``tensor``'s value at the end of the iteration; the returned
@@ -103,30 +113,33 @@ class Iteration:
         return fetch
 
     def _again(self, recorded: DeclaredOp, name, inputs, updates, recompute):
-        """The output tensor of ``recorded`` (op ``recorded.index`` of the recorded program)
-        declared again with the same callable and output spec: the recorded op itself when
-        its name, tensors and recompute flag are the same and every tensor is valid here;
-        ``None`` otherwise (the general path then checks and builds the op)."""
+        """The output tensor of ``recorded`` (op ``recorded.index`` of the recorded program;
+        ``None`` for an op without outputs) declared again with the same callable and
+        output spec: the recorded op itself when its name, tensors and recompute flag are
+        the same and every tensor is valid here; ``_MISSED`` otherwise (the general path
+        then checks and builds the op)."""
         session, number = self.session, self.number
         label = name or getattr(recorded.fn, "__name__", type(recorded.fn).__name__)
         if label != recorded.name or recorded.kind != OP or recorded.recompute is not \
                 bool(recompute) or len(inputs) != len(recorded.inputs) or \
                 len(updates) != len(recorded.updates) or session.closed or \
                 self._state != "open":
-            return None
+            return _MISSED
         specs, names = self._specs, self._names
         for tensors, keys in ((inputs, recorded.inputs), (updates, recorded.updates)):
             for tensor, key in zip(tensors, keys, strict=True):
                 if tensor.__class__ is not Tensor or tensor.key != key or tensor.owner is not \
                         session or tensor.released or (not tensor.persistent
                                                        and tensor.iteration != number):
-                    return None
+                    return _MISSED
                 if tensor.persistent and key not in specs:
                     specs[key], names[key] = tensor.spec, tensor.name
+        self._ops.append(recorded)
+        if not recorded.outputs:
+            return None
         key, spec, tensor_name = recorded.output_keys[0], recorded.outputs[0], \
             recorded.output_names[0]
         specs[key], names[key] = spec, tensor_name
-        self._ops.append(recorded)
         return Tensor(session, key, spec, tensor_name, number)
 
     def _declare(self, label, kind, fn, inputs, updates, specs, recompute,
@@ -206,6 +219,22 @@ class Iteration:
                 raise ProgramError(f"iteration {self.number} declared no ops")
             return
         self.session._close_iteration(self, self.program())
+
+
+_MISSED = object()  # what Iteration._again returns where the recorded op does not match
+
+
+class Upload:
+    """The callable of an input op: ``upload(out)`` copies ``host`` (the input's data in
+    the iteration being declared or run) into the op's output ``out``."""
+
+    __slots__ = ("__name__", "host")
+
+    def __init__(self, name: str, host) -> None:
+        self.__name__, self.host = name, host
+
+    def __call__(self, out) -> None:
+        upload(out, self.host)
 
 
 def _no_op(*arrays) -> None:

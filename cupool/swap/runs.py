@@ -21,6 +21,7 @@ one by one instead, so that the op at fault reports as it always did.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from cupool.swap.handles import DEVICE, HOST, TO_HOST
 from cupool.swap.iteration import RunningOp
@@ -113,6 +114,30 @@ def serve_planned(state, malloc, allocs, frees) -> int:
     return missed
 
 
+class Served(NamedTuple):
+    """What :func:`serve_run` did: ``ops`` of the run had every block at its planned
+    address; ``missed`` blocks landed elsewhere (all of them at op ``ops`` of the run,
+    whose pool work is done too, when there are any)."""
+
+    ops: int
+    missed: int
+
+
+def serve_run(state, malloc, pool) -> Served:
+    """:func:`serve_planned` for the ops of a run (``pool``: per op ``(frees, allocs)``), in
+    order, up to the first op with a block off the plan."""
+    blocks, ptrs = state.blocks, state.ptrs
+    for j, (frees, allocs) in enumerate(pool):
+        for key in frees:
+            blocks.pop(key, None)
+        for k, (key, nbytes, ptr) in enumerate(allocs):
+            blocks[key] = malloc(nbytes)  # (no local keeps it: its free is a pop)
+            served = ptrs[key] = blocks[key].ptr
+            if served != ptr:  # the op's other blocks are served all the same
+                return Served(j, 1 + serve_planned(state, malloc, allocs[k + 1:], ()))
+    return Served(len(pool), 0)
+
+
 def handles_ready(run: ResidentRun) -> bool:
     """Whether every handle the run uses before making it arrive can be used as the run
     uses it (on the device; or being copied out, where the run only reads it)."""
@@ -183,15 +208,17 @@ class ResidentRuns:
         prepared calls; returns the next op. Its ops run one by one where a block lands
         off the plan (from that op on, the general path) or a handle check fails."""
         frames = self._frames
-        for j, (frees, allocs) in enumerate(run.pool):
-            if not self._serve_planned(state, allocs, frees):
-                for i in range(run.start, run.start + j):
-                    self._resident_op(state, i, frames[i], body, timing)
-                op = run.start + j
-                frame = self._before_op_rest(state, op, self._steps[op])
-                body(self, frame)
-                self.after_op(op)
-                return op + 1
+        served = serve_run(state, self.pool.malloc, run.pool)
+        if served.missed:  # ops before: one by one; the op off the plan: the general path
+            self.off_plan += served.missed
+            state.exact = False
+            for i in range(run.start, run.start + served.ops):
+                self._resident_op(state, i, frames[i], body, timing)
+            op = run.start + served.ops
+            frame = self._before_op_rest(state, op, self._steps[op])
+            body(self, frame)
+            self.after_op(op)
+            return op + 1
         if not handles_ready(run):  # the op whose use is refused reports it
             for i in range(run.start, run.stop):
                 self._resident_op(state, i, frames[i], body, timing)
@@ -215,5 +242,15 @@ class ResidentRuns:
         return run.stop
 
 
-__all__ = ["ResidentRun", "ResidentRuns", "RunScan", "books_in_bulk", "compile_run", "ends_in_bulk",
-           "handles_ready", "serve_planned"]
+__all__ = [
+    "ResidentRun",
+    "ResidentRuns",
+    "RunScan",
+    "Served",
+    "books_in_bulk",
+    "compile_run",
+    "ends_in_bulk",
+    "handles_ready",
+    "serve_planned",
+    "serve_run",
+]

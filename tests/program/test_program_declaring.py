@@ -24,9 +24,9 @@ def _total(x, out):
     out[...] = x.sum()
 
 
-def _declare(session, fn=_scale, shape=(4,)):
+def _declare(session, fn=_scale, shape=(4,), start=0):
     with session.iteration() as it:
-        y = it.op(fn, it.input(np.arange(4, dtype=np.float32), name="x"),
+        y = it.op(fn, it.input(np.arange(start, start + 4, dtype=np.float32), name="x"),
                   out=(shape, "float32"), name="y")
         fetched = it.fetch(y)
     return it, fetched
@@ -36,11 +36,16 @@ def test_an_op_equal_to_the_recorded_one_is_shared_and_a_changed_one_is_not():
     with cupool.Session("100%", device="emulated") as session:
         _declare(session)
         recorded = session.recorded_program
-        it, fetched = _declare(session)
+        it, fetched = _declare(session, start=10)
         shared = it.program().ops
-        assert shared[1] is recorded.ops[1]  # the input op's callable is new each time
-        assert shared[0] is not recorded.ops[0]
-        np.testing.assert_array_equal(fetched.value, 2 * np.arange(4, dtype=np.float32))
+        assert shared[1] is recorded.ops[1]
+        assert shared[0] is recorded.ops[0]  # the input op too: its uploader holds new data
+        np.testing.assert_array_equal(fetched.value, 2 * np.arange(10, 14, dtype=np.float32))
+        for start in (20, 30):  # planned steps run the call made once, with each step's data
+            it, fetched = _declare(session, start=start)
+            assert session.reports[-1].mode == "planned"
+            np.testing.assert_array_equal(fetched.value,
+                                          2 * np.arange(start, start + 4, dtype=np.float32))
 
         it, fetched = _declare(session, fn=_shift)  # another callable: a new op, same shape
         assert it.program().ops[1] is not recorded.ops[1]
