@@ -42,7 +42,7 @@ def resnet_plans(resnet):
     return budget, {p: plan_with_budget(resnet, budget, p, GEN5) for p in POLICY_NAMES}
 
 
-CHAIN_ONLY = {"revolve"}
+CHAIN_ONLY = {"revolve", "revolve-two-level"}
 """Policies that plan a trace's chain and keep the rest resident: no plan is an answer."""
 
 

@@ -135,3 +135,38 @@ def test_the_engine_runs_nested_recomputes_byte_exact(slots):
             run = engine.run_iteration(iteration)
             assert (run.corrupt_bytes, run.off_plan) == (0, 0)
             assert run.bytes_checked > 0
+
+
+def test_two_levels_copy_checkpoints_when_the_link_keeps_up():
+    from cupool.core.vocabulary import SwapOut
+    from cupool.planning.budget.revolve import plan_revolve_two_level
+
+    cost = cost_model("gen5")
+    step_us = cost.copy_us(MIB, "h2d")  # a copy of a state takes one step
+    trace = adjoint_trace(32, MIB, step_us=step_us)
+    budget = _budget_for(trace, 1)
+    one = plan_revolve(trace, budget, cost, BudgetParams(), time.perf_counter())
+    two = plan_revolve_two_level(trace, budget, cost, BudgetParams(), time.perf_counter())
+    assert two.feasible, two.reason
+    assert validate_plan(two.trace, two.plan).valid
+    assert any(isinstance(a, SwapOut) for a in two.plan.actions)
+    assert (simulate(two.trace, two.plan, cost).iteration_us
+            < simulate(one.trace, one.plan, cost).iteration_us)
+
+
+def test_the_engine_runs_two_levels_byte_exact():
+    from cupool.devices import open_device
+    from cupool.planning.budget.revolve import plan_revolve_two_level
+    from cupool.swap.engine import EngineSettings
+    from cupool.swap.patterns import PatternEngine
+
+    cost = cost_model("gen5")
+    trace = adjoint_trace(12, 64 * 1024, step_us=cost.copy_us(64 * 1024, "h2d") / 3)
+    result = plan_revolve_two_level(trace, _budget_for(trace, 2), cost, BudgetParams(),
+                                    time.perf_counter())
+    assert result.feasible and result.plan.stats["revolve_host"]
+    with open_device("emulated") as device, PatternEngine(
+            result.trace, result.plan, device, EngineSettings(size_scale=64)) as engine:
+        for iteration in range(2):
+            run = engine.run_iteration(iteration)
+            assert (run.corrupt_bytes, run.off_plan) == (0, 0)

@@ -28,7 +28,9 @@ policy          what it does
 ``on-demand``   swap out least-recently-used on pressure, swap in synchronously at use
 ``revolve``     binomial checkpointing (revolve) of the trace's chain of states read back
                 in reverse order: nested recomputes from kept states, the states passed
-                through ephemeral; everything off the chain resident
+                through ephemeral; everything off the chain resident; with
+                ``revolve-two-level`` some states also go to pinned host memory and
+                back (H-Revolve / Disk-Revolve), where chosen by simulation
 ==============  ===========================================================================
 
 Recompute recipes: traces that carry none get derived ones
@@ -62,6 +64,7 @@ _REGISTRY = {
     "vdnn": ("cupool.planning.budget.classic", "plan_vdnn"),
     "on-demand": ("cupool.planning.budget.classic", "plan_on_demand"),
     "revolve": ("cupool.planning.budget.revolve", "plan_revolve"),
+    "revolve-two-level": ("cupool.planning.budget.revolve", "plan_revolve_two_level"),
 }
 
 POLICY_NAMES = tuple(_REGISTRY)

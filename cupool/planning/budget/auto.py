@@ -28,7 +28,8 @@ uses / across the iteration boundary only when the budget still does not hold.
   classes streamed (:data:`CLASSES_MEMBER`) and one that searches from them longer
   (:data:`LONGER_MEMBER`);
 - when the trace has a chain of states read back in reverse order (:mod:`.chain`),
-  ``revolve`` (binomial checkpointing with nested recomputes, :mod:`.revolve`);
+  ``revolve`` (binomial checkpointing with nested recomputes, :mod:`.revolve`) on the
+  device alone and with checkpoints on the host (two levels);
 - ``capuchin`` (in Capuchin's order, and with the on-time swaps of the largest buffers
   taken first), ``vdnn`` and ``on-demand``;
 - when persistent state fits the budget beside what each op uses but some of it is idle
@@ -172,7 +173,7 @@ def members(trace, budget_bytes, cost, params: BudgetParams,
     from cupool.planning.budget.capuchin import plan_capuchin
     from cupool.planning.budget.chain import find_chain
     from cupool.planning.budget.classic import plan_on_demand, plan_vdnn
-    from cupool.planning.budget.revolve import plan_revolve
+    from cupool.planning.budget.revolve import plan_revolve, plan_revolve_two_level
     from cupool.planning.budget.stream import (
         KEEP_ORDERS,
         SEARCHED,
@@ -212,7 +213,8 @@ def members(trace, budget_bytes, cost, params: BudgetParams,
         out += [Member(SEARCHED_MEMBER, lambda started: plan_stream(
             trace, budget_bytes, cost, params, started, 0.0, SEARCHED))]
     if find_chain(trace).states:
-        out += [Member("revolve", policy(plan_revolve))]
+        out += [Member("revolve", policy(plan_revolve)),
+                Member("revolve(two levels)", policy(plan_revolve_two_level))]
     out += [Member("capuchin", policy(plan_capuchin)),
             Member(f"capuchin({LARGEST_SWAPS} first)", lambda started: plan_capuchin(
                 trace, budget_bytes, cost, params, started, LARGEST_SWAPS)),

@@ -51,8 +51,7 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from dataclasses import dataclass, field
-from functools import lru_cache
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -75,15 +74,37 @@ from cupool.planning.solvers import SolverParams
 from cupool.planning.static import solve
 
 POLICY = "revolve"
+TWO_LEVELS = "revolve-two-level"
 FALLBACK_SOLVERS = ("greedy-size", "best-fit")
 """Offset solvers tried, in order, on a schedule's residencies (after ``params``')."""
 
 
-@lru_cache(maxsize=16)
+_TABLES: dict = {}  # "largest": (R, K) for the most states solved so far
+
+
 def revolve_table(states: int, slots: int) -> tuple[np.ndarray, np.ndarray]:
     """``(R, K)``: ``R[n, s]`` the fewest forward steps that deliver ``n`` states above a
     held one with ``s`` free slots, ``K[n, s]`` the advance that achieves it (module
-    docstring), for ``0 <= n <= states`` and ``0 <= s <= slots``."""
+    docstring), for ``0 <= n <= states`` and ``0 <= s <= slots`` (read-only views of one
+    table per process, solved for every slot count up to the most states asked for)."""
+    cost, advance = _TABLES.get("largest", (None, None))
+    if cost is None or cost.shape[0] <= states:
+        cost, advance = _solve(max(states, 2 * (cost.shape[0] - 1) if cost is not None
+                                   else states))
+        _TABLES["largest"] = (cost, advance)
+    wide = min(slots, cost.shape[1] - 1)
+    r, k = cost[: states + 1, : wide + 1], advance[: states + 1, : wide + 1]
+    if wide < slots:  # as many slots as states: every state above the first is kept
+        extra = np.arange(states + 1, dtype=np.int64)[:, None].repeat(slots - wide, axis=1)
+        r = np.concatenate([r, extra], axis=1)
+        k = np.concatenate([k, np.minimum(extra, 1)], axis=1)
+    return r, k
+
+
+def _solve(states: int) -> tuple[np.ndarray, np.ndarray]:
+    """The recursion of the module docstring for ``n <= states`` and ``s < states``
+    (``s >= n - 1`` keeps every state: ``R = n``)."""
+    slots = max(1, states)
     n_all = np.arange(states + 1, dtype=np.int64)
     cost = np.zeros((states + 1, slots + 1), dtype=np.int64)
     advance = np.zeros((states + 1, slots + 1), dtype=np.int64)
@@ -201,9 +222,11 @@ class _Builder:
 
 
 def build(trace: Trace, chain: Chain, slots: int, host: tuple = (), cost=None,
-          sizes=None) -> Built:
+          prefetch: bool = True) -> Built:
     """The schedule with ``slots`` slots (``host``: positions copied to the host and back
-    before their stretch, two levels), as residencies and actions with its peak."""
+    before their stretch, two levels; ``cost`` times their copies, each copied back early
+    enough to land on time with ``prefetch``, else when its stretch begins), as
+    residencies and actions with its peak."""
     m = len(chain.states)
     slots = max(0, min(slots, max(0, m - 1)))
     table = revolve_table(max(1, m), max(1, slots))
@@ -219,9 +242,10 @@ def build(trace: Trace, chain: Chain, slots: int, host: tuple = (), cost=None,
         x = chain.states[p - 1]
         builder.first_end[x.buffer_id] = x.end
     swapped = [p for p in host if p not in kept_bases]
-    spans, actions = [], []
+    spans, actions, index = [], [], {}
     for b in trace.buffers:
         end = builder.first_end.get(b.id, b.end)
+        index[b.id] = len(spans)
         spans.append((b.id, b.start, end))
     for op in sorted(builder.batches):
         for entry in builder.batches[op]:
@@ -231,7 +255,9 @@ def build(trace: Trace, chain: Chain, slots: int, host: tuple = (), cost=None,
     for p in swapped:
         x = chain.states[p - 1]
         due = _first_read(builder, x.buffer_id, x.need)
-        trigger = _trigger(trace, builder, due, x, cost, sizes)
+        trigger = _trigger(trace, builder, due, x, cost if prefetch else None)
+        out_end = _copied_out(trace, x, cost, trigger)
+        spans[index[x.buffer_id]] = (x.buffer_id, x.producer, out_end)
         actions += [SwapOut(x.buffer_id, x.forward_last), SwapIn(x.buffer_id, trigger, due)]
         spans.append((x.buffer_id, trigger, x.end))
     peak, peak_op, rows, steps = _peak(trace, spans, builder.batches)
@@ -248,7 +274,23 @@ def _first_read(builder: _Builder, buffer: int, need: int) -> int:
     return need
 
 
-def _trigger(trace: Trace, builder: _Builder, due: int, x, cost, sizes) -> int:
+def _copied_out(trace: Trace, x, cost, limit: int) -> int:
+    """The end of ``x``'s first residency when it is copied out after its forward use:
+    the op by which the copy is done (``cost``), so that nothing waits to take its bytes,
+    at most ``limit``."""
+    end = x.forward_last + 1
+    if cost is None:
+        return end
+    op_us = cost.op_times(trace)
+    need_us = cost.copy_us(trace.buffer(x.buffer_id).size, "d2h")
+    spent = 0.0
+    while end < limit and spent < need_us:
+        spent += float(op_us[end])
+        end += 1
+    return end
+
+
+def _trigger(trace: Trace, builder: _Builder, due: int, x, cost) -> int:
     """The latest op at which a swap-in of ``x`` lands by ``due`` (ops and recomputes
     timed by ``cost``), after the state's forward use."""
     if cost is None:
@@ -357,25 +399,104 @@ def floor_reason(trace: Trace, chain: Chain, budget_bytes: int) -> str:
 
 
 def largest_fitting(trace: Trace, chain: Chain, budget_bytes: int, params: BudgetParams,
-                    host: tuple = (), cost=None):
+                    host: tuple = (), cost=None, prefetch: bool = True):
     """``(built, offsets)`` of the most slots whose schedule fits the budget, or
     ``(None, None)``."""
     m = len(chain.states)
     low, high = 0, max(0, m - 1)
-    if build(trace, chain, low, host, cost).peak_bytes > budget_bytes:
+    if build(trace, chain, low, host, cost, prefetch).peak_bytes > budget_bytes:
         return None, None
     while low < high:  # the peak grows with the slots
         middle = (low + high + 1) // 2
-        if build(trace, chain, middle, host, cost).peak_bytes <= budget_bytes:
+        if build(trace, chain, middle, host, cost, prefetch).peak_bytes <= budget_bytes:
             low = middle
         else:
             high = middle - 1
     for slots in range(low, -1, -1):
-        built = build(trace, chain, slots, host, cost)
+        built = build(trace, chain, slots, host, cost, prefetch)
         offsets = _place(trace, built, budget_bytes, params)
         if offsets is not None:
             return built, offsets
     return None, None
+
+
+def host_positions(states: int, slots: int, step_us: float, copy_us: float) -> tuple:
+    """Host checkpoints for a chain of ``states`` states with ``slots`` device slots
+    when a step takes ``step_us`` and a copy ``copy_us`` (each way, not overlapped): the
+    positions ``q`` minimising the copies (``2·copy_us`` each) and each stretch's forward
+    steps reversed from the checkpoint below it (which takes a slot; the root does not),
+    the last stretch's first advance being the sweep. A dynamic program over the last
+    host checkpoint below each position; ``()`` when none pays."""
+    inf = float("inf")
+    table = revolve_table(states, max(1, slots))[0]
+
+    def steps(n: int, base: int) -> float:
+        free = slots if base == 0 else slots - 1
+        return inf if free < 0 else float(table[n, free])
+
+    best = [0.0] * (states + 1)  # best[p]: states 1..p-1 delivered below checkpoint p
+    below = [0] * (states + 1)
+    for p in range(1, states + 1):
+        options = [(best[q] + (2 * copy_us if q else 0.0) + steps(p - q - 1, q) * step_us, q)
+                   for q in range(p)]
+        best[p], below[p] = min(options)
+    total, last = min((best[q] + (2 * copy_us if q else 0.0)
+                       + (steps(states - q, q) - (states - q)) * step_us, q)
+                      for q in range(states + 1))
+    placed = []
+    while last:
+        placed.append(last)
+        last = below[last]
+    return tuple(sorted(placed)) if total < inf else ()
+
+
+HOST_PERIODS = (2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
+"""States between two host checkpoints that :func:`plan_revolve_two_level` tries."""
+
+
+def plan_revolve_two_level(trace, budget_bytes, cost, params: BudgetParams, started: float
+                           ) -> BudgetResult:
+    """Two levels: every ``P``-th state of the chain copied to pinned host memory after
+    its forward use and back before its stretch is reversed, each stretch reversed on the
+    device with the slots that fit (module docstring), for each ``P`` of
+    :data:`HOST_PERIODS` shorter than the chain; the plan of least simulated iteration
+    time (ties: fewer host checkpoints), or none where no period has any."""
+    from cupool.sim.simulator import simulate
+
+    chain, reason = chain_for(trace)
+    if chain is None:
+        return _failed(trace, budget_bytes, started, reason.replace(POLICY, TWO_LEVELS, 1),
+                       TWO_LEVELS)
+    m = len(chain.states)
+    one_level, _ = largest_fitting(trace, chain, budget_bytes, params)
+    candidates = [(f"every {p}", tuple(range(p, m, p)), True) for p in HOST_PERIODS if p < m]
+    if one_level is not None:
+        step_us = float(np.mean([cost.op_us(trace, x.producer) for x in chain.states]))
+        copy_us = max(cost.copy_us(trace.buffer(x.buffer_id).size, d)
+                      for x in chain.states for d in ("h2d", "d2h"))
+        placed = host_positions(m, one_level.slots, step_us, copy_us)
+        if placed:
+            candidates += [("searched", placed, True), ("searched, copied back late",
+                                                        placed, False)]
+    best, reasons = None, []
+    for name, host, prefetch in candidates:
+        built, offsets = largest_fitting(trace, chain, budget_bytes, params, host, cost,
+                                         prefetch)
+        if built is None:
+            reasons.append(f"{name}: no slot count fits")
+            continue
+        plan = _plan_of(trace, built, offsets, budget_bytes, started, {
+            **_stats(chain, built), "revolve_host_choice": name})
+        if not validate_plan(trace, plan).valid:
+            continue
+        key = (simulate(trace, plan, cost, validate=False).iteration_us, len(built.host))
+        if best is None or key < best[0]:
+            best = (key, plan)
+    if best is None:
+        return _failed(trace, budget_bytes, started, f"{TWO_LEVELS}: "
+                       + ("; ".join(reasons) or "the chain is too short for host checkpoints"),
+                       TWO_LEVELS)
+    return BudgetResult(replace(best[1], solver=TWO_LEVELS), trace, TWO_LEVELS)
 
 
 def plan_revolve(trace, budget_bytes, cost, params: BudgetParams, started: float
@@ -401,11 +522,12 @@ def _checked(trace, plan, budget_bytes, started) -> BudgetResult:
     return BudgetResult(plan, trace, POLICY)
 
 
-def _failed(trace, budget_bytes, started, reason) -> BudgetResult:
-    plan = failed_plan(trace, budget_bytes, POLICY, started, SolveStatus.OVER_CAPACITY,
+def _failed(trace, budget_bytes, started, reason, solver: str = POLICY) -> BudgetResult:
+    plan = failed_plan(trace, budget_bytes, solver, started, SolveStatus.OVER_CAPACITY,
                        {"reason": reason})
-    return BudgetResult(plan, trace, POLICY, reason)
+    return BudgetResult(plan, trace, solver, reason)
 
 
-__all__ = ["POLICY", "Built", "build", "chain_for", "floor_reason", "forward_steps",
-           "largest_fitting", "plan_revolve", "revolve_table"]
+__all__ = ["HOST_PERIODS", "POLICY", "TWO_LEVELS", "Built", "build", "chain_for",
+           "floor_reason", "forward_steps", "host_positions", "largest_fitting",
+           "plan_revolve", "plan_revolve_two_level", "revolve_table"]
