@@ -207,10 +207,18 @@ class ArrayMethods:
 
 def _binary(ufunc: str):
     def forward(self, other):
-        return _namespace(self, ufunc).binary_operator(ufunc, self, other)
+        try:  # the namespace the iteration being declared made (the common case)
+            xp = self.owner._open_iteration._xp
+        except AttributeError:
+            xp = _namespace(self, ufunc)
+        return xp.binary_operator(ufunc, self, other)
 
     def reflected(self, other):
-        return _namespace(self, ufunc).binary_operator(ufunc, other, self)
+        try:
+            xp = self.owner._open_iteration._xp
+        except AttributeError:
+            xp = _namespace(self, ufunc)
+        return xp.binary_operator(ufunc, other, self)
 
     def inplace(self, other):
         return _namespace(self, ufunc).inplace_operator(ufunc, self, other)

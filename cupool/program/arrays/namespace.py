@@ -52,12 +52,16 @@ from cupool.program.arrays.rules import ELEMENTWISE_BINARY, ELEMENTWISE_UNARY
 from cupool.program.arrays.shapes import Refusal
 from cupool.program.arrays.views import View, hashable_key, reshape_is_view, stand_in
 from cupool.program.errors import ProgramError
+from cupool.program.tensor_methods import ArrayMethods
 from cupool.program.tensors import Tensor
 
 _PROGRAM_DIR = str(Path(__file__).resolve().parents[1]) + os.sep
 _SCALARS = (bool, int, float, complex)
 _SCALAR_TYPES = frozenset(_SCALARS)
 _OPERAND_TYPES = (Tensor, View, *_SCALARS, np.generic, np.ndarray)
+_COMMON = frozenset({Tensor, View, float, int})
+_HERE = globals()
+_METHODS = vars(sys.modules[ArrayMethods.__module__])
 _INPLACE_NAMES = {name: f"{name}_inplace" for name in bodies.INPLACE}
 _ENTRIES: dict = {}
 _LABELS: dict = {}
@@ -217,6 +221,19 @@ class ArrayNamespace:
     def _operands(self, fname: str, args):
         """The distinct tensors ``args`` read (views give their base) and the call's
         signature: per operand ``(k, base shape, dtype, chain)`` or a constant's key."""
+        if len(args) == 2:  # the common case first: a tensor and a tensor or a number
+            a, b = args
+            if a.__class__ is Tensor and a.owner is self._session and not a.released and (
+                    a.iteration is None or a.iteration == self._number):
+                sa = a.spec
+                cb = b.__class__
+                if cb is Tensor and b is not a and b.owner is self._session and not \
+                        b.released and (b.iteration is None or b.iteration == self._number):
+                    sb = b.spec
+                    return [a, b], ((0, sa.shape, sa.dtype, ()), (1, sb.shape, sb.dtype, ()))
+                if cb is float:
+                    return [a], ((0, sa.shape, sa.dtype, ()),
+                                 ("c", float, b, math.copysign(1.0, b)))
         bases, sig = [], []
         session, number = self._session, self._number
         for a in args:
@@ -279,7 +296,7 @@ class ArrayNamespace:
             raise self._refused(fname, args, refusal, frame) from None
         operands = tuple(("c", a) if part[0] == "c" else ("in", part[0], part[3])
                          for a, part in zip(args, sig, strict=True))
-        entry = ((tuple(shape), dtype), bodies.body(fname, impl, operands))
+        entry = ((tuple(shape), dtype), bodies.body(fname, impl, operands), _label(fname, frame))
         if len(_ENTRIES) >= _LIMIT:
             _ENTRIES.clear()
         _ENTRIES[key] = entry
@@ -287,22 +304,25 @@ class ArrayNamespace:
 
     def _pure(self, fname: str, args: tuple, params, rule):
         """Declare ``fname(*args)`` as an op with one new output (``rule(args, params)``
-        gives its shape, dtype and implementation); returns the output tensor."""
+        gives its shape, dtype and implementation); returns the output tensor. The cache
+        key holds the call site too: one lookup gives the output spec, the body and the
+        op's name."""
         bases, sig = self._operands(fname, args)
-        frame = sys._getframe(1)  # the program's call: the first frame outside cupool/program
-        while frame is not None and frame.f_code.co_filename.startswith(_PROGRAM_DIR):
+        frame = sys._getframe(1)  # the program's call: the first frame of another module
+        while frame is not None and (frame.f_globals is _HERE or frame.f_globals is _METHODS):
             frame = frame.f_back
-        label = _LABELS.get((fname, frame.f_code.co_filename, frame.f_lineno)) \
-            if frame is not None else None
-        if label is None:
-            label = _label(fname, frame)
-        key = (fname, sig, params)
+        if frame is not None and frame.f_code.co_filename.startswith(_PROGRAM_DIR):
+            frame = _caller()  # a call from elsewhere in cupool/program
+        if frame is not None:
+            key = (fname, sig, params, frame.f_code.co_filename, frame.f_lineno)
+        else:
+            key = (fname, sig, params, "<unknown>", 0)
         entry = _ENTRIES.get(key)
         if entry is None:
             self._check_open(fname, args)
             entry = self._entry(fname, args, sig, params, rule, frame, key)
         try:
-            return self.iteration.op(entry[1], *bases, out=entry[0], name=label)
+            return self.iteration.op(entry[1], *bases, out=entry[0], name=entry[2])
         except ProgramError:  # a closed session or an ended iteration: said as ours
             self._check_open(fname, args)
             raise
@@ -373,7 +393,8 @@ class ArrayNamespace:
     # -- operators (from the tensors' dunder methods) ---------------------------------------
     def binary_operator(self, ufunc: str, a, b):
         """``a <op> b``; ``NotImplemented`` for an operand type NumPy would not take either."""
-        if not (isinstance(a, _OPERAND_TYPES) and isinstance(b, _OPERAND_TYPES)):
+        if (a.__class__ not in _COMMON or b.__class__ not in _COMMON) and not (
+                isinstance(a, _OPERAND_TYPES) and isinstance(b, _OPERAND_TYPES)):
             return NotImplemented
         if ufunc == "pow":
             return self._pure("pow", (a, b), None, rules.power_operator_rule)
