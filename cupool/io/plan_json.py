@@ -38,9 +38,10 @@ is optional (and empty in a valid swapping plan), and two lists are added::
 
 A residency with ``start == end`` is *ephemeral*: a state a nested recompute passes
 through, made among the recomputes before op ``start`` and read only by later ones
-there (:mod:`cupool.check.swapping`). A swap-out of clean data says ``"drop": true``: the host copy the buffer already has is
-still valid, so nothing is copied (:class:`~cupool.core.vocabulary.SwapOut`); the writer
-omits the field otherwise. A swap may say which host level holds the bytes:
+there (:mod:`cupool.check.swapping`). A swap-out of clean data says ``"drop": true``:
+the host copy the buffer already has is still valid, so nothing is copied
+(:class:`~cupool.core.vocabulary.SwapOut`); the writer omits the field otherwise. A
+swap may say which host level holds the bytes:
 ``"level": "pinned"`` (the default, and what a swap without the field means) or
 ``"pageable"`` (multi-level placement).
 The writer omits the field for pinned swaps, so files of plans without pageable swaps are

@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from cupool.allocator.arena import ALLOCATION_UNIT
 from cupool.check import validate_plan
 from cupool.core.vocabulary import Buffer, Op, Placement, Plan, SolveStatus, Trace
-from cupool.swap.recomputed import recompute_keys
 from cupool.swap.errors import EngineError
+from cupool.swap.recomputed import recompute_keys
 
 
 @dataclass(frozen=True)

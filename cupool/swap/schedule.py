@@ -44,10 +44,10 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from cupool.core.vocabulary import PERSISTENT, Plan, RecomputeAction, SwapIn, SwapOut, Trace
-from cupool.swap.recomputed import ephemeral_ops, recompute_keys
 from cupool.swap.errors import EngineError
 from cupool.swap.handles import DROPPED, HOST, RETIRED
 from cupool.swap.layout import Layout
+from cupool.swap.recomputed import ephemeral_ops, recompute_keys
 
 
 @dataclass(frozen=True)

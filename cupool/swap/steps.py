@@ -32,7 +32,8 @@ class OpStep:
     """Op ``op`` of a schedule (tuples of buffer ids unless said otherwise):
 
     ``produced`` / ``recomputed``: the buffers whose residency starts at the op without a
-    copy (made by the op, or by a recompute before it); ``written``: ``produced``; ``uses``: the trace's uses of the op;
+    copy (made by the op, or by a recompute before it); ``written``: ``produced``;
+    ``uses``: the trace's uses of the op;
     ``intents``: ``(buffer, write)`` pairs of the uses the op takes, in order (read
     for the uses and the recomputes' inputs, write for ``written``); ``frame``:
     ``(buffer, residency start)`` for every buffer of its frame (``written`` first, then

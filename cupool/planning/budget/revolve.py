@@ -43,8 +43,10 @@ made; it splits the chain, each stretch below it reversed from the state under i
 **Two levels** (``host=``): states at chosen positions are copied to pinned host memory
 after their forward use and copied back before their stretch is reversed (H-Revolve /
 Disk-Revolve: a slow memory holding checkpoints), the stretches between them reversed
-on the device as above; :func:`plan_revolve_two_level` tries host periods and keeps the
-fastest simulated plan.
+on the device as above (a state back from the host takes a slot there);
+:func:`plan_revolve_two_level` tries host checkpoints every ``P`` states and where
+:func:`host_positions` (a dynamic program over the copy and step costs) puts them, and
+keeps the fastest simulated plan.
 """
 
 from __future__ import annotations
