@@ -181,3 +181,36 @@ def test_near_misses_only_widens_slack_and_leaves_late_swap_ins():
     kept = adjust_triggers(blocked, blocked_plan, {}, [20.0] * 10, validate_swap_plan,
                            predict_blocked, guard_us=5.0, near_misses_only=True)
     assert kept.moves == {} and kept.plan == blocked_plan
+
+
+def test_the_moves_are_checked_op_by_op_and_validated_once():
+    """The moves go as far as the budget and their bytes allow, op by op, and the plan
+    with all of them is validated once; a plan the validator refuses sends the moves to
+    the validator one by one (the same rule, more validations)."""
+    _trace, plan, planned = _planned()
+    late_plan, late = mistimed(plan)
+    op_us = [op.duration_us or 10.0 for op in planned.ops]
+    waits = {a.buffer_id: 200.0 for a in late[:5]}
+    calls = []
+
+    def counting(trace, candidate):
+        calls.append(candidate)
+        return validate_swap_plan(trace, candidate)
+
+    result = adjust_triggers(planned, late_plan, waits, op_us, counting)
+    assert result.moves and len(calls) == 1 and calls[0] is result.plan
+    refusals = []
+
+    class _Refused:
+        valid = False
+        message = "refused by the test"
+
+    def refusing_once(trace, candidate):  # the plan with every move: refused
+        if not refusals:
+            refusals.append(candidate)
+            return _Refused()
+        return validate_swap_plan(trace, candidate)
+
+    slow = adjust_triggers(planned, late_plan, waits, op_us, refusing_once)
+    assert refusals and validate_swap_plan(planned, slow.plan).valid
+    assert slow.moves and all(new < old for old, new in slow.moves.values())

@@ -419,11 +419,14 @@ def _keep_not_slower(trace, judged: _Judged, late: dict, op_us, validate, stuck:
 
 def _move_late(trace, plan: Plan, late: dict, op_us, validate,
                stuck: set | None = None) -> AdjustedPlan:
-    """One application of :func:`adjust_triggers`'s rule to the waits ``late``. The moves
-    are tried together, then by halves where the plan would break (one validation in the
-    common case); a single move that breaks it bisects for the earliest valid trigger
-    between its target and its old place. ``stuck`` collects ``(buffer, trigger)`` that
-    cannot move, so later rounds skip them."""
+    """One application of :func:`adjust_triggers`'s rule to the waits ``late``. Each move
+    goes as far toward its target as the budget and its offset range allow, op by op
+    (:func:`_checked_moves`: none where none can move a single op), and the plan with
+    every move is validated once; where the validator refuses it (a rule the op-by-op
+    check does not see), the moves are tried together, then by halves, and a single move
+    that breaks the plan bisects for the earliest valid trigger between its target and
+    its old place. ``stuck`` collects
+    ``(buffer, trigger)`` that cannot move, so later rounds skip them."""
     stuck = set() if stuck is None else stuck
     targets = []
     for b, waited in sorted(late.items()):
@@ -440,6 +443,12 @@ def _move_late(trace, plan: Plan, late: dict, op_us, validate,
                 covered += op_us[target]
             if target < old and (b, old) not in stuck:
                 targets.append(_TriggerMove(b, action, old, target))
+    if not targets:
+        return AdjustedPlan(plan, {})
+    checked = _checked_moves(trace, plan, targets)
+    if not checked.plan.moves or validate(trace, checked.plan.plan).valid:
+        stuck.update(checked.stuck)
+        return checked.plan
     moves = {}
 
     def apply(plan, batch):
@@ -466,4 +475,44 @@ def _move_late(trace, plan: Plan, late: dict, op_us, validate,
         moves[move.buffer_id] = (move.old, high)
         return move_swap_in(plan, move.action, high)
 
-    return AdjustedPlan(apply(plan, targets) if targets else plan, moves)
+    return AdjustedPlan(apply(plan, targets), moves)
+
+
+class _Checked(NamedTuple):
+    """What :func:`_checked_moves` found: the ``plan`` with its moves, and the ``stuck``
+    swap-ins, ``(buffer, trigger)``, that could not move a single op."""
+
+    plan: AdjustedPlan
+    stuck: set
+
+
+def _checked_moves(trace, plan: Plan, targets) -> _Checked:
+    """Each move of ``targets`` (:class:`_TriggerMove`, in order) as far toward its target
+    as the plan allows op by op: the resident bytes at each op it adds stay within the
+    plan's capacity and no other residency holds its offset range then (the check
+    :func:`_move_late_triggers` makes)."""
+    sizes = {b.id: b.size for b in trace.buffers}
+    residencies = list(plan.residencies)
+    resident = np.zeros(trace.num_ops + 1, dtype=np.int64)
+    for r in residencies:
+        resident[r.start] += sizes[r.buffer_id]
+        resident[r.end] -= sizes[r.buffer_id]
+    resident = np.cumsum(resident[:-1])
+    index = {(r.buffer_id, r.start): k for k, r in enumerate(residencies)}
+    held = Spans(residencies, sizes)
+    moves, stuck = {}, set()
+    for move in targets:
+        b, k = move.buffer_id, index[(move.buffer_id, move.old)]
+        offset, size = residencies[k].offset, sizes[move.buffer_id]
+        trigger = move.old
+        while trigger > move.target and resident[trigger - 1] + size <= plan.capacity_bytes \
+                and held.free(offset, size, trigger - 1):
+            trigger -= 1
+            resident[trigger] += size
+        if trigger == move.old:
+            stuck.add((b, move.old))
+            continue
+        held.start[k] = trigger
+        plan = move_swap_in(plan, move.action, trigger)
+        moves[b] = (move.old, trigger)
+    return _Checked(AdjustedPlan(plan, moves), stuck)
