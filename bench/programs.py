@@ -36,6 +36,18 @@ no-op ops over one resident tensor, budget 100%): ``declare_us`` (``it.op``) and
 ``run_us`` (the engine's boundaries, the callback and the stream hand-offs), medians over
 iterations, beside ``eager_us`` (the same op run at once).
 
+**The examples written once** (``examples/mlp_arrays.py``, ``examples/decoder_arrays.py``:
+the same models as one plain array-code step function, run under the session through its
+array namespace): per budget, ``direct_step_us`` (the step function on NumPy arrays, no
+cupool, run right before), ``session_step_us``, ``engine_iteration_us``, the explicit-op
+example's ``session_step_us`` at the same budget beside it (from the same run; with
+``--parts namespace``, from the explicit rows already in the results file), ``ops`` (the
+namespace makes several times the explicit example's ops), late prefetches after the first
+planned step against the simulator's floor, the device peak against the budget, and
+``params_identical`` (every parameter bitwise that of the direct run). ``--parts``
+picks ``explicit``, ``namespace`` or both; run alone, the namespace part replaces only its
+own section of the results file.
+
 BLAS runs one thread (``OPENBLAS_NUM_THREADS=1``, set before NumPy loads unless already
 set): the examples' matrices are small, and on a shared machine BLAS threads only slow
 both runs down. Every cell is measured ``--repeats`` times (timings on a shared machine
@@ -68,6 +80,8 @@ from cupool.swap.engine import LATE_THRESHOLD_WALL_US
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ("mlp_sgd", "gpt_decoder")
+NAMESPACE_EXAMPLES = {"mlp_arrays": "mlp_sgd", "decoder_arrays": "gpt_decoder"}
+"""Each example written once as array code -> its explicit-op version."""
 BUDGETS = ("90%", "70%", "50%")
 STEPS = 12
 REPEATS = 5
@@ -148,6 +162,113 @@ def measure(name: str, budget: str, steps: int, reference: dict) -> dict:
     return result
 
 
+def timed_direct(module, params: dict, data: list) -> tuple[list, list, dict]:
+    """The step function on NumPy arrays (no cupool): step wall times (µs), losses,
+    parameters."""
+    state = {name: np.array(value, copy=True) for name, value in params.items()}
+    times, losses = [], []
+    for batch in data:
+        began = time.perf_counter()
+        loss = module.step(np, state, batch)
+        times.append((time.perf_counter() - began) * 1e6)
+        losses.append(float(loss))
+    return times, losses, state
+
+
+def timed_namespace_run(session, module, params: dict, data: list) -> tuple[list, list, dict]:
+    """The step function under ``session`` through its namespace: step wall times (µs),
+    losses, parameters."""
+    tensors = {name: session.register(name, value) for name, value in params.items()}
+    times, losses = [], []
+    for batch in data:
+        began = time.perf_counter()
+        with session.iteration() as it:
+            loss = it.fetch(module.step(it.xp, tensors, batch))
+        times.append((time.perf_counter() - began) * 1e6)
+        losses.append(float(loss.value))
+    return times, losses, {name: session.read(t) for name, t in tensors.items()}
+
+
+def measure_namespace(name: str, budget: str, steps: int) -> dict:
+    """One example written once, at one budget (module docstring)."""
+    module = example(name)
+    params, data = module.initial_parameters(), module.batches(steps)
+    direct_times, direct_losses, direct = timed_direct(module, params, data)
+    with cupool.Session(budget, device="emulated") as session:
+        times, losses, trained = timed_namespace_run(session, module, params, data)
+        reports, plan, planned, cost = session.reports, session.plan, session.planned, \
+            session.cost
+        result = {"example": name, "budget": budget, "budget_bytes": session.budget_bytes,
+                  "peak_bytes": session.peak_bytes, "steps": steps,
+                  "ops": len(session.trace.ops), "modes": [r.mode for r in reports],
+                  "plan_reason": session.plan_reason}
+    later = reports[SKIP:]
+    result |= {
+        "direct_step_us": statistics.median(direct_times[SKIP:]),
+        "session_step_us": statistics.median(times[SKIP:]),
+        "step_us": times,
+        "engine_iteration_us": statistics.median(r.iteration_us for r in later),
+        "late_prefetches": [r.late_prefetches for r in reports],
+        "device_peak_bytes": max(r.device_peak_bytes for r in reports),
+        "plan_seconds": reports[0].plan_seconds,
+        "losses": losses,
+        "losses_identical": losses == direct_losses,
+        "params_identical": all(np.array_equal(trained[k], v) for k, v in direct.items()),
+    }
+    if plan is not None:
+        simulated = simulate(planned.trace, plan, cost, validate=False)
+        floor = predicted_waits(simulated, plan)
+        result["sim_late_floor"] = sum(1 for w in floor.values() if w > LATE_THRESHOLD_WALL_US)
+        result["plan_valid"] = planned.check.valid
+    return result
+
+
+def summarize_namespace(rows: list[dict], explicit: list[dict]) -> list[dict]:
+    """Per example written once and budget, over the repeats (medians, the late prefetches
+    after the first planned step summed, the highest peak over the budget), beside the
+    explicit-op example's session step at the same budget."""
+    out = []
+    for name, explicit_name in NAMESPACE_EXAMPLES.items():
+        for budget in BUDGETS:
+            cell = [r for r in rows if r["example"] == name and r["budget"] == budget]
+            if not cell:
+                continue
+            twin = [r["session_step_us"] for r in explicit
+                    if r["example"] == explicit_name and r["budget"] == budget]
+            out.append({
+                "example": name, "budget": budget, "repeats": len(cell),
+                "ops": cell[0]["ops"],
+                "direct_step_us": statistics.median(r["direct_step_us"] for r in cell),
+                "session_step_us": statistics.median(r["session_step_us"] for r in cell),
+                "engine_iteration_us": statistics.median(r["engine_iteration_us"]
+                                                         for r in cell),
+                "explicit_session_step_us": statistics.median(twin) if twin else None,
+                "late_after_first_planned": sum(sum(r["late_prefetches"][SKIP:])
+                                                for r in cell),
+                "sim_late_floor": max(r.get("sim_late_floor", 0) for r in cell),
+                "peak_over_budget": max(r["device_peak_bytes"] / r["budget_bytes"]
+                                        for r in cell),
+                "params_identical": all(r["params_identical"] for r in cell),
+                "plans_valid": all(r.get("plan_valid", False) for r in cell),
+            })
+    return out
+
+
+def print_namespace(summary: list[dict]) -> None:
+    print(f"{'written once':15} {'budget':>6} {'ops':>5} {'direct ms':>9} {'cupool ms':>9} "
+          f"{'engine ms':>9} {'explicit ms':>11} {'late':>5} {'floor':>5} "
+          f"{'peak/budget':>12} {'params':>7}")
+    for s in summary:
+        explicit = (f"{s['explicit_session_step_us'] / 1e3:11.2f}"
+                    if s["explicit_session_step_us"] is not None else f"{'-':>11}")
+        print(f"{s['example']:15} {s['budget']:>6} {s['ops']:5d} "
+              f"{s['direct_step_us'] / 1e3:9.2f} {s['session_step_us'] / 1e3:9.2f} "
+              f"{s['engine_iteration_us'] / 1e3:9.2f} {explicit} "
+              f"{s['late_after_first_planned']:>5} {s['sim_late_floor']:>5} "
+              f"{s['peak_over_budget']:12.3f} "
+              f"{'same' if s['params_identical'] else 'DIFFER':>7}")
+
+
 def _touch(x, out):
     """A resident op that does nothing (its output is never read)."""
 
@@ -215,14 +336,8 @@ def summarize(rows: list[dict]) -> list[dict]:
     return out
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=STEPS)
-    parser.add_argument("--repeats", type=int, default=REPEATS,
-                        help="times every cell is measured (timings on a shared machine "
-                             "move between runs; the table gives medians and ranges)")
-    parser.add_argument("--out", type=Path, default=OUT)
-    args = parser.parse_args(argv)
+def run_explicit(args, document: dict) -> bool:
+    """The explicit-op examples (the table of the module docstring) into ``document``."""
     rows = []
     for repeat in range(args.repeats):
         for name in EXAMPLES:
@@ -258,18 +373,52 @@ def main(argv=None) -> int:
     print(f"per op on a resident op: declare {overhead['declare_us']:.1f} us + run "
           f"{overhead['run_us']:.1f} us = {overhead['session_us']:.1f} us (eager call "
           f"{overhead['eager_us']:.1f} us)")
-    document = {"machine": {"python": platform.python_version(), "numpy": np.__version__,
-                            "cpus": os.cpu_count(),
-                            "openblas_threads": os.environ.get("OPENBLAS_NUM_THREADS"),
-                            "load_average": list(os.getloadavg())},
-                "device": "emulated", "link": "gen5", "steps": args.steps,
-                "repeats": args.repeats, "summary": summary, "rows": rows,
-                "op_overhead": overhead}
+    document |= {"machine": {"python": platform.python_version(), "numpy": np.__version__,
+                             "cpus": os.cpu_count(),
+                             "openblas_threads": os.environ.get("OPENBLAS_NUM_THREADS"),
+                             "load_average": list(os.getloadavg())},
+                 "device": "emulated", "link": "gen5", "steps": args.steps,
+                 "repeats": args.repeats, "summary": summary, "rows": rows,
+                 "op_overhead": overhead}
+    return all(r["params_identical"] and r["device_peak_bytes"] <= r["budget_bytes"]
+               for r in rows)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=STEPS)
+    parser.add_argument("--repeats", type=int, default=REPEATS,
+                        help="times every cell is measured (timings on a shared machine "
+                             "move between runs; the table gives medians and ranges)")
+    parser.add_argument("--parts", choices=("all", "explicit", "namespace"), default="all",
+                        help="the explicit-op examples, the examples written once, or both")
+    parser.add_argument("--out", type=Path, default=OUT)
+    args = parser.parse_args(argv)
+    document = json.loads(args.out.read_text()) if args.parts == "namespace" and \
+        args.out.is_file() else {}
+    ok = True
+    if args.parts != "namespace":
+        ok &= run_explicit(args, document)
+    if args.parts != "explicit":
+        rows = []
+        for repeat in range(args.repeats):
+            for name in NAMESPACE_EXAMPLES:
+                for budget in BUDGETS:
+                    rows.append({"repeat": repeat,
+                                 **measure_namespace(name, budget, args.steps)})
+        summary = summarize_namespace(rows, document.get("rows", []))
+        print_namespace(summary)
+        print(f"({args.repeats} repeats of {args.steps} steps; medians from step {SKIP + 1}; "
+              f"explicit ms: the explicit-op example's session step at the same budget)")
+        document["namespace"] = {"steps": args.steps, "repeats": args.repeats,
+                                 "load_average": list(os.getloadavg()),
+                                 "summary": summary, "rows": rows}
+        ok &= all(r["params_identical"] and r["device_peak_bytes"] <= r["budget_bytes"]
+                  for r in rows)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(document, indent=1) + "\n")
     print(f"wrote {args.out}")
-    return 0 if all(r["params_identical"] and r["device_peak_bytes"] <= r["budget_bytes"]
-                    for r in rows) else 1
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

@@ -221,7 +221,11 @@ def _binary(ufunc: str):
         return xp.binary_operator(ufunc, other, self)
 
     def inplace(self, other):
-        return _namespace(self, ufunc).inplace_operator(ufunc, self, other)
+        try:
+            xp = self.owner._open_iteration._xp
+        except AttributeError:
+            xp = _namespace(self, ufunc)
+        return xp.inplace_operator(ufunc, self, other)
 
     return forward, reflected, inplace
 

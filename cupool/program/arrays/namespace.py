@@ -331,25 +331,33 @@ class ArrayNamespace:
         """Declare a write into ``target`` (a tensor, or a view: through it into its base)
         reading ``args``: ``rule(target, args, params)`` checks it and gives the
         implementation ``impl(target view, *values)``."""
-        frame = _caller()
-        every = (target, *args)
         if target.__class__ is View:
             base, chain, read_only = target.base, target.chain, target.read_only
         elif isinstance(target, Tensor):
             base, chain, read_only = target, (), False
         else:
-            raise self._foreign(fname, every, target)
-        self._operands(fname, (base,))  # checks the target's scope
-        if read_only or base.key in self._read_only:
+            raise self._foreign(fname, (target, *args), target)
+        if base.owner is not self._session or base.released or (
+                base.iteration is not None and base.iteration != self._number):
+            self._check(fname, (target, *args), base)
+        if read_only or (self._read_only and base.key in self._read_only):
             why = ("uploaded from a read-only host array" if base.key in self._read_only
                    else "a broadcast view")
-            raise _error(ReadOnlyWriteError, fname, every,
+            raise _error(ReadOnlyWriteError, fname, (target, *args),
                          f"{target.name!r} is read-only ({why}): write into a copy "
-                         f"(xp.asarray(x, copy=True))", frame)
+                         f"(xp.asarray(x, copy=True))")
         bases, sig = self._operands(fname, args)
-        key = ("update", fname, base.spec.shape, base.spec.dtype, chain, sig, params)
+        frame = sys._getframe(1)  # the program's call: the first frame of another module
+        while frame is not None and (frame.f_globals is _HERE or frame.f_globals is _METHODS):
+            frame = frame.f_back
+        if frame is not None and frame.f_code.co_filename.startswith(_PROGRAM_DIR):
+            frame = _caller()
+        site = (frame.f_code.co_filename, frame.f_lineno) if frame is not None else ("", 0)
+        spec = base.spec
+        key = ("update", fname, spec.shape, spec.dtype, chain, sig, params, *site)
         entry = _ENTRIES.get(key)
         if entry is None:
+            every = (target, *args)
             self._check_open(fname, every)
             try:
                 impl = rule(target, args, params)
@@ -357,11 +365,15 @@ class ArrayNamespace:
                 raise self._refused(fname, every, refusal, frame) from None
             operands = tuple(("c", a) if part[0] == "c" else ("in", part[0], part[3])
                              for a, part in zip(args, sig, strict=True))
-            entry = bodies.body(fname, impl, operands, chain)
+            entry = (bodies.body(fname, impl, operands, chain), _label(fname, frame))
             if len(_ENTRIES) >= _LIMIT:
                 _ENTRIES.clear()
             _ENTRIES[key] = entry
-        self.iteration.op(entry, *bases, updates=[base], name=_label(fname, frame))
+        try:
+            self.iteration.op(entry[0], *bases, updates=[base], name=entry[1])
+        except ProgramError:  # a closed session or an ended iteration: said as ours
+            self._check_open(fname, (target, *args))
+            raise
 
     def _view(self, fname: str, x, step: tuple):
         """``x`` seen through one more view ``step`` (no op)."""
