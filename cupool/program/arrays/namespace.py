@@ -29,13 +29,11 @@ iteration or of a closed session.
 from __future__ import annotations
 
 import math
-import os
 import sys
-from pathlib import Path
 
 import numpy as np
 
-from cupool.program.arrays import bodies, rules, shapes
+from cupool.program.arrays import bodies, rules, shapes, sites
 from cupool.program.arrays.errors import (
     IT_OP,
     ArrayDtypeError,
@@ -50,90 +48,49 @@ from cupool.program.arrays.errors import (
 )
 from cupool.program.arrays.rules import ELEMENTWISE_BINARY, ELEMENTWISE_UNARY
 from cupool.program.arrays.shapes import Refusal
-from cupool.program.arrays.views import View, hashable_key, reshape_is_view, stand_in
+from cupool.program.arrays.structure import StructureFunctions
+from cupool.program.arrays.views import View, stand_in
 from cupool.program.errors import ProgramError
 from cupool.program.tensor_methods import ArrayMethods
 from cupool.program.tensors import Tensor
 
-_PROGRAM_DIR = str(Path(__file__).resolve().parents[1]) + os.sep
 _SCALARS = (bool, int, float, complex)
 _SCALAR_TYPES = frozenset(_SCALARS)
 _OPERAND_TYPES = (Tensor, View, *_SCALARS, np.generic, np.ndarray)
 _COMMON = frozenset({Tensor, View, float, int})
 _HERE = globals()
 _METHODS = vars(sys.modules[ArrayMethods.__module__])
+_STRUCTURE = vars(sys.modules[StructureFunctions.__module__])
 _INPLACE_NAMES = {name: f"{name}_inplace" for name in bodies.INPLACE}
 _ENTRIES: dict = {}
 _LABELS: dict = {}
 _VIEWS: dict = {}
-_LIMIT = 8192
+sites.LIMIT = 8192
 _REFUSALS = {"shape": ShapeMismatchError, "dtype": ArrayDtypeError,
              "unsupported": UnsupportedFunctionError, "read-only": ReadOnlyWriteError}
-
-# -- where a call comes from ---------------------------------------------------------------
-def _caller():
-    """The first frame outside ``cupool/program`` (the program's call)."""
-    frame = sys._getframe(2)
-    while frame is not None and frame.f_code.co_filename.startswith(_PROGRAM_DIR):
-        frame = frame.f_back
-    return frame
-
-
-def _where(frame) -> str:
-    return "<unknown>" if frame is None else f"{frame.f_code.co_filename}:{frame.f_lineno}"
-
-
-def _label(fname: str, frame) -> str:
-    """``fname@file.py:line`` for a call from ``frame`` (cached per function and line)."""
-    if frame is None:
-        return fname
-    code = frame.f_code
-    key = (fname, code.co_filename, frame.f_lineno)
-    label = _LABELS.get(key)
-    if label is None:
-        if len(_LABELS) >= _LIMIT:
-            _LABELS.clear()
-        label = _LABELS[key] = f"{fname}@{os.path.basename(key[1])}:{key[2]}"
-    return label
-
-
-def _shown(value):
-    """An operand as an error shows it: a shape, or the ``repr`` of anything else."""
-    if isinstance(value, (Tensor, View)):
-        return tuple(value.shape)
-    if isinstance(value, np.ndarray):
-        return f"host array {value.shape}"
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
-def _error(cls, fname: str, args, detail: str, frame=None, **extra):
-    frame = frame if frame is not None else _caller()
-    return cls(fname, tuple(_shown(a) for a in args), _where(frame), detail, **extra)
-
 
 def no_iteration(tensor, function: str):
     """The error for an array operation on ``tensor`` while its session declares no
     iteration (or is closed)."""
     owner = tensor.owner
     if getattr(owner, "closed", False):
-        return _error(ArraySessionClosedError, function, (tensor,),
+        return sites.error(ArraySessionClosedError, function, (tensor,),
                       f"tensor {tensor.name!r}'s session is closed")
-    return _error(ArrayScopeError, function, (tensor,),
+    return sites.error(ArrayScopeError, function, (tensor,),
                   f"tensor {tensor.name!r}: its session is declaring no iteration (array "
                   f"operations are declared inside 'with session.iteration() as it:')",
                   tensor=tensor.name)
 
 
 def value_refused(tensor, function: str):
-    return _error(ArrayValueError, function, (tensor,),
+    return sites.error(ArrayValueError, function, (tensor,),
                   f"tensor {tensor.name!r} has no value while its step is declared (the step "
                   f"runs when its 'with' block ends): fetch it with it.fetch(tensor) and read "
                   f".value after the block")
 
 
 def missing_method(tensor, name: str):
-    return _error(MissingFunctionError, f"ndarray.{name}", (tensor,),
+    return sites.error(MissingFunctionError, f"ndarray.{name}", (tensor,),
                   f"the tensor has no method or attribute {name!r} in cupool's array subset; "
                   f"{IT_OP}")
 
@@ -164,7 +121,7 @@ class _UfuncAttribute:
         return self if namespace is None else _Ufunc(namespace, self.name)
 
 
-class ArrayNamespace:
+class ArrayNamespace(StructureFunctions):
     """NumPy-style functions over iteration ``iteration``'s tensors (module docstring)."""
 
     __array_api_version__ = "2023.12"
@@ -188,7 +145,7 @@ class ArrayNamespace:
     def __getattr__(self, name: str):
         if name.startswith("__"):
             raise AttributeError(name)
-        raise _error(MissingFunctionError, name, (),
+        raise sites.error(MissingFunctionError, name, (),
                      f"{name!r} is not in cupool's array subset; {IT_OP}")
 
     # -- the declaring core ---------------------------------------------------------------
@@ -197,24 +154,24 @@ class ArrayNamespace:
         session = self._session
         if tensor.owner is not session:
             if getattr(tensor.owner, "closed", False):
-                raise _error(ArraySessionClosedError, fname, args,
+                raise sites.error(ArraySessionClosedError, fname, args,
                              f"tensor {tensor.name!r}'s session is closed")
-            raise _error(ArrayScopeError, fname, args,
+            raise sites.error(ArrayScopeError, fname, args,
                          f"tensor {tensor.name!r} belongs to another session",
                          tensor=tensor.name)
         if tensor.released:
-            raise _error(ArrayReleasedError, fname, args,
+            raise sites.error(ArrayReleasedError, fname, args,
                          f"tensor {tensor.name!r} was released", tensor=tensor.name)
-        raise _error(ArrayScopeError, fname, args,
+        raise sites.error(ArrayScopeError, fname, args,
                      f"tensor {tensor.name!r} is an output of iteration {tensor.iteration}, "
                      f"which has ended (this is iteration {self._number})",
                      tensor=tensor.name)
 
     def _check_open(self, fname: str, args) -> None:
         if getattr(self._session, "closed", False):
-            raise _error(ArraySessionClosedError, fname, args, "the session is closed")
+            raise sites.error(ArraySessionClosedError, fname, args, "the session is closed")
         if getattr(self.iteration, "_state", "open") != "open":
-            raise _error(ArrayScopeError, fname, args,
+            raise sites.error(ArrayScopeError, fname, args,
                          f"iteration {self._number} is not being declared (its 'with' block "
                          f"has ended): use the namespace of the iteration being declared")
 
@@ -249,7 +206,7 @@ class ArrayNamespace:
                 t, chain = a, ()
             elif isinstance(a, np.generic):
                 if a.dtype.kind not in shapes.SUPPORTED_KINDS:
-                    raise _error(ArrayDtypeError, fname, args,
+                    raise sites.error(ArrayDtypeError, fname, args,
                                  f"scalar {a!r} of dtype {a.dtype} cannot be held by the "
                                  f"device")
                 sig.append(rules.constant_key(a))
@@ -277,16 +234,16 @@ class ArrayNamespace:
 
     def _foreign(self, fname: str, args, value):
         if isinstance(value, np.ndarray) or hasattr(value, "__cuda_array_interface__"):
-            return _error(UnsupportedFunctionError, fname, args,
+            return sites.error(UnsupportedFunctionError, fname, args,
                           "a host or device array is not a tensor of this step: bring it in "
                           "with xp.asarray(array) (an upload op)")
-        return _error(UnsupportedFunctionError, fname, args,
+        return sites.error(UnsupportedFunctionError, fname, args,
                       f"operand {type(value).__name__} is not a tensor, a view or a scalar")
 
     def _refused(self, fname: str, args, refusal: Refusal, frame):
         cls = _REFUSALS[refusal.kind]
         detail = refusal.detail + (f"; {IT_OP}" if refusal.kind == "unsupported" else "")
-        return _error(cls, fname, args, detail, frame)
+        return sites.error(cls, fname, args, detail, frame)
 
     def _entry(self, fname, args, sig, params, rule, frame, key):
         try:
@@ -296,8 +253,9 @@ class ArrayNamespace:
             raise self._refused(fname, args, refusal, frame) from None
         operands = tuple(("c", a) if part[0] == "c" else ("in", part[0], part[3])
                          for a, part in zip(args, sig, strict=True))
-        entry = ((tuple(shape), dtype), bodies.body(fname, impl, operands), _label(fname, frame))
-        if len(_ENTRIES) >= _LIMIT:
+        entry = ((tuple(shape), dtype), bodies.body(fname, impl, operands),
+                 sites.label(fname, frame))
+        if len(_ENTRIES) >= sites.LIMIT:
             _ENTRIES.clear()
         _ENTRIES[key] = entry
         return entry
@@ -309,10 +267,11 @@ class ArrayNamespace:
         op's name."""
         bases, sig = self._operands(fname, args)
         frame = sys._getframe(1)  # the program's call: the first frame of another module
-        while frame is not None and (frame.f_globals is _HERE or frame.f_globals is _METHODS):
+        while frame is not None and (frame.f_globals is _HERE or frame.f_globals is _METHODS
+                                     or frame.f_globals is _STRUCTURE):
             frame = frame.f_back
-        if frame is not None and frame.f_code.co_filename.startswith(_PROGRAM_DIR):
-            frame = _caller()  # a call from elsewhere in cupool/program
+        if frame is not None and frame.f_code.co_filename.startswith(sites.PROGRAM_DIR):
+            frame = sites.caller()  # a call from elsewhere in cupool/program
         if frame is not None:
             key = (fname, sig, params, frame.f_code.co_filename, frame.f_lineno)
         else:
@@ -343,15 +302,16 @@ class ArrayNamespace:
         if read_only or (self._read_only and base.key in self._read_only):
             why = ("uploaded from a read-only host array" if base.key in self._read_only
                    else "a broadcast view")
-            raise _error(ReadOnlyWriteError, fname, (target, *args),
+            raise sites.error(ReadOnlyWriteError, fname, (target, *args),
                          f"{target.name!r} is read-only ({why}): write into a copy "
                          f"(xp.asarray(x, copy=True))")
         bases, sig = self._operands(fname, args)
         frame = sys._getframe(1)  # the program's call: the first frame of another module
-        while frame is not None and (frame.f_globals is _HERE or frame.f_globals is _METHODS):
+        while frame is not None and (frame.f_globals is _HERE or frame.f_globals is _METHODS
+                                     or frame.f_globals is _STRUCTURE):
             frame = frame.f_back
-        if frame is not None and frame.f_code.co_filename.startswith(_PROGRAM_DIR):
-            frame = _caller()
+        if frame is not None and frame.f_code.co_filename.startswith(sites.PROGRAM_DIR):
+            frame = sites.caller()
         site = (frame.f_code.co_filename, frame.f_lineno) if frame is not None else ("", 0)
         spec = base.spec
         key = ("update", fname, spec.shape, spec.dtype, chain, sig, params, *site)
@@ -365,8 +325,8 @@ class ArrayNamespace:
                 raise self._refused(fname, every, refusal, frame) from None
             operands = tuple(("c", a) if part[0] == "c" else ("in", part[0], part[3])
                              for a, part in zip(args, sig, strict=True))
-            entry = (bodies.body(fname, impl, operands, chain), _label(fname, frame))
-            if len(_ENTRIES) >= _LIMIT:
+            entry = (bodies.body(fname, impl, operands, chain), sites.label(fname, frame))
+            if len(_ENTRIES) >= sites.LIMIT:
                 _ENTRIES.clear()
             _ENTRIES[key] = entry
         try:
@@ -393,11 +353,11 @@ class ArrayNamespace:
             try:
                 shape = stand_in(spec.shape, spec.dtype, chain).shape
             except (IndexError, ValueError) as exc:
-                raise _error(ShapeMismatchError, fname, (x,), str(exc)) from None
+                raise sites.error(ShapeMismatchError, fname, (x,), str(exc)) from None
             except TypeError as exc:
-                raise _error(UnsupportedFunctionError, fname, (x,), f"{exc}; {IT_OP}") \
+                raise sites.error(UnsupportedFunctionError, fname, (x,), f"{exc}; {IT_OP}") \
                     from None
-            if len(_VIEWS) >= _LIMIT:
+            if len(_VIEWS) >= sites.LIMIT:
                 _VIEWS.clear()
             _VIEWS[key] = shape
         return View(base, chain, shape, read_only or step[0] == "broadcast")
@@ -436,7 +396,7 @@ class ArrayNamespace:
         return self._pure("round", (x,), int(decimals), rules.round_rule)
 
     def astype(self, x, dtype, /, *, copy: bool = True, device=None):
-        frame = _caller()
+        frame = sites.caller()
         try:
             dt = shapes.check_dtype(dtype)
         except Refusal as refusal:
@@ -457,14 +417,14 @@ class ArrayNamespace:
 
     def einsum(self, subscripts: str, *operands):
         if not 1 <= len(operands) <= 2 or not isinstance(subscripts, str):
-            raise _error(UnsupportedFunctionError, "einsum", operands,
+            raise sites.error(UnsupportedFunctionError, "einsum", operands,
                          f"einsum of one or two operands with a subscripts string is in the "
                          f"subset; {IT_OP}")
         return self._pure("einsum", operands, subscripts, rules.einsum_rule)
 
     # -- reductions -------------------------------------------------------------------------
     def _reduce(self, fname: str, x, axis, keepdims: bool, options: tuple = ()):
-        frame = _caller()
+        frame = sites.caller()
         try:
             axes = shapes.normalize_axes(axis, len(rules.shape_of(x)))
         except Refusal as refusal:
@@ -507,253 +467,10 @@ class ArrayNamespace:
     def all(self, x, /, *, axis=None, keepdims=False):
         return self._reduce("all", x, axis, keepdims)
 
-    # -- shapes and views -------------------------------------------------------------------
-    def reshape(self, x, /, shape, *, copy=None):
-        frame = _caller()
-        try:
-            new = shapes.reshaped(rules.shape_of(x), shape)
-        except Refusal as refusal:
-            raise self._refused("reshape", (x,), refusal, frame) from None
-        if copy:
-            return self._pure("reshape", (x,), new, rules.reshape_copy_rule)
-        if x.__class__ is View and not reshape_is_view(x.base.spec.shape, x.dtype, x.chain,
-                                                       new):
-            if copy is False:
-                raise _error(ShapeMismatchError, "reshape", (x,),
-                             f"reshaping this view to {new} needs a copy (copy=False)", frame)
-            return self._pure("reshape", (x,), new, rules.reshape_copy_rule)
-        return self._view("reshape", x, ("reshape", new))
-
-    def ravel(self, x):
-        return self.reshape(x, (-1,))
-
-    def flatten(self, x):
-        return self._pure("flatten", (x,), (x.size,), rules.reshape_copy_rule)
-
-    def expand_dims(self, x, /, axis=0):
-        shape = rules.shape_of(x)
-        frame = _caller()
-        try:
-            axis = shapes.normalize_axis(axis, len(shape) + 1)
-        except Refusal as refusal:
-            raise self._refused("expand_dims", (x,), refusal, frame) from None
-        return self._view("expand_dims", x, ("reshape", (*shape[:axis], 1, *shape[axis:])))
-
-    def squeeze(self, x, /, axis=None):
-        shape = rules.shape_of(x)
-        frame = _caller()
-        try:
-            axes = shapes.normalize_axes(axis, len(shape))
-        except Refusal as refusal:
-            raise self._refused("squeeze", (x,), refusal, frame) from None
-        if axes is not None and any(shape[a] != 1 for a in axes):
-            raise _error(ShapeMismatchError, "squeeze", (x,),
-                         f"axis {axis} does not have size 1", frame)
-        return self._view("squeeze", x, ("squeeze", axes))
-
-    def transpose(self, x, axes=None):
-        if axes is None:
-            return self.transpose_view(x, "transpose")
-        axes = tuple(axes)
-        if sorted(a % max(len(rules.shape_of(x)), 1) for a in axes) != list(
-                range(len(rules.shape_of(x)))):
-            raise _error(ShapeMismatchError, "transpose", (x,),
-                         f"axes {axes} are not a permutation of the {len(rules.shape_of(x))} axes")
-        return self._view("transpose", x, ("transpose", axes))
-
-    def transpose_view(self, x, fname: str = "T"):
-        return self._view(fname, x, ("T",))
-
-    def permute_dims(self, x, /, axes):
-        return self.transpose(x, axes)
-
-    def swapaxes(self, x, axis1: int, axis2: int):
-        return self._view("swapaxes", x, ("swapaxes", int(axis1), int(axis2)))
-
-    def matrix_transpose(self, x, /):
-        if len(rules.shape_of(x)) < 2:
-            raise _error(ShapeMismatchError, "matrix_transpose", (x,),
-                         "needs at least 2 dimensions")
-        return self._view("matrix_transpose", x, ("swapaxes", -2, -1))
-
-    def broadcast_to(self, x, /, shape):
-        return self._view("broadcast_to", x, ("broadcast", tuple(int(n) for n in shape)))
-
-    def concatenate(self, arrays, /, axis=0):
-        return self._pure("concatenate", tuple(arrays), ("concatenate", axis), rules.join_rule)
-
-    def concat(self, arrays, /, *, axis=0):
-        return self._pure("concat", tuple(arrays), ("concatenate", axis), rules.join_rule)
-
-    def stack(self, arrays, /, *, axis=0):
-        return self._pure("stack", tuple(arrays), ("stack", axis), rules.join_rule)
-
-    # -- indexing ---------------------------------------------------------------------------
-    def getitem(self, x, key):
-        """``x[key]``: a view for a basic key; a gather op for integer-array keys."""
-        hkey = hashable_key(key)
-        if hkey is not None:
-            return self._view("__getitem__", x, ("getitem", hkey))
-        template, arrays = self._advanced(key, x)
-        return self._pure("__getitem__", (x, *arrays), template, rules.gather_rule)
-
-    def setitem(self, x, key, value) -> None:
-        """``x[key] = value``: an update of ``x``'s base."""
-        hkey = hashable_key(key)
-        if hkey is not None:
-            if value.__class__ is View and isinstance(x, (Tensor, View)):
-                chain = (*(x.chain if x.__class__ is View else ()), ("getitem", hkey))
-                base = x.base if x.__class__ is View else x
-                if value.base is base and value.chain == chain:
-                    return  # x[k] op= v already wrote through the view x[k]
-            self._update("__setitem__", x, (value,), ("basic", hkey), rules.set_rule)
-            return
-        template, arrays = self._advanced(key, x)
-        self._update("__setitem__", x, (*arrays, value), ("indexed", template), rules.set_rule)
-
-    def take(self, x, indices, /, *, axis=None):
-        if not isinstance(indices, (Tensor, View)):
-            raise _error(UnsupportedFunctionError, "take", (x, indices),
-                         "indices must be a tensor (bring host indices in with xp.asarray)")
-        return self._pure("take", (x, indices), axis, rules.take_rule)
-
-    def _add_at(self, x, indices, values):
-        template, arrays = self._advanced(indices, x, "add.at")
-        self._update("add.at", x, (*arrays, values), template, rules.add_at_rule)
-
-    def _advanced(self, key, x, fname: str = "__getitem__"):
-        """An integer-array key as a template (``("a", k)`` for the ``k``-th index tensor,
-        basic items as in a view's key) and its index tensors."""
-        items = key if isinstance(key, tuple) else (key,)
-        template, arrays = [], []
-        for item in items:
-            if isinstance(item, (Tensor, View)):
-                if item.dtype.kind == "b":
-                    raise _error(UnsupportedFunctionError, fname, (x, item),
-                                 "a boolean mask gives a shape that depends on the data: "
-                                 "use xp.where(mask, x, y) or an integer index")
-                if item.dtype.kind not in "iu":
-                    raise _error(ArrayDtypeError, fname, (x, item),
-                                 f"an index array must hold integers, not {item.dtype}")
-                template.append(("a", len(arrays)))
-                arrays.append(item)
-                continue
-            basic = hashable_key(item)
-            if basic is None or len(basic) != 1:
-                raise _error(UnsupportedFunctionError, fname, (x, item),
-                             f"index {item!r} is outside the subset (ints, slices, None, "
-                             f"..., integer tensors); bring host index arrays in with "
-                             f"xp.asarray")
-            template.append(basic[0])
-        return tuple(template), tuple(arrays)
-
-    # -- creation ---------------------------------------------------------------------------
-    def asarray(self, obj, /, *, dtype=None, device=None, copy=None):
-        """A tensor of ``obj``: a tensor or view of this step as it is (``astype`` for another
-        dtype, a copy op with ``copy=True``); host data (a NumPy array, a scalar, a list) an
-        upload op of this iteration (``it.input``), read-only where the NumPy array was."""
-        if isinstance(obj, (Tensor, View)):
-            if dtype is not None and np.dtype(dtype) != obj.dtype:
-                return self.astype(obj, dtype)
-            return self.copy(obj) if copy else obj
-        frame = _caller()
-        get = getattr(obj, "get", None)
-        host = np.asarray(get() if get is not None and not isinstance(obj, np.ndarray)
-                          else obj, dtype=dtype)
-        try:
-            shapes.check_dtype(host.dtype)
-        except Refusal as refusal:
-            raise self._refused("asarray", (host,), refusal, frame) from None
-        self._check_open("asarray", (host,))
-        tensor = self.iteration.input(host, name=_label("asarray", frame))
-        if isinstance(obj, np.ndarray) and not obj.flags.writeable:
-            self._read_only.add(tensor.key)
-        return tensor
-
-    def _create(self, fname: str, shape, dtype, value):
-        frame = _caller()
-        try:
-            shape = rules.as_shape(shape)
-            dt = shapes.check_dtype(np.float64 if dtype is None else dtype)
-        except Refusal as refusal:
-            raise self._refused(fname, (), refusal, frame) from None
-        return self._pure(fname, (), (shape, dt, rules.constant_key(value), value), rules.fill_rule)
-
-    def zeros(self, shape, *, dtype=None, device=None):
-        return self._create("zeros", shape, dtype, 0)
-
-    def ones(self, shape, *, dtype=None, device=None):
-        return self._create("ones", shape, dtype, 1)
-
-    def empty(self, shape, *, dtype=None, device=None):
-        """Zeros (an empty array's values are unspecified; zeros are deterministic)."""
-        return self._create("empty", shape, dtype, 0)
-
-    def full(self, shape, fill_value, *, dtype=None, device=None):
-        return self._create("full", shape, np.asarray(fill_value).dtype if dtype is None
-                            else dtype, fill_value)
-
-    def _like(self, fname: str, x, dtype, value):
-        if not isinstance(x, (Tensor, View)):
-            raise self._foreign(fname, (x,), x)
-        self._operands(fname, (x,))  # its scope (it is not read)
-        return self._create(fname, tuple(x.shape), x.dtype if dtype is None else dtype,
-                            value)
-
-    def zeros_like(self, x, /, *, dtype=None, device=None):
-        return self._like("zeros_like", x, dtype, 0)
-
-    def ones_like(self, x, /, *, dtype=None, device=None):
-        return self._like("ones_like", x, dtype, 1)
-
-    def empty_like(self, x, /, *, dtype=None, device=None):
-        return self._like("empty_like", x, dtype, 0)
-
-    def full_like(self, x, /, fill_value, *, dtype=None, device=None):
-        return self._like("full_like", x, dtype, fill_value)
-
-    def arange(self, start, /, stop=None, step=1, *, dtype=None, device=None):
-        if stop is None:
-            start, stop = 0, start
-        frame = _caller()
-        for value in (start, stop, step):
-            if not isinstance(value, (int, float, np.integer, np.floating)):
-                raise _error(UnsupportedFunctionError, "arange", (start, stop, step),
-                             "arange takes Python or NumPy scalars", frame)
-        if step == 0:
-            raise _error(ShapeMismatchError, "arange", (start, stop, step), "step is 0", frame)
-        if dtype is None:
-            dtype = np.result_type(*(np.asarray(v).dtype for v in (start, stop, step)))
-        try:
-            dt = shapes.check_dtype(dtype)
-        except Refusal as refusal:
-            raise self._refused("arange", (start, stop, step), refusal, frame) from None
-        length = max(0, math.ceil((stop - start) / step))
-        params = ((length,), dt, ("arange", *map(rules.constant_key, (start, stop, step))))
-        return self._pure("arange", (), (*params, (start, stop, step)), rules.arange_rule)
-
-    # -- dtypes (host-side, no ops) ---------------------------------------------------------
-    def result_type(self, *arrays_and_dtypes):
-        return np.result_type(*(a.dtype if isinstance(a, (Tensor, View)) else a
-                                for a in arrays_and_dtypes))
-
-    def can_cast(self, from_, to, /):
-        return np.can_cast(from_.dtype if isinstance(from_, (Tensor, View)) else from_, to)
-
-    def isdtype(self, dtype, kind):
-        return np.isdtype(dtype, kind)
-
-    def finfo(self, type_):
-        return np.finfo(type_.dtype if isinstance(type_, (Tensor, View)) else type_)
-
-    def iinfo(self, type_):
-        return np.iinfo(type_.dtype if isinstance(type_, (Tensor, View)) else type_)
-
-
 def _function(name: str, table: dict):
     def function(self, *args):
         if len(args) != (2 if table is ELEMENTWISE_BINARY else 1):
-            raise _error(UnsupportedFunctionError, name, args,
+            raise sites.error(UnsupportedFunctionError, name, args,
                          f"{name} takes {2 if table is ELEMENTWISE_BINARY else 1} operands "
                          f"here (no out=, where=, dtype=); {IT_OP}")
         return self._pure(name, args, table[name], rules.elementwise_rule)
