@@ -196,6 +196,7 @@ def test_bad_input_is_a_typed_error_naming_the_function_the_shapes_and_the_line(
                     "einsum", ((2, 4), (4, 3), (4, 3)))
             _raises(UnsupportedFunctionError, lambda: x[x > 0], "__getitem__",
                     ((2, 4), (2, 4)))
+            _raises(UnsupportedFunctionError, lambda: xp.exp(x, out=x), "exp", ((2, 4),))
             _raises(ArrayValueError, lambda: float(xp.sum(x)), "float", ((),))
             _raises(ArrayValueError, lambda: bool(x[0, 0] > 0), "bool", ((),))
             with pytest.raises(ArrayValueError):

@@ -468,11 +468,12 @@ class ArrayNamespace(StructureFunctions):
         return self._reduce("all", x, axis, keepdims)
 
 def _function(name: str, table: dict):
-    def function(self, *args):
-        if len(args) != (2 if table is ELEMENTWISE_BINARY else 1):
+    def function(self, *args, **options):
+        if options or len(args) != (2 if table is ELEMENTWISE_BINARY else 1):
             raise sites.error(UnsupportedFunctionError, name, args,
-                         f"{name} takes {2 if table is ELEMENTWISE_BINARY else 1} operands "
-                         f"here (no out=, where=, dtype=); {IT_OP}")
+                              f"{name} takes {2 if table is ELEMENTWISE_BINARY else 1} "
+                              f"operands here (no out=, where=, dtype=: got "
+                              f"{sorted(options) or 'none'}); {IT_OP}")
         return self._pure(name, args, table[name], rules.elementwise_rule)
 
     function.__name__ = function.__qualname__ = name
