@@ -3,7 +3,9 @@ observation of its final state, each gradient step a program run within a tight 
 
 Run: ``python examples/adjoint_chain.py`` (emulated device, 48 time steps, the smallest
 budget a recompute schedule needs, 4 steps); ``--budget 30%`` or ``--budget 2MiB`` picks
-another budget, ``--length N`` another number of time steps, ``--device cuda`` a GPU.
+another budget, ``--length N`` another number of time steps, ``--device cuda`` a GPU,
+``--not-recomputable J ...`` declares forward steps ``J`` not recomputable (the plan keeps
+their states and says so).
 
 The model steps a 1-D state ``x`` (periodic, ``N`` cells) forward ``length`` times::
 
@@ -87,12 +89,13 @@ def observe(truth: np.ndarray, length: int) -> np.ndarray:
     return x
 
 
-def gradient_step(it, x0, observed: np.ndarray, length: int):
-    """One 4D-Var gradient step declared on iteration ``it``; returns the fetched loss."""
+def gradient_step(it, x0, observed: np.ndarray, length: int, fixed: tuple = ()):
+    """One 4D-Var gradient step declared on iteration ``it`` (the forward steps in
+    ``fixed`` declared not recomputable); returns the fetched loss."""
     states = [x0]
     for j in range(length):
         states.append(it.op(forward_step, states[-1], out=((CELLS,), "float64"),
-                            name=f"step{j + 1}"))
+                            name=f"step{j + 1}", recompute=j + 1 not in fixed))
     observed_t = it.input(observed, name="observed")
     loss = it.op(misfit, states[-1], observed_t, out=((), "float64"), name="misfit")
     lam = it.op(misfit_gradient, states[-1], observed_t, out=((CELLS,), "float64"),
@@ -112,7 +115,7 @@ def floor_bytes() -> int:
     return 5 * state + 512
 
 
-def train(session, steps: int, length: int) -> tuple[list, np.ndarray]:
+def train(session, steps: int, length: int, fixed: tuple = ()) -> tuple[list, np.ndarray]:
     """Train for ``steps`` on ``session``; the losses and the final control."""
     truth, guess = truth_and_guess()
     observed = observe(truth, length)
@@ -120,7 +123,7 @@ def train(session, steps: int, length: int) -> tuple[list, np.ndarray]:
     losses = []
     for _ in range(steps):
         with session.iteration() as it:
-            loss = gradient_step(it, x0, observed, length)
+            loss = gradient_step(it, x0, observed, length, fixed)
         losses.append(float(loss.value))
     return losses, session.read(x0)
 
@@ -147,12 +150,12 @@ def resolve_budget(budget: str, length: int) -> int | str:
 
 
 def compare(length: int = 48, budget: str = "floor", steps: int = 4,
-            device: str = "emulated", link: float | str = 0.02) -> dict:
+            device: str = "emulated", link: float | str = 0.02, fixed: tuple = ()) -> dict:
     """Train with cupool and without; what ``bench/chains.py`` reports of it."""
     chosen = resolve_budget(budget, length)
     with cupool.Session(chosen, device=device, link=link) as session:
         started = time.perf_counter()
-        losses, x0 = train(session, steps, length)
+        losses, x0 = train(session, steps, length, fixed)
         planned = [r.wall_us for r in session.reports if r.mode == "planned"]
         plan = session.plan
         stats = plan.stats if plan is not None else {}
@@ -163,12 +166,13 @@ def compare(length: int = 48, budget: str = "floor", steps: int = 4,
         row = {"member": stats.get("member"), "recomputes": recomputes, "swaps": swaps,
                "budget_bytes": session.budget_bytes, "peak_bytes": session.peak_bytes,
                "device_peak_bytes": max(r.device_peak_bytes for r in session.reports),
+               "forced": stats.get("revolve_forced", []),
                "step_ms": float(np.median(planned)) / 1e3 if planned else None,
                "seconds": time.perf_counter() - started}
         xp = session.xp
     with cupool.EagerSession(xp) as eager:
         started = time.perf_counter()
-        reference_losses, reference = train(eager, steps, length)
+        reference_losses, reference = train(eager, steps, length, fixed)
         row["eager_ms"] = (time.perf_counter() - started) * 1e3 / steps
     row["bitwise"] = bool(np.array_equal(x0, reference)) and losses == reference_losses
     row["losses"] = losses
@@ -182,9 +186,12 @@ def main(argv=None) -> int:
     parser.add_argument("--length", type=int, default=48)
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--link", type=float, default=0.02, help="GB/s the plan assumes")
+    parser.add_argument("--not-recomputable", type=int, nargs="*", default=(), metavar="J",
+                        help="forward steps declared recompute=False")
     args = parser.parse_args(argv)
     try:
-        row = compare(args.length, args.budget, args.steps, args.device, args.link)
+        row = compare(args.length, args.budget, args.steps, args.device, args.link,
+                      tuple(args.not_recomputable))
     except BudgetTooSmallError as exc:
         print(f"error: {exc}")
         return 2
@@ -193,6 +200,8 @@ def main(argv=None) -> int:
     print(f"budget {row['budget_bytes']} B of the program's peak {row['peak_bytes']} B; "
           f"device peak {row['device_peak_bytes']} B")
     print(f"plan: {row['member']}, {row['recomputes']} recomputes, {row['swaps']} swaps")
+    for reason in row["forced"]:
+        print(f"kept, not recomputed: {reason}")
     print(f"loss decreased: {'yes' if row['losses'][-1] < row['losses'][0] else 'no'}")
     print(f"control bitwise identical to the run without cupool: "
           f"{'yes' if row['bitwise'] else 'no'}")

@@ -37,3 +37,11 @@ def test_a_budget_below_the_floor_names_the_op_and_bytes():
     assert result.returncode == 2
     assert result.stdout == ("error: op 15 'adjoint12' needs 655872 bytes resident (its "
                              "inputs, updates and outputs), the budget is 102400 bytes\n")
+
+
+def test_a_step_not_recomputable_is_kept_and_named():
+    lines = run_example("adjoint_chain.py", "--length", "12", "--steps", "2", "--budget",
+                        "800000", "--not-recomputable", "6")
+    assert lines[3].startswith("plan: revolve, ") and lines[3].endswith(" 0 swaps")
+    assert lines[4] == "kept, not recomputed: op 5 (step6) is not recomputable"
+    assert lines[-1] == "control bitwise identical to the run without cupool: yes"
