@@ -17,7 +17,8 @@ def revolve_recomputes(steps: int, checkpoints: int) -> int:
 
 
 def test_adjoint_chain_at_the_floor_is_bitwise_and_revolves():
-    lines = run_example("adjoint_chain.py", "--length", "12", "--steps", "2")
+    # the link priced so slow that no copy can beat recomputing (whatever the op times)
+    lines = run_example("adjoint_chain.py", "--length", "12", "--steps", "2", "--link", "0.001")
     assert lines[0].startswith("step 0: loss ") and lines[1].startswith("step 1: loss ")
     # one checkpoint (the control): every state re-made from it
     assert lines[3] == f"plan: revolve, {revolve_recomputes(12, 1)} recomputes, 0 swaps"
@@ -41,7 +42,7 @@ def test_a_budget_below_the_floor_names_the_op_and_bytes():
 
 def test_a_step_not_recomputable_is_kept_and_named():
     lines = run_example("adjoint_chain.py", "--length", "12", "--steps", "2", "--budget",
-                        "800000", "--not-recomputable", "6")
+                        "800000", "--not-recomputable", "6", "--link", "0.001")
     assert lines[3].startswith("plan: revolve, ") and lines[3].endswith(" 0 swaps")
     assert lines[4] == "kept, not recomputed: op 5 (step6) is not recomputable"
     assert lines[-1] == "control bitwise identical to the run without cupool: yes"
