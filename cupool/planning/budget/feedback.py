@@ -229,6 +229,15 @@ def _postpone_blockers(trace, plan, sim) -> MovedTriggers:
                          len(new_trigger))
 
 
+def _resident_bytes(num_ops: int, residencies, sizes: dict) -> np.ndarray:
+    """The bytes ``residencies`` hold during each op (``sizes``: bytes by buffer id)."""
+    resident = np.zeros(num_ops + 1, dtype=np.int64)
+    for r in residencies:
+        resident[r.start] += sizes[r.buffer_id]
+        resident[r.end] -= sizes[r.buffer_id]
+    return np.cumsum(resident[:-1])
+
+
 def _move_late_triggers(trace, plan, sim) -> MovedTriggers:
     """Each swap-in whose copy landed after its due op was dispatched, triggered earlier by
     enough ops (at simulated times) to cover the wait, as far as the residency it enters
@@ -241,11 +250,7 @@ def _move_late_triggers(trace, plan, sim) -> MovedTriggers:
     swap_ins = dict.fromkeys(a.buffer_id for a in plan.actions if isinstance(a, SwapIn))
     residencies = list(plan.residencies)
     sizes = {b.id: b.size for b in trace.buffers}
-    resident = np.zeros(trace.num_ops + 1, dtype=np.int64)
-    for r in residencies:
-        resident[r.start] += sizes[r.buffer_id]
-        resident[r.end] -= sizes[r.buffer_id]
-    resident = np.cumsum(resident[:-1])
+    resident = _resident_bytes(trace.num_ops, residencies, sizes)
     index = {(r.buffer_id, r.start): k for k, r in enumerate(residencies)}
     ends = defaultdict(list)  # buffer -> its residencies' ends (moves change only starts)
     for r in residencies:
@@ -493,11 +498,7 @@ def _checked_moves(trace, plan: Plan, targets) -> _Checked:
     :func:`_move_late_triggers` makes)."""
     sizes = {b.id: b.size for b in trace.buffers}
     residencies = list(plan.residencies)
-    resident = np.zeros(trace.num_ops + 1, dtype=np.int64)
-    for r in residencies:
-        resident[r.start] += sizes[r.buffer_id]
-        resident[r.end] -= sizes[r.buffer_id]
-    resident = np.cumsum(resident[:-1])
+    resident = _resident_bytes(trace.num_ops, residencies, sizes)
     index = {(r.buffer_id, r.start): k for k, r in enumerate(residencies)}
     held = Spans(residencies, sizes)
     moves, stuck = {}, set()
