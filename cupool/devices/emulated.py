@@ -179,13 +179,31 @@ class EmulatedStream(Stream):
                                                         f"cupool-{device.name}-{name}")
         self._caller_lock = threading.Lock()  # serialises callers of a synchronous stream
         self._ready_at = 0.0  # when the last event this stream waited for was recorded
+        self._held: list | None = None  # work kept back while a gate holds the stream
 
     def _submit(self, task: str, fn: Callable[[], object]) -> None:
         if self._worker is None:
             with self._caller_lock:
                 self._failures.run(task, fn)
+        elif self._held is not None:  # held: kept back, without waking the thread
+            self._held.append((task, fn))
         else:
             self._worker.queue.put((task, fn))
+
+    def _release_held(self, released_at: float) -> None:
+        """Hand the work kept back while held to the thread, as one task that runs each
+        piece as its own (paced copies count ``released_at`` as their earliest start)."""
+        held, self._held = self._held, None
+        if not held:
+            return
+        failures = self._failures
+
+        def held_work() -> None:
+            self._ready_at = max(self._ready_at, released_at)
+            for task, fn in held:
+                failures.run(task, fn)
+
+        self._worker.queue.put(("held work", held_work))
 
     def _wait_event(self, event: Event) -> None:
         if event._token is not None:
@@ -224,6 +242,8 @@ class EmulatedStream(Stream):
     def _query(self) -> bool:
         if self._worker is None:
             return True
+        if self._held:  # work kept back by a gate has not run
+            return False
         with self._worker.queue.mutex:
             return self._worker.queue.unfinished_tasks == 0
 
@@ -234,10 +254,13 @@ class EmulatedStream(Stream):
 
 class StreamGate:
     """Holds the streams given to :meth:`EmulatedDevice.hold_streams` until
-    :meth:`release` (emulated only: a GPU's streams cannot be held from the host)."""
+    :meth:`release` (emulated only: a GPU's streams cannot be held from the host). A held
+    stream keeps the work enqueued on it back, without waking its thread, and hands it
+    over at the release."""
 
     def __init__(self) -> None:
         self._token = _Token()
+        self._streams: list[EmulatedStream] = []
 
     @property
     def released(self) -> bool:
@@ -248,12 +271,17 @@ class StreamGate:
         """Let the held streams run (once; later calls do nothing); returns when
         (``time.perf_counter()`` s), the first time."""
         if not self._token.is_set():
-            self._token.recorded_at = time.perf_counter()
+            self._token.recorded_at = released_at = time.perf_counter()
             self._token.set()
+            for stream in self._streams:
+                stream._release_held(released_at)
         return self._token.recorded_at
 
     def _hold(self, stream: EmulatedStream) -> None:
-        stream._wait_for(self._token, "gate")
+        if stream._held is not None:
+            raise DeviceError(f"hold_streams: {stream!r} is held by another gate already")
+        stream._held = []
+        self._streams.append(stream)
 
 
 class EmulatedEvent(Event):

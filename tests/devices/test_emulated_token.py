@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import threading
 
+import pytest
+
 from cupool.devices.emulated import _Token
 
 
@@ -30,3 +32,25 @@ def test_a_wait_on_an_unset_flag_times_out_and_a_second_set_changes_nothing():
     token.set()
     token.set()
     assert token.wait(0.0) and token.wait(0.01)
+
+
+def test_a_held_stream_keeps_its_work_back_and_hands_it_over_in_order():
+    """Work enqueued behind a gate waits for the release (the stream is not idle while it
+    does), runs in order then, and a failing piece is reported under its own task."""
+    from cupool.devices import open_device
+    from cupool.devices.errors import DeviceError
+
+    with open_device("emulated", capacity="1MiB") as device:
+        stream = device.create_stream("held")
+        log = []
+        gate = device.hold_streams((stream,))
+        with pytest.raises(DeviceError, match="held by another gate"):
+            device.hold_streams((stream,))
+        device.launch(stream, lambda: log.append(1))
+        device.launch(stream, lambda: 1 / 0)
+        device.launch(stream, lambda: log.append(2))
+        assert log == [] and not stream.query()
+        gate.release()
+        with pytest.raises(DeviceError, match="ZeroDivisionError"):
+            stream.synchronize()
+        assert log == [1, 2] and stream.query()
