@@ -88,6 +88,7 @@ from cupool.swap.errors import EngineError, EngineStateError, StreamWorkError
 from cupool.swap.handles import HOST, TensorHandle
 from cupool.swap.iteration import (
     LATE_THRESHOLD_WALL_US,
+    NO_FILLS,
     IterationResult,
     IterationState,
     OpFrame,
@@ -116,7 +117,6 @@ OpBody = Callable[["SwapEngine", OpFrame], object]
 PreparedCalls = Callable[[int, int, tuple], "list | None"]
 """``prepared(start, stop, frames)``: per op of a resident run, the call the body would
 hand the stream work at its frame, or ``None`` (:meth:`SwapEngine.run_iteration`)."""
-_NO_FILLS = frozenset()  # the first_fills of an op that fills no persistent buffer
 
 
 class SwapEngine(ResidentRuns):
@@ -397,7 +397,7 @@ class SwapEngine(ResidentRuns):
             frame = (*((b, op) for b in first_fills), *frame)
         if state.pending and written:
             self._copies.wait_for_readers(state, op, written)
-        running = RunningOp(op, frozenset(first_fills) if first_fills else _NO_FILLS)
+        running = RunningOp(op, frozenset(first_fills) if first_fills else NO_FILLS)
         planned = self._frames[op] if state.exact and not first_fills else None
         arrivals = planned.arrivals if planned is not None else [
             (self.handles[b], self.array(b, ptrs[(b, op)]), ptrs[(b, op)]) for b in written]

@@ -53,6 +53,10 @@ def split_overlapping(copies: list, ranges) -> CopySplit:
     return CopySplit(overlapping, rest)
 
 
+NO_FILLS = frozenset()
+"""The ``first_fills`` of an op that fills no persistent buffer (one object for all)."""
+
+
 class RunningOp:
     """Op ``op`` between ``before_op`` and ``after_op``: ``first_fills`` are the persistent
     buffers the op gives their first contents (marked as holding them once the op is

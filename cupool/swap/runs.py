@@ -24,10 +24,8 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from cupool.swap.handles import DEVICE, HOST, TO_HOST
-from cupool.swap.iteration import RunningOp
+from cupool.swap.iteration import NO_FILLS, RunningOp
 from cupool.swap.steps import end_residencies, take_uses
-
-_NO_FILLS = frozenset()  # the first_fills of an op that fills no persistent buffer
 
 
 @dataclass(frozen=True)
@@ -190,7 +188,7 @@ class ResidentRuns:
     def _resident_op(self, state, i: int, planned, body,
                      timing: bool) -> None:
         """A resident op whose blocks are served: its books, its call, its ends."""
-        running = RunningOp(i, _NO_FILLS)
+        running = RunningOp(i, NO_FILLS)
         take_uses(state, running, planned.arrivals, planned.uses)
         state.running, state.next_op = running, i
         body(self, planned.frame)
