@@ -29,6 +29,7 @@ class Iteration:
         self._specs: dict = {}
         self._names: dict = {}
         self._fetches: dict = {}  # key -> Fetch
+        self._valid: dict = {}  # key -> the tensor found valid for it in this iteration
         self._state = "new"  # new -> open -> closed
         recorded = getattr(session, "recorded_program", None)
         self._recorded = recorded.ops if recorded is not None else ()
@@ -97,7 +98,9 @@ class Iteration:
                 key, tensor_name = recorded.output_keys[0], recorded.output_names[0]
                 self._specs[key], self._names[key] = spec, tensor_name
                 self._ops.append(recorded)
-                return Tensor(self.session, key, spec, tensor_name, self.number)
+                made = self._valid[key] = Tensor(self.session, key, spec, tensor_name,
+                                                 self.number)
+                return made
         spec = Spec(tuple(host.shape), host.dtype, label)
         return self._declare(label, INPUT, Upload(label, host), (), (), [spec], True)[0]
 
@@ -125,13 +128,16 @@ class Iteration:
                 len(updates) != len(recorded.updates) or session.closed or \
                 self._state != "open":
             return _MISSED
-        specs, names = self._specs, self._names
+        specs, names, valid = self._specs, self._names, self._valid
         for tensors, keys in ((inputs, recorded.inputs), (updates, recorded.updates)):
             for tensor, key in zip(tensors, keys, strict=True):
+                if valid.get(key) is tensor:  # checked already in this iteration
+                    continue
                 if tensor.__class__ is not Tensor or tensor.key != key or tensor.owner is not \
                         session or tensor.released or (not tensor.persistent
                                                        and tensor.iteration != number):
                     return _MISSED
+                valid[key] = tensor
                 if tensor.persistent and key not in specs:
                     specs[key], names[key] = tensor.spec, tensor.name
         self._ops.append(recorded)
@@ -140,7 +146,8 @@ class Iteration:
         key, spec, tensor_name = recorded.output_keys[0], recorded.outputs[0], \
             recorded.output_names[0]
         specs[key], names[key] = spec, tensor_name
-        return Tensor(session, key, spec, tensor_name, number)
+        made = valid[key] = Tensor(session, key, spec, tensor_name, number)
+        return made
 
     def _declare(self, label, kind, fn, inputs, updates, specs, recompute,
                  raw_out=None) -> list[Tensor]:
@@ -171,8 +178,14 @@ class Iteration:
             tensor_name = spec.name or (label if len(specs) == 1 else f"{label}.{k}")
             self._specs[key], self._names[key] = spec, tensor_name
             tensors.append(Tensor(session, key, spec, tensor_name, number))
+            self._valid[key] = tensors[-1]
         self._ops.append(op)
         return tensors
+
+    def forget(self, key) -> None:
+        """Tensor ``key`` is no longer valid (a persistent tensor released while the
+        iteration is declared): its next use is checked in full."""
+        self._valid.pop(key, None)
 
     def _note(self, tensor: Tensor) -> None:
         if tensor.persistent:

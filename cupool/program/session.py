@@ -319,6 +319,8 @@ class Session:
             raise TensorScopeError(tensor.name, f"release({tensor.name!r})",
                                    "is an op's output; only persistent tensors are released")
         tensor.released = True
+        if self._open_iteration is not None:
+            self._open_iteration.forget(tensor.key)
         self._persistent.pop(tensor.key, None)
         self._parked.pop(tensor.key, None)
 
