@@ -101,3 +101,20 @@ def test_an_op_declared_again_is_compared_field_by_field_before_it_is_shared():
         with pytest.raises(errors.TensorReleasedError):
             session.release(v)
             declare(session, w, v, name="y2", recompute=False, first=v)
+
+
+def test_a_tensor_released_while_the_step_is_declared_is_refused_at_its_next_use():
+    """A persistent tensor an op of the step used is released before a later op uses it:
+    that op raises, though the tensor was found valid earlier in the same step."""
+    w0 = np.arange(4, dtype=np.float32)
+    with cupool.Session("100%", device="emulated") as session:
+        w = session.register("w", w0)
+        for _ in range(2):  # recorded, then planned: later steps compare with the recording
+            with session.iteration() as it:
+                y = it.op(_scale, w, out=((4,), "float32"), name="y")
+                it.op(_shift, w, out=((4,), "float32"), name="z")
+                it.fetch(y)
+        with pytest.raises(errors.TensorReleasedError), session.iteration() as it:
+            it.op(_scale, w, out=((4,), "float32"), name="y")
+            session.release(w)
+            it.op(_shift, w, out=((4,), "float32"), name="z")
