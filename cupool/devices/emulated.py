@@ -190,13 +190,25 @@ class EmulatedStream(Stream):
         else:
             self._worker.queue.put((task, fn))
 
-    def _release_held(self, released_at: float) -> None:
+    def _release_held(self, released_at: float, here: bool = False) -> None:
         """Hand the work kept back while held to the thread, as one task that runs each
-        piece as its own (paced copies count ``released_at`` as their earliest start)."""
-        held, self._held = self._held, None
+        piece as its own (paced copies count ``released_at`` as their earliest start).
+        ``here``: run it on the calling thread instead, where the stream's thread has
+        nothing queued or running (work enqueued meanwhile joins it, in order)."""
+        held = self._held
         if not held:
+            self._held = None
             return
         failures = self._failures
+        if here and self._worker.queue.unfinished_tasks == 0:
+            self._ready_at = max(self._ready_at, released_at)
+            k = 0
+            while k < len(held):
+                failures.run(*held[k])
+                k += 1
+            self._held = None
+            return
+        self._held = None
 
         def held_work() -> None:
             self._ready_at = max(self._ready_at, released_at)
@@ -267,14 +279,18 @@ class StreamGate:
         """Whether :meth:`release` ran."""
         return self._token.is_set()
 
-    def release(self) -> float:
+    def release(self, here: bool = False, at: float | None = None) -> float:
         """Let the held streams run (once; later calls do nothing); returns when
-        (``time.perf_counter()`` s), the first time."""
+        (``time.perf_counter()`` s, or ``at``, the caller's reading of it), the first time.
+        ``here``: where a single stream holds work, run it on the calling thread before
+        returning (for a caller about to wait for it: no thread is woken to run it, none
+        to report it done)."""
         if not self._token.is_set():
-            self._token.recorded_at = released_at = time.perf_counter()
+            self._token.recorded_at = released_at = time.perf_counter() if at is None else at
             self._token.set()
+            busy = [stream for stream in self._streams if stream._held]
             for stream in self._streams:
-                stream._release_held(released_at)
+                stream._release_held(released_at, here and len(busy) == 1)
         return self._token.recorded_at
 
     def _hold(self, stream: EmulatedStream) -> None:

@@ -469,7 +469,7 @@ class SwapEngine(ResidentRuns):
                     state.blocks.pop(key, None)
             finally:
                 state.blocks.clear()  # stream-ordered frees: nothing else allocates meanwhile
-                self._open_gate(state)
+                self._open_gate(state, here=True)
             state.pool_iteration.close()
             try:
                 self.device.synchronize()
@@ -566,10 +566,13 @@ class SwapEngine(ResidentRuns):
         return order_problem(self._state, method, op, self.trace.num_ops)
 
     @staticmethod
-    def _open_gate(state: IterationState) -> None:
-        """Release the emulated streams (once), starting the iteration's timing."""
+    def _open_gate(state: IterationState, here: bool = False) -> None:
+        """Release the emulated streams (once), starting the iteration's timing; ``here``:
+        the work of a single held stream runs on this thread (the caller waits for it
+        next)."""
         if state.gate is not None and not state.gate.released:
-            state.started = state.clock = state.gate.release()
+            state.started = state.clock = time.perf_counter()
+            state.gate.release(here, state.started)
 
     def _quiesce(self) -> None:
         """Wait for every stream (errors were already reported or will be)."""

@@ -54,3 +54,21 @@ def test_a_held_stream_keeps_its_work_back_and_hands_it_over_in_order():
         with pytest.raises(DeviceError, match="ZeroDivisionError"):
             stream.synchronize()
         assert log == [1, 2] and stream.query()
+
+
+def test_a_release_here_runs_a_single_held_stream_on_the_calling_thread():
+    from cupool.devices import open_device
+
+    with open_device("emulated", capacity="1MiB") as device:
+        one, two = device.create_stream("one"), device.create_stream("two")
+        ran_on = []
+        gate = device.hold_streams((one, two))
+        device.launch(one, lambda: ran_on.append(threading.current_thread()))
+        gate.release(here=True, at=12.5)  # only `one` holds work: it ran before the return
+        assert ran_on == [threading.current_thread()] and gate.release() == 12.5
+        gate = device.hold_streams((one, two))
+        device.launch(one, lambda: ran_on.append(threading.current_thread()))
+        device.launch(two, lambda: ran_on.append(threading.current_thread()))
+        gate.release(here=True)  # two streams hold work: their threads run it
+        device.synchronize()
+        assert len(ran_on) == 3 and threading.current_thread() not in ran_on[1:]
