@@ -1,0 +1,32 @@
+"""bench/chains.py's own numbers: revolve's formula, the two-level optimum's limits, and a
+cell planned and checked end to end."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.bench_modules import load_bench
+
+
+@pytest.fixture(scope="module")
+def chains():
+    return load_bench("chains")
+
+
+def test_revolve_formula_matches_the_published_counts(chains):
+    assert [chains.revolve_optimum(48, c) for c in (13, 8, 5, 3)] == [81, 89, 116, 170]
+
+
+def test_two_level_optimum_is_one_level_when_copies_cost_too_much(chains):
+    length, slots, step = 24, 2, 3.0
+    one_level = (chains.revolve_optimum(length, slots + 1) - (length - 1)) * step
+    assert chains.two_level_optimum_us(length, slots, step, 1e9) == one_level
+    # free copies: every state on the host, nothing recomputed
+    assert chains.two_level_optimum_us(length, slots, step, 0.0) == 0.0
+
+
+def test_a_cell_meets_the_optimum(chains):
+    row = chains.cell(16, 1 << 20, 100.0, 2, True)
+    assert row["revolve_recomputes"] == row["revolve_optimum_recomputes"] == 18
+    assert row["bound_recomputes"] <= row["revolve_recomputes"]
+    assert row["auto_vs_two_level"] <= 1.10
