@@ -64,7 +64,11 @@ class ArrayMethods:
 
     @property
     def T(self):
-        return _namespace(self, "T").transpose_view(self, "T")
+        try:
+            xp = self.owner._open_iteration._xp
+        except AttributeError:
+            xp = _namespace(self, "T")
+        return xp.transpose_view(self, "T")
 
     @property
     def mT(self):

@@ -48,7 +48,7 @@ from cupool.program.arrays.errors import (
 )
 from cupool.program.arrays.rules import ELEMENTWISE_BINARY, ELEMENTWISE_UNARY
 from cupool.program.arrays.shapes import Refusal
-from cupool.program.arrays.structure import StructureFunctions
+from cupool.program.arrays.structure import T_STEP, StructureFunctions
 from cupool.program.arrays.views import View, stand_in
 from cupool.program.errors import ProgramError
 from cupool.program.tensor_methods import ArrayMethods
@@ -61,6 +61,7 @@ _COMMON = frozenset({Tensor, View, float, int})
 _HERE = globals()
 _METHODS = vars(sys.modules[ArrayMethods.__module__])
 _STRUCTURE = vars(sys.modules[StructureFunctions.__module__])
+_T_CHAIN = (T_STEP,)
 _INPLACE_NAMES = {name: f"{name}_inplace" for name in bodies.INPLACE}
 _ENTRIES: dict = {}
 _LABELS: dict = {}
@@ -178,7 +179,13 @@ class ArrayNamespace(StructureFunctions):
     def _operands(self, fname: str, args):
         """The distinct tensors ``args`` read (views give their base) and the call's
         signature: per operand ``(k, base shape, dtype, chain)`` or a constant's key."""
-        if len(args) == 2:  # the common case first: a tensor and a tensor or a number
+        if len(args) == 1:
+            a = args[0]
+            if a.__class__ is Tensor and a.owner is self._session and not a.released and (
+                    a.iteration is None or a.iteration == self._number):
+                spec = a.spec
+                return [a], ((0, spec.shape, spec.dtype, ()),)
+        elif len(args) == 2:  # the common case first: a tensor and a tensor or a number
             a, b = args
             if a.__class__ is Tensor and a.owner is self._session and not a.released and (
                     a.iteration is None or a.iteration == self._number):
@@ -337,6 +344,9 @@ class ArrayNamespace(StructureFunctions):
 
     def _view(self, fname: str, x, step: tuple):
         """``x`` seen through one more view ``step`` (no op)."""
+        if step is T_STEP and x.__class__ is Tensor and x.owner is self._session and not \
+                x.released and (x.iteration is None or x.iteration == self._number):
+            return View(x, _T_CHAIN, x.spec.shape[::-1], False)  # x.T: the common view
         if x.__class__ is View:
             base, chain, read_only = x.base, (*x.chain, step), x.read_only
         elif isinstance(x, Tensor):

@@ -25,6 +25,9 @@ from cupool.program.arrays.sites import caller, error, label
 from cupool.program.arrays.views import View, hashable_key, reshape_is_view
 from cupool.program.tensors import Tensor
 
+T_STEP = ("T",)
+"""The view step of ``x.T`` (one object: the namespace makes ``x.T`` of a tensor at once)."""
+
 
 class StructureFunctions:
     """Shapes, views, joins, indexing, creation and dtype queries (module docstring)."""
@@ -84,7 +87,7 @@ class StructureFunctions:
         return self._view("transpose", x, ("transpose", axes))
 
     def transpose_view(self, x, fname: str = "T"):
-        return self._view(fname, x, ("T",))
+        return self._view(fname, x, T_STEP)
 
     def permute_dims(self, x, /, axes):
         return self.transpose(x, axes)
@@ -272,4 +275,4 @@ class StructureFunctions:
         return np.iinfo(type_.dtype if isinstance(type_, (Tensor, View)) else type_)
 
 
-__all__ = ["StructureFunctions"]
+__all__ = ["T_STEP", "StructureFunctions"]
