@@ -338,12 +338,15 @@ def test_a_persistent_buffer_keeps_one_offset_across_the_iteration_boundary(offs
         assert placed.tolist() == [tied, tied, *offsets[2:]]
 
 
-def test_on_demand_without_offsets_says_which_solvers_failed():
-    """When no offset solver packs a schedule (here: a persistent buffer's stay across the
-    iteration boundary cannot take one offset), the reason names the solvers tried, not
-    an arena of 0 bytes."""
+def test_on_demand_without_offsets_says_which_solvers_failed(monkeypatch):
+    """When no offset solver packs a schedule and no repair does either (here: the
+    repair is switched off, so a persistent buffer's stay across the iteration boundary
+    cannot take one offset), the reason names the solvers tried, not an arena of 0
+    bytes."""
+    from cupool.planning.budget.engine import placement
     from cupool.planning.synthetic import lstm_trace
 
+    monkeypatch.setattr(placement, "repair_placement", lambda *args: None)
     trace = lstm_trace(10, 2, seed=0)
     budget = int(trace.lower_bound_bytes() * 0.7)
     result = plan_with_budget(trace, budget, "on-demand")

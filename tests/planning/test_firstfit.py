@@ -205,7 +205,7 @@ def test_an_item_takes_the_lowest_offset_free_during_its_ops(native):
     placed = first_fit(layout, [(0,), (1,), (2,), (3,)], 100, native)
     assert placed.offsets.tolist() == [0, 4, 0, 0]
     assert placed.arena_bytes == 12
-    assert first_fit(layout, [(0,), (1,), (2,), (3,)], 11, native) == (None, 12)
+    assert first_fit(layout, [(0,), (1,), (2,), (3,)], 11, native)[:2] == (None, 12)
 
 
 @pytest.mark.parametrize("native", NATIVE_MODES)
@@ -221,7 +221,7 @@ def test_the_first_gap_that_holds_the_item_not_the_best_fitting_one(native):
     placed = first_fit(layout, items, 100, native)
     assert placed.offsets.tolist() == [0, 4, 6, 9, 0, 6, 18]
     assert placed.arena_bytes == 20
-    assert first_fit(layout, items, 19, native) == (None, 20)
+    assert first_fit(layout, items, 19, native)[:2] == (None, 20)
 
 
 @pytest.mark.parametrize("native", NATIVE_MODES)
@@ -233,7 +233,7 @@ def test_a_stay_across_the_boundary_goes_where_both_halves_are_free(native):
     placed = place_pairs_first_fit(trace, intervals, 100, native)
     assert placed.offsets.tolist() == [8, 0, 8]
     assert placed.arena_bytes == 12
-    assert place_pairs_first_fit(trace, intervals, 11, native) == (None, 12)
+    assert place_pairs_first_fit(trace, intervals, 11, native)[:2] == (None, 12)
 
 
 @pytest.mark.parametrize("native", NATIVE_MODES)

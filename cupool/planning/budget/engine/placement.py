@@ -33,7 +33,7 @@ from cupool.planning.budget.engine.residency import (
     residency_intervals,
     resident_bytes,
 )
-from cupool.planning.budget.engine.schedule import Schedule
+from cupool.planning.budget.engine.schedule import SWAP, Gap, Schedule
 from cupool.planning.budget.result import BudgetResult
 from cupool.planning.problem import StaticProblem
 from cupool.planning.solvers import SolverParams
@@ -75,10 +75,13 @@ OFFSET_SOLVER_PARAMS = SolverParams(time_limit_s=2.0)
 class PlacedOffsets(NamedTuple):
     """What :func:`place` found: ``offsets[k]`` for ``intervals[k]`` (``None``: no placement
     within the budget) and the arena they need (when ``None``: what the solver needed, 0
-    if unknown)."""
+    if unknown). ``untied``: the persistent buffers whose stay across the iteration
+    boundary kept two offsets (only when asked for, :func:`place`'s ``untie``): the plan
+    must copy them out after their last use and in for their first (:func:`untie`)."""
 
     offsets: np.ndarray | None
     arena_bytes: int
+    untied: tuple[int, ...] = ()
 
 
 class BoundaryPair(NamedTuple):
@@ -90,10 +93,12 @@ class BoundaryPair(NamedTuple):
 
 
 def place(trace: Trace, intervals: list[ResidencyInterval], budget_bytes: int,
-          solver: str = "greedy-size", params: SolverParams = OFFSET_SOLVER_PARAMS
-          ) -> PlacedOffsets:
+          solver: str = "greedy-size", params: SolverParams = OFFSET_SOLVER_PARAMS,
+          untie: bool = False) -> PlacedOffsets:
     """Offsets for the residencies within ``budget_bytes`` by the static ``solver`` (with
-    ``params``)."""
+    ``params``). A stay across the iteration boundary that cannot take one offset fails
+    the placement, unless ``untie``: its two residencies then keep the solver's offsets
+    and its buffer is listed in ``untied``."""
     if not intervals:
         return PlacedOffsets(np.zeros(0, dtype=np.int64), 0)
     problem = StaticProblem.from_arrays(
@@ -109,14 +114,16 @@ def place(trace: Trace, intervals: list[ResidencyInterval], budget_bytes: int,
     if arena > budget_bytes:
         return PlacedOffsets(None, arena)
     offsets = np.array(result.offsets, dtype=np.int64)
-    if not tie_boundary_pairs(trace, intervals, offsets, budget_bytes):
+    loose = tie_pairs(trace, intervals, offsets, budget_bytes)
+    if loose and not untie:
         return PlacedOffsets(None, 0)
     report = validate_offsets(problem.with_capacity(None), offsets)
     if not report.valid:
         raise SolverError(f"offsets of solver {solver!r} with boundary pairs tied are "
                           f"invalid: {report.message}")
     return PlacedOffsets(offsets, int(max(int(o) + trace.buffer(r.buffer_id).size
-                                          for r, o in zip(intervals, offsets, strict=True))))
+                                          for r, o in zip(intervals, offsets, strict=True))),
+                         tuple(sorted(intervals[p.first].buffer_id for p in loose)))
 
 
 def boundary_pairs(trace: Trace, intervals: list[ResidencyInterval]) -> list[BoundaryPair]:
@@ -137,11 +144,18 @@ def boundary_pairs(trace: Trace, intervals: list[ResidencyInterval]) -> list[Bou
 
 def tie_boundary_pairs(trace: Trace, intervals: list[ResidencyInterval], offsets: np.ndarray,
                        budget_bytes: int) -> bool:
-    """Give both residencies of each :func:`boundary_pairs` pair one offset, in place.
+    """:func:`tie_pairs`: ``True`` when every pair took one offset."""
+    return not tie_pairs(trace, intervals, offsets, budget_bytes)
+
+
+def tie_pairs(trace: Trace, intervals: list[ResidencyInterval], offsets: np.ndarray,
+              budget_bytes: int) -> list[BoundaryPair]:
+    """Give both residencies of each :func:`boundary_pairs` pair one offset, in place; the
+    pairs that cannot take one keep the solver's two offsets and are returned.
 
     Where the solver placed them apart, the pair keeps the last residency's offset if that
     is free during the first one, else the first's if free during the last, else the
-    lowest offset free during both; ``False`` when none fits within ``budget_bytes``::
+    lowest offset free during both; none when none fits within ``budget_bytes``::
 
         bytes ^        [0, 3) at 0 and [7, 10) at 64  ->  both at 64 when [0, 3) is free there
               |  first                last
@@ -149,10 +163,11 @@ def tie_boundary_pairs(trace: Trace, intervals: list[ResidencyInterval], offsets
     """
     pairs = [p for p in boundary_pairs(trace, intervals) if offsets[p.first] != offsets[p.last]]
     if not pairs:
-        return True
+        return []
     starts = np.array([r.start for r in intervals], dtype=np.int64)
     ends = np.array([r.end for r in intervals], dtype=np.int64)
     sizes = np.array([trace.buffer(r.buffer_id).size for r in intervals], dtype=np.int64)
+    loose = []
     for pair in pairs:
         k, j = pair.first, pair.last
         layout = _Layout(starts, ends, sizes, offsets, pair)
@@ -164,9 +179,10 @@ def tie_boundary_pairs(trace: Trace, intervals: list[ResidencyInterval], offsets
         else:
             lowest = layout.lowest_free(size, k, j)
             if lowest + size > budget_bytes:
-                return False
+                loose.append(pair)
+                continue
             offsets[k] = offsets[j] = lowest
-    return True
+    return loose
 
 
 @dataclass(frozen=True)
@@ -227,24 +243,100 @@ class OffsetCache:
         self._found: dict[tuple, PlacedOffsets] = {}
 
     def place(self, trace: Trace, intervals: list[ResidencyInterval], budget_bytes: int,
-              solvers: tuple[str, ...]) -> PlacedOffsets:
+              solvers: tuple[str, ...], untie: bool = False) -> PlacedOffsets:
         """:func:`place` by each of ``solvers`` in turn until one fits (the last one's
-        answer when none does), or what an earlier call with the same arguments found."""
-        key = (tuple(intervals), budget_bytes, solvers)
+        answer when none does), or what an earlier call with the same arguments found
+        (``untie`` as in :func:`_place_first`)."""
+        key = (tuple(intervals), budget_bytes, solvers, untie)
         found = self._found.get(key)
         if found is None:
-            found = _place_first(trace, intervals, budget_bytes, solvers)
+            found = _place_first(trace, intervals, budget_bytes, solvers, untie)
             self._found[key] = found
         return found
 
 
 def _place_first(trace: Trace, intervals: list[ResidencyInterval], budget_bytes: int,
-                 solvers: tuple[str, ...]) -> PlacedOffsets:
+                 solvers: tuple[str, ...], untie: bool = False) -> PlacedOffsets:
+    """The first of ``solvers`` whose offsets fit the budget with every stay across the
+    boundary tied; with ``untie``, when none ties them all, the first whose offsets fit
+    with some left untied (:attr:`PlacedOffsets.untied`)."""
+    loose = None
     for solver in solvers:
-        placed = place(trace, intervals, budget_bytes, solver)
+        placed = place(trace, intervals, budget_bytes, solver, untie=True)
         if placed.offsets is not None:
-            break
-    return placed
+            if not placed.untied:
+                return placed
+            loose = loose or placed
+            placed = PlacedOffsets(None, 0)  # what a tie that fails answers
+    return loose if untie and loose is not None else placed
+
+
+REPAIR_EXACT = SolverParams(time_limit_s=OFFSET_SOLVER_PARAMS.time_limit_s, max_nodes=5_000)
+"""The exact offset solver's limits when it repairs a placement the greedy solvers could
+not make (:func:`repair_placement`): a node cap, reached at the same node on every
+machine long before the time limit (a safety net): a few tenths of a second on 500
+residencies. A repair runs once per placement round of every member that needs one."""
+
+REPAIR_EXACT_MAX_RESIDENCIES = 1000
+"""Residency sets larger than this are not given to the exact solver in a repair (its
+preparation is quadratic in the live set: seconds at 10,000 residencies)."""
+
+
+def untie(trace: Trace, schedule: Schedule, buffers: tuple[int, ...]) -> Schedule | None:
+    """``schedule`` with each of ``buffers`` (persistent, staying on the device across the
+    iteration boundary) copied out after its last use and back in from op 0 for its first:
+    its wrap gap taken by a copy, its residencies unchanged, so that its first and last
+    residency may keep two offsets. ``None`` when one of them has no uses, or a wrap gap
+    already (a copy in the tail or the head)."""
+    gaps = {b: list(g) for b, g in schedule.gaps.items()}
+    for buffer_id in buffers:
+        buffer = trace.buffer(buffer_id)
+        if buffer.kind != PERSISTENT or not buffer.uses or any(
+                g.wraps for g in gaps.get(buffer_id, ())):
+            return None
+        gaps.setdefault(buffer_id, []).append(
+            Gap(buffer_id, max(buffer.uses), min(buffer.uses), SWAP, trace.num_ops, 0))
+    return Schedule(gaps, list(schedule.chains))
+
+
+class Repaired(NamedTuple):
+    """A placement :func:`repair_placement` found: its offsets and the schedule they place
+    (the planner's, or with stays across the boundary split by copies)."""
+
+    placed: PlacedOffsets
+    schedule: Schedule
+    how: str
+
+
+def repair_placement(trace: Trace, schedule: Schedule, intervals: list[ResidencyInterval],
+                     budget_bytes: int, loose: PlacedOffsets | None,
+                     tried_first_fit: bool) -> Repaired | None:
+    """Offsets for a schedule whose residencies fit the budget op by op but that the offset
+    solvers could not place with every stay across the boundary on one offset, before the
+    planner is asked for a smaller budget: the stays placed as one item by first fit
+    (:func:`~.firstfit.place_pairs_first_fit`, unless ``tried_first_fit``), the exact
+    solver (node-capped, up to :data:`REPAIR_EXACT_MAX_RESIDENCIES` residencies), and then
+    the stays no offset ties split by a copy (:func:`untie`), on the offsets of the first
+    solver that fits them apart (``loose``, else the exact solver's)."""
+    from cupool.planning.budget.engine.firstfit import place_pairs_first_fit
+
+    if not tried_first_fit:
+        placed = place_pairs_first_fit(trace, intervals, budget_bytes)
+        if placed.offsets is not None:
+            return Repaired(placed, schedule, "first fit, stays as one item")
+    exact = None
+    if len(intervals) <= REPAIR_EXACT_MAX_RESIDENCIES:
+        exact = place(trace, intervals, budget_bytes, "exact", REPAIR_EXACT, untie=True)
+        if exact.offsets is not None and not exact.untied:
+            return Repaired(exact, schedule, "exact")
+    for candidate in (loose, exact):
+        if candidate is None or candidate.offsets is None:
+            continue
+        split = untie(trace, schedule, candidate.untied)
+        if split is not None:
+            return Repaired(candidate, split, f"{len(candidate.untied)} stays across the "
+                                              f"boundary split by a copy")
+    return None
 
 
 def place_schedule(trace: Trace, budget_bytes: int, decide, policy: str,
@@ -277,16 +369,30 @@ def place_schedule(trace: Trace, budget_bytes: int, decide, policy: str,
                       f"(budget {budget_bytes})")
             break
         solvers = tuple(dict.fromkeys((placement.offset_solver, *FALLBACK_OFFSET_SOLVERS)))
-        placed = (cache.place(trace, intervals, budget_bytes, solvers) if cache is not None
-                  else _place_first(trace, intervals, budget_bytes, solvers))
+        placed = (cache.place(trace, intervals, budget_bytes, solvers, untie=True)
+                  if cache is not None
+                  else _place_first(trace, intervals, budget_bytes, solvers, untie=True))
+        loose = placed if placed.untied else None
+        if loose is not None:
+            placed = PlacedOffsets(None, 0)  # the stays across the boundary not all tied
         if placed.offsets is None and last_resort is not None:
             placed = last_resort(trace, intervals, budget_bytes)
+        schedule, repaired = decision.schedule, None
+        if placed.offsets is None:
+            from cupool.planning.budget.engine.firstfit import place_pairs_first_fit
+
+            repaired = repair_placement(trace, schedule, intervals, budget_bytes, loose,
+                                        last_resort is place_pairs_first_fit)
+            if repaired is not None:
+                placed, schedule = repaired.placed, repaired.schedule
         if placed.offsets is not None:
             residencies = tuple(Residency(int(r.buffer_id), int(r.start), int(r.end), int(o))
                                 for r, o in zip(intervals, placed.offsets, strict=True))
             info = {**stats, **decision.stats, "internal_budget_bytes": internal,
                     "placement_rounds": round_ + 1, "resident_peak_bytes": peak}
-            plan = assemble(trace, decision.schedule, residencies, placed.arena_bytes,
+            if repaired is not None:
+                info["placement_repair"] = repaired.how
+            plan = assemble(trace, schedule, residencies, placed.arena_bytes,
                             budget_bytes, policy, started, info)
             return BudgetResult(plan, trace, policy)
         over = max(placed.arena_bytes - budget_bytes, budget_bytes // 100, 1)
