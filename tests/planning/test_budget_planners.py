@@ -346,7 +346,7 @@ def test_on_demand_without_offsets_says_which_solvers_failed(monkeypatch):
     from cupool.planning.budget.engine import placement
     from cupool.planning.synthetic import lstm_trace
 
-    monkeypatch.setattr(placement, "repair_placement", lambda *args: None)
+    monkeypatch.setattr(placement, "repair_placement", lambda *args: (None, None))
     trace = lstm_trace(10, 2, seed=0)
     budget = int(trace.lower_bound_bytes() * 0.7)
     result = plan_with_budget(trace, budget, "on-demand")

@@ -1,7 +1,8 @@
 """Placement that does not lose plans (:func:`~cupool.planning.budget.engine.placement.
 repair_placement`): a schedule that fits the budget op by op but whose residencies the
-greedy offset solvers cannot place is repaired (the exact solver, or a stay across the
-iteration boundary split by a copy) before its planner is asked for a smaller budget."""
+greedy offset solvers cannot place is repaired (the exact solver) before its planner is
+asked for a smaller budget, and rather than lost, its stays across the iteration boundary
+split by copies."""
 
 from __future__ import annotations
 

@@ -310,26 +310,34 @@ class Repaired(NamedTuple):
 
 def repair_placement(trace: Trace, schedule: Schedule, intervals: list[ResidencyInterval],
                      budget_bytes: int, loose: PlacedOffsets | None,
-                     tried_first_fit: bool) -> Repaired | None:
+                     tried_first_fit: bool) -> tuple[Repaired | None, Repaired | None]:
     """Offsets for a schedule whose residencies fit the budget op by op but that the offset
-    solvers could not place with every stay across the boundary on one offset, before the
-    planner is asked for a smaller budget: the stays placed as one item by first fit
-    (:func:`~.firstfit.place_pairs_first_fit`, unless ``tried_first_fit``), the exact
-    solver (node-capped, up to :data:`REPAIR_EXACT_MAX_RESIDENCIES` residencies), and then
-    the stays no offset ties split by a copy (:func:`untie`), on the offsets of the first
-    solver that fits them apart (``loose``, else the exact solver's)."""
+    solvers could not place with every stay across the boundary on one offset: the stays
+    placed as one item by first fit (:func:`~.firstfit.place_pairs_first_fit`, unless
+    ``tried_first_fit``), else the exact solver (node-capped, up to
+    :data:`REPAIR_EXACT_MAX_RESIDENCIES` residencies): ``(repaired, None)``. Else
+    ``(None, split)``: the stays no offset ties split by a copy (:func:`untie`), on the
+    offsets of the first solver that fits them apart (``loose``, else the exact
+    solver's), or ``None``. The split costs copies at the iteration boundary, so
+    :func:`place_schedule` keeps it only when a smaller budget finds no placement."""
     from cupool.planning.budget.engine.firstfit import place_pairs_first_fit
 
     if not tried_first_fit:
         placed = place_pairs_first_fit(trace, intervals, budget_bytes)
         if placed.offsets is not None:
-            return Repaired(placed, schedule, "first fit, stays as one item")
+            return Repaired(placed, schedule, "first fit, stays as one item"), None
     exact = None
     if len(intervals) <= REPAIR_EXACT_MAX_RESIDENCIES:
         exact = place(trace, intervals, budget_bytes, "exact", REPAIR_EXACT, untie=True)
         if exact.offsets is not None and not exact.untied:
-            return Repaired(exact, schedule, "exact")
-    for candidate in (loose, exact):
+            return Repaired(exact, schedule, "exact"), None
+    return None, _split(trace, schedule, (loose, exact))
+
+
+def _split(trace: Trace, schedule: Schedule,
+           candidates: tuple[PlacedOffsets | None, ...]) -> Repaired | None:
+    """:func:`repair_placement`'s split, on the first of ``candidates`` that has offsets."""
+    for candidate in candidates:
         if candidate is None or candidate.offsets is None:
             continue
         split = untie(trace, schedule, candidate.untied)
@@ -339,6 +347,15 @@ def repair_placement(trace: Trace, schedule: Schedule, intervals: list[Residency
     return None
 
 
+class _Kept(NamedTuple):
+    """A split placement (:func:`repair_placement`) kept while smaller budgets are tried:
+    what assembling its plan takes."""
+
+    repaired: Repaired
+    intervals: list[ResidencyInterval]
+    stats: dict
+
+
 def place_schedule(trace: Trace, budget_bytes: int, decide, policy: str,
                    placement: PlacementParams, started: float,
                    stats: dict | None = None, last_resort=None,
@@ -346,8 +363,11 @@ def place_schedule(trace: Trace, budget_bytes: int, decide, policy: str,
     """Run ``decide(internal_budget) -> Decision`` and place its schedule's residencies.
 
     When the offsets need more than the budget (fragmentation), the fallback offset
-    solvers try; if none fits, the planner decides again for an internal budget lowered by
-    the overshoot. The plan is ``feasible`` or ``over_capacity`` (``reason`` then says
+    solvers try, then :func:`repair_placement` (first fit with each stay across the
+    boundary as one item, the exact solver); if none fits, the planner decides again for
+    an internal budget lowered by the overshoot, and when no round places, the first
+    round's stays that no offset ties are split by copies rather than the plan lost.
+    The plan is ``feasible`` or ``over_capacity`` (``reason`` then says
     why); ``stats`` (the policy's own) come first in its ``stats``, then the decision's.
     ``started`` is when planning began (``time.perf_counter()``; the plan's
     ``solve_seconds`` count from it). ``last_resort(trace, intervals, budget_bytes) ->
@@ -357,6 +377,7 @@ def place_schedule(trace: Trace, budget_bytes: int, decide, policy: str,
     stats = stats or {}
     internal = budget_bytes
     reason = "no schedule"
+    kept: _Kept | None = None  # the first round's split placement, if any
     for round_ in range(placement.rounds):
         decision = decide(internal)
         if decision.schedule is None:
@@ -381,26 +402,41 @@ def place_schedule(trace: Trace, budget_bytes: int, decide, policy: str,
         if placed.offsets is None:
             from cupool.planning.budget.engine.firstfit import place_pairs_first_fit
 
-            repaired = repair_placement(trace, schedule, intervals, budget_bytes, loose,
-                                        last_resort is place_pairs_first_fit)
+            repaired, split = repair_placement(trace, schedule, intervals, budget_bytes,
+                                               loose, last_resort is place_pairs_first_fit)
             if repaired is not None:
                 placed, schedule = repaired.placed, repaired.schedule
+            elif split is not None and kept is None:
+                kept = _Kept(split, intervals, {
+                    **stats, **decision.stats, "internal_budget_bytes": internal,
+                    "placement_rounds": round_ + 1, "resident_peak_bytes": peak})
         if placed.offsets is not None:
-            residencies = tuple(Residency(int(r.buffer_id), int(r.start), int(r.end), int(o))
-                                for r, o in zip(intervals, placed.offsets, strict=True))
             info = {**stats, **decision.stats, "internal_budget_bytes": internal,
                     "placement_rounds": round_ + 1, "resident_peak_bytes": peak}
-            if repaired is not None:
-                info["placement_repair"] = repaired.how
-            plan = assemble(trace, schedule, residencies, placed.arena_bytes,
-                            budget_bytes, policy, started, info)
-            return BudgetResult(plan, trace, policy)
+            return _placed(trace, schedule, intervals, placed, repaired, info, budget_bytes,
+                           policy, started)
         over = max(placed.arena_bytes - budget_bytes, budget_bytes // 100, 1)
         internal = max(1, internal - over)
         reason = (f"offsets of the residencies need {placed.arena_bytes} bytes "
                   f"(budget {budget_bytes})" if placed.arena_bytes else
                   f"no offset solver placed the residencies within the budget "
                   f"({budget_bytes} bytes; tried {', '.join(solvers)})")
+    if kept is not None:  # no smaller budget placed: the split stays rather than no plan
+        return _placed(trace, kept.repaired.schedule, kept.intervals, kept.repaired.placed,
+                       kept.repaired, kept.stats, budget_bytes, policy, started)
     plan = failed_plan(trace, budget_bytes, policy, started, SolveStatus.OVER_CAPACITY,
                        {**stats, "reason": reason})
     return BudgetResult(plan, trace, policy, reason)
+
+
+def _placed(trace: Trace, schedule: Schedule, intervals: list[ResidencyInterval],
+            placed: PlacedOffsets, repaired: Repaired | None, info: dict, budget_bytes: int,
+            policy: str, started: float) -> BudgetResult:
+    """The feasible plan of ``schedule`` with ``intervals`` at ``placed``'s offsets."""
+    residencies = tuple(Residency(int(r.buffer_id), int(r.start), int(r.end), int(o))
+                        for r, o in zip(intervals, placed.offsets, strict=True))
+    if repaired is not None:
+        info = {**info, "placement_repair": repaired.how}
+    plan = assemble(trace, schedule, residencies, placed.arena_bytes, budget_bytes, policy,
+                    started, info)
+    return BudgetResult(plan, trace, policy)
