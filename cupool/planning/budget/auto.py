@@ -360,6 +360,8 @@ class Selection:
         self._last_resort_key = None
         self._families: dict[str, tuple] = {}  # the best (key, entry) of each family
         self._best_key = self._others_key = None
+        self.unrepaired: BudgetResult | None = None  # the best placed without a repair
+        self._unrepaired_key = None
         self.last_plan = None
 
     def at_ideal(self) -> bool:
@@ -392,6 +394,9 @@ class Selection:
             if self._last_resort_key is None or key < self._last_resort_key:
                 self.last_resort, self._last_resort_key = entry, key
             return
+        if "placement_repair" not in outcome.plan.stats and (
+                self._unrepaired_key is None or key < self._unrepaired_key):
+            self.unrepaired, self._unrepaired_key = entry, key
         if self._best_key is None or key < self._best_key:
             self.best, self._best_key = entry, key
         if name == SEARCHED_MEMBER:
@@ -485,6 +490,14 @@ def plan_auto(trace, budget_bytes, cost, params: BudgetParams, started: float) -
         other = refine(trace, runner_up, cost, params)
         if other.simulation.iteration_us < refined.simulation.iteration_us:
             best, refined = runner_up, other
+    unrepaired = selection.unrepaired
+    if (unrepaired is not None and "placement_repair" in best.plan.stats
+            and unrepaired is not best and unrepaired is not others):
+        # a plan placed by a repair is the best before refining: the best placed
+        # without one may refine further (a planner's plan at a smaller budget often does)
+        other = refine(trace, unrepaired, cost, params)
+        if other.simulation.iteration_us < refined.simulation.iteration_us:
+            best, refined = unrepaired, other
     if last_resort is not None and (last_resort.simulation.iteration_us
                                     < selection.best.simulation.iteration_us):
         # the last resort beat every member before refining: refined, it may still

@@ -318,8 +318,9 @@ def repair_placement(trace: Trace, schedule: Schedule, intervals: list[Residency
     :data:`REPAIR_EXACT_MAX_RESIDENCIES` residencies): ``(repaired, None)``. Else
     ``(None, split)``: the stays no offset ties split by a copy (:func:`untie`), on the
     offsets of the first solver that fits them apart (``loose``, else the exact
-    solver's), or ``None``. The split costs copies at the iteration boundary, so
-    :func:`place_schedule` keeps it only when a smaller budget finds no placement."""
+    solver's), or ``None``. :func:`place_schedule` uses a repair only when no smaller
+    budget places the planner's schedule (on the shared traces, the plans made at a
+    smaller budget refine further than the same planner's repaired ones)."""
     from cupool.planning.budget.engine.firstfit import place_pairs_first_fit
 
     if not tried_first_fit:
@@ -363,10 +364,11 @@ def place_schedule(trace: Trace, budget_bytes: int, decide, policy: str,
     """Run ``decide(internal_budget) -> Decision`` and place its schedule's residencies.
 
     When the offsets need more than the budget (fragmentation), the fallback offset
-    solvers try, then :func:`repair_placement` (first fit with each stay across the
-    boundary as one item, the exact solver); if none fits, the planner decides again for
-    an internal budget lowered by the overshoot, and when no round places, the first
-    round's stays that no offset ties are split by copies rather than the plan lost.
+    solvers try; if none fits, the planner decides again for an internal budget lowered
+    by the overshoot (the plans it made before repairs existed stay as they were), and
+    when no round places, the first round's schedule is repaired
+    (:func:`repair_placement`: first fit with each stay across the boundary as one item,
+    the exact solver, or the stays no offset ties split by copies) rather than lost.
     The plan is ``feasible`` or ``over_capacity`` (``reason`` then says
     why); ``stats`` (the policy's own) come first in its ``stats``, then the decision's.
     ``started`` is when planning began (``time.perf_counter()``; the plan's
@@ -398,30 +400,26 @@ def place_schedule(trace: Trace, budget_bytes: int, decide, policy: str,
             placed = PlacedOffsets(None, 0)  # the stays across the boundary not all tied
         if placed.offsets is None and last_resort is not None:
             placed = last_resort(trace, intervals, budget_bytes)
-        schedule, repaired = decision.schedule, None
-        if placed.offsets is None:
+        info = {**stats, **decision.stats, "internal_budget_bytes": internal,
+                "placement_rounds": round_ + 1, "resident_peak_bytes": peak}
+        if placed.offsets is None and round_ == 0:
             from cupool.planning.budget.engine.firstfit import place_pairs_first_fit
 
-            repaired, split = repair_placement(trace, schedule, intervals, budget_bytes,
-                                               loose, last_resort is place_pairs_first_fit)
-            if repaired is not None:
-                placed, schedule = repaired.placed, repaired.schedule
-            elif split is not None and kept is None:
-                kept = _Kept(split, intervals, {
-                    **stats, **decision.stats, "internal_budget_bytes": internal,
-                    "placement_rounds": round_ + 1, "resident_peak_bytes": peak})
+            repaired, split = repair_placement(trace, decision.schedule, intervals,
+                                               budget_bytes, loose,
+                                               last_resort is place_pairs_first_fit)
+            if repaired is not None or split is not None:
+                kept = _Kept(repaired or split, intervals, info)
         if placed.offsets is not None:
-            info = {**stats, **decision.stats, "internal_budget_bytes": internal,
-                    "placement_rounds": round_ + 1, "resident_peak_bytes": peak}
-            return _placed(trace, schedule, intervals, placed, repaired, info, budget_bytes,
-                           policy, started)
+            return _placed(trace, decision.schedule, intervals, placed, None, info,
+                           budget_bytes, policy, started)
         over = max(placed.arena_bytes - budget_bytes, budget_bytes // 100, 1)
         internal = max(1, internal - over)
         reason = (f"offsets of the residencies need {placed.arena_bytes} bytes "
                   f"(budget {budget_bytes})" if placed.arena_bytes else
                   f"no offset solver placed the residencies within the budget "
                   f"({budget_bytes} bytes; tried {', '.join(solvers)})")
-    if kept is not None:  # no smaller budget placed: the split stays rather than no plan
+    if kept is not None:  # no smaller budget placed: the first round repaired, not lost
         return _placed(trace, kept.repaired.schedule, kept.intervals, kept.repaired.placed,
                        kept.repaired, kept.stats, budget_bytes, policy, started)
     plan = failed_plan(trace, budget_bytes, policy, started, SolveStatus.OVER_CAPACITY,
