@@ -348,15 +348,6 @@ def _split(trace: Trace, schedule: Schedule,
     return None
 
 
-class _Kept(NamedTuple):
-    """A split placement (:func:`repair_placement`) kept while smaller budgets are tried:
-    what assembling its plan takes."""
-
-    repaired: Repaired
-    intervals: list[ResidencyInterval]
-    stats: dict
-
-
 def place_schedule(trace: Trace, budget_bytes: int, decide, policy: str,
                    placement: PlacementParams, started: float,
                    stats: dict | None = None, last_resort=None,
@@ -379,7 +370,7 @@ def place_schedule(trace: Trace, budget_bytes: int, decide, policy: str,
     stats = stats or {}
     internal = budget_bytes
     reason = "no schedule"
-    kept: _Kept | None = None  # the first round's split placement, if any
+    first = None  # the first round's schedule, intervals, untied offsets and stats
     for round_ in range(placement.rounds):
         decision = decide(internal)
         if decision.schedule is None:
@@ -402,14 +393,8 @@ def place_schedule(trace: Trace, budget_bytes: int, decide, policy: str,
             placed = last_resort(trace, intervals, budget_bytes)
         info = {**stats, **decision.stats, "internal_budget_bytes": internal,
                 "placement_rounds": round_ + 1, "resident_peak_bytes": peak}
-        if placed.offsets is None and round_ == 0:
-            from cupool.planning.budget.engine.firstfit import place_pairs_first_fit
-
-            repaired, split = repair_placement(trace, decision.schedule, intervals,
-                                               budget_bytes, loose,
-                                               last_resort is place_pairs_first_fit)
-            if repaired is not None or split is not None:
-                kept = _Kept(repaired or split, intervals, info)
+        if placed.offsets is None and round_ == 0:  # repaired only if no round places
+            first = (decision.schedule, intervals, loose, info)
         if placed.offsets is not None:
             return _placed(trace, decision.schedule, intervals, placed, None, info,
                            budget_bytes, policy, started)
@@ -419,9 +404,16 @@ def place_schedule(trace: Trace, budget_bytes: int, decide, policy: str,
                   f"(budget {budget_bytes})" if placed.arena_bytes else
                   f"no offset solver placed the residencies within the budget "
                   f"({budget_bytes} bytes; tried {', '.join(solvers)})")
-    if kept is not None:  # no smaller budget placed: the first round repaired, not lost
-        return _placed(trace, kept.repaired.schedule, kept.intervals, kept.repaired.placed,
-                       kept.repaired, kept.stats, budget_bytes, policy, started)
+    if first is not None:  # no smaller budget placed: the first round repaired, not lost
+        from cupool.planning.budget.engine.firstfit import place_pairs_first_fit
+
+        schedule, intervals, loose, info = first
+        repaired, split = repair_placement(trace, schedule, intervals, budget_bytes, loose,
+                                           last_resort is place_pairs_first_fit)
+        repaired = repaired or split
+        if repaired is not None:
+            return _placed(trace, repaired.schedule, intervals, repaired.placed, repaired,
+                           info, budget_bytes, policy, started)
     plan = failed_plan(trace, budget_bytes, policy, started, SolveStatus.OVER_CAPACITY,
                        {**stats, "reason": reason})
     return BudgetResult(plan, trace, policy, reason)
