@@ -271,10 +271,10 @@ def _place_first(trace: Trace, intervals: list[ResidencyInterval], budget_bytes:
     return loose if untie and loose is not None else placed
 
 
-REPAIR_EXACT = SolverParams(time_limit_s=OFFSET_SOLVER_PARAMS.time_limit_s, max_nodes=5_000)
+REPAIR_EXACT = SolverParams(time_limit_s=OFFSET_SOLVER_PARAMS.time_limit_s, max_nodes=1_000)
 """The exact offset solver's limits when it repairs a placement the greedy solvers could
 not make (:func:`repair_placement`): a node cap, reached at the same node on every
-machine long before the time limit (a safety net): a few tenths of a second on 500
+machine long before the time limit (a safety net): about 0.1 s on 500
 residencies. A repair runs once per placement round of every member that needs one."""
 
 REPAIR_EXACT_MAX_RESIDENCIES = 1000
