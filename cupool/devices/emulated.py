@@ -48,8 +48,6 @@ it is faithful where that matters and strict where a real GPU would be silent:
 
 from __future__ import annotations
 
-import _thread
-import contextlib
 import ctypes
 import itertools
 import queue
@@ -61,6 +59,7 @@ import numpy as np
 import psutil
 
 from cupool.core.units import parse_bytes
+from cupool.devices.emulated_sync import Shared, StreamGate, Token, wait_token
 from cupool.devices.errors import (
     DeviceClosedError,
     DeviceError,
@@ -85,7 +84,6 @@ from cupool.devices.protocol import (
 ALIGNMENT = 256
 """Bytes every emulated block is aligned to (what ``cudaMalloc`` guarantees)."""
 
-_POLL_SECONDS = 0.05  # how often blocked waits look at the abort flag
 _STOP = object()
 
 
@@ -97,15 +95,6 @@ def default_capacity() -> int:
 LINK_CATCH_UP_S = 0.0005
 """How late (wall seconds) a paced copy's thread may reach it and still start it where it
 could have started (module docstring): above thread wake-up delays, below a real wait."""
-
-class _Shared:
-    """State the worker threads share with the device, without referencing it (so an
-    unclosed device can still be garbage-collected). ``abort`` is set when close()
-    gives up waiting: blocked waits return and pacing stops."""
-
-    def __init__(self) -> None:
-        self.abort = threading.Event()
-
 
 class _Worker:
     """A stream's FIFO queue and the daemon thread draining it."""
@@ -125,46 +114,6 @@ class _Worker:
                 self.failures.run(*item)
             finally:
                 self.queue.task_done()
-
-
-class _Token:
-    """A flag set once, which threads wait for: what ``threading.Event`` is used for here
-    (an event's mark, a gate, a synchronize), made with one lock held until it is set
-    (an ``Event`` makes a condition variable: about ten times the cost, paid at every
-    record). ``recorded_at``: when it was set, for those who stamp it."""
-
-    __slots__ = ("_done", "_lock", "recorded_at")
-
-    def __init__(self) -> None:
-        self._lock = _thread.allocate_lock()
-        self._lock.acquire()
-        self._done = False
-        self.recorded_at = 0.0
-
-    def set(self) -> None:
-        if not self._done:
-            self._done = True
-            with contextlib.suppress(RuntimeError):  # set twice at once: released once
-                self._lock.release()
-
-    def is_set(self) -> bool:
-        return self._done
-
-    def wait(self, timeout: float) -> bool:
-        """Whether the flag was set within ``timeout`` seconds."""
-        if self._done:
-            return True
-        if self._lock.acquire(True, timeout):
-            self._lock.release()  # the next waiter's turn
-            return True
-        return self._done
-
-
-def _wait_token(token: _Token, shared: _Shared) -> None:
-    """Block until ``token`` is set or the device aborts."""
-    while not token.wait(_POLL_SECONDS):
-        if shared.abort.is_set():
-            return
 
 
 class EmulatedStream(Stream):
@@ -200,34 +149,32 @@ class EmulatedStream(Stream):
             self._held = None
             return
         failures = self._failures
-        if here and self._worker.queue.unfinished_tasks == 0:
-            self._ready_at = max(self._ready_at, released_at)
-            k = 0
-            while k < len(held):
-                failures.run(*held[k])
-                k += 1
-            self._held = None
-            return
-        self._held = None
 
         def held_work() -> None:
             self._ready_at = max(self._ready_at, released_at)
-            for task, fn in held:
-                failures.run(task, fn)
+            k = 0
+            while k < len(held):  # run here: work enqueued meanwhile is appended
+                failures.run(*held[k])
+                k += 1
 
+        if here and self._worker.queue.unfinished_tasks == 0:
+            held_work()
+            self._held = None
+            return
+        self._held = None
         self._worker.queue.put(("held work", held_work))
 
     def _wait_event(self, event: Event) -> None:
         if event._token is not None:
             self._wait_for(event._token, "wait_event")
 
-    def _wait_for(self, token: _Token, task: str) -> None:
+    def _wait_for(self, token: Token, task: str) -> None:
         """Enqueue a wait for ``token`` (an event's record, a gate's release); paced
         copies after it may start from when it was set (its ``recorded_at``)."""
         shared = self._shared
 
         def wait() -> None:
-            _wait_token(token, shared)
+            wait_token(token, shared)
             self._ready_at = max(self._ready_at, token.recorded_at)
 
         self._submit(task, wait)
@@ -235,20 +182,20 @@ class EmulatedStream(Stream):
     def _synchronize(self) -> None:
         self._wait_reached(self._mark_reached())
 
-    def _mark_reached(self) -> _Token | None:
+    def _mark_reached(self) -> Token | None:
         """Enqueue a token the stream sets when it reaches it; ``None`` when nothing
         enqueued is still to run (the default stream, an idle worker): then there is
         nothing to wait for, and no thread to wake."""
         if self._worker is None or self._query():
             return None
-        reached = _Token()
+        reached = Token()
         self._submit("synchronize", reached.set)
         return reached
 
-    def _wait_reached(self, reached: _Token | None) -> None:
+    def _wait_reached(self, reached: Token | None) -> None:
         """Block until the stream set ``reached`` (if any); raise its first failure."""
         if reached is not None:
-            _wait_token(reached, self._shared)
+            wait_token(reached, self._shared)
         self._failures.raise_first()
 
     def _query(self) -> bool:
@@ -264,51 +211,15 @@ class EmulatedStream(Stream):
             self._worker.queue.put(_STOP)
 
 
-class StreamGate:
-    """Holds the streams given to :meth:`EmulatedDevice.hold_streams` until
-    :meth:`release` (emulated only: a GPU's streams cannot be held from the host). A held
-    stream keeps the work enqueued on it back, without waking its thread, and hands it
-    over at the release."""
-
-    def __init__(self) -> None:
-        self._token = _Token()
-        self._streams: list[EmulatedStream] = []
-
-    @property
-    def released(self) -> bool:
-        """Whether :meth:`release` ran."""
-        return self._token.is_set()
-
-    def release(self, here: bool = False, at: float | None = None) -> float:
-        """Let the held streams run (once; later calls do nothing); returns when
-        (``time.perf_counter()`` s, or ``at``, the caller's reading of it), the first time.
-        ``here``: where a single stream holds work, run it on the calling thread before
-        returning (for a caller about to wait for it: no thread is woken to run it, none
-        to report it done)."""
-        if not self._token.is_set():
-            self._token.recorded_at = released_at = time.perf_counter() if at is None else at
-            self._token.set()
-            busy = [stream for stream in self._streams if stream._held]
-            for stream in self._streams:
-                stream._release_held(released_at, here and len(busy) == 1)
-        return self._token.recorded_at
-
-    def _hold(self, stream: EmulatedStream) -> None:
-        if stream._held is not None:
-            raise DeviceError(f"hold_streams: {stream!r} is held by another gate already")
-        stream._held = []
-        self._streams.append(stream)
-
-
 class EmulatedEvent(Event):
     """An event of the emulated device: each record makes a new token the stream sets."""
 
     def __init__(self, device: EmulatedDevice) -> None:
         super().__init__(device)
-        self._token: _Token | None = None
+        self._token: Token | None = None
 
     def _record(self, stream: Stream) -> None:
-        token = _Token()
+        token = Token()
         self._token = token
 
         def record() -> None:
@@ -327,7 +238,7 @@ class EmulatedEvent(Event):
         stream's order (what :meth:`record` enqueues as its own task, without the
         hand-off: the op work of a batch stamps its timing marks as it goes)."""
         self.device._check_open("event.record_in_work()")
-        token = _Token()
+        token = Token()
         self._token = token
 
         def record() -> None:
@@ -348,7 +259,7 @@ class EmulatedEvent(Event):
 
         def wait() -> None:
             if token is not None:
-                _wait_token(token, shared)
+                wait_token(token, shared)
 
         return wait
 
@@ -363,7 +274,7 @@ class EmulatedEvent(Event):
     def _synchronize(self) -> None:
         token = self._token
         if token is not None:
-            _wait_token(token, self.device._shared)
+            wait_token(token, self.device._shared)
 
     def _seconds_since(self, start: Event) -> float:
         marks = []
@@ -408,7 +319,7 @@ class EmulatedDevice(Device):
             raise InvalidSizeError("EmulatedDevice", "latency_us", latency_us, "must be >= 0")
         self.latency_us = float(latency_us)
         self.close_timeout = float(close_timeout)
-        self._shared = _Shared()
+        self._shared = Shared()
         self._committed = 0  # device bytes reserved (guarded by _lock), for mem_info
         self._links = {kind: threading.Lock() for kind in COPY_KINDS}
         self._link_free_at = {kind: 0.0 for kind in COPY_KINDS}  # last paced copy's end

@@ -124,15 +124,10 @@ class Served(NamedTuple):
 def serve_run(state, malloc, pool) -> Served:
     """:func:`serve_planned` for the ops of a run (``pool``: per op ``(frees, allocs)``), in
     order, up to the first op with a block off the plan."""
-    blocks, ptrs = state.blocks, state.ptrs
     for j, (frees, allocs) in enumerate(pool):
-        for key in frees:
-            blocks.pop(key, None)
-        for k, (key, nbytes, ptr) in enumerate(allocs):
-            blocks[key] = malloc(nbytes)  # (no local keeps it: its free is a pop)
-            served = ptrs[key] = blocks[key].ptr
-            if served != ptr:  # the op's other blocks are served all the same
-                return Served(j, 1 + serve_planned(state, malloc, allocs[k + 1:], ()))
+        missed = serve_planned(state, malloc, allocs, frees)
+        if missed:
+            return Served(j, missed)
     return Served(len(pool), 0)
 
 

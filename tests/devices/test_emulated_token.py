@@ -7,11 +7,11 @@ import threading
 
 import pytest
 
-from cupool.devices.emulated import _Token
+from cupool.devices.emulated_sync import Token
 
 
 def test_every_waiter_wakes_when_the_flag_is_set():
-    token = _Token()
+    token = Token()
     woke = []
     waiters = [threading.Thread(target=lambda: woke.append(token.wait(5.0)))
                for _ in range(4)]
@@ -27,7 +27,7 @@ def test_every_waiter_wakes_when_the_flag_is_set():
 
 
 def test_a_wait_on_an_unset_flag_times_out_and_a_second_set_changes_nothing():
-    token = _Token()
+    token = Token()
     assert token.wait(0.01) is False
     token.set()
     token.set()
