@@ -218,7 +218,8 @@ def test_a_planned_iteration_puts_no_python_on_the_streams_timeline():
     recorded and waited for only
     where the plan has a copy: done[0], done[36], the copies' own two, and the two timing
     marks around the due op's wait; D2H waits for done[0], H2D for done[36] and A's
-    swap-out, the compute stream for A's landing."""
+    swap-out, the compute stream for A's landing. Ops 37 and 38 spend 50 ms each, so A's
+    16-byte copy in lands before op 39 on a machine under any load."""
     ops = 40
     trace = trace_of([10.0] * ops, Buffer(0, 8, 0, ops, tuple(range(ops)), PERSISTENT),
                      Buffer(1, 16, 0, ops, (0, ops - 1)))
@@ -228,7 +229,8 @@ def test_a_planned_iteration_puts_no_python_on_the_streams_timeline():
     keys = ("host_callbacks.count", "launches.count", "event_records.count",
             "stream_waits.count", "copy_count.h2d", "copy_count.d2h")
     with open_device("emulated", capacity="1MiB") as device, \
-            PatternEngine(trace, plan, device, EngineSettings(time_ops_every=4)) as engine:
+            PatternEngine(trace, plan, device, EngineSettings(time_ops_every=4),
+                          op_us=[10.0] * (ops - 3) + [50_000.0, 50_000.0, 10.0]) as engine:
         for iteration in range(3):
             timed = engine.run_iteration(iteration)
             assert len(timed.op_us) == ops
