@@ -61,7 +61,7 @@ may come from any thread. Iterations are pool-wide: allocations from any thread 
 their order repeats. Solving a plan runs under the lock, at the end of the iteration that
 completes the recording.
 
-**Speed.** ``pool.malloc`` is a closure (:meth:`PlannedPool._make_malloc`) with the
+**Speed.** ``pool.malloc`` is a closure (:mod:`cupool.allocator.fastpath`) with the
 planned case inlined; per planned allocation it does the size checks, one look at the
 thread's memory hooks, the lock, the queued frees, an O(1) slot check and the byte
 counters. Planned slots' tickets are made when the plan is installed; ``frees`` and
@@ -77,8 +77,9 @@ from pathlib import Path
 from cupy.cuda.memory import MemoryPointer, MemoryPool, UnownedMemory
 
 from cupool.allocator.arena import ALLOCATION_UNIT, LiveBlock
-from cupool.allocator.blocks import Block, pointer, thread_hooks, thread_state
+from cupool.allocator.blocks import pointer, thread_hooks
 from cupool.allocator.errors import AllocationSizeError, IterationStateError, PoolError
+from cupool.allocator.fastpath import make_fast_paths
 from cupool.allocator.lock import PoolLock
 from cupool.allocator.modes import MODES, PoolModes
 from cupool.allocator.options import PoolOptions
@@ -155,7 +156,9 @@ class PlannedPool(MemoryPool):
         if capacity is not None:
             self._regions.limit = self._regions.check_capacity(
                 "capacity", parse_bytes(capacity, "capacity"))
-        self.malloc = self._make_malloc()  # the fast equivalent of PlannedPool.malloc
+        fast = make_fast_paths(self)
+        self.malloc = fast.malloc  # the fast equivalent of PlannedPool.malloc
+        self.serve_ops = fast.serve_ops
 
     # -- CuPy's allocator protocol ------------------------------------------------------
     def malloc(self, size) -> MemoryPointer:
@@ -167,7 +170,8 @@ class PlannedPool(MemoryPool):
 
         This is the general path. Each pool's ``malloc`` attribute (what
         ``cupy.cuda.set_allocator(pool.malloc)`` installs) is an equivalent function
-        made by :meth:`_make_malloc`, with the planned case inlined.
+        made by :func:`~cupool.allocator.fastpath.make_fast_paths`, with the planned case
+        inlined.
         """
         if type(size) is not int:
             size = self._check_size(size)
@@ -180,105 +184,6 @@ class PlannedPool(MemoryPool):
         if hooks:
             return self._malloc_with_hooks(hooks, size, rounded)
         return pointer(self._allocate(rounded), rounded, self.device_id)
-
-    def _make_malloc(self):
-        """The pool's fast ``malloc``: :meth:`malloc` with the planned case inlined.
-
-        A closure over the pool's long-lived parts (its lock's token calls, the free
-        queue, the counters, the :class:`~cupool.allocator.modes.ActiveArena` holder), so
-        the planned path reads no attribute of the pool itself. Under the lock it drains
-        the queued frees, then serves slot k at its planned offset when the request has
-        the slot's size and the slot is not blocked; any other case goes to
-        :meth:`PoolModes.allocate <cupool.allocator.modes.PoolModes.allocate>`, the
-        general path.
-        """
-        lock = self._lock
-        take, give = lock.take, lock.give
-        modes, regions = self._modes, self._regions
-        pending = regions.pending
-        popleft = pending.popleft
-        counters = self._counters
-        state = modes.active
-        device_id = self.device_id
-        check_size, zero_size = self._check_size, self._zero_size
-        malloc_with_hooks, allocate_locked = self._malloc_with_hooks, modes.allocate
-        allocate_off_plan, free_ticket = modes.allocate_off_plan, regions.free_ticket
-
-        def malloc(size) -> MemoryPointer:
-            if type(size) is not int:
-                size = check_size(size)
-            if size <= 0:
-                if size == 0:
-                    return zero_size()
-                raise AllocationSizeError(size)
-            rounded = (size + 511) & -512
-            try:
-                hooks = thread_state.hooks  # thread_hooks(), inlined
-            except AttributeError:
-                hooks = thread_hooks()
-            if hooks:
-                return malloc_with_hooks(hooks, size, rounded)
-            try:
-                take()  # lock.acquire(), inlined
-            except IndexError:
-                lock.wait_for()
-            try:
-                arena = state.arena
-                if arena is None:
-                    ticket = allocate_locked(rounded)
-                else:
-                    current = counters.allocated_bytes_current
-                    if pending:  # Regions.drain(), specialised for blocks of the active plan
-                        live = arena.live
-                        while pending:
-                            ticket = popleft()
-                            current -= ticket.size
-                            if ticket.region is arena:
-                                j = ticket.slot
-                                if live[j]:
-                                    live[j] = 0
-                                else:
-                                    arena.end_overdue(j)
-                            else:
-                                free_ticket(ticket)
-                        counters.allocated_bytes_current = current
-                    k = arena.cursor
-                    arena.cursor = k + 1
-                    try:  # PlannedArena.serve(), inlined
-                        slot = arena.slots[k]
-                    except IndexError:  # more allocations than the plan has
-                        ticket = allocate_off_plan(arena, k, rounded)
-                    else:
-                        due = slot.due
-                        if due:
-                            live = arena.live
-                            for j in due:
-                                if live[j]:
-                                    live[j] = 0
-                                    arena.make_overdue(j)
-                                    slot = arena.slots[k]  # the blocked one if j meets k
-                        if slot.serves == rounded:  # the plan's size, and not blocked
-                            ticket = slot.ticket
-                            arena.live[k] = 1
-                            current += rounded
-                            counters.allocated_bytes_current = current
-                            if current > counters.allocated_bytes_peak:
-                                counters.allocated_bytes_peak = current
-                        else:
-                            ticket = allocate_off_plan(arena, k, rounded)
-            finally:
-                give(True)  # lock.release(), inlined
-                if lock.waiters:
-                    lock.wake()
-            try:  # pointer(), inlined
-                block = Block(ticket.ptr, rounded, ticket, device_id)
-            except BaseException:
-                ticket.release(ticket)
-                raise
-            return MemoryPointer(block, 0)
-
-        malloc.__doc__ = PlannedPool.malloc.__doc__
-        return malloc
 
     def _allocate(self, size: int) -> Ticket:
         """Book ``size`` rounded bytes and return the block's ticket."""

@@ -7,8 +7,8 @@ resident ops form a :class:`ResidentRun` when no buffer's residency ends in it b
 later op of it uses the buffer or begins it again. Within such a run the books do not
 depend on the order of its ops, so per iteration the engine
 
-1. serves the pool blocks of its ops in program order (as each op would), checking each
-   address against the plan,
+1. serves the pool blocks of its ops in program order (as each op would, in one call of
+   the pool's ``serve_ops``), checking each address against the plan,
 2. checks once every handle the run uses before one of its ops makes the handle arrive
    (on the device, or being copied out for a read),
 3. makes the arrivals, counts the uses, hands the ops' calls to the stream work in one
@@ -21,7 +21,6 @@ one by one instead, so that the op at fault reports as it always did.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple
 
 from cupool.swap.handles import DEVICE, HOST, TO_HOST
 from cupool.swap.iteration import NO_FILLS, RunningOp
@@ -36,7 +35,9 @@ class ResidentRun:
     the handles the run uses before any of its ops makes them arrive; ``write``: one of
     those uses writes), ``arrivals`` (``(handle, view, ptr)``), ``counts`` (``(handle,
     uses)``), ``ends`` (``(handle, state)`` of the residencies ending after an op of the
-    run) and ``written`` (the byte ranges of the arrivals)."""
+    run), ``written`` (the byte ranges of the arrivals) and ``transient`` (the keys of the
+    blocks served and freed within the run: the pool makes no ``MemoryPointer`` for
+    them)."""
 
     start: int
     stop: int
@@ -47,6 +48,7 @@ class ResidentRun:
     counts: tuple
     ends: tuple
     written: tuple
+    transient: frozenset
 
 
 @dataclass(frozen=True)
@@ -94,7 +96,17 @@ def compile_run(frames: list, start: int, handles: dict) -> RunScan:
         return RunScan(None, final)
     return RunScan(ResidentRun(start, stop, tuple(run_frames), tuple(pool),
                                tuple(entering.items()), tuple(arrivals),
-                               tuple(counts.items()), tuple(ends), tuple(written)), final)
+                               tuple(counts.items()), tuple(ends), tuple(written),
+                               _transient(pool)), final)
+
+
+def _transient(pool: list) -> frozenset:
+    """The keys of the blocks that an op of the run serves and a later one frees."""
+    served, transient = set(), set()
+    for frees, allocs in pool:
+        transient.update(key for key in frees if key in served)
+        served.update(key for key, _, _ in allocs)
+    return frozenset(transient)
 
 
 def serve_planned(state, malloc, allocs, frees) -> int:
@@ -110,25 +122,6 @@ def serve_planned(state, malloc, allocs, frees) -> int:
         if served != ptr:
             missed += 1
     return missed
-
-
-class Served(NamedTuple):
-    """What :func:`serve_run` did: ``ops`` of the run had every block at its planned
-    address; ``missed`` blocks landed elsewhere (all of them at op ``ops`` of the run,
-    whose pool work is done too, when there are any)."""
-
-    ops: int
-    missed: int
-
-
-def serve_run(state, malloc, pool) -> Served:
-    """:func:`serve_planned` for the ops of a run (``pool``: per op ``(frees, allocs)``), in
-    order, up to the first op with a block off the plan."""
-    for j, (frees, allocs) in enumerate(pool):
-        missed = serve_planned(state, malloc, allocs, frees)
-        if missed:
-            return Served(j, missed)
-    return Served(len(pool), 0)
 
 
 def handles_ready(run: ResidentRun) -> bool:
@@ -201,7 +194,7 @@ class ResidentRuns:
         prepared calls; returns the next op. Its ops run one by one where a block lands
         off the plan (from that op on, the general path) or a handle check fails."""
         frames = self._frames
-        served = serve_run(state, self.pool.malloc, run.pool)
+        served = self.pool.serve_ops(state.blocks, state.ptrs, run.pool, run.transient)
         if served.missed:  # ops before: one by one; the op off the plan: the general path
             self.off_plan += served.missed
             state.exact = False
@@ -239,11 +232,9 @@ __all__ = [
     "ResidentRun",
     "ResidentRuns",
     "RunScan",
-    "Served",
     "books_in_bulk",
     "compile_run",
     "ends_in_bulk",
     "handles_ready",
     "serve_planned",
-    "serve_run",
 ]

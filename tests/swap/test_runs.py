@@ -7,6 +7,7 @@ from functools import partial
 
 import pytest
 
+from cupool.allocator.fastpath import Served
 from cupool.check import validate_swap_plan
 from cupool.core.vocabulary import PERSISTENT, Buffer, Residency, SwapIn, SwapOut
 from cupool.devices import open_device
@@ -150,18 +151,18 @@ def test_a_block_off_the_plan_sends_the_rest_of_the_step_to_the_general_path():
             SwapEngine(trace, plan, device, recompute={}) as engine:
         for iteration in range(3):
             engine.run_iteration(iteration, program.body, program.prepared)
-        malloc, extra, served = engine.pool.malloc, [], []
+        serve_ops, extra = engine.pool.serve_ops, []
 
-        def shifted(nbytes):  # the third block of the step: one slot later than planned
-            served.append(nbytes)
-            if len(served) == 3:
-                extra.append(malloc(nbytes))
-            return malloc(nbytes)
+        def shifted(blocks, ptrs, ops, transient):  # another block before the third op's
+            first = serve_ops(blocks, ptrs, ops[:2], transient)
+            extra.append(engine.pool.malloc(512))
+            rest = serve_ops(blocks, ptrs, ops[2:], transient)
+            return Served(first.ops + rest.ops, first.missed + rest.missed)
 
-        engine.pool.malloc = shifted
+        engine.pool.serve_ops = shifted
         program.log.clear()
         result = engine.run_iteration(3, program.body, program.prepared)
-        del engine.pool.malloc
+        del engine.pool.serve_ops
         extra.clear()
         assert result.off_plan > 0 and program.log == list(range(OPS))
         assert engine.pool.used_bytes() == 0
