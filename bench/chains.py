@@ -1,22 +1,27 @@
 """Chains under tight budgets: cupool's plans against revolve's optimum (one level) and a
 two-level (device + pinned host) optimum computed here.
 
-Traces of an adjoint program (:func:`~cupool.planning.budget.chain.adjoint_trace`: a
-persistent ``x0``, ``l`` forward steps, a loss, ``l`` adjoint steps that read the states
+Traces of an adjoint program (:func:`~cupool.planning.budget.chain_traces.adjoint_trace`:
+a persistent ``x0``, ``l`` forward steps, a loss, ``l`` adjoint steps that read the states
 back last first, the update of ``x0``), every state and adjoint ``S`` bytes, the step
 time set so that a copy of one state on the link (PCIe Gen5 preset) takes ``ratio`` steps.
+Two shapes: ``adjoint``, the chain alone (``x1 .. x_{l-1}`` read back: ``n = l - 1``
+states), and ``side``, the chain inside a larger graph: a coefficient field made once from
+persistent parameters before the sweep and read by every forward and adjoint step (a side
+input, resident), and a temporary root ``x0`` made from the persistent control by an op of
+its own (re-made from it rather than held: ``x0 .. x_{l-1}`` read back, ``n = l``).
 
 **Budgets** are counted here in states, independently of the planner: the *working set*
-of a reverse step while it re-makes the state it reads (``x0``, the adjoint it reads and
-the one it writes, the state a recompute reads and the one it writes, and the 512-byte
-loss) plus ``k`` checkpoint slots, ``k`` from 0 (the smallest feasible budget: one
-checkpoint, the root ``x0``) up to ``l - 2`` (every state kept: the program's peak,
-100%).
+of a reverse step while it re-makes the state it reads (the control, the adjoint it reads
+and the one it writes, the state a recompute reads and the one it writes, and the
+512-byte loss; with ``side`` also the parameters and the field) plus ``k`` checkpoint
+slots, ``k`` from 0 (the smallest feasible budget: one checkpoint, the root) up to
+``n - 1`` (every state kept: the program's peak, 100%).
 
 **One level** (swaps priced out): the revolve policy's plan at each budget; its
-recomputes against revolve's optimum for ``l`` steps and ``k + 1`` checkpoints, computed
-here from Griewank and Walther's formula ``r·l - C(s + r, s + 1)`` (the sweep runs
-``l - 1`` of them), and the lower bound of :mod:`cupool.sim.chain_bound`. ``auto``'s plan
+recomputes against revolve's optimum for ``n + 1`` steps and ``k + 1`` checkpoints,
+computed here from Griewank and Walther's formula ``r·l - C(s + r, s + 1)`` (the sweep
+runs ``n`` of them), and the lower bound of :mod:`cupool.sim.chain_bound`. ``auto``'s plan
 too where the link is slowest (ratio 100, swaps priced out by their cost).
 
 **Two levels**: ``auto``'s plan (its members mix swaps and recomputes, and the two-level
@@ -48,7 +53,7 @@ from auto_speed import code_version, machine
 from cupool.check import validate_plan
 from cupool.core.vocabulary import RecomputeAction, SwapOut
 from cupool.planning.budget import BudgetParams, plan_with_budget
-from cupool.planning.budget.chain import adjoint_trace, find_chain
+from cupool.planning.budget.chain_traces import adjoint_trace
 from cupool.planning.budget.revolve import plan_revolve
 from cupool.sim.chain_bound import chain_recompute_bound
 from cupool.sim.cost import cost_model
@@ -57,6 +62,8 @@ from cupool.sim.simulator import simulate
 OUT = Path(__file__).resolve().parent / "results" / "chains.json"
 LOSS_BYTES = 512
 RATIOS = (0.1, 1.0, 10.0, 100.0)
+SHAPES = {"adjoint": {}, "side": {"side_input": True, "temporary_root": True}}
+"""``adjoint_trace``'s options for each shape (module docstring)."""
 
 
 def revolve_optimum(steps: int, checkpoints: int) -> int:
@@ -68,18 +75,24 @@ def revolve_optimum(steps: int, checkpoints: int) -> int:
     return r * steps - comb(checkpoints + r, checkpoints + 1)
 
 
-def working_set(state_bytes: int) -> int:
+def working_set(state_bytes: int, shape: str = "adjoint") -> int:
     """Bytes a reverse step holds while it re-makes the state it reads (module docstring)."""
-    return 5 * state_bytes + LOSS_BYTES
+    return (5 if shape == "adjoint" else 7) * state_bytes + LOSS_BYTES
 
 
-def two_level_optimum_us(length: int, slots: int, step_us: float, copy_us: float) -> float:
+def states_of(length: int, shape: str = "adjoint") -> int:
+    """States the reverse sweep reads back (module docstring)."""
+    return length - 1 if shape == "adjoint" else length
+
+
+def two_level_optimum_us(length: int, slots: int, step_us: float, copy_us: float,
+                         states: int | None = None) -> float:
     """Extra time (beyond the ideal iteration) of the fastest two-level schedule (module
     docstring): host checkpoints at positions ``0 < q1 < .. < qk`` of the ``n = l - 1``
     states, each a serial copy out and back; the stretch between two reversed from its
     lower end with the slots left beside it (every step recomputed: revolve's full
     count), the last stretch's first advance being the sweep."""
-    n = length - 1
+    n = length - 1 if states is None else states
     inf = float("inf")
 
     def inner(states: int, base: int) -> float:
@@ -101,26 +114,35 @@ def two_level_optimum_us(length: int, slots: int, step_us: float, copy_us: float
                for q in range(n + 1))
 
 
+def read_back(trace, length: int, shape: str) -> list[int]:
+    """The buffers of the states the reverse sweep reads, by the program's names."""
+    first = 1 if shape == "adjoint" else 0
+    names = {f"x{j}" for j in range(first, length)}
+    return [b.id for b in trace.buffers if b.kind != "persistent" and b.name in names]
+
+
 def chain_recomputes(plan, states) -> int:
     ids = set(states)
     return sum(isinstance(a, RecomputeAction) and a.buffer_id in ids for a in plan.actions)
 
 
-def cell(length: int, state_bytes: int, ratio: float, slots: int, with_auto: bool) -> dict:
+def cell(length: int, state_bytes: int, ratio: float, slots: int, with_auto: bool,
+         shape: str = "adjoint") -> dict:
     """One trace at one budget: the revolve policy, the bound, and (``with_auto``)
     ``auto`` against the two-level optimum."""
     base = cost_model("gen5")
     step_us = base.copy_us(state_bytes, "h2d") / ratio
-    trace = adjoint_trace(length, state_bytes, step_us=step_us)
-    states = [x.buffer_id for x in find_chain(trace).states]
+    trace = adjoint_trace(length, state_bytes, step_us=step_us, **SHAPES[shape])
+    states = read_back(trace, length, shape)
+    n = states_of(length, shape)
     peak = trace.lower_bound_bytes()
-    budget = min(peak, working_set(state_bytes) + slots * state_bytes)
-    optimum = revolve_optimum(length, slots + 1) - (length - 1)
+    budget = min(peak, working_set(state_bytes, shape) + slots * state_bytes)
+    optimum = revolve_optimum(n + 1, slots + 1) - n
     started = time.perf_counter()
     result = plan_revolve(trace, budget, base, BudgetParams(), started)
     seconds = time.perf_counter() - started
-    row = {"length": length, "state_bytes": state_bytes, "ratio": ratio, "slots": slots,
-           "budget_bytes": budget, "budget_share": budget / peak,
+    row = {"shape": shape, "length": length, "state_bytes": state_bytes, "ratio": ratio,
+           "slots": slots, "budget_bytes": budget, "budget_share": budget / peak,
            "revolve_optimum_recomputes": optimum}
     bound = chain_recompute_bound(trace, states, budget, base)
     row["bound_recomputes"] = bound.recomputes
@@ -142,7 +164,7 @@ def cell(length: int, state_bytes: int, ratio: float, slots: int, with_auto: boo
             sim = simulate(auto.trace, auto.plan, base)
             ideal = sim.ideal_us
             best_extra = two_level_optimum_us(length, slots, step_us,
-                                              base.copy_us(state_bytes, "d2h"))
+                                              base.copy_us(state_bytes, "d2h"), n)
             row.update(auto_member=auto.member, auto_iteration_us=sim.iteration_us,
                        auto_recomputes=chain_recomputes(auto.plan, states),
                        auto_swaps=sum(isinstance(a, SwapOut) for a in auto.plan.actions),
@@ -153,9 +175,9 @@ def cell(length: int, state_bytes: int, ratio: float, slots: int, with_auto: boo
     return row
 
 
-def slot_points(length: int) -> list[int]:
-    """Budgets from one checkpoint to every state kept (``l - 2`` slots)."""
-    top = length - 2
+def slot_points(states: int) -> list[int]:
+    """Budgets from one checkpoint to every state kept (``n - 1`` slots)."""
+    top = states - 1
     points = {0, 1, 2, 3, 5, 8, 12, 16, 32, 64, 128}
     return sorted({p for p in points if p < top} | {top})
 
@@ -184,22 +206,23 @@ def fmt(value, digits=2):
 def print_tables(single, double, sessions) -> None:
     print("one level (swaps priced out): recomputes of the revolve policy against revolve's "
           "optimum")
-    print(f"{'l':>4} {'state':>9} {'slots':>5} {'budget%':>7} {'optimum':>7} {'planned':>7} "
-          f"{'plan/opt':>8} {'bound':>6} {'plan s':>6}")
+    print(f"{'shape':>7} {'l':>4} {'state':>9} {'slots':>5} {'budget%':>7} {'optimum':>7} "
+          f"{'planned':>7} {'plan/opt':>8} {'bound':>6} {'plan s':>6}")
     for r in single:
-        print(f"{r['length']:>4} {r['state_bytes']:>9} {r['slots']:>5} "
+        print(f"{r['shape']:>7} {r['length']:>4} {r['state_bytes']:>9} {r['slots']:>5} "
               f"{100 * r['budget_share']:>7.1f} {r['revolve_optimum_recomputes']:>7} "
               f"{fmt(r['revolve_recomputes']):>7} {fmt(r.get('revolve_vs_optimum'), 3):>8} "
               f"{fmt(r['bound_recomputes']):>6} {fmt(r.get('revolve_plan_s')):>6}")
     print()
     print("two levels: auto's simulated iteration against the two-level optimum (serial copies)")
-    print(f"{'l':>4} {'ratio':>6} {'slots':>5} {'budget%':>7} {'member':>28} {'recomp':>6} "
-          f"{'swaps':>5} {'auto ms':>8} {'opt ms':>8} {'auto/opt':>8}")
+    print(f"{'shape':>7} {'l':>4} {'ratio':>6} {'slots':>5} {'budget%':>7} {'member':>28} "
+          f"{'recomp':>6} {'swaps':>5} {'auto ms':>8} {'opt ms':>8} {'auto/opt':>8}")
     for r in double:
         planned = r.get("auto_iteration_us")
         auto_ms = planned / 1e3 if planned else None
         best_ms = r["two_level_optimum_us"] / 1e3 if planned else None
-        print(f"{r['length']:>4} {r['ratio']:>6} {r['slots']:>5} {100 * r['budget_share']:>7.1f} "
+        print(f"{r['shape']:>7} {r['length']:>4} {r['ratio']:>6} {r['slots']:>5} "
+              f"{100 * r['budget_share']:>7.1f} "
               f"{fmt(r.get('auto_member'))[:28]:>28} {fmt(r.get('auto_recomputes')):>6} "
               f"{fmt(r.get('auto_swaps')):>5} {fmt(auto_ms, 3):>8} {fmt(best_ms, 3):>8} "
               f"{fmt(r.get('auto_vs_two_level'), 3):>8}")
@@ -224,14 +247,20 @@ def main(argv=None) -> int:
     lengths = (16, 48) if args.quick else (16, 48, 128, 256)
     sizes = (1 << 20,) if args.quick else (1 << 20, 64 << 20)
     single = [cell(length, size, 100.0, slots, False)
-              for length in lengths for size in sizes for slots in slot_points(length)]
+              for length in lengths for size in sizes
+              for slots in slot_points(states_of(length))]
+    single += [cell(length, 1 << 20, 100.0, slots, False, "side") for length in lengths
+               for slots in slot_points(states_of(length, "side"))]
     auto_lengths = (16,) if args.quick else (16, 48, 128)
     double = []
-    for length in auto_lengths:
-        points = slot_points(length)
-        chosen = sorted({points[0], points[1], points[len(points) // 2], points[-2]})
-        for ratio in ((100.0, 1.0) if args.quick else RATIOS):
-            double += [cell(length, 1 << 20, ratio, slots, True) for slots in chosen]
+    for shape, shape_lengths in (("adjoint", auto_lengths), ("side", auto_lengths[:2])):
+        for length in shape_lengths:
+            points = slot_points(states_of(length, shape))
+            chosen = sorted({points[0], points[1], points[len(points) // 2], points[-2]})
+            ratios = (100.0, 1.0) if args.quick or shape == "side" else RATIOS
+            for ratio in ratios:
+                double += [cell(length, 1 << 20, ratio, slots, True, shape)
+                           for slots in chosen]
     sessions = session_cells((16,) if args.quick else (16, 48),
                              ("floor", "50%")) if args.session else []
     print_tables(single, double, sessions)

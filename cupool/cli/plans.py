@@ -3,6 +3,7 @@ simulator, each around one call into :mod:`cupool.planning` or :mod:`cupool.sim`
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from cupool.cli.common import (
@@ -143,6 +144,8 @@ def cmd_simulate(args, stdout) -> int:
         planned, sim_trace = budgeted.plan, budgeted.trace
         policy = args.policy
     report = simulate(sim_trace, planned, cost)
+    if not report.feasible and args.plan is None and budgeted.reason:
+        report = replace(report, reason=budgeted.reason)  # the planner's why, not "no plan"
     bound = overhead_lower_bound(sim_trace, budget, cost)
     document = {"trace": trace.name, "policy": policy, "budget_bytes": budget,
                 "link_gbps": cost.h2d_gbps, **report.summary(),

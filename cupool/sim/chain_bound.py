@@ -17,6 +17,11 @@ their share of the budget, and the rest holds at most ``free // smallest state``
 the one the op reads among them. (A plan also holds the state a step writes while it
 reads the one before: the bound leaves that out, so it stays below.)
 
+A state may be several buffers (a step that makes a reaction term beside the state): then
+a checkpoint holds at least one of them that some recompute reads (a buffer no recipe
+reads re-makes nothing), so ``free`` counts slots of the smallest such buffer, and each
+recompute is priced as the cheapest of their ops.
+
 The chain is given (its states' buffer ids, in order); the budget planner finds one
 (:mod:`cupool.planning.budget.chain`).
 """
@@ -67,15 +72,19 @@ class ChainBound:
 
 def chain_recompute_bound(trace: Trace, states, budget_bytes: int,
                           cost: CostModel | None = None) -> ChainBound:
-    """The :class:`ChainBound` of the chain ``states`` (buffer ids ``x₁ … x_n``, in order)
-    under ``budget_bytes`` (module docstring)."""
-    states = list(states)
-    if not states:
-        raise InputError("states: the chain needs at least one state")
+    """The :class:`ChainBound` of the chain ``states`` (``x₁ … x_n`` in order, each a
+    buffer id or a tuple of the buffer ids of a state of several) under ``budget_bytes``
+    (module docstring)."""
+    states = [(x,) if isinstance(x, int) else tuple(x) for x in states]
+    if not states or not all(states):
+        raise InputError("states: the chain needs at least one state, each of one buffer "
+                         "or more")
     cost = cost or cost_model("gen5")
-    ids = set(states)
-    sizes = [trace.buffer(b).size for b in states]
-    smallest = min(sizes)
+    members = [b for x in states for b in x]
+    ids = set(members)
+    read = {y for b in trace.buffers if b.recompute is not None for y in b.recompute.inputs}
+    smallest = min((trace.buffer(b).size for b in members if b in read),
+                   default=min(trace.buffer(b).size for b in members))
     op_us = cost.op_times(trace)
     pending_from = {}
     for b in trace.buffers:  # buffers that cannot leave the device without a copy
@@ -84,7 +93,7 @@ def chain_recompute_bound(trace: Trace, states, budget_bytes: int,
         last = b.end if b.kind == PERSISTENT else (max(b.uses) + 1 if b.uses else b.end)
         pending_from[b.id] = (b.start if b.kind != PERSISTENT else 0, last)
     slots, tightest = None, -1
-    for x in states:
+    for x in members:
         buffer = trace.buffer(x)
         op = _read_back_at(buffer.uses)
         used = {b.id for b in trace.buffers if op in b.uses and b.id not in ids}
@@ -100,8 +109,9 @@ def chain_recompute_bound(trace: Trace, states, budget_bytes: int,
         return ChainBound(n, None, None, None, None, tightest)
     forward = revolve_steps(n + 1, min(slots, n) + 1)
     recomputes = max(0, forward - n)
+    priced = [b for b in members if b in read] or members
     cheapest = min(float(op_us[trace.buffer(b).recompute.op]) if trace.buffer(b).recompute
-                   else float("inf") for b in states)
+                   else float("inf") for b in priced)
     cheapest = 0.0 if cheapest == float("inf") else cheapest
     ideal = float(sum(op_us))
     us = recomputes * cheapest

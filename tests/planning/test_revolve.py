@@ -10,9 +10,10 @@ from math import comb
 import pytest
 
 from cupool.check import validate_plan
-from cupool.core.vocabulary import RecomputeAction
+from cupool.core.vocabulary import RecomputeAction, SolveStatus
 from cupool.planning.budget import BudgetParams, plan_with_budget
-from cupool.planning.budget.chain import adjoint_trace, find_chain
+from cupool.planning.budget.chain import find_chain
+from cupool.planning.budget.chain_traces import adjoint_trace
 from cupool.planning.budget.revolve import build, plan_revolve, revolve_table
 from cupool.sim.cost import cost_model
 from cupool.sim.simulator import simulate
@@ -90,12 +91,48 @@ def test_a_budget_below_one_checkpoint_names_the_op_and_bytes():
     floor = _budget_for(trace, 0)
     result = plan_revolve(trace, floor - 1, cost_model("gen5"), BudgetParams(),
                           time.perf_counter())
-    assert not result.feasible
+    assert not result.feasible and result.plan.status == SolveStatus.INFEASIBLE
     assert "\n" not in result.reason
     assert result.reason.startswith("revolve: op ") and f"needs {floor} bytes" in result.reason
     assert f"the budget is {floor - 1} bytes" in result.reason
     assert plan_revolve(trace, floor, cost_model("gen5"), BudgetParams(),
                         time.perf_counter()).feasible
+
+
+def _cli(*argv):
+    import io
+
+    from cupool.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    code = main([str(a) for a in argv], out, err)
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_the_cli_refuses_a_budget_below_one_checkpoint_with_one_line(tmp_path):
+    from cupool.io import save_trace
+
+    trace = adjoint_trace(8, 4096)
+    save_trace(trace, tmp_path / "chain.json")
+    floor = _budget_for(trace, 0)
+    code, out, err = _cli("simulate", tmp_path / "chain.json", "--policy", "revolve",
+                          "--budget", floor - 1)
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert f"needs {floor} bytes" in err and f"the budget is {floor - 1} bytes" in err
+    assert err.startswith("cupool: error: revolve: op ") and "(b" in err  # an adjoint op
+    code, out, _ = _cli("simulate", tmp_path / "chain.json", "--policy", "revolve",
+                        "--budget", floor)
+    assert code == 0 and "revolve" in out
+
+
+def test_the_cli_says_why_two_levels_found_nothing(tmp_path):
+    from cupool.io import save_trace
+
+    trace = adjoint_trace(8, 4096)
+    save_trace(trace, tmp_path / "chain.json")
+    code, out, _ = _cli("simulate", tmp_path / "chain.json", "--policy",
+                        "revolve-two-level", "--budget", _budget_for(trace, 0) - 1)
+    assert code == 1 and "no slot count fits" in out and len(out.strip().splitlines()) == 1
 
 
 def test_a_trace_without_a_chain_has_no_plan():

@@ -9,7 +9,8 @@ import pytest
 
 from cupool.errors import InputError
 from cupool.planning.budget import BudgetParams
-from cupool.planning.budget.chain import adjoint_trace, find_chain
+from cupool.planning.budget.chain import find_chain
+from cupool.planning.budget.chain_traces import adjoint_trace
 from cupool.planning.budget.revolve import build, plan_revolve
 from cupool.sim.chain_bound import chain_recompute_bound, revolve_steps
 from cupool.sim.cost import cost_model
@@ -29,7 +30,7 @@ def test_bound_is_below_the_plan(slots):
     budget = build(trace, chain, slots).peak_bytes
     planned = plan_revolve(trace, budget, cost_model("gen5"), BudgetParams(),
                            time.perf_counter())
-    bound = chain_recompute_bound(trace, [x.buffer_id for x in chain.states], budget)
+    bound = chain_recompute_bound(trace, [x.buffer_ids for x in chain.states], budget)
     assert bound.states == 47 and bound.slots >= slots
     assert 0 <= bound.recomputes <= planned.plan.stats["revolve_recomputes"]
     assert bound.recompute_us == pytest.approx(10.0 * bound.recomputes)
@@ -37,6 +38,6 @@ def test_bound_is_below_the_plan(slots):
 
 def test_a_budget_below_the_reading_op_has_no_slots():
     trace = adjoint_trace(8, 4096)
-    states = [x.buffer_id for x in find_chain(trace).states]
+    states = [x.buffer_ids for x in find_chain(trace).states]
     bound = chain_recompute_bound(trace, states, 4096)
     assert bound.slots is None and bound.recomputes is None

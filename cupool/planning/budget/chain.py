@@ -11,16 +11,35 @@ first ``"bw"`` op when the ops have phases) and used again after it, idle in bet
     x3                 [====)......[=)
     need(x)                         ▲    ▲    ▲     (first use after the turn: decreasing)
 
-:func:`find_chain` finds the longest run of such states where each one is recomputed from
-the one before it (its recipe's inputs, through any freed intermediates between them, the
-*links*, reach exactly that state, besides persistent buffers), read back in reverse
-order (the first use after the turn, ``need``, does not increase along the chain). Every
-other such state is *kept* (resident for its whole lifetime). A state whose op is not
-recomputable stays on the chain as a *forced* checkpoint: kept from where it is made, it
-splits the chain (``reason`` names the op).
+Such buffers are the *candidates*. Each one's recipe is walked back to what its recompute
+*reads*: other candidates, persistent buffers, buffers resident when it runs, and freed
+intermediates between them, the *links*, which it re-makes first.
 
-:func:`adjoint_trace` makes the trace of such a program (the shape of
-``examples/adjoint_chain.py``), for tests and ``bench/chains.py``.
+**States of several buffers.** A program's graph is rarely a pure chain: a step may make
+several buffers the reverse sweep reads (a reaction term beside the state, a misfit per
+observation), a state may be made from the two before it (leapfrog). :func:`find_chain`
+cuts the candidates, in the order they are made, into consecutive *states* so that each
+candidate's recompute reads only candidates of its own state or of the one before; a
+state is then re-made from the one before it, and revolve schedules the states. The cut
+is greedy: a candidate opens a new state when everything it reads lies in the state
+before and it is read back no later than that state; else it joins the current state::
+
+    made:   r1 x1 r2 x2 r3 x3        x_j reads x_{j-1} and r_j, r_j reads x_{j-1}
+    states: [r1 x1][r2 x2][r3 x3]    each re-made from the state before
+
+Passing through a state on the way to another, a recompute re-makes only the buffers the
+states above it read (their *carry*); a state delivered to the reverse sweep is re-made
+whole.
+
+**What stays off the chain.** A *side input* (a candidate whose recompute reads no other
+candidate, read by three or more: a coefficient field made once from persistent
+parameters) stays resident for its lifetime, and the states read it as they read
+persistent buffers. A candidate that reads one two states back or more is *kept* instead
+(resident for its lifetime), or the candidate it reads is, when later candidates read that
+one too; so is one that cannot be re-made and that no other candidate reads. ``notes``
+says why each left the chain. A state holding a buffer whose op is not recomputable (or
+that reads a freed buffer without a recipe) is a *forced* checkpoint: kept from where it
+is made, it splits the chain (``reason`` names the op).
 """
 
 from __future__ import annotations
@@ -30,15 +49,19 @@ from dataclasses import dataclass
 import numpy as np
 
 from cupool.core.liveness import live_bytes
-from cupool.core.vocabulary import PERSISTENT, Buffer, Op, Recompute, Trace
+from cupool.core.vocabulary import PERSISTENT, Buffer, Trace
+
+SIDE_INPUT_READERS = 3
+"""Candidates that must read a candidate made from no other one for it to be a side
+input (a chain's root is read by one or two)."""
 
 
 @dataclass(frozen=True)
-class ChainState:
-    """One state of a chain: buffer ``buffer_id``, made by op ``producer``, last used by op
-    ``forward_last`` before the turn and by ops ``need`` .. ``end - 1`` after it; ``links``:
-    the freed intermediates its recompute re-makes first (producer order);
-    ``reason``: why it cannot be recomputed (``None``: it can)."""
+class StateBuffer:
+    """A buffer of a chain state: ``buffer_id``, made by op ``producer``, last used by op
+    ``forward_last`` before the turn and first by op ``need`` after it (its last use:
+    ``end - 1``); ``links``: the freed intermediates its recompute re-makes first (inputs
+    first); ``reads``: the chain's buffers its recompute reads (through the links)."""
 
     buffer_id: int
     producer: int
@@ -46,27 +69,56 @@ class ChainState:
     need: int
     end: int
     links: tuple[int, ...] = ()
+    reads: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class ChainState:
+    """One state of a chain: the buffers a stretch of the forward sweep makes that the
+    reverse sweep reads back (one in a pure chain), in producer order; ``reason``: why it
+    cannot be recomputed (``None``: it can)."""
+
+    buffers: tuple[StateBuffer, ...]
     reason: str | None = None
 
     @property
     def recomputable(self) -> bool:
         return self.reason is None
 
+    @property
+    def buffer_ids(self) -> tuple[int, ...]:
+        return tuple(b.buffer_id for b in self.buffers)
+
+    @property
+    def need(self) -> int:
+        """The first op after the turn that reads one of its buffers."""
+        return min(b.need for b in self.buffers)
+
+    @property
+    def producer(self) -> int:
+        return self.buffers[0].producer
+
 
 @dataclass(frozen=True)
 class Chain:
     """``states`` x₁ .. x_l in producer order (x₀ is what x₁'s recompute reads: persistent
-    or resident buffers); ``kept``: other states the reverse sweep reads (resident for
-    their lifetime); ``notes``: why each left the chain."""
+    or resident buffers); ``kept``: candidates off the chain (resident for their
+    lifetime), ``side`` among them the side inputs; ``notes``: why each left the chain."""
 
     states: tuple[ChainState, ...]
     kept: tuple[int, ...] = ()
     notes: tuple[str, ...] = ()
+    side: tuple[int, ...] = ()
 
     @property
     def forced(self) -> tuple[int, ...]:
         """Positions (1-based) of the states that cannot be recomputed."""
         return tuple(j + 1 for j, x in enumerate(self.states) if not x.recomputable)
+
+    @property
+    def buffer_ids(self) -> tuple[int, ...]:
+        """Every state's buffers, state by state."""
+        return tuple(b for x in self.states for b in x.buffer_ids)
 
 
 def turn_op(trace: Trace) -> int:
@@ -93,8 +145,72 @@ def _gap(buffer: Buffer, turn: int) -> tuple[int, int] | None:
     return before[-1], after[0]
 
 
+@dataclass
+class _Walk:
+    """What one candidate's recipe walk found: the candidates it reads, its links, why it
+    cannot be re-made (``None``: it can)."""
+
+    reads: list
+    links: list
+    reason: str | None
+
+
+def _walk(trace: Trace, buffer_id: int, need: int, turn: int, gaps: dict) -> _Walk:
+    """Walk the recipe of candidate ``buffer_id`` (read back first by op ``need``)."""
+    reads: list[int] = []
+    links: list[int] = []
+
+    def visit(current: int, depth: int) -> str | None:
+        buffer = trace.buffer(current)
+        op = trace.ops[buffer.start]
+        if buffer.recompute is None:
+            return f"op {buffer.start} ({op.name}) is not recomputable"
+        for y in buffer.recompute.inputs:
+            other = trace.buffer(y)
+            if other.kind == PERSISTENT or y in reads or y in links:
+                continue
+            if y in gaps:
+                reads.append(y)
+            elif other.start < turn and need < other.end:
+                continue  # resident whenever a recompute of the chain runs
+            elif other.recompute is None or depth > 64:
+                return (f"op {buffer.start} ({op.name}) reads buffer {y} ({other.name}), "
+                        f"freed before op {need} and not recomputable")
+            else:
+                reason = visit(y, depth + 1)
+                if reason is not None:
+                    return reason
+                links.append(y)
+        return None
+
+    reason = visit(buffer_id, 0)
+    return _Walk(reads, links, reason)
+
+
+def _cut(order: list, reads: dict, need: dict) -> tuple[list, tuple | None]:
+    """The greedy cut of ``order`` into states (module docstring): ``(states, None)``, or
+    ``([], (candidate, far))`` at the first candidate that reads ``far``, candidates two
+    states back or more."""
+    states: list[list[int]] = []
+    state_need: list[int] = []
+    state_of: dict[int, int] = {}
+    for c in order:
+        k = len(states)
+        lowest = min((state_of.get(d, k) for d in reads[c]), default=k)
+        if k == 0 or (lowest >= k - 1 and need[c] <= state_need[-1]):
+            states.append([c])
+            state_need.append(need[c])
+        elif lowest >= k - 2:
+            states[-1].append(c)
+            state_need[-1] = min(state_need[-1], need[c])
+        else:
+            return [], (c, tuple(d for d in reads[c] if state_of.get(d, k) < k - 2))
+        state_of[c] = len(states) - 1
+    return states, None
+
+
 def find_chain(trace: Trace) -> Chain:
-    """The longest chain of ``trace`` (module docstring); its ``states`` may be empty."""
+    """The chain of ``trace`` (module docstring); its ``states`` may be empty."""
     turn = turn_op(trace)
     gaps = {}
     for b in trace.buffers:
@@ -102,103 +218,71 @@ def find_chain(trace: Trace) -> Chain:
             gap = _gap(b, turn)
             if gap is not None:
                 gaps[b.id] = gap
-    candidates = sorted(gaps, key=lambda i: (trace.buffer(i).start, i))
+    order = sorted(gaps, key=lambda i: (trace.buffer(i).start, i))
+    walks = {c: _walk(trace, c, gaps[c][1], turn, gaps) for c in order}
+    off: dict[int, str] = {}  # candidate -> why it left the chain
+    side: list[int] = []
 
-    def resolve(buffer_id: int, need: int, links: list, deps: set, depth: int) -> str | None:
-        """Walk the recipe of ``buffer_id``: candidate inputs into ``deps``, freed
-        intermediates into ``links`` (inputs first); a reason when it cannot be re-made."""
-        buffer = trace.buffer(buffer_id)
-        op = trace.ops[buffer.start]
-        if buffer.recompute is None:
-            return f"op {buffer.start} ({op.name}) is not recomputable"
-        for y in buffer.recompute.inputs:
+    def reason_of(c: int) -> str | None:
+        """Why ``c`` cannot be re-made: its walk's reason, or a candidate off the chain it
+        reads that is freed before ``c`` is read back."""
+        if walks[c].reason is not None:
+            return walks[c].reason
+        for y in walks[c].reads:
             other = trace.buffer(y)
-            if other.kind == PERSISTENT or y in deps or y in links:
-                continue
-            if y in gaps:
-                deps.add(y)
-            elif other.start <= need < other.end:
-                continue  # resident when the recompute runs
-            elif other.recompute is None or depth > 64:
-                return (f"op {buffer.start} ({op.name}) reads buffer {y} ({other.name}), "
-                        f"freed before op {need} and not recomputable")
-            else:
-                reason = resolve(y, need, links, deps, depth + 1)
-                if reason is not None:
-                    return reason
-                links.append(y)
+            if y in off and not other.end > gaps[c][1]:
+                op = trace.buffer(c).start
+                return (f"op {op} ({trace.ops[op].name}) reads buffer {y} ({other.name}), "
+                        f"off the chain and freed before op {gaps[c][1]}")
         return None
 
-    states: list[ChainState] = []
-    kept, notes = [], []
-    for c in candidates:
-        buffer = trace.buffer(c)
-        last, need = gaps[c]
-        links: list[int] = []
-        deps: set[int] = set()
-        reason = resolve(c, need, links, deps, 0)
-        previous = states[-1] if states else None
-        expected = {previous.buffer_id} if previous is not None else set()
-        if previous is not None and need > previous.need:
-            note = f"is read back before buffer {previous.buffer_id}: not in reverse order"
-        elif reason is None and deps != expected:
-            note = (f"is recomputed from buffers {sorted(deps)}, not from the chain's last "
-                    f"state")
-        else:  # on the chain (a state that cannot be recomputed: a forced checkpoint)
-            states.append(ChainState(c, buffer.start, last, need, buffer.end,
-                                     tuple(links) if reason is None else (), reason))
+    def reads_of(c: int) -> list:
+        return [] if reason_of(c) is not None else [y for y in walks[c].reads
+                                                     if y not in off]
+
+    states: list = []
+    for _ in range(len(order) + 1):  # each pass moves a candidate off or ends
+        on = [c for c in order if c not in off]
+        readers: dict[int, int] = {}
+        for c in on:
+            for y in reads_of(c):
+                readers[y] = readers.get(y, 0) + 1
+        new_side = [c for c in on if reason_of(c) is None and not reads_of(c)
+                    and readers.get(c, 0) >= SIDE_INPUT_READERS]
+        for c in new_side:
+            off[c] = (f"is a side input (read by {readers[c]} candidates, made from none): "
+                      f"resident for its lifetime")
+            side.append(c)
+        unread = [c for c in on if reason_of(c) is not None and c not in readers]
+        for c in unread:  # no checkpoint: nothing on the chain is re-made from it
+            off[c] = f"cannot be re-made ({reason_of(c)}) and no state reads it"
+        if new_side or unread:
             continue
-        kept.append(c)
-        notes.append(f"buffer {c} ({buffer.name}) {note}")
-    return Chain(tuple(states), tuple(kept), tuple(notes))
+        states, conflict = _cut(on, {c: reads_of(c) for c in on},
+                                {c: gaps[c][1] for c in on})
+        if conflict is None:
+            break
+        c, far = conflict
+        later = {y for d in on[on.index(c) + 1:] for y in reads_of(d)}
+        moved = [d for d in far if d in later]
+        for d in moved:
+            off[d] = "is read by candidates several states apart: resident for its lifetime"
+        if not moved:
+            off[c] = f"reads buffers {sorted(far)}, two states back or more"
+    chain_states = []
+    for members in states:
+        buffers = []
+        for c in members:
+            buffer, walk = trace.buffer(c), walks[c]
+            recomputable = reason_of(c) is None
+            buffers.append(StateBuffer(c, buffer.start, gaps[c][0], gaps[c][1], buffer.end,
+                                       tuple(walk.links) if recomputable else (),
+                                       tuple(reads_of(c))))
+        reason = next((reason_of(c) for c in members if reason_of(c) is not None), None)
+        chain_states.append(ChainState(tuple(buffers), reason))
+    kept = tuple(c for c in order if c in off)
+    notes = tuple(f"buffer {c} ({trace.buffer(c).name}) {off[c]}" for c in kept)
+    return Chain(tuple(chain_states), kept, notes, tuple(side))
 
 
-def adjoint_trace(length: int, state_bytes: int, step_us: float = 10.0,
-                  adjoint_us: float | None = None, name: str | None = None,
-                  not_recomputable: tuple[int, ...] = ()) -> Trace:
-    """The trace of an adjoint program over a chain of ``length`` steps: a persistent
-    initial state ``x0`` (the control), forward steps ``f1 .. f_l`` (op ``j - 1`` makes
-    ``x_j`` from ``x_{j-1}``, ``step_us`` each), a loss and its gradient ``λ_l`` from
-    ``x_l``, adjoint steps ``b_l .. b_1`` (``λ_{j-1}`` from ``λ_j`` and ``x_{j-1}``,
-    ``adjoint_us`` each, default ``step_us``), the update of ``x0`` by ``λ_0`` and a fetch
-    of the loss. Every state and adjoint is ``state_bytes``; the recipes are the
-    program's (each op re-run from its inputs), but for the states ``x_j`` with ``j`` in
-    ``not_recomputable`` (their ops declared not recomputable)."""
-    if length < 1:
-        raise ValueError(f"length (={length}) must be >= 1")
-    adjoint_us = step_us if adjoint_us is None else adjoint_us
-    n = 2 * length + 4
-    ops = [Op(f"f{j}", step_us, phase="fw") for j in range(1, length + 1)]
-    ops += [Op("loss", step_us / 4, phase="fw"), Op("dloss", step_us / 4, phase="bw")]
-    ops += [Op(f"b{j}", adjoint_us, phase="bw") for j in range(length, 0, -1)]
-    ops += [Op("update", step_us / 4, phase="opt"), Op("fetch", 1.0, phase="opt")]
-    back = {j: length + 2 + (length - j) for j in range(1, length + 1)}  # op of b_j
-    buffers = [Buffer(0, state_bytes, 0, n, (0, back[1], n - 2), PERSISTENT, "x0")]
-    for j in range(1, length + 1):  # x_j: made by op j - 1, read by f_{j+1} and b_{j+1}
-        uses = [j - 1]
-        if j < length:
-            uses += [j, back[j + 1]]
-        else:
-            uses += [length, length + 1]
-        recipe = None if j in not_recomputable else Recompute(j - 1, (j - 1,))
-        buffers.append(Buffer(j, state_bytes, j - 1, max(uses) + 1, tuple(uses), name=f"x{j}",
-                              recompute=recipe))
-    loss = length + 1
-    buffers.append(Buffer(loss, 512, length, n, (length, n - 1), name="loss",
-                          recompute=Recompute(length, (length,))))
-    lam = loss + 1  # λ_l, then λ_{l-1} .. λ_0
-    buffers.append(Buffer(lam, state_bytes, length + 1, back[length] + 1,
-                          (length + 1, back[length]), name=f"lam{length}",
-                          recompute=Recompute(length + 1, (length,))))
-    for j in range(length, 0, -1):
-        made = back[j]
-        reader = back[j - 1] if j > 1 else n - 2
-        ident = lam + (length - j) + 1
-        buffers.append(Buffer(ident, state_bytes, made, reader + 1, (made, reader),
-                              name=f"lam{j - 1}",
-                              recompute=Recompute(made, (ident - 1, j - 1))))
-    return Trace(name or f"adjoint chain l={length}", tuple(ops), tuple(buffers),
-                 source="cupool.planning.budget.chain.adjoint_trace")
-
-
-__all__ = ["Chain", "ChainState", "adjoint_trace", "find_chain", "turn_op"]
+__all__ = ["Chain", "ChainState", "StateBuffer", "find_chain", "turn_op"]

@@ -34,7 +34,14 @@ ephemerals before it. Everything off the chain keeps its trace residency.
 
 **Slots from bytes.** The planner tries slot counts (a binary search, then down while the
 offsets do not fit) and keeps the largest whose schedule, measured step by step on the
-validator's clock (each recompute a step), fits the budget.
+validator's clock (each recompute a step), fits the budget. Below the fewest slots' peak
+(one reverse step's working set and the root) no schedule of the policy fits: its plan is
+``infeasible``, its reason one line naming the op and the bytes.
+
+**States of several buffers** (:mod:`.chain`: a step that makes a reaction term beside
+the state, a misfit per observation, leapfrog's two steps): a state is advanced as one
+step; passing through it re-makes only the buffers the states above read, delivering it
+re-makes all of them.
 
 **Forced checkpoints.** A state whose op is not recomputable is kept from where it is
 made; it splits the chain, each stretch below it reversed from the state under it
@@ -168,7 +175,8 @@ class _Builder:
         self.states = chain.states
         self.batches: dict[int, list[_Entry]] = defaultdict(list)
         self.index: dict[int, dict[int, int]] = defaultdict(dict)  # op -> buffer -> entry
-        self.first_end = {x.buffer_id: x.forward_last + 1 for x in chain.states}
+        self.first_end = {b.buffer_id: b.forward_last + 1 for x in chain.states
+                          for b in x.buffers}
         self.state_recomputes = self.link_recomputes = 0
 
     def state(self, position: int):
@@ -189,18 +197,34 @@ class _Builder:
         self.index[op][buffer] = len(batch)
         batch.append(_Entry(buffer, kept))
 
+    def required(self, base: int, target: int) -> dict:
+        """For each state ``base + 1 .. target``, the buffers to re-make: all of
+        ``target``'s, and below it only what the buffers above read (its carry)."""
+        wanted = set(self.state(target).buffer_ids)
+        out = {}
+        for j in range(target, base, -1):
+            chosen = []
+            for b in reversed(self.state(j).buffers):
+                if b.buffer_id in wanted:
+                    chosen.append(b)
+                    wanted.update(b.reads)
+            out[j] = chosen[::-1]
+        return out
+
     def advance(self, base: int, target: int, op: int) -> None:
-        """Recompute states ``base + 1 .. target`` before ``op`` (their links first),
-        keeping ``target``."""
+        """Recompute states ``base + 1 .. target`` before ``op`` (each buffer's links
+        first), keeping ``target``."""
+        required = self.required(base, target)
         for j in range(base + 1, target + 1):
-            x = self.state(j)
-            for link in x.links:
-                if link not in self.index[op]:
-                    self.link_recomputes += 1
-                self.make(op, link, False)
-            if x.buffer_id not in self.index[op]:
+            members = required[j]
+            if any(b.buffer_id not in self.index[op] for b in members):
                 self.state_recomputes += 1
-            self.make(op, x.buffer_id, j == target)
+            for b in members:
+                for link in b.links:
+                    if link not in self.index[op]:
+                        self.link_recomputes += 1
+                    self.make(op, link, False)
+                self.make(op, b.buffer_id, j == target)
 
     def reverse(self, base: int, top: int, slots: int, forward: bool, table) -> None:
         """Deliver states ``top, top - 1, .., base + 1`` with ``base`` held (``forward``:
@@ -213,7 +237,8 @@ class _Builder:
                 continue
             target = a + int(choice[b - a, s])
             if fw:
-                self.first_end[self.state(target).buffer_id] = self.state(target).end
+                for x in self.state(target).buffers:
+                    self.first_end[x.buffer_id] = x.end
             else:
                 self.advance(a, target, self.state(b).need)
             if target == b:
@@ -241,8 +266,8 @@ def build(trace: Trace, chain: Chain, slots: int, host: tuple = (), cost=None,
     for i in range(len(bases) - 1, 0, -1):
         builder.reverse(bases[i - 1], bases[i] - 1, slots, False, table)
     for p in kept_bases - {0}:
-        x = chain.states[p - 1]
-        builder.first_end[x.buffer_id] = x.end
+        for x in chain.states[p - 1].buffers:
+            builder.first_end[x.buffer_id] = x.end
     swapped = [p for p in host if p not in kept_bases]
     spans, actions, index = [], [], {}
     for b in trace.buffers:
@@ -254,11 +279,12 @@ def build(trace: Trace, chain: Chain, slots: int, host: tuple = (), cost=None,
             end = trace.buffer(entry.buffer).end if entry.kept else op
             spans.append((entry.buffer, op, end))
             actions.append(RecomputeAction(entry.buffer, op))
-    for p in swapped:
-        x = chain.states[p - 1]
-        due = _first_read(builder, x.buffer_id, x.need)
-        trigger = _trigger(trace, builder, due, x, cost if prefetch else None)
-        out_end = _copied_out(trace, x, cost, trigger)
+    op_us = cost.op_times(trace) if cost is not None and swapped else None
+    first_reads = _first_reads(builder) if swapped else {}
+    for x in (b for p in swapped for b in chain.states[p - 1].buffers):
+        due = min(first_reads.get(x.buffer_id, x.need), x.need)
+        trigger = _trigger(trace, builder, due, x, cost if prefetch else None, op_us)
+        out_end = _copied_out(trace, x, cost, trigger, op_us)
         spans[index[x.buffer_id]] = (x.buffer_id, x.producer, out_end)
         actions += [SwapOut(x.buffer_id, x.forward_last), SwapIn(x.buffer_id, trigger, due)]
         spans.append((x.buffer_id, trigger, x.end))
@@ -267,23 +293,23 @@ def build(trace: Trace, chain: Chain, slots: int, host: tuple = (), cost=None,
                  builder.link_recomputes, slots, tuple(swapped), rows)
 
 
-def _first_read(builder: _Builder, buffer: int, need: int) -> int:
-    """The first op whose recomputes read ``buffer`` (or ``need``, its own first use)."""
-    for op in sorted(o for o in builder.batches if o <= need):
-        if any(buffer in builder.trace.buffer(e.buffer).recompute.inputs
-               for e in builder.batches[op]):
-            return op
-    return need
+def _first_reads(builder: _Builder) -> dict:
+    """For each buffer the recomputes read, the first op whose recomputes read it."""
+    first: dict[int, int] = {}
+    for op in sorted(builder.batches):
+        for entry in builder.batches[op]:
+            for source in builder.trace.buffer(entry.buffer).recompute.inputs:
+                first.setdefault(source, op)
+    return first
 
 
-def _copied_out(trace: Trace, x, cost, limit: int) -> int:
+def _copied_out(trace: Trace, x, cost, limit: int, op_us) -> int:
     """The end of ``x``'s first residency when it is copied out after its forward use:
-    the op by which the copy is done (``cost``), so that nothing waits to take its bytes,
-    at most ``limit``."""
+    the op by which the copy is done (``cost``; ``op_us`` its op times), so that nothing
+    waits to take its bytes, at most ``limit``."""
     end = x.forward_last + 1
     if cost is None:
         return end
-    op_us = cost.op_times(trace)
     need_us = cost.copy_us(trace.buffer(x.buffer_id).size, "d2h")
     spent = 0.0
     while end < limit and spent < need_us:
@@ -292,12 +318,11 @@ def _copied_out(trace: Trace, x, cost, limit: int) -> int:
     return end
 
 
-def _trigger(trace: Trace, builder: _Builder, due: int, x, cost) -> int:
+def _trigger(trace: Trace, builder: _Builder, due: int, x, cost, op_us) -> int:
     """The latest op at which a swap-in of ``x`` lands by ``due`` (ops and recomputes
-    timed by ``cost``), after the state's forward use."""
+    timed by ``cost``; ``op_us`` its op times), after the state's forward use."""
     if cost is None:
         return max(x.forward_last + 1, due)
-    op_us = cost.op_times(trace)
     need_us = cost.copy_us(trace.buffer(x.buffer_id).size, "h2d")
     spent, t = 0.0, due
     while t > x.forward_last + 1 and spent < need_us:
@@ -321,21 +346,16 @@ def _peak(trace: Trace, spans, batches) -> tuple[int, int, tuple, dict]:
     for op, batch in batches.items():
         for k, entry in enumerate(batch):
             position[(entry.buffer, op)] = (k, max(k, entry.last))
-    starts, ends, sizes = [], [], []
-    for buffer, start, end in spans:
-        size = trace.buffer(buffer).size
-        if start < end:  # held from its recompute's step, when one enters it
-            made = position.get((buffer, start), (0, 0))[0]
-            starts.append(first_step[start] + made)
-            ends.append(first_step[end])
-        else:
-            made, last = position[(buffer, start)]
-            starts.append(first_step[start] + made)
-            ends.append(first_step[start] + last + 1)
-        sizes.append(size)
-    starts = np.asarray(starts, dtype=np.int64)
-    ends = np.asarray(ends, dtype=np.int64)
-    sizes = np.asarray(sizes, dtype=np.int64)
+    size_of = {b.id: b.size for b in trace.buffers}
+    count = len(spans)
+    start = np.fromiter((x[1] for x in spans), np.int64, count)
+    end = np.fromiter((x[2] for x in spans), np.int64, count)
+    sizes = np.fromiter((size_of[x[0]] for x in spans), np.int64, count)
+    entered = [position.get((x[0], x[1]), (0, 0)) for x in spans]  # (step made, last read)
+    made = np.fromiter((m for m, _last in entered), np.int64, count)
+    last = np.fromiter((r for _made, r in entered), np.int64, count)
+    starts = first_step[start] + made  # held from its recompute's step, when one enters it
+    ends = np.where(start < end, first_step[end], first_step[start] + last + 1)
     delta = np.zeros(total_steps + 1, dtype=np.int64)
     np.add.at(delta, starts, sizes)
     np.add.at(delta, ends, -sizes)
@@ -379,7 +399,9 @@ def _stats(chain: Chain, built: Built) -> dict:
             "revolve_link_recomputes": built.link_recomputes,
             "revolve_forward_steps": m + built.state_recomputes,
             "revolve_kept": list(chain.kept), "revolve_forced": forced,
-            "revolve_host": list(built.host), "revolve_notes": list(chain.notes)}
+            "revolve_host": list(built.host), "revolve_side": list(chain.side),
+            "revolve_state_buffers": len(chain.buffer_ids),
+            "revolve_notes": list(chain.notes)}
 
 
 def chain_for(trace: Trace) -> tuple[Chain | None, str | None]:
@@ -474,7 +496,7 @@ def plan_revolve_two_level(trace, budget_bytes, cost, params: BudgetParams, star
     candidates = [(f"every {p}", tuple(range(p, m, p)), True) for p in HOST_PERIODS if p < m]
     if one_level is not None:
         step_us = float(np.mean([cost.op_us(trace, x.producer) for x in chain.states]))
-        copy_us = max(cost.copy_us(trace.buffer(x.buffer_id).size, d)
+        copy_us = max(cost.copy_us(sum(trace.buffer(b).size for b in x.buffer_ids), d)
                       for x in chain.states for d in ("h2d", "d2h"))
         placed = host_positions(m, one_level.slots, step_us, copy_us)
         if placed:
@@ -508,9 +530,14 @@ def plan_revolve(trace, budget_bytes, cost, params: BudgetParams, started: float
     chain, reason = chain_for(trace)
     if chain is None:
         return _failed(trace, budget_bytes, started, reason)
+    if build(trace, chain, 0).peak_bytes > budget_bytes:  # no schedule of this policy fits
+        return _failed(trace, budget_bytes, started, floor_reason(trace, chain, budget_bytes),
+                       status=SolveStatus.INFEASIBLE)
     built, offsets = largest_fitting(trace, chain, budget_bytes, params)
     if built is None:
-        return _failed(trace, budget_bytes, started, floor_reason(trace, chain, budget_bytes))
+        return _failed(trace, budget_bytes, started,
+                       f"{POLICY}: no slot count's schedule could be placed within "
+                       f"{budget_bytes} bytes (offset solvers {', '.join(FALLBACK_SOLVERS)})")
     plan = _plan_of(trace, built, offsets, budget_bytes, started, _stats(chain, built))
     return _checked(trace, plan, budget_bytes, started)
 
@@ -524,9 +551,12 @@ def _checked(trace, plan, budget_bytes, started) -> BudgetResult:
     return BudgetResult(plan, trace, POLICY)
 
 
-def _failed(trace, budget_bytes, started, reason, solver: str = POLICY) -> BudgetResult:
-    plan = failed_plan(trace, budget_bytes, solver, started, SolveStatus.OVER_CAPACITY,
-                       {"reason": reason})
+def _failed(trace, budget_bytes, started, reason, solver: str = POLICY,
+            status: SolveStatus = SolveStatus.OVER_CAPACITY) -> BudgetResult:
+    """No plan: ``over_capacity``, or ``infeasible`` where no schedule of the policy fits
+    (below one reverse step's working set and one checkpoint: nothing copied, nothing off
+    the chain leaves, so no plan of this policy exists)."""
+    plan = failed_plan(trace, budget_bytes, solver, started, status, {"reason": reason})
     return BudgetResult(plan, trace, solver, reason)
 
 
