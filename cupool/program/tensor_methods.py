@@ -17,6 +17,8 @@ still key dictionaries; ``==`` is elementwise, as NumPy's.
 
 from __future__ import annotations
 
+from sys import _getframe
+
 
 def _namespace(tensor, function: str):
     """The array namespace of the iteration ``tensor``'s session is declaring."""
@@ -210,26 +212,27 @@ class ArrayMethods:
 
 
 def _binary(ufunc: str):
+    # Each passes the program's frame (the caller of the operator) for the op's name.
     def forward(self, other):
         try:  # the namespace the iteration being declared made (the common case)
             xp = self.owner._open_iteration._xp
         except AttributeError:
             xp = _namespace(self, ufunc)
-        return xp.binary_operator(ufunc, self, other)
+        return xp.binary_operator(ufunc, self, other, _getframe(1))
 
     def reflected(self, other):
         try:
             xp = self.owner._open_iteration._xp
         except AttributeError:
             xp = _namespace(self, ufunc)
-        return xp.binary_operator(ufunc, other, self)
+        return xp.binary_operator(ufunc, other, self, _getframe(1))
 
     def inplace(self, other):
         try:
             xp = self.owner._open_iteration._xp
         except AttributeError:
             xp = _namespace(self, ufunc)
-        return xp.inplace_operator(ufunc, self, other)
+        return xp.inplace_operator(ufunc, self, other, _getframe(1))
 
     return forward, reflected, inplace
 

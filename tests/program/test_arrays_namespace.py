@@ -233,3 +233,36 @@ def test_tensors_keep_identity_hashing_and_elementwise_equality():
         assert x.__array_namespace__() is it.xp
         assert (np.float32(2) * x).dtype == np.float32  # NumPy defers to the tensor
         it.fetch(equal)
+
+
+def _double(t):
+    return t * 2.0
+
+
+def _accumulate(target, value):
+    target += value
+
+
+def test_a_call_site_seen_before_still_refuses_a_tensor_out_of_scope_by_its_typed_error():
+    """The second call from one site with operands of the same layout takes the cached path,
+    which leaves the tensors' scope to the iteration: the error is still the namespace's."""
+    with _session() as session:
+        w = session.register("w", np.ones(3, np.float32))
+        v = session.register("v", np.ones(3, np.float32))
+        with session.iteration() as it:
+            stale = _double(w)
+            it.fetch(stale)
+        with session.iteration() as it:
+            it.fetch(_double(w))  # the site's entry is cached now
+            ops = len(it._ops)
+            error = _raises(ArrayScopeError, lambda: _double(stale), "multiply", ((3,), "2.0"))
+            assert "iteration 0" in str(error)
+            _accumulate(v, w)
+            assert len(it._ops) == ops + 1
+        session.release(w)
+        with session.iteration() as it:
+            _raises(ArrayReleasedError, lambda: _double(w), "multiply", ((3,), "2.0"))
+            _raises(ArrayReleasedError, lambda: _accumulate(v, w), "add_inplace", ((3,),))
+            _raises(ArrayReleasedError, lambda: _accumulate(w, v), "add_inplace",
+                    ((3,), (3,)))
+            it.fetch(_double(v))

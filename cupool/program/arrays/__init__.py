@@ -16,7 +16,9 @@ lowest first:
 - :mod:`.views`: views as a base and a chain of view steps (no op, no buffer of their own);
 - :mod:`.bodies`: what each op runs (the same NumPy/CuPy calls as the program without cupool);
 - :mod:`.rules`: per kind of call, its result's shape and dtype and its op body;
-- :mod:`.sites`: where a call comes from (its ``file:line``, the op's name) and its errors;
+- :mod:`.sites`: where a call comes from (its ``file:line``, the op's name, the cache key's
+  site) and its errors;
+- :mod:`.operands`: the quick signature of the common calls (tensors, views, numbers);
 - :mod:`.structure`: the functions of shape, views, indexing and creation;
 - :mod:`.namespace`: the namespace itself (the declaring core, operators, elementwise
   functions, linear algebra, reductions).

@@ -15,9 +15,14 @@ line of the program that called it (the first frame outside ``cupool/program``),
 recorded trace, a plan and a picture read like the program.
 
 **Cost.** The call's signature (function, operands' positions, shapes, dtypes, view chains,
-constants, parameters) keys a module-wide cache of the output spec and the body: a call
-made again in a later step declares the same callable with the same spec, which the
-iteration matches with the recorded op (and the planned step reuses the op's call).
+constants, parameters) and its site (the calling code object and instruction) key a
+module-wide cache of the output spec, the body and the op's name: a call made again in a
+later step declares the same callable with the same spec, which the iteration matches with
+the recorded op (and the planned step reuses the op's call). The common calls (tensors,
+views, Python numbers; :mod:`cupool.program.arrays.operands`) read their signature without
+checking the tensors' scope, which the iteration checks anyway: what it refuses is said as
+the namespace's typed error (:meth:`ArrayNamespace._refusal`). The operators pass the
+program's frame; other calls find it by walking out of the namespace's modules.
 
 **Errors** are raised when the call is made (:mod:`cupool.program.arrays.errors`), naming the
 function, the operands' shapes and the call's source line: a function outside the subset,
@@ -46,9 +51,10 @@ from cupool.program.arrays.errors import (
     ShapeMismatchError,
     UnsupportedFunctionError,
 )
+from cupool.program.arrays.operands import quick_signature
 from cupool.program.arrays.rules import ELEMENTWISE_BINARY, ELEMENTWISE_UNARY
 from cupool.program.arrays.shapes import Refusal
-from cupool.program.arrays.structure import T_STEP, StructureFunctions
+from cupool.program.arrays.structure import StructureFunctions
 from cupool.program.arrays.views import View, stand_in
 from cupool.program.errors import ProgramError
 from cupool.program.tensor_methods import ArrayMethods
@@ -61,7 +67,6 @@ _COMMON = frozenset({Tensor, View, float, int})
 _HERE = globals()
 _METHODS = vars(sys.modules[ArrayMethods.__module__])
 _STRUCTURE = vars(sys.modules[StructureFunctions.__module__])
-_T_CHAIN = (T_STEP,)
 _INPLACE_NAMES = {name: f"{name}_inplace" for name in bodies.INPLACE}
 _ENTRIES: dict = {}
 _LABELS: dict = {}
@@ -247,7 +252,7 @@ class ArrayNamespace(StructureFunctions):
         return sites.error(UnsupportedFunctionError, fname, args,
                       f"operand {type(value).__name__} is not a tensor, a view or a scalar")
 
-    def _refused(self, fname: str, args, refusal: Refusal, frame):
+    def _refused(self, fname: str, args, refusal: Refusal, frame=None):
         cls = _REFUSALS[refusal.kind]
         detail = refusal.detail + (f"; {IT_OP}" if refusal.kind == "unsupported" else "")
         return sites.error(cls, fname, args, detail, frame)
@@ -261,39 +266,65 @@ class ArrayNamespace(StructureFunctions):
         operands = tuple(("c", a) if part[0] == "c" else ("in", part[0], part[3])
                          for a, part in zip(args, sig, strict=True))
         entry = ((tuple(shape), dtype), bodies.body(fname, impl, operands),
-                 sites.label(fname, frame))
+                 sites.label(fname, frame), None if frame is None else frame.f_code)
         if len(_ENTRIES) >= sites.LIMIT:
             _ENTRIES.clear()
         _ENTRIES[key] = entry
         return entry
 
-    def _pure(self, fname: str, args: tuple, params, rule):
+    def _refusal(self, fname: str, args: tuple, target=None) -> None:
+        """Raise the namespace's typed error for what the iteration refused in a call that
+        took the quick path (a tensor of another iteration, a released one, a closed
+        session): the full checks that path leaves out. Returns where they find nothing."""
+        every = args if target is None else (target, *args)
+        if target is not None:
+            base = target.base if target.__class__ is View else target
+            if base.owner is not self._session or base.released or (
+                    base.iteration is not None and base.iteration != self._number):
+                self._check(fname, every, base)
+        self._operands(fname, args)
+        self._check_open(fname, every)
+
+    def _pure(self, fname: str, args: tuple, params, rule, frame=None):
         """Declare ``fname(*args)`` as an op with one new output (``rule(args, params)``
-        gives its shape, dtype and implementation); returns the output tensor. The cache
-        key holds the call site too: one lookup gives the output spec, the body and the
-        op's name."""
-        bases, sig = self._operands(fname, args)
-        frame = sys._getframe(1)  # the program's call: the first frame of another module
-        while frame is not None and (frame.f_globals is _HERE or frame.f_globals is _METHODS
-                                     or frame.f_globals is _STRUCTURE):
-            frame = frame.f_back
-        if frame is not None and frame.f_code.co_filename.startswith(sites.PROGRAM_DIR):
-            frame = sites.caller()  # a call from elsewhere in cupool/program
+        gives its shape, dtype and implementation); returns the output tensor. ``frame`` is
+        the program's call where the caller knows it (the operators), else found here. The
+        cache key holds the call site (its code object and instruction): one lookup gives
+        the output spec, the body and the op's name."""
+        quick = quick_signature(args, self._session)
+        bases, sig = quick if quick is not None else self._operands(fname, args)
+        if frame is None:
+            frame = sys._getframe(1)  # the program's call: the first frame of another module
+            while frame is not None and (frame.f_globals is _HERE or frame.f_globals is
+                                         _METHODS or frame.f_globals is _STRUCTURE):
+                frame = frame.f_back
         if frame is not None:
-            key = (fname, sig, params, frame.f_code.co_filename, frame.f_lineno)
+            key = (fname, sig, params, id(frame.f_code), frame.f_lasti)
         else:
-            key = (fname, sig, params, "<unknown>", 0)
+            key = (fname, sig, params, None, 0)
         entry = _ENTRIES.get(key)
         if entry is None:
-            self._check_open(fname, args)
-            entry = self._entry(fname, args, sig, params, rule, frame, key)
-        try:
-            return self.iteration.op(entry[1], *bases, out=entry[0], name=entry[2])
-        except ProgramError:  # a closed session or an ended iteration: said as ours
-            self._check_open(fname, args)
+            if sites.inside(frame):  # a call from elsewhere in cupool/program: the
+                frame = sites.outside(frame)  # program's call is further out
+                key = (*key[:-2], *sites.site(frame))
+                entry = _ENTRIES.get(key)
+            if entry is None:
+                if quick is not None:
+                    self._operands(fname, args)  # the checks the quick signature leaves out
+                self._check_open(fname, args)
+                entry = self._entry(fname, args, sig, params, rule, frame, key)
+        op = self.iteration.op
+        try:  # the common numbers of inputs without a starred call (it costs more)
+            if len(bases) == 1:
+                return op(entry[1], bases[0], out=entry[0], name=entry[2])
+            if len(bases) == 2:
+                return op(entry[1], bases[0], bases[1], out=entry[0], name=entry[2])
+            return op(entry[1], *bases, out=entry[0], name=entry[2])
+        except ProgramError:  # said as ours
+            self._refusal(fname, args)
             raise
 
-    def _update(self, fname: str, target, args: tuple, params, rule) -> None:
+    def _update(self, fname: str, target, args: tuple, params, rule, frame=None) -> None:
         """Declare a write into ``target`` (a tensor, or a view: through it into its base)
         reading ``args``: ``rule(target, args, params)`` checks it and gives the
         implementation ``impl(target view, *values)``."""
@@ -303,28 +334,38 @@ class ArrayNamespace(StructureFunctions):
             base, chain, read_only = target, (), False
         else:
             raise self._foreign(fname, (target, *args), target)
-        if base.owner is not self._session or base.released or (
-                base.iteration is not None and base.iteration != self._number):
-            self._check(fname, (target, *args), base)
-        if read_only or (self._read_only and base.key in self._read_only):
-            why = ("uploaded from a read-only host array" if base.key in self._read_only
-                   else "a broadcast view")
-            raise sites.error(ReadOnlyWriteError, fname, (target, *args),
-                         f"{target.name!r} is read-only ({why}): write into a copy "
-                         f"(xp.asarray(x, copy=True))")
-        bases, sig = self._operands(fname, args)
-        frame = sys._getframe(1)  # the program's call: the first frame of another module
-        while frame is not None and (frame.f_globals is _HERE or frame.f_globals is _METHODS
-                                     or frame.f_globals is _STRUCTURE):
-            frame = frame.f_back
-        if frame is not None and frame.f_code.co_filename.startswith(sites.PROGRAM_DIR):
-            frame = sites.caller()
-        site = (frame.f_code.co_filename, frame.f_lineno) if frame is not None else ("", 0)
+        if base.owner is not self._session or base.__class__ is not Tensor or read_only \
+                or self._read_only:  # the checks the quick path leaves to the iteration
+            if base.owner is not self._session or base.released or (
+                    base.iteration is not None and base.iteration != self._number):
+                self._check(fname, (target, *args), base)
+            if read_only or (self._read_only and base.key in self._read_only):
+                why = ("uploaded from a read-only host array" if base.key in self._read_only
+                       else "a broadcast view")
+                raise sites.error(ReadOnlyWriteError, fname, (target, *args),
+                                  f"{target.name!r} is read-only ({why}): write into a copy "
+                                  f"(xp.asarray(x, copy=True))")
+        quick = quick_signature(args, self._session)
+        bases, sig = quick if quick is not None else self._operands(fname, args)
+        if frame is None:
+            frame = sys._getframe(1)  # the program's call: the first frame of another module
+            while frame is not None and (frame.f_globals is _HERE or frame.f_globals is
+                                         _METHODS or frame.f_globals is _STRUCTURE):
+                frame = frame.f_back
         spec = base.spec
-        key = ("update", fname, spec.shape, spec.dtype, chain, sig, params, *site)
+        key = ("update", fname, spec.shape, spec.dtype, chain, sig, params, *sites.site(frame))
         entry = _ENTRIES.get(key)
+        if entry is None and sites.inside(frame):  # a call from elsewhere in cupool/program:
+            frame = sites.outside(frame)  # the program's call is further out
+            key = (*key[:-2], *sites.site(frame))
+            entry = _ENTRIES.get(key)
         if entry is None:
             every = (target, *args)
+            if base.released or (base.iteration is not None
+                                 and base.iteration != self._number):
+                self._check(fname, every, base)
+            if quick is not None:
+                self._operands(fname, args)
             self._check_open(fname, every)
             try:
                 impl = rule(target, args, params)
@@ -332,21 +373,23 @@ class ArrayNamespace(StructureFunctions):
                 raise self._refused(fname, every, refusal, frame) from None
             operands = tuple(("c", a) if part[0] == "c" else ("in", part[0], part[3])
                              for a, part in zip(args, sig, strict=True))
-            entry = (bodies.body(fname, impl, operands, chain), sites.label(fname, frame))
+            entry = (bodies.body(fname, impl, operands, chain), sites.label(fname, frame),
+                     None if frame is None else frame.f_code)
             if len(_ENTRIES) >= sites.LIMIT:
                 _ENTRIES.clear()
             _ENTRIES[key] = entry
+        op = self.iteration.op
         try:
-            self.iteration.op(entry[0], *bases, updates=[base], name=entry[1])
-        except ProgramError:  # a closed session or an ended iteration: said as ours
-            self._check_open(fname, (target, *args))
+            if len(bases) == 1:
+                op(entry[0], bases[0], updates=[base], name=entry[1])
+            else:
+                op(entry[0], *bases, updates=[base], name=entry[1])
+        except ProgramError:  # said as ours
+            self._refusal(fname, args, target)
             raise
 
     def _view(self, fname: str, x, step: tuple):
         """``x`` seen through one more view ``step`` (no op)."""
-        if step is T_STEP and x.__class__ is Tensor and x.owner is self._session and not \
-                x.released and (x.iteration is None or x.iteration == self._number):
-            return View(x, _T_CHAIN, x.spec.shape[::-1], False)  # x.T: the common view
         if x.__class__ is View:
             base, chain, read_only = x.base, (*x.chain, step), x.read_only
         elif isinstance(x, Tensor):
@@ -373,22 +416,26 @@ class ArrayNamespace(StructureFunctions):
         return View(base, chain, shape, read_only or step[0] == "broadcast")
 
     # -- operators (from the tensors' dunder methods) ---------------------------------------
-    def binary_operator(self, ufunc: str, a, b):
-        """``a <op> b``; ``NotImplemented`` for an operand type NumPy would not take either."""
+    def binary_operator(self, ufunc: str, a, b, frame=None):
+        """``a <op> b``; ``NotImplemented`` for an operand type NumPy would not take either.
+        ``frame``: the program's frame that made the call (the tensors' operators give
+        it)."""
         if (a.__class__ not in _COMMON or b.__class__ not in _COMMON) and not (
                 isinstance(a, _OPERAND_TYPES) and isinstance(b, _OPERAND_TYPES)):
             return NotImplemented
         if ufunc == "pow":
-            return self._pure("pow", (a, b), None, rules.power_operator_rule)
+            return self._pure("pow", (a, b), None, rules.power_operator_rule, frame)
         if ufunc == "matmul":
-            return self.matmul(a, b)
-        return self._pure(ufunc, (a, b), ELEMENTWISE_BINARY[ufunc], rules.elementwise_rule)
+            return self._pure("matmul", (a, b), "matmul", rules.linear_rule, frame)
+        return self._pure(ufunc, (a, b), ELEMENTWISE_BINARY[ufunc], rules.elementwise_rule,
+                          frame)
 
-    def inplace_operator(self, ufunc: str, target, value):
+    def inplace_operator(self, ufunc: str, target, value, frame=None):
         """``target <op>= value``: an update of ``target`` (its base, for a view)."""
         if not isinstance(value, _OPERAND_TYPES):
             return NotImplemented
-        self._update(_INPLACE_NAMES[ufunc], target, (value,), ufunc, rules.inplace_rule)
+        self._update(_INPLACE_NAMES[ufunc], target, (value,), ufunc, rules.inplace_rule,
+                     frame)
         return target
 
     # -- elementwise ------------------------------------------------------------------------
@@ -406,11 +453,10 @@ class ArrayNamespace(StructureFunctions):
         return self._pure("round", (x,), int(decimals), rules.round_rule)
 
     def astype(self, x, dtype, /, *, copy: bool = True, device=None):
-        frame = sites.caller()
         try:
             dt = shapes.check_dtype(dtype)
         except Refusal as refusal:
-            raise self._refused("astype", (x,), refusal, frame) from None
+            raise self._refused("astype", (x,), refusal) from None
         if dt == x.dtype and not copy:
             return x
         return self._pure("astype", (x,), dt, rules.cast_rule)
@@ -434,11 +480,10 @@ class ArrayNamespace(StructureFunctions):
 
     # -- reductions -------------------------------------------------------------------------
     def _reduce(self, fname: str, x, axis, keepdims: bool, options: tuple = ()):
-        frame = sites.caller()
         try:
             axes = shapes.normalize_axes(axis, len(rules.shape_of(x)))
         except Refusal as refusal:
-            raise self._refused(fname, (x,), refusal, frame) from None
+            raise self._refused(fname, (x,), refusal) from None
         return self._pure(fname, (x,), (axes, bool(keepdims), options),
                           rules.REDUCE_RULES[fname])
 
@@ -478,13 +523,16 @@ class ArrayNamespace(StructureFunctions):
         return self._reduce("all", x, axis, keepdims)
 
 def _function(name: str, table: dict):
+    operands = 2 if table is ELEMENTWISE_BINARY else 1
+    params = table[name]
+    rule = rules.elementwise_rule
+
     def function(self, *args, **options):
-        if options or len(args) != (2 if table is ELEMENTWISE_BINARY else 1):
+        if options or len(args) != operands:
             raise sites.error(UnsupportedFunctionError, name, args,
-                              f"{name} takes {2 if table is ELEMENTWISE_BINARY else 1} "
-                              f"operands here (no out=, where=, dtype=: got "
-                              f"{sorted(options) or 'none'}); {IT_OP}")
-        return self._pure(name, args, table[name], rules.elementwise_rule)
+                              f"{name} takes {operands} operands here (no out=, where=, "
+                              f"dtype=: got {sorted(options) or 'none'}); {IT_OP}")
+        return self._pure(name, args, params, rule, sys._getframe(1))
 
     function.__name__ = function.__qualname__ = name
     function.__doc__ = f"NumPy's ``{table[name]}`` (elementwise, broadcast, one op)."

@@ -44,6 +44,27 @@ def label(fname: str, frame) -> str:
     return found
 
 
+def site(frame) -> tuple:
+    """The part of a cache key that names a call's site: its code object's ``id`` (the
+    cached entry keeps the code object alive, so that the ``id`` names no other while the
+    key exists) and the instruction of the call."""
+    return (id(frame.f_code), frame.f_lasti) if frame is not None else (None, 0)
+
+
+def inside(frame) -> bool:
+    """Whether ``frame`` runs code of ``cupool/program`` (not the program's own)."""
+    return frame is not None and frame.f_code.co_filename.startswith(PROGRAM_DIR)
+
+
+def outside(frame):
+    """The first frame from ``frame`` outward that is not in ``cupool/program``. The
+    namespace caches entries only under the sites of such frames, so that a key found
+    names the program's call."""
+    while frame is not None and frame.f_code.co_filename.startswith(PROGRAM_DIR):
+        frame = frame.f_back
+    return frame
+
+
 def shown(value):
     """An operand as an error shows it: a shape, or the ``repr`` of anything else."""
     if isinstance(value, (Tensor, View)):
@@ -59,4 +80,5 @@ def error(cls, fname: str, args, detail: str, frame=None, **extra):
     return cls(fname, tuple(shown(a) for a in args), where(frame), detail, **extra)
 
 
-__all__ = ["LIMIT", "PROGRAM_DIR", "caller", "error", "label", "shown", "where"]
+__all__ = ["LIMIT", "PROGRAM_DIR", "caller", "error", "inside", "label", "outside", "shown",
+           "site", "where"]

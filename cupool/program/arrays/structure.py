@@ -27,6 +27,8 @@ from cupool.program.tensors import Tensor
 
 T_STEP = ("T",)
 """The view step of ``x.T`` (one object: the namespace makes ``x.T`` of a tensor at once)."""
+T_CHAIN = (T_STEP,)
+"""The chain of ``x.T`` of a tensor (one object, shared by every such view)."""
 
 
 class StructureFunctions:
@@ -34,18 +36,17 @@ class StructureFunctions:
 
     # -- shapes and views -------------------------------------------------------------------
     def reshape(self, x, /, shape, *, copy=None):
-        frame = caller()
         try:
             new = shapes.reshaped(rules.shape_of(x), shape)
         except Refusal as refusal:
-            raise self._refused("reshape", (x,), refusal, frame) from None
+            raise self._refused("reshape", (x,), refusal) from None
         if copy:
             return self._pure("reshape", (x,), new, rules.reshape_copy_rule)
         if x.__class__ is View and not reshape_is_view(x.base.spec.shape, x.dtype, x.chain,
                                                        new):
             if copy is False:
                 raise error(ShapeMismatchError, "reshape", (x,),
-                             f"reshaping this view to {new} needs a copy (copy=False)", frame)
+                             f"reshaping this view to {new} needs a copy (copy=False)")
             return self._pure("reshape", (x,), new, rules.reshape_copy_rule)
         return self._view("reshape", x, ("reshape", new))
 
@@ -57,23 +58,21 @@ class StructureFunctions:
 
     def expand_dims(self, x, /, axis=0):
         shape = rules.shape_of(x)
-        frame = caller()
         try:
             axis = shapes.normalize_axis(axis, len(shape) + 1)
         except Refusal as refusal:
-            raise self._refused("expand_dims", (x,), refusal, frame) from None
+            raise self._refused("expand_dims", (x,), refusal) from None
         return self._view("expand_dims", x, ("reshape", (*shape[:axis], 1, *shape[axis:])))
 
     def squeeze(self, x, /, axis=None):
         shape = rules.shape_of(x)
-        frame = caller()
         try:
             axes = shapes.normalize_axes(axis, len(shape))
         except Refusal as refusal:
-            raise self._refused("squeeze", (x,), refusal, frame) from None
+            raise self._refused("squeeze", (x,), refusal) from None
         if axes is not None and any(shape[a] != 1 for a in axes):
             raise error(ShapeMismatchError, "squeeze", (x,),
-                         f"axis {axis} does not have size 1", frame)
+                         f"axis {axis} does not have size 1")
         return self._view("squeeze", x, ("squeeze", axes))
 
     def transpose(self, x, axes=None):
@@ -87,6 +86,9 @@ class StructureFunctions:
         return self._view("transpose", x, ("transpose", axes))
 
     def transpose_view(self, x, fname: str = "T"):
+        if x.__class__ is Tensor and x.owner is self._session and not x.released and (
+                x.iteration is None or x.iteration == self._number):
+            return View(x, T_CHAIN, x.spec.shape[::-1], False)  # x.T: the common view
         return self._view(fname, x, T_STEP)
 
     def permute_dims(self, x, /, axes):
@@ -196,12 +198,11 @@ class StructureFunctions:
         return tensor
 
     def _create(self, fname: str, shape, dtype, value):
-        frame = caller()
         try:
             shape = rules.as_shape(shape)
             dt = shapes.check_dtype(np.float64 if dtype is None else dtype)
         except Refusal as refusal:
-            raise self._refused(fname, (), refusal, frame) from None
+            raise self._refused(fname, (), refusal) from None
         return self._pure(fname, (), (shape, dt, rules.constant_key(value), value), rules.fill_rule)
 
     def zeros(self, shape, *, dtype=None, device=None):
@@ -240,19 +241,18 @@ class StructureFunctions:
     def arange(self, start, /, stop=None, step=1, *, dtype=None, device=None):
         if stop is None:
             start, stop = 0, start
-        frame = caller()
         for value in (start, stop, step):
             if not isinstance(value, (int, float, np.integer, np.floating)):
                 raise error(UnsupportedFunctionError, "arange", (start, stop, step),
-                             "arange takes Python or NumPy scalars", frame)
+                             "arange takes Python or NumPy scalars")
         if step == 0:
-            raise error(ShapeMismatchError, "arange", (start, stop, step), "step is 0", frame)
+            raise error(ShapeMismatchError, "arange", (start, stop, step), "step is 0")
         if dtype is None:
             dtype = np.result_type(*(np.asarray(v).dtype for v in (start, stop, step)))
         try:
             dt = shapes.check_dtype(dtype)
         except Refusal as refusal:
-            raise self._refused("arange", (start, stop, step), refusal, frame) from None
+            raise self._refused("arange", (start, stop, step), refusal) from None
         length = max(0, math.ceil((stop - start) / step))
         params = ((length,), dt, ("arange", *map(rules.constant_key, (start, stop, step))))
         return self._pure("arange", (), (*params, (start, stop, step)), rules.arange_rule)
@@ -275,4 +275,4 @@ class StructureFunctions:
         return np.iinfo(type_.dtype if isinstance(type_, (Tensor, View)) else type_)
 
 
-__all__ = ["T_STEP", "StructureFunctions"]
+__all__ = ["T_CHAIN", "T_STEP", "StructureFunctions"]

@@ -162,15 +162,11 @@ class View(ArrayMethods):
     would give them; ``read_only`` when writes through it are refused (its base is read-only,
     or a step broadcasts)."""
 
-    __slots__ = ("base", "chain", "dtype", "read_only", "shape")
+    __slots__ = ("base", "chain", "dtype", "owner", "read_only", "shape")
 
     def __init__(self, base, chain: tuple, shape: tuple, read_only: bool) -> None:
         self.base, self.chain, self.shape, self.read_only = base, chain, shape, read_only
-        self.dtype = base.dtype
-
-    @property
-    def owner(self):
-        return self.base.owner
+        self.dtype, self.owner = base.spec.dtype, base.owner  # a tensor's never change
 
     @property
     def name(self) -> str:
