@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
+from functools import cache
 from math import comb
 
 import pytest
@@ -15,6 +16,7 @@ from cupool.planning.budget import BudgetParams, plan_with_budget
 from cupool.planning.budget.chain import find_chain
 from cupool.planning.budget.chain_traces import adjoint_trace
 from cupool.planning.budget.revolve import build, plan_revolve, revolve_table
+from cupool.planning.budget.revolve_tables import UNREACHABLE, units_table
 from cupool.sim.cost import cost_model
 from cupool.sim.simulator import simulate
 
@@ -30,12 +32,46 @@ def revolve_formula(steps: int, checkpoints: int) -> int:
     return r * steps - comb(checkpoints + r, checkpoints + 1)
 
 
+@cache
+def units_optimum(states: int, units: int) -> float:
+    """Forward steps delivering ``states`` states above a held one when ``units`` states'
+    worth of memory hold the checkpoints and the state being advanced (two states for an
+    advance of two steps or more, one for a single step): written here as a plain
+    recursion over every first advance ``k``."""
+    if states == 0:
+        return 0
+    best = float("inf")
+    for k in range(1, states + 1):
+        if units < (1 if k == 1 else 2):
+            continue
+        rest = (units_optimum(states - 1, units) if k == states else
+                units_optimum(states - k, units - 1) + units_optimum(k - 1, units))
+        best = min(best, k + rest)
+    return best
+
+
+def planned_optimum(stats: dict, states: int) -> int:
+    """The fewest recomputes of the model the plan chose, with its slots or units."""
+    if stats["revolve_model"] == "units":
+        return int(units_optimum(states, stats["revolve_units"])) - states
+    return revolve_formula(states + 1, stats["revolve_slots"] + 1) - states
+
+
 def test_table_is_revolves_optimum():
     cost, _advance = revolve_table(60, 20)
     for states in range(1, 61):
         for slots in range(0, 21):
             assert cost[states, slots] == revolve_formula(states + 1, slots + 1)
     assert revolve_formula(48, 13) == 81 and revolve_formula(48, 3) == 170
+    in_units, _advance = units_table(40, 12)
+    for states in range(0, 41):
+        for units in range(0, 13):
+            expected = units_optimum(states, units)
+            assert (in_units[states, units] >= UNREACHABLE if expected == float("inf")
+                    else in_units[states, units] == expected)
+            if units >= 2:
+                assert in_units[states, units] <= cost[states, units - 2] if units - 2 <= 20 \
+                    else True
 
 
 def _budget_for(trace, slots):
@@ -52,11 +88,16 @@ def test_forward_steps_are_revolves_at_every_budget(slots):
     assert result.feasible, result.reason
     assert validate_plan(result.trace, result.plan).valid
     stats = result.plan.stats
-    assert stats["revolve_slots"] >= slots  # more slots may fit the same peak
     # 47 states read back (x1 .. x47); the sweep's 48th step (x48) is no state
+    assert stats["revolve_recomputes"] == planned_optimum(stats, 47)
+    # never more steps than revolve's with the slots the budget was made for; at the
+    # smaller budgets (`slots` slots' bytes hold slots + 2 units) a units schedule re-runs
+    # fewer
     forward = 47 + stats["revolve_recomputes"]
-    assert forward == revolve_formula(48, stats["revolve_slots"] + 1)
     assert forward <= revolve_formula(48, slots + 1)
+    if slots < 7:
+        assert stats["revolve_model"] == "units"
+        assert forward == units_optimum(47, slots + 2) < revolve_formula(48, slots + 1)
     recomputes = sum(isinstance(a, RecomputeAction) for a in result.plan.actions)
     assert recomputes == stats["revolve_recomputes"]
     ephemeral = [r for r in result.plan.residencies if r.start == r.end]
@@ -165,7 +206,7 @@ def test_the_engine_runs_nested_recomputes_byte_exact(slots):
     trace = adjoint_trace(10, 64 * 1024, step_us=20.0)
     result = plan_revolve(trace, _budget_for(trace, slots), cost_model("gen5"),
                           BudgetParams(), time.perf_counter())
-    assert result.plan.stats["revolve_slots"] == slots
+    assert result.plan.stats["revolve_recomputes"] == planned_optimum(result.plan.stats, 9)
     with open_device("emulated") as device, PatternEngine(
             result.trace, result.plan, device, EngineSettings(size_scale=64)) as engine:
         for iteration in range(2):

@@ -6,15 +6,14 @@ states back last first. With ``s`` checkpoint slots (beyond the root ``x₀``), 
 forward steps that deliver them all follow the binomial recursion ``R(n, s)``: to deliver
 ``n`` states above a held one, advance ``k`` steps and keep the state reached (a slot),
 deliver the ``n - k`` above it with one slot less, then the ``k - 1`` below it with the
-slot back::
-
-    R(0, s) = 0        R(n, 0) = n + R(n - 1, 0)
-    R(n, s) = min over 1 <= k <= n of  k + R(n - k, s - 1) + R(k - 1, s)   (k = n: no slot)
-
-:func:`revolve_table` solves it for every ``n`` and ``s`` (a small dynamic program; its
-optimum is revolve's ``r·l - C(s + r, s + 1)`` for ``l = n + 1`` steps and ``s + 1``
-checkpoints). The first advances from the root are the program's own forward sweep, so a
-schedule re-runs ``R(n, s) - n`` steps.
+slot back (:func:`~.revolve_tables.revolve_table`; its optimum is revolve's
+``r·l - C(s + r, s + 1)`` for ``l = n + 1`` steps and ``s + 1`` checkpoints). The first
+advances from the root are the program's own forward sweep, so a schedule re-runs
+``R(n, s) - n`` steps. The same recursion over *units* of memory that hold the state
+being advanced too (:func:`~.revolve_tables.units_table`: an advance of one step from a
+held state holds one state, a longer one two) finds schedules that keep one state more
+within the same bytes; the policy plans both and keeps the one that re-runs fewer steps
+(``stats["revolve_model"]``).
 
 **In the plan.** Every advance runs as recomputes before the op that first reads the
 state it delivers (the latest it can: nothing is held early). The states it passes
@@ -78,6 +77,12 @@ from cupool.planning.budget.chain import Chain, find_chain
 from cupool.planning.budget.engine.residency import failed_plan
 from cupool.planning.budget.params import BudgetParams
 from cupool.planning.budget.result import BudgetResult
+from cupool.planning.budget.revolve_tables import (
+    forward_steps,
+    least_units,
+    revolve_table,
+    units_table,
+)
 from cupool.planning.problem import StaticProblem
 from cupool.planning.solvers import SolverParams
 from cupool.planning.static import solve
@@ -86,58 +91,6 @@ POLICY = "revolve"
 TWO_LEVELS = "revolve-two-level"
 FALLBACK_SOLVERS = ("greedy-size", "best-fit")
 """Offset solvers tried, in order, on a schedule's residencies (after ``params``')."""
-
-
-_TABLES: dict = {}  # "largest": (R, K) for the most states solved so far
-
-
-def revolve_table(states: int, slots: int) -> tuple[np.ndarray, np.ndarray]:
-    """``(R, K)``: ``R[n, s]`` the fewest forward steps that deliver ``n`` states above a
-    held one with ``s`` free slots, ``K[n, s]`` the advance that achieves it (module
-    docstring), for ``0 <= n <= states`` and ``0 <= s <= slots`` (read-only views of one
-    table per process, solved for every slot count up to the most states asked for)."""
-    cost, advance = _TABLES.get("largest", (None, None))
-    if cost is None or cost.shape[0] <= states:
-        cost, advance = _solve(max(states, 2 * (cost.shape[0] - 1) if cost is not None
-                                   else states))
-        _TABLES["largest"] = (cost, advance)
-    wide = min(slots, cost.shape[1] - 1)
-    r, k = cost[: states + 1, : wide + 1], advance[: states + 1, : wide + 1]
-    if wide < slots:  # as many slots as states: every state above the first is kept
-        extra = np.arange(states + 1, dtype=np.int64)[:, None].repeat(slots - wide, axis=1)
-        r = np.concatenate([r, extra], axis=1)
-        k = np.concatenate([k, np.minimum(extra, 1)], axis=1)
-    return r, k
-
-
-def _solve(states: int) -> tuple[np.ndarray, np.ndarray]:
-    """The recursion of the module docstring for ``n <= states`` and ``s < states``
-    (``s >= n - 1`` keeps every state: ``R = n``)."""
-    slots = max(1, states)
-    n_all = np.arange(states + 1, dtype=np.int64)
-    cost = np.zeros((states + 1, slots + 1), dtype=np.int64)
-    advance = np.zeros((states + 1, slots + 1), dtype=np.int64)
-    cost[:, 0] = n_all * (n_all + 1) // 2
-    advance[:, 0] = n_all
-    for s in range(1, slots + 1):
-        few = n_all[: min(states, s + 1) + 1]  # a slot for each state below the last
-        cost[few, s] = few
-        advance[few, s] = np.minimum(few, 1)
-        for n in range(len(few), states + 1):
-            k = np.arange(1, n + 1)
-            total = k + cost[k - 1, s]
-            total[:-1] += cost[n - k[:-1], s - 1]
-            best = int(np.argmin(total))
-            cost[n, s], advance[n, s] = total[best], best + 1
-    cost.setflags(write=False)
-    advance.setflags(write=False)
-    return cost, advance
-
-
-def forward_steps(states: int, slots: int) -> int:
-    """Forward steps of the optimal schedule delivering ``states`` states with ``slots``
-    slots (the program's own sweep included)."""
-    return int(revolve_table(states, max(0, slots))[0][states, max(0, slots)])
 
 
 @dataclass
@@ -165,6 +118,7 @@ class Built:
     slots: int
     host: tuple = ()
     rows: tuple = field(default=(), repr=False)
+    units: bool = False
 
 
 class _Builder:
@@ -249,14 +203,19 @@ class _Builder:
 
 
 def build(trace: Trace, chain: Chain, slots: int, host: tuple = (), cost=None,
-          prefetch: bool = True) -> Built:
-    """The schedule with ``slots`` slots (``host``: positions copied to the host and back
-    before their stretch, two levels; ``cost`` times their copies, each copied back early
-    enough to land on time with ``prefetch``, else when its stretch begins), as
-    residencies and actions with its peak."""
+          prefetch: bool = True, units: bool = False) -> Built:
+    """The schedule with ``slots`` slots, or with ``units`` that many units of memory
+    (:mod:`.revolve_tables`; ``host``: positions copied to the host and back before their
+    stretch, two levels; ``cost`` times their copies, each copied back early enough to
+    land on time with ``prefetch``, else when its stretch begins), as residencies and
+    actions with its peak."""
     m = len(chain.states)
-    slots = max(0, min(slots, max(0, m - 1)))
-    table = revolve_table(max(1, m), max(1, slots))
+    if units:
+        slots = max(least_units(m), min(slots, m))
+        table = units_table(max(1, m), max(1, slots))
+    else:
+        slots = max(0, min(slots, max(0, m - 1)))
+        table = revolve_table(max(1, m), max(1, slots))
     builder = _Builder(trace, chain)
     host = tuple(sorted(p for p in set(host) if 1 <= p <= m and chain.states[p - 1].recomputable))
     bases = sorted({0, *chain.forced, *host})
@@ -290,7 +249,7 @@ def build(trace: Trace, chain: Chain, slots: int, host: tuple = (), cost=None,
         spans.append((x.buffer_id, trigger, x.end))
     peak, peak_op, rows, steps = _peak(trace, spans, builder.batches)
     return Built(spans, actions, steps, peak, peak_op, builder.state_recomputes,
-                 builder.link_recomputes, slots, tuple(swapped), rows)
+                 builder.link_recomputes, slots, tuple(swapped), rows, units)
 
 
 def _first_reads(builder: _Builder) -> dict:
@@ -394,7 +353,9 @@ def _plan_of(trace: Trace, built: Built, offsets, budget_bytes: int, started: fl
 def _stats(chain: Chain, built: Built) -> dict:
     m = len(chain.states)
     forced = [x.reason for x in chain.states if not x.recomputable]
-    return {"revolve_states": m, "revolve_slots": built.slots,
+    return {"revolve_states": m, "revolve_model": "units" if built.units else "slots",
+            "revolve_slots": None if built.units else built.slots,
+            "revolve_units": built.slots if built.units else None,
             "revolve_recomputes": built.state_recomputes,
             "revolve_link_recomputes": built.link_recomputes,
             "revolve_forward_steps": m + built.state_recomputes,
@@ -413,9 +374,15 @@ def chain_for(trace: Trace) -> tuple[Chain | None, str | None]:
     return chain, None
 
 
+def _floor(trace: Trace, chain: Chain) -> Built:
+    """The schedule of least peak: no slot, or the fewest units, whichever holds less."""
+    return min(build(trace, chain, 0), build(trace, chain, 0, units=True),
+               key=lambda b: b.peak_bytes)
+
+
 def floor_reason(trace: Trace, chain: Chain, budget_bytes: int) -> str:
     """One line: the op and bytes the fewest slots still need, beyond ``budget_bytes``."""
-    built = build(trace, chain, 0)
+    built = _floor(trace, chain)
     op = trace.ops[built.peak_op]
     return (f"{POLICY}: op {built.peak_op} ({op.name}) needs {built.peak_bytes} bytes "
             f"with its working set and one checkpoint (the chain's root), the budget is "
@@ -423,24 +390,29 @@ def floor_reason(trace: Trace, chain: Chain, budget_bytes: int) -> str:
 
 
 def largest_fitting(trace: Trace, chain: Chain, budget_bytes: int, params: BudgetParams,
-                    host: tuple = (), cost=None, prefetch: bool = True):
-    """``(built, offsets)`` of the most slots whose schedule fits the budget, or
-    ``(None, None)``."""
+                    host: tuple = (), cost=None, prefetch: bool = True, units: bool = False):
+    """``(built, offsets)`` of the most slots (``units``: units) whose schedule fits the
+    budget, or ``(None, None)``."""
     m = len(chain.states)
-    low, high = 0, max(0, m - 1)
-    if build(trace, chain, low, host, cost, prefetch).peak_bytes > budget_bytes:
+    least = least_units(m) if units else 0
+    low, high = least, (m if units else max(0, m - 1))
+
+    def built(count: int) -> Built:
+        return build(trace, chain, count, host, cost, prefetch, units)
+
+    if built(low).peak_bytes > budget_bytes:
         return None, None
     while low < high:  # the peak grows with the slots
         middle = (low + high + 1) // 2
-        if build(trace, chain, middle, host, cost, prefetch).peak_bytes <= budget_bytes:
+        if built(middle).peak_bytes <= budget_bytes:
             low = middle
         else:
             high = middle - 1
-    for slots in range(low, -1, -1):
-        built = build(trace, chain, slots, host, cost, prefetch)
-        offsets = _place(trace, built, budget_bytes, params)
+    for count in range(low, least - 1, -1):
+        schedule = built(count)
+        offsets = _place(trace, schedule, budget_bytes, params)
         if offsets is not None:
-            return built, offsets
+            return schedule, offsets
     return None, None
 
 
@@ -530,10 +502,14 @@ def plan_revolve(trace, budget_bytes, cost, params: BudgetParams, started: float
     chain, reason = chain_for(trace)
     if chain is None:
         return _failed(trace, budget_bytes, started, reason)
-    if build(trace, chain, 0).peak_bytes > budget_bytes:  # no schedule of this policy fits
+    if _floor(trace, chain).peak_bytes > budget_bytes:  # no schedule of this policy fits
         return _failed(trace, budget_bytes, started, floor_reason(trace, chain, budget_bytes),
                        status=SolveStatus.INFEASIBLE)
     built, offsets = largest_fitting(trace, chain, budget_bytes, params)
+    in_units = largest_fitting(trace, chain, budget_bytes, params, units=True)
+    if in_units[0] is not None and (built is None or in_units[0].state_recomputes
+                                    < built.state_recomputes):
+        built, offsets = in_units
     if built is None:
         return _failed(trace, budget_bytes, started,
                        f"{POLICY}: no slot count's schedule could be placed within "
