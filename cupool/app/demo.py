@@ -30,8 +30,9 @@ BUDGET_TRACE = "resnet50_train_b32_fp32"
 """The bundled trace the budget policies and the replay run on."""
 BUDGET_PERCENTS = (70, 50)
 """Budgets of the second part, in percent of the trace's lower bound."""
-REPLAY_ITERATIONS = 3
-"""Iterations the swap engine runs in the third part."""
+REPLAY_ITERATIONS, REPLAY_PERCENT = 3, 70
+"""Iterations the swap engine runs in the third part, and its budget (of the lower
+bound; one of :data:`BUDGET_PERCENTS`, whose ``auto`` plan it runs)."""
 PROGRAM_EXAMPLE, PROGRAM_BUDGET, PROGRAM_STEPS = "gpt_decoder", "50%", 6
 """The example program of the fourth part, its budget (of its peak) and its steps."""
 
@@ -59,12 +60,12 @@ def run_demo(options: DemoOptions, say: Say | None = None) -> dict:
     started = time.perf_counter()
     rows = solve_every_trace(out_dir, options.time_limit_s, say)
     budgets = budget_policies(say)
-    replayed = replay_budget_plan(say)
+    replayed = replay_budget_plan(say, budgets.replayed)
     program = train_example_program(say)
     elapsed = time.perf_counter() - started
     say(f"\nbest plan per trace written to {out_dir}/ ({len(rows)} files, plan format v1; "
         f"check one with `cupool validate TRACE PLAN`); {elapsed:.1f} s in all")
-    return {"traces": rows, "budgets": budgets, "replay": replayed, "program": program,
+    return {"traces": rows, "budgets": budgets.rows, "replay": replayed, "program": program,
             "out": str(out_dir), "seconds": round(elapsed, 2)}
 
 
@@ -112,7 +113,16 @@ def solve_every_trace(out_dir: Path, time_limit_s: float, say: Say) -> list[dict
     return rows
 
 
-def budget_policies(say: Say) -> list[dict]:
+@dataclass(frozen=True)
+class BudgetPolicies:
+    """The second part's ``rows`` (one per budget) and ``replayed``: the ``auto`` plan at
+    :data:`REPLAY_PERCENT` (what :func:`make_plan` returned), which the third part runs."""
+
+    rows: list
+    replayed: object
+
+
+def budget_policies(say: Say) -> BudgetPolicies:
     """Below the lower bound: every budget policy on one training step at 70% and 50%,
     simulated on PCIe Gen5, beside the sound lower bound on overhead."""
     from cupool.planning.budget import POLICY_NAMES
@@ -125,13 +135,15 @@ def budget_policies(say: Say) -> list[dict]:
         "simulated): overhead per policy")
     say(f"{'budget':>8}  " + "  ".join(f"{name:>10}" for name in POLICY_NAMES)
         + f"  {'bound':>10}")
-    results = []
+    results, replayed = [], None
     for percent in BUDGET_PERCENTS:
         budget = trace.lower_bound_bytes() * percent // 100
         row = {"budget_percent": percent, "budget_bytes": budget, "overhead": {}}
         cells = []
         for policy in POLICY_NAMES:
             planned = make_plan(trace, budget, policy=policy, cost=cost)
+            if policy == "auto" and percent == REPLAY_PERCENT:
+                replayed = planned
             report = simulate(planned.trace, planned.plan, cost)
             row["overhead"][policy] = report.overhead if report.feasible else None
             cells.append(f"{100 * report.overhead:9.1f}%" if report.feasible else "   no plan")
@@ -140,13 +152,15 @@ def budget_policies(say: Say) -> list[dict]:
         row["lower_bound_method"] = bound.details.get("method")
         results.append(row)
         say(f"{percent:>7}%  " + "  ".join(cells) + f"  {100 * bound.overhead:9.1f}%")
-    return results
+    return BudgetPolicies(results, replayed)
 
 
-def replay_budget_plan(say: Say) -> dict:
+def replay_budget_plan(say: Say, planned=None) -> dict:
     """The swap engine (handles, copy streams, pinned staging) running the 70% plan for a
     few iterations, every byte checked, beside the simulator's prediction; on the GPU when
-    one is usable, else on the emulated device. ``{"skipped": why}`` when it cannot run."""
+    one is usable, else on the emulated device. ``planned``: the ``auto`` plan at 70%
+    when the second part made it (else it is made here). ``{"skipped": why}`` when it
+    cannot run."""
     from cupool.app.replay import DEFAULT_SIZE_SCALE, ReplaySettings, replay
     from cupool.devices import probe_cuda
     from cupool.program.errors import ReplayError
@@ -155,15 +169,17 @@ def replay_budget_plan(say: Say) -> dict:
     usable, why = probe_cuda()
     device = "cuda" if usable else "emulated"
     try:
-        result = replay(trace, "70%", ReplaySettings(iterations=REPLAY_ITERATIONS),
-                        device=device)
+        given = {} if planned is None or not planned.fits else {
+            "plan": planned.plan, "plan_trace": planned.trace}
+        result = replay(trace, f"{REPLAY_PERCENT}%",
+                        ReplaySettings(iterations=REPLAY_ITERATIONS), device=device, **given)
     except ReplayError as exc:
-        say(f"\nreplay of {trace.name} at 70% skipped: {exc}")
+        say(f"\nreplay of {trace.name} at {REPLAY_PERCENT}% skipped: {exc}")
         return {"skipped": str(exc)}
     where = ("the GPU (copies at its own speed)" if usable else
              f"the emulated device (sizes / {DEFAULT_SIZE_SCALE}, copies paced to the "
              f"scaled PCIe Gen5 link)\n  no GPU here: {why}")
-    say(f"\nreplay of {trace.name} at 70% on {where}")
+    say(f"\nreplay of {trace.name} at {REPLAY_PERCENT}% on {where}")
     say(f"  iteration us per iteration {[round(t) for t in result['iteration_us']]} vs "
         f"simulator {result['sim_iteration_us']:.0f} us")
     say(f"  late prefetches per iteration {result['late_prefetches']}; bytes checked "
