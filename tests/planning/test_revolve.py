@@ -54,6 +54,8 @@ def planned_optimum(stats: dict, states: int) -> int:
     """The fewest recomputes of the model the plan chose, with its slots or units."""
     if stats["revolve_model"] == "units":
         return int(units_optimum(states, stats["revolve_units"])) - states
+    if stats["revolve_model"] == "units (light turn)":  # the sweep keeps the last state only
+        return int(units_optimum(states - 1, stats["revolve_units"]))
     return revolve_formula(states + 1, stats["revolve_slots"] + 1) - states
 
 

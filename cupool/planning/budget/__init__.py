@@ -27,8 +27,11 @@ policy          what it does
 ``vdnn``        offload every forward activation backward uses, prefetch one layer ahead
 ``on-demand``   swap out least-recently-used on pressure, swap in synchronously at use
 ``revolve``     binomial checkpointing (revolve) of the trace's chain of states read back
-                in reverse order: nested recomputes from kept states, the states passed
-                through ephemeral; everything off the chain resident; with
+                in reverse order (a state may be several buffers, made from its own and
+                the state before; side inputs and other extras stay resident): nested
+                recomputes from kept states, the states passed through ephemeral,
+                revolve's slots or units that count the state being advanced too,
+                whichever re-runs fewer steps; everything off the chain resident; with
                 ``revolve-two-level`` some states also go to pinned host memory and
                 back (H-Revolve / Disk-Revolve), where chosen by simulation
 ==============  ===========================================================================

@@ -12,8 +12,10 @@ advances from the root are the program's own forward sweep, so a schedule re-run
 ``R(n, s) - n`` steps. The same recursion over *units* of memory that hold the state
 being advanced too (:func:`~.revolve_tables.units_table`: an advance of one step from a
 held state holds one state, a longer one two) finds schedules that keep one state more
-within the same bytes; the policy plans both and keeps the one that re-runs fewer steps
-(``stats["revolve_model"]``).
+within the same bytes; where the ops at the turn hold more than a reverse step (the
+states after the chain, a loss's inputs), a units schedule whose sweep keeps only the
+last state fits where the others do not. The policy plans all three and keeps the one
+that re-runs fewest steps (``stats["revolve_model"]``).
 
 **In the plan.** Every advance runs as recomputes before the op that first reads the
 state it delivers (the latest it can: nothing is held early). The states it passes
@@ -119,6 +121,7 @@ class Built:
     host: tuple = ()
     rows: tuple = field(default=(), repr=False)
     units: bool = False
+    light_turn: bool = False
 
 
 class _Builder:
@@ -203,12 +206,14 @@ class _Builder:
 
 
 def build(trace: Trace, chain: Chain, slots: int, host: tuple = (), cost=None,
-          prefetch: bool = True, units: bool = False) -> Built:
+          prefetch: bool = True, units: bool = False, light_turn: bool = False) -> Built:
     """The schedule with ``slots`` slots, or with ``units`` that many units of memory
     (:mod:`.revolve_tables`; ``host``: positions copied to the host and back before their
     stretch, two levels; ``cost`` times their copies, each copied back early enough to
     land on time with ``prefetch``, else when its stretch begins), as residencies and
-    actions with its peak."""
+    actions with its peak. With ``light_turn`` the forward sweep keeps only the last
+    state (the turn's ops may hold more than a reverse step: the states after the chain,
+    a loss's inputs), and the states below it are reversed from the root as a stretch."""
     m = len(chain.states)
     if units:
         slots = max(least_units(m), min(slots, m))
@@ -220,7 +225,12 @@ def build(trace: Trace, chain: Chain, slots: int, host: tuple = (), cost=None,
     host = tuple(sorted(p for p in set(host) if 1 <= p <= m and chain.states[p - 1].recomputable))
     bases = sorted({0, *chain.forced, *host})
     last_base = bases[-1]
-    builder.reverse(last_base, m, slots, True, table)
+    if light_turn and m > last_base:
+        for x in chain.states[m - 1].buffers:
+            builder.first_end[x.buffer_id] = x.end
+        builder.reverse(last_base, m - 1, slots, False, table)
+    else:
+        builder.reverse(last_base, m, slots, True, table)
     kept_bases = {last_base} | set(chain.forced)
     for i in range(len(bases) - 1, 0, -1):
         builder.reverse(bases[i - 1], bases[i] - 1, slots, False, table)
@@ -249,7 +259,7 @@ def build(trace: Trace, chain: Chain, slots: int, host: tuple = (), cost=None,
         spans.append((x.buffer_id, trigger, x.end))
     peak, peak_op, rows, steps = _peak(trace, spans, builder.batches)
     return Built(spans, actions, steps, peak, peak_op, builder.state_recomputes,
-                 builder.link_recomputes, slots, tuple(swapped), rows, units)
+                 builder.link_recomputes, slots, tuple(swapped), rows, units, light_turn)
 
 
 def _first_reads(builder: _Builder) -> dict:
@@ -353,7 +363,9 @@ def _plan_of(trace: Trace, built: Built, offsets, budget_bytes: int, started: fl
 def _stats(chain: Chain, built: Built) -> dict:
     m = len(chain.states)
     forced = [x.reason for x in chain.states if not x.recomputable]
-    return {"revolve_states": m, "revolve_model": "units" if built.units else "slots",
+    model = ("units (light turn)" if built.light_turn else "units") if built.units \
+        else "slots"
+    return {"revolve_states": m, "revolve_model": model,
             "revolve_slots": None if built.units else built.slots,
             "revolve_units": built.slots if built.units else None,
             "revolve_recomputes": built.state_recomputes,
@@ -377,6 +389,7 @@ def chain_for(trace: Trace) -> tuple[Chain | None, str | None]:
 def _floor(trace: Trace, chain: Chain) -> Built:
     """The schedule of least peak: no slot, or the fewest units, whichever holds less."""
     return min(build(trace, chain, 0), build(trace, chain, 0, units=True),
+               build(trace, chain, 0, units=True, light_turn=True),
                key=lambda b: b.peak_bytes)
 
 
@@ -390,7 +403,8 @@ def floor_reason(trace: Trace, chain: Chain, budget_bytes: int) -> str:
 
 
 def largest_fitting(trace: Trace, chain: Chain, budget_bytes: int, params: BudgetParams,
-                    host: tuple = (), cost=None, prefetch: bool = True, units: bool = False):
+                    host: tuple = (), cost=None, prefetch: bool = True, units: bool = False,
+                    light_turn: bool = False):
     """``(built, offsets)`` of the most slots (``units``: units) whose schedule fits the
     budget, or ``(None, None)``."""
     m = len(chain.states)
@@ -398,7 +412,7 @@ def largest_fitting(trace: Trace, chain: Chain, budget_bytes: int, params: Budge
     low, high = least, (m if units else max(0, m - 1))
 
     def built(count: int) -> Built:
-        return build(trace, chain, count, host, cost, prefetch, units)
+        return build(trace, chain, count, host, cost, prefetch, units, light_turn)
 
     if built(low).peak_bytes > budget_bytes:
         return None, None
@@ -506,10 +520,12 @@ def plan_revolve(trace, budget_bytes, cost, params: BudgetParams, started: float
         return _failed(trace, budget_bytes, started, floor_reason(trace, chain, budget_bytes),
                        status=SolveStatus.INFEASIBLE)
     built, offsets = largest_fitting(trace, chain, budget_bytes, params)
-    in_units = largest_fitting(trace, chain, budget_bytes, params, units=True)
-    if in_units[0] is not None and (built is None or in_units[0].state_recomputes
-                                    < built.state_recomputes):
-        built, offsets = in_units
+    for light_turn in (False, True):  # units schedules, kept where they re-run fewer steps
+        other = largest_fitting(trace, chain, budget_bytes, params, units=True,
+                                light_turn=light_turn)
+        if other[0] is not None and (built is None or other[0].state_recomputes
+                                     < built.state_recomputes):
+            built, offsets = other
     if built is None:
         return _failed(trace, budget_bytes, started,
                        f"{POLICY}: no slot count's schedule could be placed within "
