@@ -68,6 +68,11 @@ _HERE = globals()
 _METHODS = vars(sys.modules[ArrayMethods.__module__])
 _STRUCTURE = vars(sys.modules[StructureFunctions.__module__])
 _INPLACE_NAMES = {name: f"{name}_inplace" for name in bodies.INPLACE}
+_OPERATOR_CALLS = {**{name: (ufunc, rules.elementwise_rule)
+                      for name, ufunc in ELEMENTWISE_BINARY.items()},
+                   "pow": (None, rules.power_operator_rule),
+                   "matmul": ("matmul", rules.linear_rule)}
+"""A binary operator's namespace function -> (its params, its rule)."""
 _ENTRIES: dict = {}
 _LABELS: dict = {}
 _VIEWS: dict = {}
@@ -423,12 +428,8 @@ class ArrayNamespace(StructureFunctions):
         if (a.__class__ not in _COMMON or b.__class__ not in _COMMON) and not (
                 isinstance(a, _OPERAND_TYPES) and isinstance(b, _OPERAND_TYPES)):
             return NotImplemented
-        if ufunc == "pow":
-            return self._pure("pow", (a, b), None, rules.power_operator_rule, frame)
-        if ufunc == "matmul":
-            return self._pure("matmul", (a, b), "matmul", rules.linear_rule, frame)
-        return self._pure(ufunc, (a, b), ELEMENTWISE_BINARY[ufunc], rules.elementwise_rule,
-                          frame)
+        params, rule = _OPERATOR_CALLS[ufunc]
+        return self._pure(ufunc, (a, b), params, rule, frame)
 
     def inplace_operator(self, ufunc: str, target, value, frame=None):
         """``target <op>= value``: an update of ``target`` (its base, for a view)."""
