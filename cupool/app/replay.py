@@ -60,6 +60,7 @@ from typing import NamedTuple
 from cupool.check import validate_swap_plan
 from cupool.core.units import parse_budget
 from cupool.core.vocabulary import Plan, Trace
+from cupool.devices.errors import DeviceUnavailableError
 from cupool.errors import InputError
 from cupool.planning.budget.feedback import predicted_waits
 from cupool.planning.planned import make_plan
@@ -142,6 +143,12 @@ def replay(trace: Trace, budget, settings: ReplaySettings | None = None, *,
     settings = settings or ReplaySettings()
     budget_bytes = parse_budget(budget, trace.lower_bound_bytes())
     cost = cost_model(settings.link)
+    if device == "cuda":  # no GPU: said before planning, which can take seconds
+        from cupool.devices import probe_cuda
+
+        usable, why = probe_cuda()
+        if not usable:
+            raise DeviceUnavailableError("cuda", why)
     given = _swapping_plan(trace, budget_bytes, settings.policy, cost,
                            plan, plan_trace)
     plan, plan_trace = given.plan, given.trace
