@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import heapq
 import time
 from dataclasses import replace
 from functools import cache
@@ -74,6 +75,43 @@ def test_table_is_revolves_optimum():
             if units >= 2:
                 assert in_units[states, units] <= cost[states, units - 2] if units - 2 <= 20 \
                     else True
+
+
+def exhaustive_units_optimum(states: int, units: int) -> float:
+    """The fewest steps of any schedule at all in the units model, by a shortest-path
+    search over (states held, next state the reverse sweep reads): a step makes ``x_t``
+    from a held ``x_{t-1}`` (the root is always there) when ``t`` fits beside what is held;
+    a held state may be dropped or, when it is next, read."""
+    start = (frozenset(), states)
+    best = {start: 0}
+    queue = [(0, 0, start)]
+    pushed = 0
+    while queue:
+        steps, _, (held, reading) = heapq.heappop(queue)
+        if best[(held, reading)] < steps:
+            continue
+        if reading == 0:
+            return steps
+        moves = [(steps, (held - {h}, reading)) for h in held]
+        if reading in held:
+            moves.append((steps, (held - {reading}, reading - 1)))
+        moves += [(steps + 1, (held | {a + 1}, reading)) for a in (0, *held)
+                  if a + 1 <= reading and a + 1 not in held and len(held) < units]
+        for cost, state in moves:
+            if cost < best.get(state, float("inf")):
+                best[state] = cost
+                pushed += 1
+                heapq.heappush(queue, (cost, pushed, state))
+    return float("inf")
+
+
+def test_the_units_recursion_is_the_optimum_of_every_schedule_on_short_chains():
+    in_units, _advance = units_table(8, 5)
+    for states in range(1, 9):
+        for units in range(1, 6):
+            found = exhaustive_units_optimum(states, units)
+            table = in_units[states, units]
+            assert (table >= UNREACHABLE) if found == float("inf") else table == found
 
 
 def _budget_for(trace, slots):

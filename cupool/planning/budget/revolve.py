@@ -15,7 +15,8 @@ held state holds one state, a longer one two) finds schedules that keep one stat
 within the same bytes; where the ops at the turn hold more than a reverse step (the
 states after the chain, a loss's inputs), a units schedule whose sweep keeps only the
 last state fits where the others do not. The policy plans all three and keeps the one
-that re-runs fewest steps (``stats["revolve_model"]``).
+whose recomputes take least time on the cost model (then the fewest;
+``stats["revolve_model"]``).
 
 **In the plan.** Every advance runs as recomputes before the op that first reads the
 state it delivers (the latest it can: nothing is held early). The states it passes
@@ -59,6 +60,7 @@ keeps the fastest simulated plan.
 
 from __future__ import annotations
 
+import math
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
@@ -519,12 +521,20 @@ def plan_revolve(trace, budget_bytes, cost, params: BudgetParams, started: float
     if _floor(trace, chain).peak_bytes > budget_bytes:  # no schedule of this policy fits
         return _failed(trace, budget_bytes, started, floor_reason(trace, chain, budget_bytes),
                        status=SolveStatus.INFEASIBLE)
+    op_us = cost.op_times(trace)
+
+    def rerun(schedule: Built) -> tuple[float, int]:
+        """The schedule's recompute time on ``cost`` (its steps need not cost alike), then
+        its count of steps."""
+        return (math.fsum(float(op_us[trace.buffer(a.buffer_id).recompute.op])
+                          for a in schedule.actions if isinstance(a, RecomputeAction)),
+                schedule.state_recomputes)
+
     built, offsets = largest_fitting(trace, chain, budget_bytes, params)
-    for light_turn in (False, True):  # units schedules, kept where they re-run fewer steps
+    for light_turn in (False, True):  # units schedules, kept where they re-run less
         other = largest_fitting(trace, chain, budget_bytes, params, units=True,
                                 light_turn=light_turn)
-        if other[0] is not None and (built is None or other[0].state_recomputes
-                                     < built.state_recomputes):
+        if other[0] is not None and (built is None or rerun(other[0]) < rerun(built)):
             built, offsets = other
     if built is None:
         return _failed(trace, budget_bytes, started,
