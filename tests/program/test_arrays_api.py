@@ -16,9 +16,13 @@ from hypothesis import strategies as st
 
 import cupool
 from cupool.program.arrays.namespace import ArrayNamespace
+from cupool.program.arrays.rules import ELEMENTWISE_BINARY, ELEMENTWISE_UNARY
 
 FEW = settings(max_examples=12, deadline=None,
                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+EACH = settings(FEW, max_examples=4)
+"""Per function of a list (each function is a case of its own, so every one is compared in
+every run): a few generated inputs each."""
 FLOATS = st.sampled_from([np.float32, np.float64])
 INTS = st.sampled_from([np.int8, np.int32, np.int64, np.uint8])
 
@@ -71,21 +75,30 @@ BINARY_BOOL = ["logical_and", "logical_or", "logical_xor", "equal", "not_equal"]
 UNARY_FLOAT = ["negative", "positive", "abs", "exp", "expm1", "log", "log1p", "log2", "log10",
                "sqrt", "square", "tanh", "sinh", "cosh", "sin", "cos", "tan", "atan", "asin",
                "acos", "atanh", "asinh", "acosh", "floor", "ceil", "trunc", "sign", "round",
-               "isnan", "isinf", "isfinite"]
+               "isnan", "isinf", "isfinite", "reciprocal"]
 UNARY_INT = ["negative", "abs", "square", "sign", "bitwise_invert"]
+UNARY_BOOL = ["logical_not"]
+NUMPY_NAMES = {"true_divide": "float", "mod": "float", "power": "float", "arctan2": "float",
+               "absolute": "float", "arccos": "float", "arccosh": "float", "arcsin": "float",
+               "arcsinh": "float", "arctan": "float", "arctanh": "float", "invert": "int"}
+"""The namespace's elementwise functions under NumPy's names only (compared with NumPy)."""
 OPERATORS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b,
              "/": lambda a, b: a / b, "//": lambda a, b: a // b, "%": lambda a, b: a % b,
              "**": lambda a, b: a ** b, "<": lambda a, b: a < b, ">=": lambda a, b: a >= b,
              "==": lambda a, b: a == b, "!=": lambda a, b: a != b}
 
 
-def test_the_namespace_has_every_function_the_tests_compare():
+def test_the_namespace_has_every_function_the_tests_compare_and_no_other_elementwise_one():
     names = set(dir(ArrayNamespace))
-    assert {*BINARY_FLOAT, *BINARY_INT, *BINARY_BOOL, *UNARY_FLOAT, *UNARY_INT} <= names
+    compared = {*BINARY_FLOAT, *BINARY_INT, *BINARY_BOOL, *UNARY_FLOAT, *UNARY_INT,
+                *UNARY_BOOL}
+    assert compared | set(NUMPY_NAMES) <= names
+    assert {*ELEMENTWISE_BINARY, *ELEMENTWISE_UNARY} <= compared | set(NUMPY_NAMES)
 
 
-@FEW
-@given(data=st.data(), name=st.sampled_from(BINARY_FLOAT), dtype=FLOATS)
+@pytest.mark.parametrize("name", BINARY_FLOAT)
+@EACH
+@given(data=st.data(), dtype=FLOATS)
 def test_binary_float_functions_broadcast_and_match(data, name, dtype):
     shapes = data.draw(hnp.mutually_broadcastable_shapes(num_shapes=2, max_dims=3, max_side=3))
     a = data.draw(arrays(dtype, shapes.input_shapes[0]))
@@ -93,8 +106,9 @@ def test_binary_float_functions_broadcast_and_match(data, name, dtype):
     same_bytes(*run_both(lambda xp, x, y: getattr(xp, name)(x, y), a, b))
 
 
-@FEW
-@given(data=st.data(), name=st.sampled_from(BINARY_INT), dtype=INTS)
+@pytest.mark.parametrize("name", BINARY_INT)
+@EACH
+@given(data=st.data(), dtype=INTS)
 def test_binary_integer_functions_match(data, name, dtype):
     shape = data.draw(hnp.array_shapes(max_dims=2, max_side=4))
     a = data.draw(arrays(dtype, shape))
@@ -102,31 +116,42 @@ def test_binary_integer_functions_match(data, name, dtype):
     same_bytes(*run_both(lambda xp, x, y: getattr(xp, name)(x, y), a, b))
 
 
-@FEW
-@given(data=st.data(), name=st.sampled_from(BINARY_BOOL))
+@pytest.mark.parametrize("name", BINARY_BOOL)
+@EACH
+@given(data=st.data())
 def test_binary_boolean_functions_match(data, name):
     shape = data.draw(hnp.array_shapes(max_dims=2, max_side=4))
     a, b = data.draw(arrays(np.bool_, shape)), data.draw(arrays(np.bool_, shape))
     same_bytes(*run_both(lambda xp, x, y: getattr(xp, name)(x, y), a, b))
 
 
-@FEW
-@given(data=st.data(), name=st.sampled_from(UNARY_FLOAT), dtype=FLOATS)
+@pytest.mark.parametrize("name", UNARY_FLOAT)
+@EACH
+@given(data=st.data(), dtype=FLOATS)
 def test_unary_float_functions_match(data, name, dtype):
     a = data.draw(arrays(dtype, hnp.array_shapes(min_dims=0, max_dims=3, max_side=3)))
     same_bytes(*run_both(lambda xp, x: getattr(xp, name)(x), a))
 
 
-@FEW
-@given(data=st.data(), name=st.sampled_from(UNARY_INT), dtype=INTS)
+@pytest.mark.parametrize("name", UNARY_INT)
+@EACH
+@given(data=st.data(), dtype=INTS)
 def test_unary_integer_functions_match(data, name, dtype):
     a = data.draw(arrays(dtype, hnp.array_shapes(max_dims=2, max_side=4)))
     same_bytes(*run_both(lambda xp, x: getattr(xp, name)(x), a))
 
 
-@FEW
-@given(data=st.data(), op=st.sampled_from(sorted(OPERATORS)), dtype=FLOATS,
-       scalar=st.sampled_from([None, 0.5, 2, -1.25]))
+@pytest.mark.parametrize("name", UNARY_BOOL)
+@EACH
+@given(data=st.data())
+def test_unary_boolean_functions_match(data, name):
+    a = data.draw(arrays(np.bool_, hnp.array_shapes(max_dims=2, max_side=4)))
+    same_bytes(*run_both(lambda xp, x: getattr(xp, name)(x), a))
+
+
+@pytest.mark.parametrize("op", sorted(OPERATORS))
+@EACH
+@given(data=st.data(), dtype=FLOATS, scalar=st.sampled_from([None, 0.5, 2, -1.25]))
 def test_operators_with_arrays_and_python_scalars_match(data, op, dtype, scalar):
     shapes = data.draw(hnp.mutually_broadcastable_shapes(num_shapes=2, max_dims=3, max_side=3))
     a = data.draw(arrays(dtype, shapes.input_shapes[0]))
@@ -161,9 +186,9 @@ def test_in_place_operators_and_unary_operators_match(data, dtype):
 REDUCTIONS = ["sum", "prod", "mean", "var", "std", "max", "min", "argmax", "argmin"]
 
 
-@FEW
-@given(data=st.data(), name=st.sampled_from(REDUCTIONS), dtype=FLOATS,
-       keepdims=st.booleans())
+@pytest.mark.parametrize("name", REDUCTIONS)
+@EACH
+@given(data=st.data(), dtype=FLOATS, keepdims=st.booleans())
 def test_reductions_with_axis_and_keepdims_match(data, name, dtype, keepdims):
     shape = data.draw(hnp.array_shapes(min_dims=1, max_dims=3, max_side=4))
     a = data.draw(arrays(dtype, shape))
@@ -180,9 +205,9 @@ def test_reductions_with_axis_and_keepdims_match(data, name, dtype, keepdims):
                                                          **options), a))
 
 
-@FEW
-@given(data=st.data(), name=st.sampled_from(["sum", "prod", "max", "min", "any", "all"]),
-       dtype=st.sampled_from([np.int32, np.int64, np.bool_]))
+@pytest.mark.parametrize("name", ["sum", "prod", "max", "min", "any", "all"])
+@EACH
+@given(data=st.data(), dtype=st.sampled_from([np.int32, np.int64, np.bool_]))
 def test_integer_and_boolean_reductions_match(data, name, dtype):
     if name in ("any", "all"):
         dtype = np.bool_
@@ -292,6 +317,20 @@ def test_numpy_functions_of_the_subset_match_numpy(data, dtype):
     ]
     for call in calls:
         same_bytes(*run_numpy(call, a, b, idx))
+
+
+@pytest.mark.parametrize("name", sorted(NUMPY_NAMES))
+@EACH
+@given(data=st.data())
+def test_numpy_names_of_elementwise_functions_match_numpy(data, name):
+    binary = name in ELEMENTWISE_BINARY
+    if NUMPY_NAMES[name] == "int":
+        dtype = data.draw(INTS)
+        host = [data.draw(arrays(dtype, (2, 3)))]
+    else:
+        dtype = data.draw(FLOATS)
+        host = [data.draw(arrays(dtype, (2, 3))) for _ in range(2 if binary else 1)]
+    same_bytes(*run_numpy(lambda xp, *xs: getattr(xp, name)(*xs), *host))
 
 
 @pytest.mark.parametrize("budget", ["100%", "70%"])
