@@ -40,7 +40,9 @@ def _mod(array):
 
 # -- implementations ----------------------------------------------------------------------
 def ufunc(name: str):
-    """``name(*values, out=out)`` (a ufunc of NumPy and CuPy: ``add``, ``exp``...)."""
+    """``name(*values, out=out)`` (a ufunc of NumPy and CuPy: ``add``, ``exp``...). The
+    implementation carries NumPy's ufunc (``numpy_ufunc``), which :func:`body` calls
+    directly on NumPy arrays."""
     np_fn = getattr(np, name)
 
     def impl(*arrays):
@@ -51,6 +53,7 @@ def ufunc(name: str):
             getattr(array_module(out), name)(*arrays[:-1], out=out)
 
     impl.__name__ = name
+    impl.numpy_ufunc = np_fn
     return impl
 
 
@@ -216,13 +219,19 @@ def add_at(key_template: tuple):
 
 
 # -- bodies ----------------------------------------------------------------------------------
+_T_CHAIN = (("T",),)
+
+
 def _resolver(operand):
+    """The function giving an operand's value from the op's arrays."""
     if operand[0] == "c":
         value = operand[1]
         return lambda arrays: value
     k, chain = operand[1], operand[2]
     if not chain:
-        return lambda arrays: arrays[k]
+        return operator.itemgetter(k)
+    if chain == _T_CHAIN:  # x.T: the common view, one call
+        return lambda arrays: arrays[k].T
     apply = applier(chain)
     return lambda arrays: apply(arrays[k])
 
@@ -237,11 +246,21 @@ def body(name: str, impl, operands: tuple, target_chain: tuple | None = None):
             return impl
         else:
             resolvers = tuple(_resolver(o) for o in operands)
+            np_fn = getattr(impl, "numpy_ufunc", None)
             if len(resolvers) == 1:
                 (first,) = resolvers
 
                 def call(*arrays):
                     impl(first(arrays), arrays[-1])
+            elif len(resolvers) == 2 and np_fn is not None:
+                first, second = resolvers
+
+                def call(*arrays):  # a ufunc: NumPy's called here on NumPy arrays
+                    out = arrays[-1]
+                    if out.__class__ is np.ndarray:
+                        np_fn(first(arrays), second(arrays), out=out)
+                    else:
+                        impl(first(arrays), second(arrays), out)
             elif len(resolvers) == 2:
                 first, second = resolvers
 
