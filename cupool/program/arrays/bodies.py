@@ -185,6 +185,7 @@ def inplace(name: str):
         function(target, value)
 
     impl.__name__ = f"i{name}"
+    impl.operator = function
     return impl
 
 
@@ -272,10 +273,16 @@ def body(name: str, impl, operands: tuple, target_chain: tuple | None = None):
     else:
         resolvers = tuple(_resolver(o) for o in operands)
         apply = applier(target_chain) if target_chain else None
+        function = getattr(impl, "operator", None)
+        if apply is None and len(resolvers) == 1 and function is not None:
+            (first,) = resolvers
 
-        def call(*arrays):
-            target = arrays[-1] if apply is None else apply(arrays[-1])
-            impl(target, *[r(arrays) for r in resolvers])
+            def call(*arrays):  # target <op>= value: Python's operator, called here
+                function(arrays[-1], first(arrays))
+        else:
+            def call(*arrays):
+                target = arrays[-1] if apply is None else apply(arrays[-1])
+                impl(target, *[r(arrays) for r in resolvers])
 
     call.__name__ = call.__qualname__ = name
     return call
