@@ -18,6 +18,8 @@ naming the op. Two mistakes that would otherwise give wrong results silently are
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from cupool.program.errors import OpFailedError, OpResultError, ProgramError, UndeclaredWriteError
@@ -75,28 +77,71 @@ class OpCaller:
 
     def call_prepared(self, op: DeclaredOp, args: list, arrays: dict, names: dict) -> None:
         """Run ``op`` over ``args`` (made by :meth:`arguments` from ``arrays``)."""
-        writable = op.writable
         sums = None
         if self.check_writes and self.gpu:
             sums = {k: _checksum(arrays[k]) for k in dict.fromkeys(op.inputs)
-                    if k not in writable}
+                    if k not in op.writable}
         try:
             result = op.fn(*args)
-        except ProgramError:
-            raise
-        except ValueError as exc:
-            if self.check_writes and not self.gpu and any(word in str(exc)
-                                                          for word in _READ_ONLY):
-                raise self._undeclared(op, arrays, names, writable) from exc
-            raise OpFailedError(op.name, op.index, self.iteration, repr(exc)) from exc
         except Exception as exc:
-            raise OpFailedError(op.name, op.index, self.iteration, repr(exc)) from exc
+            failure = self._failure(op, exc, arrays, names)
+            if failure is exc:
+                raise
+            raise failure from exc
         if sums:
             for k, before in sums.items():
                 if _checksum(arrays[k]) != before:
                     raise UndeclaredWriteError(op.name, op.index, names[k])
         if result is not None:
             _check_result(op, result, args[len(op.inputs):])
+
+    def prepared(self, op: DeclaredOp, args: list, arrays: dict, names: dict,
+                 sink) -> Callable[[], None]:
+        """A call without arguments that runs ``op`` as :meth:`call_prepared` does and
+        keeps its error in ``sink.failed`` instead of raising it; it runs nothing once
+        ``sink.failed`` is set (an earlier op of the iteration failed). Made once for an
+        op whose arrays stay where they are, it costs per call one Python frame besides
+        the op's own."""
+        if self.check_writes and self.gpu:  # checksums around the call
+            def checked() -> None:
+                if sink.failed is None:
+                    try:
+                        self.call_prepared(op, args, arrays, names)
+                    except ProgramError as exc:
+                        sink.failed = exc
+            return checked
+        fn, outputs = op.fn, args[len(op.inputs):]
+
+        def call() -> None:
+            if sink.failed is not None:
+                return
+            try:
+                result = fn(*args)
+            except Exception as exc:
+                failure = self._failure(op, exc, arrays, names)
+                if failure is not exc:
+                    failure.__cause__ = exc
+                sink.failed = failure
+                return
+            if result is not None:
+                try:
+                    _check_result(op, result, outputs)
+                except ProgramError as exc:
+                    sink.failed = exc
+        return call
+
+    def _failure(self, op: DeclaredOp, exc: Exception, arrays: dict,
+                 names: dict) -> Exception:
+        """The error ``op`` raising ``exc`` is reported as: a program error as it is; a
+        write refused by a read-only input on the emulated device as the
+        :class:`UndeclaredWriteError` naming the input; anything else as
+        :class:`OpFailedError`."""
+        if isinstance(exc, ProgramError):
+            return exc
+        if isinstance(exc, ValueError) and self.check_writes and not self.gpu and any(
+                word in str(exc) for word in _READ_ONLY):
+            return self._undeclared(op, arrays, names, op.writable)
+        return OpFailedError(op.name, op.index, self.iteration, repr(exc))
 
     def _undeclared(self, op: DeclaredOp, arrays: dict, names: dict,
                     writable: frozenset) -> ProgramError:

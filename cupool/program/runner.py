@@ -252,7 +252,8 @@ class PlannedRunner:
             if op.kind == FETCH:
                 call = partial(self._fetch, op, arrays)
             else:
-                call = partial(self._call, op, self.caller.arguments(op, arrays), arrays)
+                call = self.caller.prepared(op, self.caller.arguments(op, arrays), arrays,
+                                            self.current.names, self)
             if not frame.first_fills:
                 self._prepared[index] = _Prepared(op, frame, call)
             engine.work.run(call)
@@ -287,14 +288,6 @@ class PlannedRunner:
             state.clock += spent
 
         engine.work.run(first_fill)
-
-    def _call(self, op, args, arrays) -> None:
-        if self.failed is not None:
-            return
-        try:
-            self.caller.call_prepared(op, args, arrays, self.current.names)
-        except ProgramError as exc:
-            self.failed = exc
 
     def _fetch(self, op, arrays) -> None:
         if self.failed is None:
