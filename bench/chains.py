@@ -232,9 +232,19 @@ def fmt(value, digits=2):
     return str(value)
 
 
+def model_code(model: str | None) -> str:
+    """The revolve policy's schedule in a few letters: ``S`` revolve's slots, ``U`` units,
+    ``U/L`` units with a light turn, ``+t`` planned over the steps' times."""
+    if model is None:
+        return "-"
+    code = {"slots": "S", "units": "U", "units (light turn)": "U/L"}[model.split(",")[0]]
+    return code + ("+t" if "timed" in model else "")
+
+
 def print_tables(single, double, sessions) -> None:
     print("one level (swaps priced out): recomputes of the revolve policy against revolve's "
-          "optimum")
+          "optimum and the units optimum (model: S revolve's slots, U units, U/L units with a "
+          "light turn, +t planned over the steps' times)")
     print(f"{'shape':>7} {'l':>4} {'state':>9} {'slots':>5} {'budget%':>7} {'optimum':>7} "
           f"{'units':>7} {'planned':>7} {'model':>5} {'plan/opt':>8} {'plan/un':>7} "
           f"{'bound':>6} {'plan s':>6}")
@@ -242,7 +252,7 @@ def print_tables(single, double, sessions) -> None:
         print(f"{r['shape']:>7} {r['length']:>4} {r['state_bytes']:>9} {r['slots']:>5} "
               f"{100 * r['budget_share']:>7.1f} {r['revolve_optimum_recomputes']:>7} "
               f"{r['units_optimum_recomputes']:>7} {fmt(r['revolve_recomputes']):>7} "
-              f"{fmt(r.get('revolve_model'))[:5]:>5} "
+              f"{model_code(r.get('revolve_model')):>5} "
               f"{fmt(r.get('revolve_vs_optimum'), 3):>8} {fmt(r.get('revolve_vs_units'), 3):>7} "
               f"{fmt(r['bound_recomputes']):>6} {fmt(r.get('revolve_plan_s')):>6}")
     print()

@@ -9,6 +9,7 @@ from dataclasses import replace
 from functools import cache
 from math import comb
 
+import numpy as np
 import pytest
 
 from cupool.check import validate_plan
@@ -16,8 +17,8 @@ from cupool.core.vocabulary import RecomputeAction, SolveStatus
 from cupool.planning.budget import BudgetParams, plan_with_budget
 from cupool.planning.budget.chain import find_chain
 from cupool.planning.budget.chain_traces import adjoint_trace
-from cupool.planning.budget.revolve import build, plan_revolve, revolve_table
-from cupool.planning.budget.revolve_tables import UNREACHABLE, units_table
+from cupool.planning.budget.revolve import build, largest_fitting, plan_revolve, revolve_table
+from cupool.planning.budget.revolve_tables import UNREACHABLE, units_table, weighted_table
 from cupool.sim.cost import cost_model
 from cupool.sim.simulator import simulate
 
@@ -77,11 +78,13 @@ def test_table_is_revolves_optimum():
                     else True
 
 
-def exhaustive_units_optimum(states: int, units: int) -> float:
-    """The fewest steps of any schedule at all in the units model, by a shortest-path
-    search over (states held, next state the reverse sweep reads): a step makes ``x_t``
-    from a held ``x_{t-1}`` (the root is always there) when ``t`` fits beside what is held;
-    a held state may be dropped or, when it is next, read."""
+def exhaustive_units_optimum(states: int, units: int, step_us=None) -> float:
+    """The fewest steps (with ``step_us``: the least time) of any schedule at all in the
+    units model, by a shortest-path search over (states held, next state the reverse sweep
+    reads): a step makes ``x_t`` from a held ``x_{t-1}`` (the root is always there) when
+    ``t`` fits beside what is held; a held state may be dropped or, when it is next,
+    read."""
+    step_us = step_us or [1] * states
     start = (frozenset(), states)
     best = {start: 0}
     queue = [(0, 0, start)]
@@ -95,7 +98,7 @@ def exhaustive_units_optimum(states: int, units: int) -> float:
         moves = [(steps, (held - {h}, reading)) for h in held]
         if reading in held:
             moves.append((steps, (held - {reading}, reading - 1)))
-        moves += [(steps + 1, (held | {a + 1}, reading)) for a in (0, *held)
+        moves += [(steps + step_us[a], (held | {a + 1}, reading)) for a in (0, *held)
                   if a + 1 <= reading and a + 1 not in held and len(held) < units]
         for cost, state in moves:
             if cost < best.get(state, float("inf")):
@@ -112,6 +115,38 @@ def test_the_units_recursion_is_the_optimum_of_every_schedule_on_short_chains():
             found = exhaustive_units_optimum(states, units)
             table = in_units[states, units]
             assert (table >= UNREACHABLE) if found == float("inf") else table == found
+
+
+def test_the_weighted_recursion_is_the_optimum_of_every_schedule_on_short_chains():
+    rng = np.random.default_rng(7)
+    for states in range(2, 8):
+        step_us = [float(w) for w in rng.integers(1, 9, states)]
+        table = weighted_table(step_us, 5, True)
+        for units in range(1, 6):
+            found = exhaustive_units_optimum(states, units, step_us)
+            assert table.cost[0, states, units] == pytest.approx(found)
+
+
+def test_steps_of_unequal_cost_get_the_schedule_of_least_time():
+    base = adjoint_trace(16, MIB)
+    ops = tuple(replace(op, duration_us=100.0) if op.name in {"f4", "f8", "f12"} else op
+                for op in base.ops)  # three forward steps cost ten of the others
+    trace = replace(base, ops=ops)
+    cost = cost_model("gen5")
+    chain = find_chain(trace)
+    for slots in (1, 2):  # (at the floor the fewest steps are also the least time)
+        budget = _budget_for(trace, slots)
+        result = plan_revolve(trace, budget, cost, BudgetParams(), time.perf_counter())
+        assert result.feasible and validate_plan(result.trace, result.plan).valid
+        op_us = cost.op_times(trace)
+        spent = sum(op_us[trace.buffer(a.buffer_id).recompute.op]
+                    for a in result.plan.actions if isinstance(a, RecomputeAction))
+        uniform = [largest_fitting(trace, chain, budget, BudgetParams(), units=units)[0]
+                   for units in (False, True)]
+        least = min(sum(op_us[trace.buffer(a.buffer_id).recompute.op] for a in b.actions
+                        if isinstance(a, RecomputeAction)) for b in uniform if b is not None)
+        assert spent < 0.9 * least  # the fewest steps re-run an expensive one more often
+        assert simulate(result.trace, result.plan, cost).recompute_us == pytest.approx(spent)
 
 
 def _budget_for(trace, slots):

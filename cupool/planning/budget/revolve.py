@@ -14,9 +14,11 @@ being advanced too (:func:`~.revolve_tables.units_table`: an advance of one step
 held state holds one state, a longer one two) finds schedules that keep one state more
 within the same bytes; where the ops at the turn hold more than a reverse step (the
 states after the chain, a loss's inputs), a units schedule whose sweep keeps only the
-last state fits where the others do not. The policy plans all three and keeps the one
-whose recomputes take least time on the cost model (then the fewest;
-``stats["revolve_model"]``).
+last state fits where the others do not. Where the states' steps cost differently
+(chains of up to 64 states), a recursion over their times (``weighted_table`` of
+:mod:`.revolve_tables`) gives each model's schedule of least time. Of all of them the policy
+keeps the one whose recomputes take least time on the cost model without re-running more
+steps, or that saves a clear share of the time (``stats["revolve_model"]``).
 
 **In the plan.** Every advance runs as recomputes before the op that first reads the
 state it delivers (the latest it can: nothing is held early). The states it passes
@@ -82,10 +84,14 @@ from cupool.planning.budget.engine.residency import failed_plan
 from cupool.planning.budget.params import BudgetParams
 from cupool.planning.budget.result import BudgetResult
 from cupool.planning.budget.revolve_tables import (
+    Table,
     forward_steps,
+    host_positions,
     least_units,
     revolve_table,
+    state_us,
     units_table,
+    weighted_for,
 )
 from cupool.planning.problem import StaticProblem
 from cupool.planning.solvers import SolverParams
@@ -124,6 +130,7 @@ class Built:
     rows: tuple = field(default=(), repr=False)
     units: bool = False
     light_turn: bool = False
+    timed: bool = False
 
 
 class _Builder:
@@ -188,13 +195,12 @@ class _Builder:
     def reverse(self, base: int, top: int, slots: int, forward: bool, table) -> None:
         """Deliver states ``top, top - 1, .., base + 1`` with ``base`` held (``forward``:
         the first advances are the program's own sweep)."""
-        _cost, choice = table
         stack = [(base, top, slots, forward)]
         while stack:
             a, b, s, fw = stack.pop()
             if b <= a:
                 continue
-            target = a + int(choice[b - a, s])
+            target = table.advance_to(a, b, s)
             if fw:
                 for x in self.state(target).buffers:
                     self.first_end[x.buffer_id] = x.end
@@ -208,21 +214,24 @@ class _Builder:
 
 
 def build(trace: Trace, chain: Chain, slots: int, host: tuple = (), cost=None,
-          prefetch: bool = True, units: bool = False, light_turn: bool = False) -> Built:
+          prefetch: bool = True, units: bool = False, light_turn: bool = False,
+          step_us: tuple | None = None) -> Built:
     """The schedule with ``slots`` slots, or with ``units`` that many units of memory
     (:mod:`.revolve_tables`; ``host``: positions copied to the host and back before their
     stretch, two levels; ``cost`` times their copies, each copied back early enough to
     land on time with ``prefetch``, else when its stretch begins), as residencies and
     actions with its peak. With ``light_turn`` the forward sweep keeps only the last
     state (the turn's ops may hold more than a reverse step: the states after the chain,
-    a loss's inputs), and the states below it are reversed from the root as a stretch."""
+    a loss's inputs), and the states below it are reversed from the root as a stretch.
+    ``step_us`` (each state's re-making time): the schedule of least time, not of fewest
+    steps."""
     m = len(chain.states)
-    if units:
-        slots = max(least_units(m), min(slots, m))
-        table = units_table(max(1, m), max(1, slots))
+    low, high = (least_units(m), m) if units else (0, max(0, m - 1))
+    slots = max(low, min(slots, high))
+    if step_us is not None:
+        table = weighted_for(step_us, units)
     else:
-        slots = max(0, min(slots, max(0, m - 1)))
-        table = revolve_table(max(1, m), max(1, slots))
+        table = Table(*(units_table if units else revolve_table)(max(1, m), max(1, slots)))
     builder = _Builder(trace, chain)
     host = tuple(sorted(p for p in set(host) if 1 <= p <= m and chain.states[p - 1].recomputable))
     bases = sorted({0, *chain.forced, *host})
@@ -261,7 +270,8 @@ def build(trace: Trace, chain: Chain, slots: int, host: tuple = (), cost=None,
         spans.append((x.buffer_id, trigger, x.end))
     peak, peak_op, rows, steps = _peak(trace, spans, builder.batches)
     return Built(spans, actions, steps, peak, peak_op, builder.state_recomputes,
-                 builder.link_recomputes, slots, tuple(swapped), rows, units, light_turn)
+                 builder.link_recomputes, slots, tuple(swapped), rows, units, light_turn,
+                 step_us is not None)
 
 
 def _first_reads(builder: _Builder) -> dict:
@@ -367,6 +377,7 @@ def _stats(chain: Chain, built: Built) -> dict:
     forced = [x.reason for x in chain.states if not x.recomputable]
     model = ("units (light turn)" if built.light_turn else "units") if built.units \
         else "slots"
+    model += ", timed steps" if built.timed else ""
     return {"revolve_states": m, "revolve_model": model,
             "revolve_slots": None if built.units else built.slots,
             "revolve_units": built.slots if built.units else None,
@@ -406,7 +417,7 @@ def floor_reason(trace: Trace, chain: Chain, budget_bytes: int) -> str:
 
 def largest_fitting(trace: Trace, chain: Chain, budget_bytes: int, params: BudgetParams,
                     host: tuple = (), cost=None, prefetch: bool = True, units: bool = False,
-                    light_turn: bool = False):
+                    light_turn: bool = False, step_us: tuple | None = None):
     """``(built, offsets)`` of the most slots (``units``: units) whose schedule fits the
     budget, or ``(None, None)``."""
     m = len(chain.states)
@@ -414,7 +425,7 @@ def largest_fitting(trace: Trace, chain: Chain, budget_bytes: int, params: Budge
     low, high = least, (m if units else max(0, m - 1))
 
     def built(count: int) -> Built:
-        return build(trace, chain, count, host, cost, prefetch, units, light_turn)
+        return build(trace, chain, count, host, cost, prefetch, units, light_turn, step_us)
 
     if built(low).peak_bytes > budget_bytes:
         return None, None
@@ -432,35 +443,8 @@ def largest_fitting(trace: Trace, chain: Chain, budget_bytes: int, params: Budge
     return None, None
 
 
-def host_positions(states: int, slots: int, step_us: float, copy_us: float) -> tuple:
-    """Host checkpoints for a chain of ``states`` states with ``slots`` device slots
-    when a step takes ``step_us`` and a copy ``copy_us`` (each way, not overlapped): the
-    positions ``q`` minimising the copies (``2·copy_us`` each) and each stretch's forward
-    steps reversed from the checkpoint below it (which takes a slot; the root does not),
-    the last stretch's first advance being the sweep. A dynamic program over the last
-    host checkpoint below each position; ``()`` when none pays."""
-    inf = float("inf")
-    table = revolve_table(states, max(1, slots))[0]
-
-    def steps(n: int, base: int) -> float:
-        free = slots if base == 0 else slots - 1
-        return inf if free < 0 else float(table[n, free])
-
-    best = [0.0] * (states + 1)  # best[p]: states 1..p-1 delivered below checkpoint p
-    below = [0] * (states + 1)
-    for p in range(1, states + 1):
-        options = [(best[q] + (2 * copy_us if q else 0.0) + steps(p - q - 1, q) * step_us, q)
-                   for q in range(p)]
-        best[p], below[p] = min(options)
-    total, last = min((best[q] + (2 * copy_us if q else 0.0)
-                       + (steps(states - q, q) - (states - q)) * step_us, q)
-                      for q in range(states + 1))
-    placed = []
-    while last:
-        placed.append(last)
-        last = below[last]
-    return tuple(sorted(placed)) if total < inf else ()
-
+TIME_MARGIN = 0.05
+"""Share of the recompute time a schedule with more steps must save to be kept."""
 
 HOST_PERIODS = (2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 """States between two host checkpoints that :func:`plan_revolve_two_level` tries."""
@@ -523,18 +507,26 @@ def plan_revolve(trace, budget_bytes, cost, params: BudgetParams, started: float
                        status=SolveStatus.INFEASIBLE)
     op_us = cost.op_times(trace)
 
-    def rerun(schedule: Built) -> tuple[float, int]:
-        """The schedule's recompute time on ``cost`` (its steps need not cost alike), then
-        its count of steps."""
-        return (math.fsum(float(op_us[trace.buffer(a.buffer_id).recompute.op])
-                          for a in schedule.actions if isinstance(a, RecomputeAction)),
-                schedule.state_recomputes)
+    def better(new: Built, old: Built) -> bool:
+        """``new`` re-runs less time on ``cost`` and no more steps, or saves more than
+        :data:`TIME_MARGIN` of the time (measured op times are noisy: a schedule with more
+        steps needs a clear gain)."""
+        (new_us, new_steps), (old_us, old_steps) = (
+            (math.fsum(float(op_us[trace.buffer(a.buffer_id).recompute.op])
+                       for a in b.actions if isinstance(a, RecomputeAction)),
+             b.state_recomputes) for b in (new, old))
+        return (new_us < old_us and new_steps <= old_steps) or \
+            new_us < (1 - TIME_MARGIN) * old_us
 
     built, offsets = largest_fitting(trace, chain, budget_bytes, params)
-    for light_turn in (False, True):  # units schedules, kept where they re-run less
-        other = largest_fitting(trace, chain, budget_bytes, params, units=True,
-                                light_turn=light_turn)
-        if other[0] is not None and (built is None or rerun(other[0]) < rerun(built)):
+    weights = state_us(trace, chain, cost)
+    variants = [(True, False, None), (True, True, None)]  # units, light turn, step times
+    if weights is not None:  # steps of unequal cost: the schedules of least time too
+        variants += [(False, False, weights), (True, False, weights), (True, True, weights)]
+    for units, light_turn, step_us in variants:  # kept where they re-run less
+        other = largest_fitting(trace, chain, budget_bytes, params, units=units,
+                                light_turn=light_turn, step_us=step_us)
+        if other[0] is not None and (built is None or better(other[0], built)):
             built, offsets = other
     if built is None:
         return _failed(trace, budget_bytes, started,

@@ -26,9 +26,18 @@ A slots schedule with ``s`` slots is a units schedule with ``u = s + 2``, so
 feeds, no pair is ever held above it, and the units schedule keeps one state more. At the
 smallest budget (``u = 2``: a checkpoint and the state one step above it) it halves the
 ``n²/2`` forward steps of re-running everything from the root.
+
+**Steps of unequal cost.** Both recursions count steps; :func:`weighted_table` solves them
+over the steps' times instead (``W(a, b, c)``: where a stretch starts matters then, so the
+table has a dimension more and is solved for chains of up to
+:data:`WEIGHTED_MAX_STATES` states). :func:`host_positions` places host checkpoints for
+two levels over the slots table.
 """
 
 from __future__ import annotations
+
+import math
+from functools import lru_cache
 
 import numpy as np
 
@@ -137,4 +146,118 @@ def _solve_units(states: int) -> tuple[np.ndarray, np.ndarray]:
     return cost, advance
 
 
-__all__ = ["UNREACHABLE", "forward_steps", "least_units", "revolve_table", "units_table"]
+
+
+WEIGHTED_MAX_STATES = 64
+"""Longest chain whose steps of unequal cost get a table of their own (its size grows with
+the cube of the states)."""
+
+
+TIMED_SPREAD = 2.0
+"""How many times the cheapest step's time the dearest must take for the steps' times to
+be planned by (:func:`state_us`)."""
+
+
+class Table:
+    """A solved recursion as the builder reads it: :meth:`advance_to` the state to keep
+    next, delivering ``a + 1 .. b`` above a held ``a`` with ``count`` slots or units."""
+
+    def __init__(self, cost: np.ndarray, advance: np.ndarray, weighted: bool = False):
+        self.cost, self.advance, self.weighted = cost, advance, weighted
+
+    def advance_to(self, a: int, b: int, count: int) -> int:
+        if self.weighted:
+            return int(self.advance[a, b, count])
+        return a + int(self.advance[b - a, count])
+
+
+def weighted_table(step_us, count: int, units: bool) -> Table:
+    """The recursion of either model (module docstring) when the steps cost ``step_us``
+    (``step_us[j - 1]``: making state ``j``): ``W[a, b, c]`` the least time of the forward
+    steps delivering ``a + 1 .. b`` above a held ``a`` with ``c`` slots or units, the
+    sweep's own steps counted (they are the same in every schedule)::
+
+        W(a, b, c) = min over a < k <= b of  w(a, k) + W(k, b, c - 1) + W(a, k - 1, c)
+                                        (k = b: w(a, b) + W(a, b - 1, c))
+
+    with ``w(a, k)`` the time of steps ``a + 1 .. k``; slots: keeping ``k < b`` needs a
+    slot; units: a single step needs one unit, a longer advance two."""
+    n = len(step_us)
+    prefix = np.concatenate(([0.0], np.cumsum(np.asarray(step_us, dtype=np.float64))))
+    inf = np.inf
+    cost = np.full((n + 1, n + 1, count + 1), inf)
+    advance = np.zeros((n + 1, n + 1, count + 1), dtype=np.int32)
+    idx = np.arange(n + 1)
+    cost[idx, idx, :] = 0.0
+    for length in range(1, n + 1):
+        a = np.arange(0, n - length + 1)[:, None]
+        j = np.arange(1, length + 1)[None, :]
+        k, b = a + j, a + length
+        steps = prefix[k] - prefix[a]
+        for c in range(count + 1):
+            below = cost[a, k - 1, c]
+            above = cost[k, b, c - 1] if c >= 1 else np.full(k.shape, inf)
+            total = steps + np.where(j == length, cost[a, b - 1, c], above + below)
+            if units:  # a single step needs a unit, a longer advance two
+                total = np.where((j == 1) & (c < 1) | (j >= 2) & (c < 2), inf, total)
+            best = np.argmin(total, axis=1)
+            rows = np.arange(len(best))
+            cost[a[:, 0], a[:, 0] + length, c] = total[rows, best]
+            advance[a[:, 0], a[:, 0] + length, c] = a[:, 0] + best + 1
+    return Table(cost, advance, weighted=True)
+
+
+def host_positions(states: int, slots: int, step_us: float, copy_us: float) -> tuple:
+    """Host checkpoints for a chain of ``states`` states with ``slots`` device slots
+    when a step takes ``step_us`` and a copy ``copy_us`` (each way, not overlapped): the
+    positions ``q`` minimising the copies (``2·copy_us`` each) and each stretch's forward
+    steps reversed from the checkpoint below it (which takes a slot; the root does not),
+    the last stretch's first advance being the sweep. A dynamic program over the last
+    host checkpoint below each position; ``()`` when none pays."""
+    inf = float("inf")
+    table = revolve_table(states, max(1, slots))[0]
+
+    def steps(n: int, base: int) -> float:
+        free = slots if base == 0 else slots - 1
+        return inf if free < 0 else float(table[n, free])
+
+    best = [0.0] * (states + 1)  # best[p]: states 1..p-1 delivered below checkpoint p
+    below = [0] * (states + 1)
+    for p in range(1, states + 1):
+        options = [(best[q] + (2 * copy_us if q else 0.0) + steps(p - q - 1, q) * step_us, q)
+                   for q in range(p)]
+        best[p], below[p] = min(options)
+    total, last = min((best[q] + (2 * copy_us if q else 0.0)
+                       + (steps(states - q, q) - (states - q)) * step_us, q)
+                      for q in range(states + 1))
+    placed = []
+    while last:
+        placed.append(last)
+        last = below[last]
+    return tuple(sorted(placed)) if total < inf else ()
+
+
+@lru_cache(maxsize=4)
+def weighted_for(step_us: tuple, units: bool) -> Table:
+    """The weighted table of every count up to the chain's length (solved once per
+    schedule search: its builds ask for it again and again)."""
+    return weighted_table(step_us, len(step_us), units)
+
+
+def state_us(trace, chain, cost) -> tuple | None:
+    """Each state of ``chain`` (:class:`~.chain.Chain`): the time its buffers' and links' ops
+    take on ``cost``; ``None`` when the chain is longer than :data:`WEIGHTED_MAX_STATES` or
+    no step takes :data:`TIMED_SPREAD` times another's (measured op times are noisy: steps
+    nearer than that are taken as alike)."""
+    if not 2 <= len(chain.states) <= WEIGHTED_MAX_STATES:
+        return None
+    op_us = cost.op_times(trace)
+    times = tuple(math.fsum(float(op_us[trace.buffer(y).recompute.op])
+                            for b in x.buffers if x.recomputable
+                            for y in (*b.links, b.buffer_id)) for x in chain.states)
+    return times if max(times) >= TIMED_SPREAD * min(times) else None
+
+
+__all__ = ["TIMED_SPREAD", "UNREACHABLE", "WEIGHTED_MAX_STATES", "Table", "forward_steps",
+           "host_positions", "least_units", "revolve_table", "state_us", "units_table",
+           "weighted_for", "weighted_table"]
