@@ -15,7 +15,8 @@ changed copy of a state, or ``None`` when it does not apply or does not fit::
 
 When a move changes when a buffer is resident and its offset range is not free over the
 new ops, it and the residencies in its way that begin at or after the change are placed
-again by the allocation rules (:meth:`TierState.best_fit`), in start order.
+again by the allocation rules (:meth:`TierState.best_fit`, over the arrays of
+:mod:`.span_table`), in start order.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from cupool.core.vocabulary import (
     Trace,
 )
 from cupool.planning.budget.engine.drops import mark_drops
+from cupool.planning.budget.span_table import SpanTable
 
 
 @dataclass(slots=True)
@@ -194,39 +196,17 @@ class TierState:
     def fits_at(self, offset: int, size: int, start: int, end: int, skip: set[int]) -> bool:
         """``[offset, offset + size)`` is within the budget and free during ops
         ``[start, end)`` of every residency but those whose ``id()`` is in ``skip``."""
-        if offset < 0 or offset + size > self.budget:
-            return False
-        for b, spans in self.spans.items():
-            low_limit = offset - self.sizes[b]
-            for span in spans:
-                if (span.start < end and start < span.end and low_limit < span.offset
-                        < offset + size and id(span) not in skip):
-                    return False
-        return True
+        return self.table(skip).fits(offset, size, start, end, self.budget)
 
     def best_fit(self, size: int, start: int, end: int, skip: set[int]) -> int | None:
         """Best-fit smallest hole in ``[0, budget)`` free during ``[start, end)`` (of every
         residency but those whose ``id()`` is in ``skip``); inside it, the edge next to
         the neighbour that dies later (``None`` if no hole fits)."""
-        taken = []  # (low byte, high byte, end op) of each residency in the way
-        for b, spans in self.spans.items():
-            span_size = self.sizes[b]
-            for span in spans:
-                if span.start < end and start < span.end and id(span) not in skip:
-                    taken.append((span.offset, span.offset + span_size, span.end))
-        taken.sort()
-        taken.append((self.budget, self.budget, -1))
-        best_hole, best_offset = None, None
-        cursor, below_end = 0, -1
-        for low, high, end_op in taken:
-            if low - cursor >= size:
-                hole = low - cursor
-                offset = cursor if below_end >= end_op else low - size
-                if best_hole is None or hole < best_hole:
-                    best_hole, best_offset = hole, offset
-            if high > cursor:
-                cursor, below_end = high, end_op
-        return best_offset
+        return self.table(skip).best_fit(size, start, end, self.budget)
+
+    def table(self, skip: set[int]) -> SpanTable:
+        """Every residency but those whose ``id()`` is in ``skip``, as arrays."""
+        return SpanTable(self.spans, self.sizes, skip)
 
     def paired_swap_in(self, out: SwapOut) -> SwapIn | None:
         """The swap-in that reads what ``out`` wrote: the buffer's first swap-in triggered
@@ -315,7 +295,8 @@ class TierMoves:
         if live[new_start:new_end].max(initial=0) > new.budget:
             return None
         new.actions = _without(new.actions, remove) + list(add)
-        if new.fits_at(span.offset, size, new_start, new_end, {id(span)}):
+        table = new.table({id(span)})
+        if table.fits(span.offset, size, new_start, new_end, new.budget):
             return new
         # re-place: the moved residency and those in its way that begin at or after it
         moving = [(span, size)]
@@ -328,14 +309,15 @@ class TierMoves:
             if in_way:
                 others = new.own(other_b)
                 moving += [(others[k], other_size) for k in in_way]
-        skip = {id(s) for s, _size in moving}
         moving.sort(key=lambda item: (item[0].start, -item[1]))
+        # the others stay where they are; each moved one joins them once placed
+        table = new.table({id(s) for s, _size in moving})
         for s, s_size in moving:
-            offset = new.best_fit(s_size, s.start, s.end, skip)
+            offset = table.best_fit(s_size, s.start, s.end, new.budget)
             if offset is None:
                 return None
             s.offset = offset
-            skip.discard(id(s))
+            table.add(s.start, s.end, offset, s_size)
         return new
 
     def cancel_swap(self, state: TierState, out: SwapOut) -> TierState | None:

@@ -1,0 +1,83 @@
+"""Where a residency may go in the arena of a plan being edited (:mod:`.multilevel_moves`):
+the other residencies as arrays, asked whether a byte range is free over some ops and for
+the best-fit hole, without a Python loop over every residency of the plan.
+
+A move that re-places several residencies asks once per residency; the table is made once
+for the move and the residencies it has placed are added as it goes (:meth:`add`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+class SpanTable:
+    """Residencies ``[start, end)`` (ops) holding bytes ``[low, high)``: those of ``spans``
+    (per buffer, objects with ``start``, ``end``, ``offset``; a buffer's size from
+    ``sizes``) but those whose ``id()`` is in ``skip``, then those :meth:`add` gives."""
+
+    def __init__(self, spans: dict, sizes: dict[int, int], skip: set[int]) -> None:
+        starts, ends, lows, highs = [], [], [], []
+        for b, spans_of_b in spans.items():
+            size = sizes[b]
+            for span in spans_of_b:
+                if id(span) not in skip:
+                    starts.append(span.start)
+                    ends.append(span.end)
+                    lows.append(span.offset)
+                    highs.append(span.offset + size)
+        self._rows = [np.array(column, dtype=np.int64)
+                      for column in (starts, ends, lows, highs)]
+        self._added: list[tuple[int, int, int, int]] = []
+
+    def add(self, start: int, end: int, offset: int, size: int) -> None:
+        """A residency placed since: ops ``[start, end)``, bytes ``[offset, offset + size)``."""
+        self._added.append((start, end, offset, offset + size))
+
+    def _during(self, start: int, end: int) -> tuple[np.ndarray, ...]:
+        """Low byte, high byte and end op of every residency sharing an op with
+        ``[start, end)``."""
+        starts, ends, lows, highs = self._rows
+        during = (starts < end) & (start < ends)
+        out = [lows[during], highs[during], ends[during]]
+        added = [row for row in self._added if row[0] < end and start < row[1]]
+        if added:
+            extra = np.array(added, dtype=np.int64)
+            out = [np.concatenate((out[0], extra[:, 2])), np.concatenate((out[1], extra[:, 3])),
+                   np.concatenate((out[2], extra[:, 1]))]
+        return tuple(out)
+
+    def fits(self, offset: int, size: int, start: int, end: int, budget: int) -> bool:
+        """``[offset, offset + size)`` lies within ``budget`` and no residency holds a byte
+        of it during ops ``[start, end)``."""
+        if offset < 0 or offset + size > budget:
+            return False
+        lows, highs, _ends = self._during(start, end)
+        return not bool(np.any((lows < offset + size) & (highs > offset)))
+
+    def best_fit(self, size: int, start: int, end: int, budget: int) -> int | None:
+        """The best-fit smallest hole in ``[0, budget)`` free during ``[start, end)``; inside
+        it, the edge next to the neighbour below when that one dies at or after the one
+        above, else the upper edge (``None``: no hole fits). Holes are scanned in address
+        order (residencies sorted by low byte, high byte, end op; a residency raises the
+        scan's cursor only where it reaches above it); ties: the lowest hole."""
+        lows, highs, ends = self._during(start, end)
+        order = np.lexsort((ends, highs, lows))
+        lows = np.append(lows[order], budget)
+        highs = np.append(highs[order], budget)
+        ends = np.append(ends[order], -1)
+        count = len(lows)
+        reach = np.maximum.accumulate(highs)
+        cursor = np.zeros(count, dtype=np.int64)  # the scan's cursor before each row
+        cursor[1:] = np.maximum(reach[:-1], 0)
+        raises = highs > cursor  # the rows that move the cursor up
+        setter = np.maximum.accumulate(np.where(raises, np.arange(count), -1))
+        last = np.full(count, -1, dtype=np.int64)  # the last row that moved it, before each
+        last[1:] = setter[:-1]
+        below_end = np.where(last >= 0, ends[np.maximum(last, 0)], -1)
+        holes = lows - cursor
+        fitting = np.flatnonzero(holes >= size)
+        if not len(fitting):
+            return None
+        k = int(fitting[np.argmin(holes[fitting])])
+        return int(cursor[k]) if below_end[k] >= ends[k] else int(lows[k] - size)

@@ -1,0 +1,89 @@
+"""The arrays behind the local search's placement answer as the loop over every residency
+that they replaced: the same best-fit hole and edge, the same free/taken verdict."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from cupool.planning.budget.multilevel_moves import Span
+from cupool.planning.budget.span_table import SpanTable
+
+
+def loop_best_fit(spans, sizes, skip, size, start, end, budget):
+    """The allocation rule written as a loop: best-fit smallest hole, at the edge next to
+    the neighbour that dies later."""
+    taken = []
+    for b, spans_of_b in spans.items():
+        for span in spans_of_b:
+            if span.start < end and start < span.end and id(span) not in skip:
+                taken.append((span.offset, span.offset + sizes[b], span.end))
+    taken.sort()
+    taken.append((budget, budget, -1))
+    best_hole, best_offset = None, None
+    cursor, below_end = 0, -1
+    for low, high, end_op in taken:
+        if low - cursor >= size:
+            hole = low - cursor
+            offset = cursor if below_end >= end_op else low - size
+            if best_hole is None or hole < best_hole:
+                best_hole, best_offset = hole, offset
+        if high > cursor:
+            cursor, below_end = high, end_op
+    return best_offset
+
+
+def loop_fits(spans, sizes, skip, offset, size, start, end, budget):
+    if offset < 0 or offset + size > budget:
+        return False
+    for b, spans_of_b in spans.items():
+        for span in spans_of_b:
+            if (span.start < end and start < span.end and id(span) not in skip
+                    and span.offset < offset + size and offset < span.offset + sizes[b]):
+                return False
+    return True
+
+
+def random_layout(rng: random.Random):
+    budget = rng.choice([64, 100, 256])
+    sizes, spans = {}, {}
+    for b in range(rng.randint(0, 12)):
+        sizes[b] = rng.choice([4, 8, 16, 24, 32])
+        spans[b] = []
+        for _ in range(rng.randint(1, 3)):
+            start = rng.randint(0, 18)
+            spans[b].append(Span(start, start + rng.randint(1, 6),
+                                 rng.randrange(0, budget - sizes[b] + 1, 4)))
+    return budget, sizes, spans
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_span_table_answers_as_the_loop(seed):
+    rng = random.Random(seed)
+    for _ in range(150):
+        budget, sizes, spans = random_layout(rng)
+        every = [s for spans_of_b in spans.values() for s in spans_of_b]
+        skip = {id(s) for s in rng.sample(every, min(len(every), rng.randint(0, 2)))}
+        table = SpanTable(spans, sizes, skip)
+        for _ in range(5):
+            size = rng.choice([4, 8, 12, 40, 300])
+            start = rng.randint(0, 20)
+            end = start + rng.randint(1, 8)
+            assert table.best_fit(size, start, end, budget) == loop_best_fit(
+                spans, sizes, skip, size, start, end, budget)
+            offset = rng.randrange(-4, budget, 4)
+            assert table.fits(offset, size, start, end, budget) == loop_fits(
+                spans, sizes, skip, offset, size, start, end, budget)
+
+
+def test_added_spans_count_as_placed():
+    """A residency added after the table was made takes its bytes from later answers."""
+    sizes = {0: 16}
+    spans = {0: [Span(0, 4, 0)]}
+    table = SpanTable(spans, sizes, set())
+    assert table.best_fit(16, 0, 4, 64) == 16  # beside buffer 0, which outlives the end
+    table.add(0, 4, 16, 16)
+    assert table.best_fit(16, 0, 4, 64) == 32
+    assert not table.fits(16, 16, 2, 3, 64)
+    assert table.fits(48, 16, 2, 3, 64)
