@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
 import pytest
 
 from cupool.check import validate_plan
@@ -241,3 +242,63 @@ def test_auto_keeps_a_validated_plan(shape):
     result = plan_with_budget(trace, budget, "auto", cost)
     assert result.feasible and validate_plan(result.trace, result.plan).valid
     assert isinstance(result.candidates["revolve"], float)
+
+
+def random_program(seed: int):
+    """A chain program with random extras: each step may read a random earlier state too
+    and make a term the adjoint reads; each adjoint step reads its state and, at random,
+    another one."""
+    rng = np.random.default_rng(seed)
+    length = int(rng.integers(3, 9))
+    ops = [(f"f{j}", "fw") for j in range(1, length + 1)]
+    ops += [("dloss", "bw")] + [(f"b{j}", "bw") for j in range(length, 0, -1)]
+    ops += [("update", "opt")]
+    readers = {f"x{j}": [] for j in range(length + 1)}
+    steps = []
+    for j in range(1, length + 1):
+        inputs = [f"x{j - 1}"]
+        if j >= 3 and rng.random() < 0.3:
+            inputs.append(f"x{int(rng.integers(0, j - 1))}")
+        steps.append(inputs)
+        for name in inputs:
+            readers[name].append(f"f{j}")
+    extra = {j for j in range(1, length + 1) if rng.random() < 0.3}
+    adjoint_reads = {}
+    for j in range(length, 0, -1):
+        reads = [f"x{j - 1}"] + ([f"x{int(rng.integers(0, j))}"] if rng.random() < 0.3
+                                 else [])
+        adjoint_reads[j] = sorted(set(reads))
+        for name in adjoint_reads[j]:
+            readers[name].append(f"b{j}")
+    readers[f"x{length}"].append("dloss")
+    buffers = [("x0", "f1", readers["x0"] + ["update"], None, PERSISTENT)]
+    for j in range(1, length + 1):
+        buffers.append((f"x{j}", f"f{j}", readers[f"x{j}"], steps[j - 1], "temporary"))
+        if j in extra:
+            buffers.append((f"r{j}", f"f{j}", [f"b{j}"], [f"x{j - 1}"], "temporary"))
+    buffers.append((f"lam{length}", "dloss", [f"b{length}"], [f"x{length}"], "temporary"))
+    for j in range(length, 0, -1):
+        reader = f"b{j - 1}" if j > 1 else "update"
+        inputs = [f"lam{j}", *adjoint_reads[j]] + ([f"r{j}"] if j in extra else [])
+        buffers.append((f"lam{j - 1}", f"b{j}", [reader], inputs, "temporary"))
+    return program(ops, buffers, f"random {seed}")
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_extras_plan_validated_or_say_why(seed):
+    trace = random_program(seed)
+    chain = find_chain(trace)
+    cost = cost_model("gen5")
+    peak = trace.lower_bound_bytes()
+    for share in (0.5, 0.7, 1.0):
+        result = plan_revolve(trace, int(peak * share), cost, BudgetParams(),
+                              time.perf_counter())
+        if result.feasible:
+            assert validate_plan(result.trace, result.plan).valid
+        else:
+            assert "validator" not in result.reason and "\n" not in result.reason
+    if chain.states:
+        floor = min(build(trace, chain, 0).peak_bytes,
+                    build(trace, chain, 0, units=True).peak_bytes)
+        result = plan_revolve(trace, floor, cost, BudgetParams(), time.perf_counter())
+        assert result.feasible and validate_plan(result.trace, result.plan).valid
