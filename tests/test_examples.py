@@ -71,7 +71,7 @@ def test_a_program_example_trains_within_half_its_peak_bitwise_as_without_cupool
     assert losses[-1] < losses[0]
     peak, budget = re.match(r"^program peak (\d+) B, budget (\d+) B, plan: \d+ swap",
                             lines[6]).groups()
-    assert int(budget) == int(peak) // 2
+    assert int(budget) == int(peak) // 2 - int(peak) // 2 % 512  # whole 512-byte units
     assert lines[7:] == ["loss decreased: yes",
                          "parameters bitwise identical to the run without cupool: yes"]
 

@@ -43,6 +43,15 @@ def rounded(nbytes: int) -> int:
     return -(-max(1, nbytes) // ALLOCATION_UNIT) * ALLOCATION_UNIT
 
 
+def whole_units(budget_bytes: int) -> int:
+    """``budget_bytes`` rounded down to the pool's allocation unit (left as it is below one
+    unit): every tensor takes whole units, so the bytes above the last whole unit hold
+    nothing, and the pool, which reserves whole units, then never holds more than the
+    budget (a plan whose arena is the whole budget is reserved as it is)."""
+    return budget_bytes - budget_bytes % ALLOCATION_UNIT if budget_bytes >= ALLOCATION_UNIT \
+        else budget_bytes
+
+
 @dataclass(frozen=True)
 class DeclaredOp:
     """Op ``index`` as declared: ``fn(*inputs, *updates, *outputs)`` writes its outputs
@@ -261,4 +270,5 @@ def _op_change(recorded: Program, mine: DeclaredOp, new: Program, theirs: Declar
     return Change(i, theirs.name, None, "its recompute flag differs from the recorded one")
 
 
-__all__ = ["FETCH", "INPUT", "KINDS", "OP", "Change", "DeclaredOp", "Program", "rounded"]
+__all__ = ["FETCH", "INPUT", "KINDS", "OP", "Change", "DeclaredOp", "Program", "rounded",
+           "whole_units"]

@@ -53,8 +53,9 @@ the session never runs later iterations passively in silence.
 
 **Budget.** Bytes (``6 << 30``), a size (``"6GiB"``) or a percentage of the program's peak
 (``"70%"``: of the most bytes its tensors hold at once, each rounded up to the pool's 512-byte
-unit; resolved when the program is recorded). The pool's reservation never exceeds it
-(its limit is set to the plan's arena). Scratch arrays an op's body makes for itself
+unit; resolved when the program is recorded), rounded down to whole 512-byte units (what
+tensors can use of it). The pool's reservation never exceeds it (its limit is set to the
+plan's arena, and the pool reserves whole units). Scratch arrays an op's body makes for itself
 (``x @ w`` without ``out=``) are the array library's, outside the budget: on a GPU they come
 from CuPy's default pool, so write into outputs where it matters.
 
@@ -113,7 +114,7 @@ from cupool.program.errors import (
 )
 from cupool.program.iteration import Iteration
 from cupool.program.planner import plan_program
-from cupool.program.program import Program
+from cupool.program.program import Program, whole_units
 from cupool.program.recorder import record
 from cupool.program.runner import PlannedRunner, RunnerOptions, typical_op_us
 from cupool.program.tensors import Spec, Tensor, to_host
@@ -365,7 +366,8 @@ class Session:
         if self._recorded is None or change is not None:  # else: the checked program again
             peak = program.peak_bytes()
             budget = parse_budget(self._budget, peak)
-            program.check_budget(budget)
+            program.check_budget(budget)  # its error quotes the budget as given
+            budget = whole_units(budget)
         self.budget_bytes, self.peak_bytes = budget, peak
         if change is not None:
             self._retire()

@@ -28,7 +28,8 @@ def test_parameters_are_bitwise_those_of_the_run_without_cupool(budget, referenc
     with cupool.Session(budget, device="emulated") as session:
         losses, params = mlp.train(session, STEPS)
         reports = session.reports
-        assert session.budget_bytes == int(session.peak_bytes * int(budget[:-1]) / 100)
+        exact = int(session.peak_bytes * int(budget[:-1]) / 100)
+        assert session.budget_bytes == exact - exact % 512  # the pool's whole units
         plan, recording, trace = session.plan, session.recording, session.trace
     assert losses == reference[0]
     assert params.keys() == reference[1].keys()
@@ -178,3 +179,16 @@ def test_the_emulated_device_records_its_first_iteration_by_default():
     with cupool.Session("70%", device="emulated") as session:
         example("mlp_sgd").train(session, 2)
         assert [r.recorded for r in session.reports] == [True, False]
+
+
+def test_the_budget_is_whole_units_of_the_pool():
+    """A budget between two 512-byte units is the lower one: tensors take whole units, and
+    the pool reserves whole units, so a plan whose arena is the whole budget is reserved
+    within it (at 70% of a peak, the budget ended 359 bytes short of a unit and every
+    planned step's reservation was 359 bytes over it)."""
+    with cupool.Session(1_000_000, device="emulated") as session:
+        example("mlp_sgd").train(session, 2)
+        reports = session.reports
+    assert session.budget_bytes == 1_000_000 - 1_000_000 % 512
+    assert all(0 < r.device_peak_bytes <= r.budget_bytes == session.budget_bytes
+               for r in reports)
