@@ -33,8 +33,9 @@ swaps priced out by their cost).
 revolve member puts checkpoints on the host) simulated, against the fastest schedule of
 a two-level model solved here by a small dynamic program: host checkpoints taken in the
 forward sweep, each costing a copy out and a copy back (serial: no overlap with compute),
-the stretches between them reversed on the device with ``k`` slots by revolve's count
-(the last stretch's first advance is the sweep itself). Target: within 10%.
+the stretches between them reversed on the device with ``k`` slots by revolve's count or
+the units optimum in the same bytes, the fewer (the last stretch's first advance is the
+sweep itself). Target: within 10%.
 
 **Through ``cupool.Session``** (``--session``): the same program written as a chain of
 NumPy ops on the emulated device, planned by the session at a few budgets; the plan's
@@ -121,11 +122,16 @@ def two_level_optimum_us(length: int, slots: int, step_us: float, copy_us: float
 
     def inner(states: int, base: int) -> float:
         """Forward steps delivering ``states`` above ``base`` (a host checkpoint back on
-        the device takes a slot; the root ``x0`` does not)."""
+        the device takes a slot; the root ``x0`` does not): revolve's with those slots, or
+        the units optimum in the same bytes (the slots and a step's two states), the
+        fewer."""
         free = slots if base == 0 else slots - 1
         if free < 0:
             return inf
-        return revolve_optimum(states + 1, free + 1) if states else 0
+        if not states:
+            return 0
+        return min(revolve_optimum(states + 1, free + 1),
+                   units_optimum(states, min(states, free + 2)))
 
     def copies(q: int) -> float:
         return 2 * copy_us if q else 0.0

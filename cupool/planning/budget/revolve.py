@@ -86,6 +86,7 @@ from cupool.planning.budget.result import BudgetResult
 from cupool.planning.budget.revolve_tables import (
     Table,
     forward_steps,
+    host_cost_us,
     host_positions,
     least_units,
     revolve_table,
@@ -446,6 +447,10 @@ def largest_fitting(trace: Trace, chain: Chain, budget_bytes: int, params: Budge
 TIME_MARGIN = 0.05
 """Share of the recompute time a schedule with more steps must save to be kept."""
 
+HOST_TRIED = 4
+"""Periods of :data:`HOST_PERIODS` planned per model: those whose copies and steps cost
+least by :func:`~.revolve_tables.host_cost_us` (with the searched placement beside)."""
+
 HOST_PERIODS = (2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 """States between two host checkpoints that :func:`plan_revolve_two_level` tries."""
 
@@ -454,9 +459,10 @@ def plan_revolve_two_level(trace, budget_bytes, cost, params: BudgetParams, star
                            ) -> BudgetResult:
     """Two levels: every ``P``-th state of the chain copied to pinned host memory after
     its forward use and back before its stretch is reversed, each stretch reversed on the
-    device with the slots that fit (module docstring), for each ``P`` of
-    :data:`HOST_PERIODS` shorter than the chain; the plan of least simulated iteration
-    time (ties: fewer host checkpoints), or none where no period has any."""
+    device with the slots (or units) that fit (module docstring), for each ``P`` of
+    :data:`HOST_PERIODS` shorter than the chain, and where :func:`host_positions` puts
+    them; the plan of least simulated iteration time (ties: fewer host checkpoints), or
+    none where no placement has any."""
     from cupool.sim.simulator import simulate
 
     chain, reason = chain_for(trace)
@@ -464,30 +470,38 @@ def plan_revolve_two_level(trace, budget_bytes, cost, params: BudgetParams, star
         return _failed(trace, budget_bytes, started, reason.replace(POLICY, TWO_LEVELS, 1),
                        TWO_LEVELS)
     m = len(chain.states)
-    one_level, _ = largest_fitting(trace, chain, budget_bytes, params)
-    candidates = [(f"every {p}", tuple(range(p, m, p)), True) for p in HOST_PERIODS if p < m]
-    if one_level is not None:
-        step_us = float(np.mean([cost.op_us(trace, x.producer) for x in chain.states]))
-        copy_us = max(cost.copy_us(sum(trace.buffer(b).size for b in x.buffer_ids), d)
-                      for x in chain.states for d in ("h2d", "d2h"))
-        placed = host_positions(m, one_level.slots, step_us, copy_us)
+    step_us = float(np.mean([cost.op_us(trace, x.producer) for x in chain.states]))
+    copy_us = max(cost.copy_us(sum(trace.buffer(b).size for b in x.buffer_ids), d)
+                  for x in chain.states for d in ("h2d", "d2h"))
+    candidates = []
+    for units in (False, True):  # revolve's slots, then units (module docstring)
+        model = " (units)" if units else ""
+        periods = [(f"every {p}{model}", tuple(range(p, m, p)), True, units)
+                   for p in HOST_PERIODS if p < m]
+        one_level, _ = largest_fitting(trace, chain, budget_bytes, params, units=units)
+        if one_level is None:
+            candidates += periods[:HOST_TRIED]
+            continue
+        count = one_level.slots
+        periods.sort(key=lambda c: host_cost_us(m, count, c[1], step_us, copy_us, units))
+        candidates += periods[:HOST_TRIED]  # the periods the copies and steps favour
+        placed = host_positions(m, count, step_us, copy_us, units)
         if placed:
-            candidates += [("searched", placed, True), ("searched, copied back late",
-                                                        placed, False)]
-    best, reasons = None, []
-    for name, host, prefetch in candidates:
+            candidates += [(f"searched{model}", placed, True, units),
+                           (f"searched, copied back late{model}", placed, False, units)]
+    tried, reasons = [], []
+    for name, host, prefetch, units in candidates:
         built, offsets = largest_fitting(trace, chain, budget_bytes, params, host, cost,
-                                         prefetch)
+                                         prefetch, units=units)
         if built is None:
             reasons.append(f"{name}: no slot count fits")
             continue
         plan = _plan_of(trace, built, offsets, budget_bytes, started, {
             **_stats(chain, built), "revolve_host_choice": name})
-        if not validate_plan(trace, plan).valid:
-            continue
-        key = (simulate(trace, plan, cost, validate=False).iteration_us, len(built.host))
-        if best is None or key < best[0]:
-            best = (key, plan)
+        tried.append(((simulate(trace, plan, cost, validate=False).iteration_us,
+                       len(built.host), len(tried)), plan))
+    best = next((entry for entry in sorted(tried, key=lambda e: e[0])
+                 if validate_plan(trace, entry[1]).valid), None)  # the fastest valid one
     if best is None:
         return _failed(trace, budget_bytes, started, f"{TWO_LEVELS}: "
                        + ("; ".join(reasons) or "the chain is too short for host checkpoints"),

@@ -207,19 +207,21 @@ def weighted_table(step_us, count: int, units: bool) -> Table:
     return Table(cost, advance, weighted=True)
 
 
-def host_positions(states: int, slots: int, step_us: float, copy_us: float) -> tuple:
-    """Host checkpoints for a chain of ``states`` states with ``slots`` device slots
-    when a step takes ``step_us`` and a copy ``copy_us`` (each way, not overlapped): the
+def host_positions(states: int, slots: int, step_us: float, copy_us: float,
+                   units: bool = False) -> tuple:
+    """Host checkpoints for a chain of ``states`` states with ``slots`` device slots (with
+    ``units``: that many units) when a step takes ``step_us`` and a copy ``copy_us``
+    (each way, not overlapped): the
     positions ``q`` minimising the copies (``2·copy_us`` each) and each stretch's forward
     steps reversed from the checkpoint below it (which takes a slot; the root does not),
     the last stretch's first advance being the sweep. A dynamic program over the last
     host checkpoint below each position; ``()`` when none pays."""
     inf = float("inf")
-    table = revolve_table(states, max(1, slots))[0]
+    table = (units_table if units else revolve_table)(states, max(1, slots))[0]
 
     def steps(n: int, base: int) -> float:
         free = slots if base == 0 else slots - 1
-        return inf if free < 0 else float(table[n, free])
+        return inf if free < 0 or table[n, free] >= UNREACHABLE else float(table[n, free])
 
     best = [0.0] * (states + 1)  # best[p]: states 1..p-1 delivered below checkpoint p
     below = [0] * (states + 1)
@@ -235,6 +237,25 @@ def host_positions(states: int, slots: int, step_us: float, copy_us: float) -> t
         placed.append(last)
         last = below[last]
     return tuple(sorted(placed)) if total < inf else ()
+
+
+def host_cost_us(states: int, slots: int, host: tuple, step_us: float, copy_us: float,
+                 units: bool = False) -> float:
+    """The time :func:`host_positions` minimises, for the host checkpoints ``host``: their
+    copies and each stretch's forward steps (the last stretch's first advance, the sweep,
+    free)."""
+    table = (units_table if units else revolve_table)(states, max(1, slots))[0]
+    bases = [0, *sorted(host)]
+    total = 2 * copy_us * len(host)
+    for i, base in enumerate(bases):
+        top = bases[i + 1] - 1 if i + 1 < len(bases) else states
+        free = slots if base == 0 else slots - 1
+        n = top - base
+        if n and (free < 0 or table[n, free] >= UNREACHABLE):
+            return float("inf")
+        steps = float(table[n, free]) if n else 0.0
+        total += (steps - n if i + 1 == len(bases) else steps) * step_us
+    return total
 
 
 @lru_cache(maxsize=4)
@@ -259,5 +280,5 @@ def state_us(trace, chain, cost) -> tuple | None:
 
 
 __all__ = ["TIMED_SPREAD", "UNREACHABLE", "WEIGHTED_MAX_STATES", "Table", "forward_steps",
-           "host_positions", "least_units", "revolve_table", "state_us", "units_table",
-           "weighted_for", "weighted_table"]
+           "host_cost_us", "host_positions", "least_units", "revolve_table", "state_us",
+           "units_table", "weighted_for", "weighted_table"]
