@@ -121,33 +121,49 @@ class Iteration:
         output spec: the recorded op itself when its name, tensors and recompute flag are
         the same and every tensor is valid here; ``_MISSED`` otherwise (the general path
         then checks and builds the op)."""
-        session, number = self.session, self.number
-        label = name or getattr(recorded.fn, "__name__", type(recorded.fn).__name__)
-        if label != recorded.name or recorded.kind != OP or recorded.recompute is not \
-                bool(recompute) or len(inputs) != len(recorded.inputs) or \
-                len(updates) != len(recorded.updates) or session.closed or \
+        session = self.session
+        if name:
+            if name != recorded.name:
+                return _MISSED
+        else:  # named by its callable (the caller checked it is the recorded one)
+            label = getattr(recorded.fn, "__name__", None)
+            if (label or type(recorded.fn).__name__) != recorded.name:
+                return _MISSED
+        if recorded.kind != OP or recorded.recompute is not bool(recompute) or \
+                len(inputs) != len(recorded.inputs) or \
+                len(updates) != len(recorded.updates) or session._closed or \
                 self._state != "open":
             return _MISSED
-        specs, names, valid = self._specs, self._names, self._valid
-        for tensors, keys in ((inputs, recorded.inputs), (updates, recorded.updates)):
-            for tensor, key in zip(tensors, keys, strict=True):
-                if valid.get(key) is tensor:  # checked already in this iteration
-                    continue
-                if tensor.__class__ is not Tensor or tensor.key != key or tensor.owner is not \
-                        session or tensor.released or (not tensor.persistent
-                                                       and tensor.iteration != number):
+        valid = self._valid
+        known = valid.get
+        for tensor, key in zip(inputs, recorded.inputs, strict=True):
+            if known(key) is not tensor and not self._valid_first(tensor, key):
+                return _MISSED
+        if updates:
+            for tensor, key in zip(updates, recorded.updates, strict=True):
+                if known(key) is not tensor and not self._valid_first(tensor, key):
                     return _MISSED
-                valid[key] = tensor
-                if tensor.persistent and key not in specs:
-                    specs[key], names[key] = tensor.spec, tensor.name
         self._ops.append(recorded)
         if not recorded.outputs:
             return None
-        key, spec, tensor_name = recorded.output_keys[0], recorded.outputs[0], \
-            recorded.output_names[0]
-        specs[key], names[key] = spec, tensor_name
-        made = valid[key] = Tensor(session, key, spec, tensor_name, number)
+        key = recorded.output_keys[0]
+        spec = self._specs[key] = recorded.outputs[0]
+        tensor_name = self._names[key] = recorded.output_names[0]
+        made = valid[key] = Tensor(session, key, spec, tensor_name, self.number)
         return made
+
+    def _valid_first(self, tensor, key) -> bool:
+        """Whether ``tensor``, given for ``key`` and not yet checked in this iteration, is
+        that tensor of this session, alive, and of this iteration or persistent (it is then
+        noted as checked)."""
+        if tensor.__class__ is not Tensor or tensor.key != key or tensor.owner is not \
+                self.session or tensor.released or (not tensor.persistent
+                                                    and tensor.iteration != self.number):
+            return False
+        self._valid[key] = tensor
+        if tensor.persistent and key not in self._specs:
+            self._specs[key], self._names[key] = tensor.spec, tensor.name
+        return True
 
     def _declare(self, label, kind, fn, inputs, updates, specs, recompute,
                  raw_out=None) -> list[Tensor]:
