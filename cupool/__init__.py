@@ -17,14 +17,13 @@ _PROGRAM = ("EagerSession", "Session", "Spec", "Tensor", "array_module", "spec")
 
 def __getattr__(name):
     if name in _ALLOCATOR:
-        from cupool import allocator
-
-        return getattr(allocator, name)
-    if name in _PROGRAM:
-        from cupool import program
-
-        return getattr(program, name)
-    raise AttributeError(f"module 'cupool' has no attribute {name!r}")
+        from cupool import allocator as home
+    elif name in _PROGRAM:
+        from cupool import program as home
+    else:
+        raise AttributeError(f"module 'cupool' has no attribute {name!r}")
+    value = globals()[name] = getattr(home, name)  # found once: later reads are plain
+    return value
 
 
 __all__ = ["EagerSession", "PlannedPool", "Session", "SolverParams", "Spec", "Tensor",
