@@ -266,3 +266,33 @@ def test_a_call_site_seen_before_still_refuses_a_tensor_out_of_scope_by_its_type
             _raises(ArrayReleasedError, lambda: _accumulate(w, v), "add_inplace",
                     ((3,), (3,)))
             it.fetch(_double(v))
+
+
+def test_the_quick_signature_is_the_checked_one_wherever_it_is_given():
+    """The cache key read without the scope checks equals the checked path's for every mix
+    of operands it takes (tensors, views, Python and NumPy numbers, one tensor twice), and
+    it declines the rest (a bool, a host array, a third tensor)."""
+    from cupool.program.arrays.operands import quick_signature
+
+    with _session() as session:
+        w = session.register("w", np.ones((3, 4), np.float32))
+        with session.iteration() as it:
+            xp = it.xp
+            x = xp.asarray(np.ones((3, 4), np.float32))
+            y = x + 1
+            views = [w.T, w[1:], x.reshape(12)]
+            operands = [x, w, *views, 0.5, -0.0, 2, np.float32(3), np.int64(-1), True,
+                        np.ones(2)]
+            taken = 0
+            for args in [(a,) for a in operands] + [(a, b) for a in operands for b in
+                                                   operands] + [(x, w, 1.5), (x, w, y)]:
+                quick = quick_signature(args, session)
+                if quick is None:
+                    continue
+                taken += 1
+                bases, sig = xp._operands("add", args)
+                assert (quick[0], quick[1]) == (bases, sig), args
+            assert taken > 80
+            assert quick_signature((x, w, y), session) is None
+            assert quick_signature((x, True), session) is None
+            it.fetch(y)

@@ -1,6 +1,6 @@
 """The operands of a namespace call, read quickly: the signature that keys the namespace's
-cache of op entries, for the calls a step makes most (tensors, views of them, Python
-numbers), without the checks of the tensors' scope that the iteration makes anyway.
+cache of op entries, for the calls a step makes most (tensors, views of them, Python and
+NumPy numbers), without the checks of the tensors' scope that the iteration makes anyway.
 
 A signature holds, per operand, ``(k, base shape, base dtype, view chain)`` for the ``k``-th
 distinct tensor read (a view gives its base), or a constant's key
@@ -13,19 +13,30 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
+from cupool.program.arrays.shapes import SUPPORTED_KINDS
 from cupool.program.arrays.views import View
 from cupool.program.tensors import Tensor
 
 _copysign = math.copysign
 
 
+def _numpy_scalar(value):
+    """The key of a NumPy scalar of a dtype a device holds (as ``rules.constant_key``), or
+    ``None`` for anything else."""
+    if isinstance(value, np.generic) and value.dtype.kind in SUPPORTED_KINDS:
+        return ("c", value.__class__, value.tobytes())
+    return None
+
+
 def quick_signature(args: tuple, session):
     """``(bases, signature)`` as :meth:`ArrayNamespace._operands` gives them, for the common
-    calls: every operand a tensor of ``session`` (or a view of one) or a Python float or
-    int, at most two distinct bases; ``None`` for any other call. The tensors' scope (their
-    iteration, released or not) is not checked here: the iteration checks each tensor an op
-    is given, and the namespace says its refusal as its own typed error
-    (``ArrayNamespace._refusal``)."""
+    calls: every operand a tensor of ``session`` (or a view of one), a Python float or int
+    or a NumPy scalar, at most two distinct bases; ``None`` for any other call. The
+    tensors' scope (their iteration, released or not) is not checked here: the iteration
+    checks each tensor an op is given, and the namespace says its refusal as its own typed
+    error (``ArrayNamespace._refusal``)."""
     if len(args) == 2:  # the common cases first, without a loop
         a, b = args
         ca, cb = a.__class__, b.__class__
@@ -59,7 +70,10 @@ def quick_signature(args: tuple, session):
                               ("c", float, b, _copysign(1.0, b)))
             if cb is int:
                 return [ta], ((0, sa.shape, sa.dtype, chain_a), ("c", int, b))
-            return None
+            part = _numpy_scalar(b)
+            if part is None:
+                return None
+            return [ta], ((0, sa.shape, sa.dtype, chain_a), part)
         if tb is not None and tb.owner is session and tb.__class__ is Tensor:
             sb = tb.spec
             if ca is float:
@@ -67,6 +81,9 @@ def quick_signature(args: tuple, session):
                               (0, sb.shape, sb.dtype, chain_b))
             if ca is int:
                 return [tb], (("c", int, a), (0, sb.shape, sb.dtype, chain_b))
+            part = _numpy_scalar(a)
+            if part is not None:
+                return [tb], (part, (0, sb.shape, sb.dtype, chain_b))
         return None
     if len(args) == 1:
         a = args[0]
@@ -98,7 +115,11 @@ def quick_signature(args: tuple, session):
             sig.append(("c", int, a))
             continue
         else:
-            return None
+            part = _numpy_scalar(a)
+            if part is None:
+                return None
+            sig.append(part)
+            continue
         if t.owner is not session:
             return None
         if not bases:
