@@ -64,16 +64,32 @@ def normalize_axis(axis: int, ndim: int) -> int:
     return axis % ndim
 
 
+_AXES: dict = {}
+
+
 def normalize_axes(axis, ndim: int) -> tuple | None:
     """``axis`` (None, an int or a tuple of ints) as a sorted tuple of distinct axes, or
-    ``None`` for all of them."""
+    ``None`` for all of them (cached per ``(axis, ndim)`` where ``axis`` is an int or a
+    tuple of ints)."""
     if axis is None:
         return None
+    cls = axis.__class__
+    key = (cls, axis, ndim) if cls is int or (cls is tuple and all(
+        a.__class__ is int for a in axis)) else None
+    if key is not None:
+        found = _AXES.get(key)
+        if found is not None:
+            return found
     axes = (axis,) if not isinstance(axis, (tuple, list)) else tuple(axis)
     normal = tuple(normalize_axis(a, ndim) for a in axes)
     if len(set(normal)) != len(normal):
         raise Refusal("shape", f"axis {axis!r} repeats an axis")
-    return tuple(sorted(normal))
+    normal = tuple(sorted(normal))
+    if key is not None:
+        if len(_AXES) >= _LIMIT:
+            _AXES.clear()
+        _AXES[key] = normal
+    return normal
 
 
 def reduced(shape: tuple, axes: tuple | None, keepdims: bool) -> tuple:
