@@ -13,17 +13,16 @@ from cupool.planning.budget.engine import greedy as greedy_module
 from cupool.planning.budget.engine import placement as placement_module
 from cupool.planning.budget.engine.greedy import (
     GapOption,
-    _Scores,
     _take_cheapest,
     apply_option,
     candidate_gaps,
     evaluate,
-    option_score,
     run_greedy,
 )
 from cupool.planning.budget.engine.placement import OffsetCache
 from cupool.planning.budget.engine.residency import residency_intervals
 from cupool.planning.budget.engine.schedule import SWAP, IdleGap, OpSpan
+from cupool.planning.budget.engine.scores import ScoreTable, option_score
 from cupool.planning.budget.engine.state import PlanState
 from cupool.planning.budget.params import BudgetParams
 from cupool.planning.synthetic import lstm_trace
@@ -41,7 +40,7 @@ def _table(trace, state, options):
         option = evaluate(state, gap, options)
         if option is not None and greedy_module._helps(state, option.holes):
             entries.append((gap, option))
-    return entries, _Scores(state, list(entries))
+    return entries, ScoreTable(state, list(entries))
 
 
 def test_scores_are_each_last_options_score_against_the_ops_over_the_budget_now(lstm):
@@ -139,8 +138,8 @@ def test_scores_kept_up_to_date_equal_scores_computed_afresh(lstm, monkeypatch, 
     up to date are bit for bit those computed afresh from its rows, and the rows left are
     the active ones, in gap order; with the ops that crossed the budget matched one by
     one or by their span, and the rows rescored one by one or with NumPy."""
-    monkeypatch.setattr(_Scores, "FEW_FLIPS", few_flips)
-    monkeypatch.setattr(_Scores, "FEW_ROWS", few_rows)
+    monkeypatch.setattr(ScoreTable, "FEW_FLIPS", few_flips)
+    monkeypatch.setattr(ScoreTable, "FEW_ROWS", few_rows)
     cost = cost_model("gen5")
     options = greedy_options(BudgetParams(), weight)
     state = PlanState(lstm, int(lstm.lower_bound_bytes() * fraction), cost)
@@ -165,7 +164,7 @@ def test_a_table_read_from_a_stream_of_candidates_is_the_table_of_their_list(lst
     options = greedy_options(BudgetParams(), 0.02)
     state = PlanState(lstm, int(lstm.lower_bound_bytes() * 0.6), cost)
     entries, listed = _table(lstm, state, options)
-    streamed = _Scores(state, (entry for entry in reversed(entries)))
+    streamed = ScoreTable(state, (entry for entry in reversed(entries)))
     assert streamed.gaps == listed.gaps
     for name in ("cost", "size", "last_score", "active"):
         assert np.array_equal(getattr(streamed, name), getattr(listed, name))
@@ -203,8 +202,8 @@ def test_random_changes_keep_scores_equal_to_scores_computed_afresh(monkeypatch,
     replaced, rows leaving and the table compacted, in random order and asked for between
     any number of them: the scores kept up to date stay bit for bit those computed
     afresh."""
-    monkeypatch.setattr(_Scores, "FEW_FLIPS", few_flips)
-    monkeypatch.setattr(_Scores, "FEW_ROWS", few_rows)
+    monkeypatch.setattr(ScoreTable, "FEW_FLIPS", few_flips)
+    monkeypatch.setattr(ScoreTable, "FEW_ROWS", few_rows)
     rng = random.Random(seed)
     n, budget = 120, 1000
     sizes = {b: rng.choice([64, 256, 4096]) for b in range(40)}
@@ -212,7 +211,7 @@ def test_random_changes_keep_scores_equal_to_scores_computed_afresh(monkeypatch,
                            sizes)
     gaps = sorted({IdleGap(rng.randrange(40), rng.randrange(n), rng.randrange(n))
                    for _ in range(150)})
-    table = _Scores(state, [(gap, _random_option(rng, n)) for gap in gaps])
+    table = ScoreTable(state, [(gap, _random_option(rng, n)) for gap in gaps])
     assert np.array_equal(table.scores(state), _full_scores(table, state))
     for _step in range(300):
         action = rng.random()

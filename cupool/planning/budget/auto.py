@@ -11,7 +11,10 @@ uses / across the iteration boundary only when the budget still does not hold.
 
 ``auto`` (the default policy) plans with every member (:func:`members`):
 
-- ``greedy`` at each of ``params.swap_weights``;
+- ``greedy`` at each of ``params.swap_weights``; those at ``params.wait_swap_weights``
+  (on traces of at most ``params.wait_max_buffers`` buffers), where no copy landing on time
+  and no recompute brings every op within the budget, plan again with swaps whose copies
+  are waited for (:mod:`.engine.waits`: a plan that stalls, where the greedy had none);
 - ``greedy`` with late swaps triggered as late as their own copy allows (a large hole, the
   lateness paid by the copies behind it) at each of ``params.late_swap_weights``;
 - ``greedy`` that only recomputes temporary buffers and swaps only persistent ones, chains
@@ -94,6 +97,7 @@ from cupool.planning.budget.engine.greedy import (
     run_repaired,
 )
 from cupool.planning.budget.engine.placement import Decision, OffsetCache, place_schedule
+from cupool.planning.budget.engine.waits import waited_us
 from cupool.planning.budget.feedback import refine_triggers
 from cupool.planning.budget.parallel import (
     MemberOutcome,
@@ -125,26 +129,56 @@ def greedy_options(params: BudgetParams, swap_weight: float, **changes) -> Greed
 
 def plan_greedy_with(trace, budget_bytes, cost, params: BudgetParams, started: float,
                      options: GreedyOptions, last_resort=None,
-                     cache: OffsetCache | None = None) -> BudgetResult:
+                     cache: OffsetCache | None = None,
+                     wait_fallback: bool = False) -> BudgetResult:
     """The cost-aware greedy with ``options``, repaired (:func:`~.engine.greedy.run_repaired`)
     and placed (``last_resort``, ``cache``: :func:`~.engine.placement.place_schedule`'s):
-    one ``auto`` member."""
+    one ``auto`` member. With ``wait_fallback``, where the greedy cannot bring every op
+    within the budget itself it plans again with swaps whose copies are waited for
+    (:mod:`.engine.waits`). Only at the budget itself: the rounds at smaller internal
+    budgets (fragmentation) do not wait, and after a waited schedule none runs (the
+    waited schedule is repaired instead, :func:`~.engine.placement.place_schedule`): a
+    waited run on a 13k-buffer trace takes seconds, and each round would wait more."""
+    waits = options.allow_swap and wait_fallback and not options.wait_for_copies
+    waited = False  # the first round's schedule waits for copies
+
     def decide(internal: int) -> Decision:
-        unreachable = out_of_reach(trace, internal, cost, options)
-        if unreachable is not None:  # known without running the greedy
-            return Decision(None, reason=unreachable)
-        state = run_repaired(trace, internal, cost, options)
-        fullest = fullest_op(state)
-        if fullest.resident_bytes > internal:
-            return Decision(None, reason=f"greedy: op {fullest.op} still needs "
-                                         f"{fullest.resident_bytes} bytes resident "
-                                         f"(budget {internal})")
-        return Decision(state.schedule, {"swap_weight": options.swap_weight,
-                                         "late_trigger": options.late_trigger,
-                                         "planned_recompute_us": state.recompute_us})
+        nonlocal waited
+        if waited:
+            return Decision(None, reason="greedy: copies waited for at the budget, and "
+                                         "no placement")
+        reason = out_of_reach(trace, internal, cost, options)
+        if reason is None:  # else known without running the greedy
+            decision = _greedy_decision(trace, internal, cost, options)
+            if decision.schedule is not None:
+                return decision
+            reason = decision.reason
+        if not waits or internal != budget_bytes:
+            return Decision(None, reason=reason)
+        decision = _greedy_decision(trace, internal, cost, replace(options, wait_for_copies=True))
+        if decision.schedule is None:
+            return Decision(None, reason=f"{reason}; with copies waited for, "
+                                         f"{decision.reason}")
+        waited = True
+        return decision
 
     return place_schedule(trace, budget_bytes, decide, "greedy", params.placement, started,
                           last_resort=last_resort, cache=cache)
+
+
+def _greedy_decision(trace, internal: int, cost, options: GreedyOptions) -> Decision:
+    """The repaired greedy's schedule within ``internal`` bytes, or why it has none."""
+    state = run_repaired(trace, internal, cost, options)
+    fullest = fullest_op(state)
+    if fullest.resident_bytes > internal:
+        return Decision(None, reason=f"greedy: op {fullest.op} still needs "
+                                     f"{fullest.resident_bytes} bytes resident "
+                                     f"(budget {internal})")
+    stats = {"swap_weight": options.swap_weight, "late_trigger": options.late_trigger,
+             "planned_recompute_us": state.recompute_us}
+    if options.wait_for_copies:
+        stats["planned_wait_us"] = waited_us(state)
+    return Decision(state.schedule, stats)
 
 
 def plan_greedy(trace, budget_bytes, cost, params: BudgetParams, started: float) -> BudgetResult:
@@ -183,14 +217,15 @@ def members(trace, budget_bytes, cost, params: BudgetParams,
         streamable,
     )
 
-    def greedy(options: GreedyOptions) -> Callable[[float], BudgetResult]:
+    def greedy(options: GreedyOptions, waits: bool = False) -> Callable[[float], BudgetResult]:
         return lambda started: plan_greedy_with(trace, budget_bytes, cost, params, started,
-                                                options, cache=cache)
+                                                options, cache=cache, wait_fallback=waits)
 
     def policy(function) -> Callable[[float], BudgetResult]:
         return lambda started: function(trace, budget_bytes, cost, params, started)
 
-    out = [Member(f"greedy(swap_weight={w:g})", greedy(greedy_options(params, w)))
+    waits = params.wait_swap_weights if len(trace.buffers) <= params.wait_max_buffers else ()
+    out = [Member(f"greedy(swap_weight={w:g})", greedy(greedy_options(params, w), w in waits))
            for w in params.swap_weights]
     out += [Member(f"greedy(swap_weight={w:g}, late=latest)",
                    greedy(greedy_options(params, w, late_trigger="latest")))
@@ -346,7 +381,8 @@ class Selection:
     """What ``auto`` keeps of its members' outcomes, given in rank order (:meth:`add`): the
     ``candidates`` report, why members found nothing, the best plan (least simulated
     iteration time; ties: fewer swapped bytes, then rank) and the best but the searched
-    member's. The last resort's plans (:func:`working_set_members`) are kept aside
+    member's; a greedy plan that waits for copies by design loses ties to one that does
+    not. The last resort's plans (:func:`working_set_members`) are kept aside
     (``last_resort``): ``auto`` refines the best of them too when it beats the others'
     best before refining, and keeps it only when it is faster refined."""
 
@@ -387,7 +423,10 @@ class Selection:
             self.report[name] = f"invalid ({check.rule}): {check.message}"
             return
         self.report[name] = sim.overhead
-        key = (sim.iteration_us, sim.swapped_bytes, rank)
+        # a plan that waits for copies by design (:mod:`.engine.waits`) ranks after the
+        # plans that do not: it wins only where it is faster
+        waits = "planned_wait_us" in outcome.plan.stats
+        key = (sim.iteration_us, sim.swapped_bytes, waits, rank)
         entry = BudgetResult(outcome.plan, self.trace, outcome.policy, outcome.reason,
                              simulation=sim, member=name)
         if name in LAST_RESORT_MEMBERS:

@@ -17,6 +17,12 @@ class BudgetParams:
       start of planning; ``auto`` does not run the GA).
     swap_weights: ``auto``'s greedy runs once per weight: µs of cost charged per µs of
       link time a swap uses (0 spends the link first-come; ``inf`` never swaps).
+    wait_swap_weights: the greedy members among ``swap_weights`` that, where they cannot
+      bring every op within the budget, plan again with swaps whose copies are waited for
+      (:mod:`.engine.waits`): stalls, where the others find no plan or a slower one.
+    wait_max_buffers: traces with more buffers than this get no waited fallback (on the
+      13k-buffer LSTM at 50% it found a better plan, 4.1% instead of 6.4%, but the waited
+      runs and the refining of their plan cost more than twice the planning time).
     refine_evaluations: simulations ``auto``'s final local search (:mod:`.multilevel`) may
       run on the best plan (0: none).
     late_swap_weights: ``auto`` also runs the greedy at each of these weights with late
@@ -53,6 +59,8 @@ class BudgetParams:
     time_limit_s: float = 5.0
     swap_weights: tuple[float, ...] = (0.0, 0.02, 0.2, 1.0, float("inf"))
     late_swap_weights: tuple[float, ...] = (0.2,)
+    wait_swap_weights: tuple[float, ...] = (0.0, 0.02, 0.2, 1.0)
+    wait_max_buffers: int = 5000
     refine_evaluations: int = 240
     max_chain: int = 6
     recompute_chain: int = 30

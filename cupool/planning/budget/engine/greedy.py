@@ -29,7 +29,7 @@ the recompute inputs are spent on easier ops.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -46,7 +46,9 @@ from cupool.planning.budget.engine.schedule import (
     OpSpan,
     trace_index,
 )
+from cupool.planning.budget.engine.scores import ScoreTable, covered_count
 from cupool.planning.budget.engine.state import PlanState
+from cupool.planning.budget.engine.waits import WaitedWindow, apply_waited, waited_window
 
 LARGEST_SWAPS = "largest swaps"
 """The order that takes the on-time swaps of the largest buffers first
@@ -68,6 +70,9 @@ class GreedyOptions:
       (:data:`~.state.LATE_TRIGGERS`, :meth:`~.state.PlanState.swap_window`).
     segments, split: segment checkpointing first (:mod:`.checkpoint`; 0: none).
     lazy_release: see :meth:`~.state.PlanState.swap_window`.
+    wait_for_copies: a gap that neither a swap nor a recompute can take off where it
+      frees bytes at an op over the budget is offered as a swap whose copies are waited
+      for (:mod:`.waits`).
     """
 
     order: str = "cost"
@@ -81,13 +86,15 @@ class GreedyOptions:
     segments: int = 0
     split: str = "bytes"
     lazy_release: bool = False
+    wait_for_copies: bool = False
 
 
 class GapOption(NamedTuple):
     """One way to take a gap off the device (:func:`evaluate`): its cost in µs, ``mode``
     (:data:`~.schedule.SWAP` or :data:`~.schedule.RECOMPUTE`), the ops whose bytes it frees
     (``holes``), the use it ends at (``next_use``: the gap's, or the first op where a
-    planned recompute reads the buffer), and the swap's window or the recompute's chain."""
+    planned recompute reads the buffer), and the swap's window (``waited``: a swap whose
+    copies are waited for) or the recompute's chain."""
 
     cost_us: float
     mode: str
@@ -95,6 +102,7 @@ class GapOption(NamedTuple):
     next_use: int
     swap: SwapWindow | None = None
     chain: RecomputeChain | None = None
+    waited: WaitedWindow | None = None
 
 
 def evaluate(state: PlanState, gap: IdleGap, options: GreedyOptions) -> GapOption | None:
@@ -145,20 +153,28 @@ def evaluate(state: PlanState, gap: IdleGap, options: GreedyOptions) -> GapOptio
                            + 1e-9 * state.sizes[buffer_id])
                 if recompute is None or cost_us < recompute.cost_us:
                     return GapOption(cost_us, SWAP, holes, next_use, swap=window)
+    if options.wait_for_copies and (recompute is None or not _helps(state, recompute.holes)):
+        return _waited_option(state, buffer_id, prev_use, next_use, wraps, options) or recompute
     return recompute
 
 
-def _covered(state: PlanState, holes: list[OpSpan]) -> int:
-    """How many ops over the budget the holes cover (each hole counted)."""
-    covered = 0
-    for start, end in holes:
-        if end > start:
-            covered += state.over_budget_count(start, end)
-    return covered
+def _waited_option(state: PlanState, buffer_id: int, prev_use: int, next_use: int,
+                   wraps: bool, options: GreedyOptions) -> GapOption | None:
+    """The gap's swap with its copies waited for (:func:`~.waits.waited_window`), costed
+    as a swap plus its waits."""
+    waited = waited_window(state, buffer_id, prev_use, next_use, wraps)
+    if waited is None:
+        return None
+    window = waited.window
+    holes = ([h for h in (OpSpan(window.resident_until, state.n), OpSpan(0, window.trigger))
+              if h.end > h.start] if wraps else [OpSpan(window.resident_until, window.trigger)])
+    cost_us = (options.swap_weight * (window.out_us + window.in_us) + waited.wait_us
+               + 1e-9 * state.sizes[buffer_id])
+    return GapOption(cost_us, SWAP, holes, next_use, swap=window, waited=waited)
 
 
 def _helps(state: PlanState, holes: list[OpSpan]) -> bool:
-    return _covered(state, holes) > 0
+    return covered_count(state, holes) > 0
 
 
 def _spans_over(state: PlanState, gap: IdleGap) -> bool:
@@ -171,18 +187,12 @@ def _spans_over(state: PlanState, gap: IdleGap) -> bool:
     return bool(state.over_budget_count(gap.prev_use + 1, gap.next_use))
 
 
-def option_score(state: PlanState, gap: IdleGap, option: GapOption) -> float:
-    """µs per byte-op of excess removed: the option's cost over its size times the number
-    of over-budget ops its holes cover (only grows as other choices fix ops, so a lazy
-    heap stays exact)."""
-    covered = _covered(state, option.holes)
-    return option.cost_us / (state.sizes[gap.buffer_id] * max(covered, 1))
-
-
 def apply_option(state: PlanState, gap: IdleGap, option: GapOption) -> None:
     """Take ``gap`` off the device the way ``option`` (:func:`evaluate`) says."""
     if option.mode == RECOMPUTE:
         state.apply_recompute(gap.buffer_id, gap.prev_use, option.next_use, option.chain)
+    elif option.waited is not None:
+        apply_waited(state, gap.buffer_id, gap.prev_use, option.next_use, option.waited)
     else:
         state.apply_swap(gap.buffer_id, gap.prev_use, option.next_use, option.swap)
 
@@ -210,7 +220,8 @@ def run_greedy(trace: Trace, budget_bytes: int, cost, options: GreedyOptions,
 
     Temporary buffers first; persistent ones (their gaps between uses and across the
     iteration boundary, swap only) only if the budget still does not hold, because a
-    weight on the host also blocks recomputing the activations it produces.
+    weight on the host also blocks recomputing the activations it produces. With
+    ``options.wait_for_copies``, all of them in one pass (:mod:`.waits`).
 
     ``options.segments > 0`` first drops every saved activation and re-runs the forward
     in that many segments, each once at the start of its backward (:mod:`.checkpoint`);
@@ -231,6 +242,10 @@ def run_greedy(trace: Trace, budget_bytes: int, cost, options: GreedyOptions,
     passes = [candidate_gaps(trace, False)]
     if options.offload_persistent:
         passes.append(candidate_gaps(trace, True))
+    if options.wait_for_copies:
+        # one pass over every gap: a persistent gap's swap on time is taken before a
+        # temporary's waited one
+        passes = passes[-1:]
     for gaps in passes:
         if state.live.max() <= budget_bytes:
             break
@@ -329,176 +344,18 @@ def free_time_pass(state: PlanState, gaps: list[IdleGap], options: GreedyOptions
     _ordered_pass(state, gaps, options, key=lambda g: (-free_time(state, g), g))
 
 
-class _Scores:
-    """The gaps a :func:`cost_pass` round may still take, with each one's last evaluated
-    option in arrays (its cost and its holes: one, or two for a gap across the iteration
-    boundary), sorted by gap (ties go to the smaller gap), and every score against the
-    ops over the budget when :meth:`scores` was last asked.
-
-    A score changes only where its gap's option changed (:meth:`update`), where the gap
-    left the table (:meth:`deactivate`), or where one of its holes holds an op that went
-    over or under the budget since: :meth:`scores` recomputes those rows alone, with the
-    same arithmetic as all of them at once. :meth:`compact` drops the rows that left."""
-
-    FEW_FLIPS = 4
-    """Up to this many ops crossing the budget are matched against the holes one by one;
-    more, and every row whose holes meet their span is recomputed."""
-
-    FEW_ROWS = 48
-    """Up to this many rows are recomputed one by one, more with NumPy."""
-
-    def __init__(self, state: PlanState,
-                 entries: Iterable[tuple[IdleGap, GapOption]]) -> None:
-        # each option is read as it comes (and may be dropped then): its cost, its first
-        # two holes (0, 0: none) and its score against ``state``, which must not change
-        # while ``entries`` is read
-        gaps, costs, scores = [], [], []
-        bounds: list[list[int]] = [[], [], [], []]
-        for gap, option in entries:
-            gaps.append(gap)
-            costs.append(option.cost_us)
-            scores.append(option_score(state, gap, option))
-            holes = [(h.start, h.end) if h.end > h.start else (0, 0)
-                     for h in option.holes[:2]]
-            holes += [(0, 0)] * (2 - len(holes))
-            for k, (start, end) in enumerate(holes):
-                bounds[2 * k].append(start)
-                bounds[2 * k + 1].append(end)
-        order = sorted(range(len(gaps)), key=gaps.__getitem__)  # by gap
-        self.gaps = [gaps[i] for i in order]
-        n = len(order)
-        self.cost = np.array([costs[i] for i in order], dtype=np.float64)
-        self.size = np.array([state.sizes[gap.buffer_id] for gap in self.gaps],
-                             dtype=np.float64)
-        # start, end of the first hole, then of the second, one array each
-        self._hole_bounds = [np.array([bound[i] for i in order], dtype=np.int64)
-                             for bound in bounds]
-        self.last_score = np.array([scores[i] for i in order], dtype=np.float64)
-        self.active = np.ones(n, dtype=bool)
-        self._left = 0  # rows no longer active
-        self._scores = np.full(n, np.inf)
-        self._over: np.ndarray | None = None  # which ops the scores count as over
-        self._dirty: set[int] = set()  # rows changed since
-
-    def update(self, i: int, option: GapOption) -> None:
-        """Row ``i`` now holds ``option`` (its score is recomputed when next asked)."""
-        self.cost[i] = option.cost_us
-        bounds = self._hole_bounds
-        for k in range(4):
-            bounds[k][i] = 0
-        for k, hole in enumerate(option.holes[:2]):
-            if hole.end > hole.start:
-                bounds[2 * k][i], bounds[2 * k + 1][i] = hole.start, hole.end
-        if self._over is not None:
-            self._dirty.add(i)
-
-    def deactivate(self, i: int) -> None:
-        """Row ``i`` leaves the table: its score is ``inf`` from now on."""
-        if self.active[i]:
-            self.active[i] = False
-            self._left += 1
-        if self._over is not None:
-            self._dirty.add(i)
-
-    def compact(self) -> None:
-        """Drop the rows that left the table, once they are half of it or more (the others
-        keep their order, so ties still go to the smaller gap; row numbers change)."""
-        if not self._left or 2 * self._left < len(self.gaps):
-            return
-        keep = np.flatnonzero(self.active)
-        renumbered = np.cumsum(self.active) - 1
-        self._dirty = {int(renumbered[i]) for i in self._dirty if self.active[i]}
-        self.gaps = [self.gaps[i] for i in keep.tolist()]
-        self.cost, self.size = self.cost[keep], self.size[keep]
-        self._hole_bounds = [bound[keep] for bound in self._hole_bounds]
-        self.active = self.active[keep]
-        self.last_score, self._scores = self.last_score[keep], self._scores[keep]
-        self._left = 0
-
-    def scores(self, state: PlanState) -> np.ndarray:
-        """:func:`option_score` of every active gap's last option (``inf``: inactive or
-        freeing nothing at an op over the budget, as :func:`_helps` says), as a new array."""
-        over = state.live > state.budget
-        if self._over is None:
-            rows = None
-        else:
-            changed = np.flatnonzero(over != self._over)
-            if len(changed):
-                s1, e1, s2, e2 = self._hole_bounds
-                if len(changed) <= self.FEW_FLIPS:
-                    touched = np.zeros(len(self.gaps), dtype=bool)
-                    for k in changed.tolist():
-                        touched |= ((s1 <= k) & (e1 > k)) | ((s2 <= k) & (e2 > k))
-                else:
-                    first, last = int(changed[0]), int(changed[-1])
-                    touched = ((s1 <= last) & (e1 > first)) | ((s2 <= last) & (e2 > first))
-                touched &= self.active  # the others stay at inf
-                if self._dirty:
-                    touched[list(self._dirty)] = True
-                rows = np.flatnonzero(touched)
-            elif self._dirty:
-                rows = np.array(sorted(self._dirty), dtype=np.int64)
-            else:
-                return self._scores.copy()
-        self._over = over
-        self._dirty.clear()
-        if rows is not None and len(rows) <= self.FEW_ROWS:
-            self._rescore_few(state, rows.tolist())
-        else:
-            self._rescore(over, rows)
-        return self._scores.copy()
-
-    def _rescore_few(self, state: PlanState, rows: list[int]) -> None:
-        """:meth:`_rescore` of a few rows, one by one (the same operations on the same
-        float64 values, without NumPy's cost per call)."""
-        count = state.over_budget_count
-        s1, e1, s2, e2 = (bound[rows].tolist() for bound in self._hole_bounds)
-        for k, i in enumerate(rows):
-            if not self.active[i]:
-                self._scores[i] = np.inf
-                continue
-            covered = count(s1[k], e1[k]) + count(s2[k], e2[k])
-            if covered:
-                self._scores[i] = float(self.cost[i]) / (float(self.size[i]) * covered)
-            else:
-                self._scores[i] = self.last_score[i]
-
-    def _rescore(self, over: np.ndarray, rows: np.ndarray | None) -> None:
-        """Recompute the scores of ``rows`` (``None``: every row) against ``over``."""
-        over_before = np.zeros(len(over) + 1, dtype=np.int64)  # over-budget ops before op k
-        np.cumsum(over, out=over_before[1:])
-        s1, e1, s2, e2 = self._hole_bounds
-        if rows is not None:
-            s1, e1, s2, e2 = s1[rows], e1[rows], s2[rows], e2[rows]
-        covered = ((over_before[e1] - over_before[s1])
-                   + (over_before[e2] - over_before[s2]))
-        cost = self.cost if rows is None else self.cost[rows]
-        size = self.size if rows is None else self.size[rows]
-        with np.errstate(divide="ignore", invalid="ignore"):
-            out = cost / (size * np.maximum(covered, 1))
-        # a last option that frees nothing over the budget now may be stale (its swap's
-        # window moved): such a gap keeps its last score until it is evaluated again
-        stale = covered == 0
-        out[stale] = (self.last_score if rows is None else self.last_score[rows])[stale]
-        out[~(self.active if rows is None else self.active[rows])] = np.inf
-        if rows is None:
-            self._scores = out
-        else:
-            self._scores[rows] = out
-
-
 def cost_pass(state: PlanState, gaps: list[IdleGap], options: GreedyOptions) -> None:
     """Cheapest relief first (:func:`option_score`), up to three rounds.
 
     Each gap keeps its last evaluated option; after every choice the scores are brought
-    up to date from those options against the ops still over the budget (:class:`_Scores`:
-    those that can have changed), and only the cheapest gap is evaluated afresh
-    (:func:`evaluate`, the costly part): see :func:`_take_cheapest`.
+    up to date from those options against the ops still over the budget
+    (:class:`~.scores.ScoreTable`: those that can have changed), and only the cheapest gap
+    is evaluated afresh (:func:`evaluate`, the costly part): see :func:`_take_cheapest`.
     """
     for _round in range(3):
         if state.live.max() <= state.budget:
             break
-        table = _Scores(state, _candidates(state, gaps, options))
+        table = ScoreTable(state, _candidates(state, gaps, options))
         while state.over_budget_ops() and _take_cheapest(state, table, options):
             table.compact()
 
@@ -515,7 +372,7 @@ def _candidates(state: PlanState, gaps: list[IdleGap],
             yield gap, option
 
 
-def _take_cheapest(state: PlanState, table: _Scores, options: GreedyOptions) -> bool:
+def _take_cheapest(state: PlanState, table: ScoreTable, options: GreedyOptions) -> bool:
     """Take the gap of ``table`` with the least score: the cheapest is evaluated afresh and
     taken when its fresh score still ranks first (within ``1e-9``; ties: the smaller gap);
     otherwise its new option is kept and the next cheapest is looked at. False when no gap
@@ -527,7 +384,7 @@ def _take_cheapest(state: PlanState, table: _Scores, options: GreedyOptions) -> 
             return False
         gap = table.gaps[i]
         option = evaluate(state, gap, options)
-        covered = 0 if option is None else _covered(state, option.holes)
+        covered = 0 if option is None else covered_count(state, option.holes)
         if not covered:  # frees nothing over the budget (:func:`_helps`)
             table.deactivate(i)
             scores[i] = np.inf
