@@ -358,7 +358,11 @@ class ArrayNamespace(StructureFunctions):
                                          _METHODS or frame.f_globals is _STRUCTURE):
                 frame = frame.f_back
         spec = base.spec
-        key = ("update", fname, spec.shape, spec.dtype, chain, sig, params, *sites.site(frame))
+        if frame is not None:
+            key = ("update", fname, spec.shape, spec.dtype, chain, sig, params,
+                   id(frame.f_code), frame.f_lasti)
+        else:
+            key = ("update", fname, spec.shape, spec.dtype, chain, sig, params, None, 0)
         entry = _ENTRIES.get(key)
         if entry is None and sites.inside(frame):  # a call from elsewhere in cupool/program:
             frame = sites.outside(frame)  # the program's call is further out
