@@ -1,6 +1,6 @@
 """Swaps whose copies are waited for (:mod:`cupool.planning.budget.engine.waits`): where no
-copy can land on time, the greedy falls back to waiting for them, and its plans pass the
-independent validator."""
+copy can land on time, the greedy waits for them, and its plans pass the independent
+validator."""
 
 from __future__ import annotations
 
@@ -25,16 +25,16 @@ PARAMS = BudgetParams(refine_evaluations=0)
 
 def test_the_greedy_waits_for_copies_where_none_can_land_on_time():
     """A recurrent program at 70% of its bound with copies of 50 µs: the greedy alone
-    leaves an op over the budget; falling back to waited copies it plans, with the waits
-    on its timeline, and the plan validates."""
+    leaves an op over the budget; waiting for copies it plans, with the waits on its
+    timeline, and the plan validates."""
     trace = recurrent_trace(4, layers=4, batch=16, inputs=256, hidden=256)
     budget = int(0.7 * trace.lower_bound_bytes())
     options = greedy_options(PARAMS, 0.0)
     alone = plan_greedy_with(trace, budget, SLOW_COPIES, PARAMS, time.perf_counter(), options)
     assert not alone.feasible
     assert "still needs" in alone.reason
-    waited = plan_greedy_with(trace, budget, SLOW_COPIES, PARAMS, time.perf_counter(), options,
-                              wait_fallback=True)
+    waited = plan_greedy_with(trace, budget, SLOW_COPIES, PARAMS, time.perf_counter(),
+                              replace(options, wait_for_copies=True))
     assert waited.feasible, waited.reason
     assert waited.plan.stats["planned_wait_us"] > 0
     report = validate_swap_plan(waited.trace, waited.plan)
@@ -63,7 +63,7 @@ def test_a_waited_run_brings_every_op_within_the_budget_and_counts_its_waits():
 def test_waited_plans_pass_the_validator(trace, share, weight):
     budget = _budget(trace, share)
     result = plan_greedy_with(trace, budget, SLOW_COPIES, PARAMS, time.perf_counter(),
-                              greedy_options(PARAMS, weight), wait_fallback=True)
+                              greedy_options(PARAMS, weight, wait_for_copies=True))
     if not result.feasible:
         return  # the greedy may still find none: auto's last resort plans there
     report = validate_swap_plan(result.trace, result.plan)

@@ -11,10 +11,12 @@ uses / across the iteration boundary only when the budget still does not hold.
 
 ``auto`` (the default policy) plans with every member (:func:`members`):
 
-- ``greedy`` at each of ``params.swap_weights``; those at ``params.wait_swap_weights``
-  (on traces of at most ``params.wait_max_buffers`` buffers), where no copy landing on time
-  and no recompute brings every op within the budget, plan again with swaps whose copies
-  are waited for (:mod:`.engine.waits`: a plan that stalls, where the greedy had none);
+- ``greedy`` at each of ``params.swap_weights``;
+- on traces of at most ``params.wait_max_buffers`` buffers, ``greedy`` at each of
+  ``params.wait_swap_weights`` in one pass over every gap, taking swaps whose copies are
+  waited for where no copy landing on time and no recompute frees the bytes an op over the
+  budget misses (:mod:`.engine.waits`): plans that stall by design, where the others stall
+  more or find none (a plan that waits loses ties);
 - ``greedy`` with late swaps triggered as late as their own copy allows (a large hole, the
   lateness paid by the copies behind it) at each of ``params.late_swap_weights``;
 - ``greedy`` that only recomputes temporary buffers and swaps only persistent ones, chains
@@ -129,41 +131,39 @@ def greedy_options(params: BudgetParams, swap_weight: float, **changes) -> Greed
 
 def plan_greedy_with(trace, budget_bytes, cost, params: BudgetParams, started: float,
                      options: GreedyOptions, last_resort=None,
-                     cache: OffsetCache | None = None,
-                     wait_fallback: bool = False) -> BudgetResult:
+                     cache: OffsetCache | None = None) -> BudgetResult:
     """The cost-aware greedy with ``options``, repaired (:func:`~.engine.greedy.run_repaired`)
     and placed (``last_resort``, ``cache``: :func:`~.engine.placement.place_schedule`'s):
-    one ``auto`` member. With ``wait_fallback``, where the greedy cannot bring every op
-    within the budget itself it plans again with swaps whose copies are waited for
-    (:mod:`.engine.waits`). Only at the budget itself: the rounds at smaller internal
-    budgets (fragmentation) do not wait, and after a waited schedule none runs (the
-    waited schedule is repaired instead, :func:`~.engine.placement.place_schedule`): a
-    waited run on a 13k-buffer trace takes seconds, and each round would wait more."""
-    waits = options.allow_swap and wait_fallback and not options.wait_for_copies
-    waited = False  # the first round's schedule waits for copies
+    one ``auto`` member. With ``options.wait_for_copies`` (:mod:`.engine.waits`) no op is
+    out of reach of swaps, and where a smaller internal budget placed the schedule, the
+    schedule planned at the budget itself, repaired, is kept instead when it simulates
+    faster (it waits less; the repair may fragment less than the smaller budget)."""
+    decided: dict[int, Decision] = {}
 
     def decide(internal: int) -> Decision:
-        nonlocal waited
-        if waited:
-            return Decision(None, reason="greedy: copies waited for at the budget, and "
-                                         "no placement")
-        reason = out_of_reach(trace, internal, cost, options)
-        if reason is None:  # else known without running the greedy
-            decision = _greedy_decision(trace, internal, cost, options)
-            if decision.schedule is not None:
-                return decision
-            reason = decision.reason
-        if not waits or internal != budget_bytes:
-            return Decision(None, reason=reason)
-        decision = _greedy_decision(trace, internal, cost, replace(options, wait_for_copies=True))
-        if decision.schedule is None:
-            return Decision(None, reason=f"{reason}; with copies waited for, "
-                                         f"{decision.reason}")
-        waited = True
+        if internal in decided:
+            return decided[internal]
+        if not options.wait_for_copies:
+            unreachable = out_of_reach(trace, internal, cost, options)
+            if unreachable is not None:  # known without running the greedy
+                return Decision(None, reason=unreachable)
+        decided[internal] = decision = _greedy_decision(trace, internal, cost, options)
         return decision
 
-    return place_schedule(trace, budget_bytes, decide, "greedy", params.placement, started,
-                          last_resort=last_resort, cache=cache)
+    result = place_schedule(trace, budget_bytes, decide, "greedy", params.placement, started,
+                            last_resort=last_resort, cache=cache)
+    if (options.wait_for_copies and result.feasible
+            and result.plan.stats.get("placement_rounds", 1) > 1):
+        from cupool.sim.simulator import simulate
+
+        at_budget = place_schedule(trace, budget_bytes, decide, "greedy",
+                                   replace(params.placement, rounds=1), started,
+                                   last_resort=last_resort, cache=cache)
+        if at_budget.feasible and (
+                simulate(at_budget.trace, at_budget.plan, cost, validate=False).iteration_us
+                < simulate(result.trace, result.plan, cost, validate=False).iteration_us):
+            return at_budget
+    return result
 
 
 def _greedy_decision(trace, internal: int, cost, options: GreedyOptions) -> Decision:
@@ -217,16 +217,19 @@ def members(trace, budget_bytes, cost, params: BudgetParams,
         streamable,
     )
 
-    def greedy(options: GreedyOptions, waits: bool = False) -> Callable[[float], BudgetResult]:
+    def greedy(options: GreedyOptions) -> Callable[[float], BudgetResult]:
         return lambda started: plan_greedy_with(trace, budget_bytes, cost, params, started,
-                                                options, cache=cache, wait_fallback=waits)
+                                                options, cache=cache)
 
     def policy(function) -> Callable[[float], BudgetResult]:
         return lambda started: function(trace, budget_bytes, cost, params, started)
 
-    waits = params.wait_swap_weights if len(trace.buffers) <= params.wait_max_buffers else ()
-    out = [Member(f"greedy(swap_weight={w:g})", greedy(greedy_options(params, w), w in waits))
+    out = [Member(f"greedy(swap_weight={w:g})", greedy(greedy_options(params, w)))
            for w in params.swap_weights]
+    if len(trace.buffers) <= params.wait_max_buffers:
+        out += [Member(f"greedy(swap_weight={w:g}, copies waited for)",
+                       greedy(greedy_options(params, w, wait_for_copies=True)))
+                for w in params.wait_swap_weights]
     out += [Member(f"greedy(swap_weight={w:g}, late=latest)",
                    greedy(greedy_options(params, w, late_trigger="latest")))
             for w in params.late_swap_weights]
@@ -425,7 +428,7 @@ class Selection:
         self.report[name] = sim.overhead
         # a plan that waits for copies by design (:mod:`.engine.waits`) ranks after the
         # plans that do not: it wins only where it is faster
-        waits = "planned_wait_us" in outcome.plan.stats
+        waits = outcome.plan.stats.get("planned_wait_us", 0.0) > 0
         key = (sim.iteration_us, sim.swapped_bytes, waits, rank)
         entry = BudgetResult(outcome.plan, self.trace, outcome.policy, outcome.reason,
                              simulation=sim, member=name)

@@ -17,12 +17,12 @@ class BudgetParams:
       start of planning; ``auto`` does not run the GA).
     swap_weights: ``auto``'s greedy runs once per weight: µs of cost charged per µs of
       link time a swap uses (0 spends the link first-come; ``inf`` never swaps).
-    wait_swap_weights: the greedy members among ``swap_weights`` that, where they cannot
-      bring every op within the budget, plan again with swaps whose copies are waited for
-      (:mod:`.engine.waits`): stalls, where the others find no plan or a slower one.
-    wait_max_buffers: traces with more buffers than this get no waited fallback (on the
-      13k-buffer LSTM at 50% it found a better plan, 4.1% instead of 6.4%, but the waited
-      runs and the refining of their plan cost more than twice the planning time).
+    wait_swap_weights: ``auto`` also runs the greedy at each of these weights taking swaps
+      whose copies are waited for where nothing else frees the bytes an op over the budget
+      misses (:mod:`.engine.waits`): stalls, where the others stall more or find no plan.
+    wait_max_buffers: traces with more buffers than this get no such member (on the
+      13k-buffer LSTM at 50% one found a better plan, 4.1% instead of 6.4%, but its run and
+      the refining of its plan cost more than twice the planning time).
     refine_evaluations: simulations ``auto``'s final local search (:mod:`.multilevel`) may
       run on the best plan (0: none).
     late_swap_weights: ``auto`` also runs the greedy at each of these weights with late
