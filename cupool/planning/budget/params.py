@@ -20,9 +20,11 @@ class BudgetParams:
     wait_swap_weights: ``auto`` also runs the greedy at each of these weights taking swaps
       whose copies are waited for where nothing else frees the bytes an op over the budget
       misses (:mod:`.engine.waits`): stalls, where the others stall more or find no plan.
-    wait_max_buffers: traces with more buffers than this get no such member (on the
-      13k-buffer LSTM at 50% one found a better plan, 4.1% instead of 6.4%, but its run and
-      the refining of its plan cost more than twice the planning time).
+    wait_max_buffers: traces with more buffers than this get no such member: each costs
+      a greedy run, a placement and a simulation, which on the 1,200-1,700-buffer training
+      traces made ``auto`` about a fifth slower for one better plan in 15 (BERT at 50%:
+      7.5% instead of 8.0%), and on the 13k-buffer LSTM at 50% more than twice as slow
+      (4.1% instead of 6.4%).
     refine_evaluations: simulations ``auto``'s final local search (:mod:`.multilevel`) may
       run on the best plan (0: none).
     late_swap_weights: ``auto`` also runs the greedy at each of these weights with late
@@ -60,7 +62,7 @@ class BudgetParams:
     swap_weights: tuple[float, ...] = (0.0, 0.02, 0.2, 1.0, float("inf"))
     late_swap_weights: tuple[float, ...] = (0.2,)
     wait_swap_weights: tuple[float, ...] = (0.0, 0.02, 0.2, 1.0)
-    wait_max_buffers: int = 5000
+    wait_max_buffers: int = 1000
     refine_evaluations: int = 240
     max_chain: int = 6
     recompute_chain: int = 30
