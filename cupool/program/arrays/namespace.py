@@ -80,6 +80,15 @@ sites.LIMIT = 8192
 _REFUSALS = {"shape": ShapeMismatchError, "dtype": ArrayDtypeError,
              "unsupported": UnsupportedFunctionError, "read-only": ReadOnlyWriteError}
 
+def _program_frame(frame):
+    """The program's call, from ``frame`` (the namespace's caller): the first frame, going
+    out, of a module other than the namespace's own."""
+    while frame is not None and (frame.f_globals is _HERE or frame.f_globals is
+                                 _METHODS or frame.f_globals is _STRUCTURE):
+        frame = frame.f_back
+    return frame
+
+
 def no_iteration(tensor, function: str):
     """The error for an array operation on ``tensor`` while its session declares no
     iteration (or is closed)."""
@@ -299,10 +308,7 @@ class ArrayNamespace(StructureFunctions):
         quick = quick_signature(args, self._session)
         bases, sig = quick if quick is not None else self._operands(fname, args)
         if frame is None:
-            frame = sys._getframe(1)  # the program's call: the first frame of another module
-            while frame is not None and (frame.f_globals is _HERE or frame.f_globals is
-                                         _METHODS or frame.f_globals is _STRUCTURE):
-                frame = frame.f_back
+            frame = _program_frame(sys._getframe(1))
         if frame is not None:
             key = (fname, sig, params, id(frame.f_code), frame.f_lasti)
         else:
@@ -353,10 +359,7 @@ class ArrayNamespace(StructureFunctions):
         quick = quick_signature(args, self._session)
         bases, sig = quick if quick is not None else self._operands(fname, args)
         if frame is None:
-            frame = sys._getframe(1)  # the program's call: the first frame of another module
-            while frame is not None and (frame.f_globals is _HERE or frame.f_globals is
-                                         _METHODS or frame.f_globals is _STRUCTURE):
-                frame = frame.f_back
+            frame = _program_frame(sys._getframe(1))
         spec = base.spec
         if frame is not None:
             key = ("update", fname, spec.shape, spec.dtype, chain, sig, params,
