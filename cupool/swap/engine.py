@@ -403,7 +403,7 @@ class SwapEngine(ResidentRuns):
             (self.handles[b], self.array(b, ptrs[(b, op)]), ptrs[(b, op)]) for b in written]
         take_uses(state, running, arrivals, uses)
         if step.recomputed:
-            self._recompute(state, running, step)
+            recomputed.recompute_before(self, state, running, step)
         if planned is not None:
             state.running = running
             return planned.frame
@@ -525,41 +525,6 @@ class SwapEngine(ResidentRuns):
         state = self._state
         waits, state.unclocked = state.unclocked, []
         self.work.run(partial(state.advance_clock, seconds, waits))
-
-    # -- what before_op and after_op enqueue ----------------------------------------------
-    def _recompute(self, state: IterationState, running: RunningOp, step) -> None:
-        op, passing = running.op, step.passing  # passing: ephemeral residencies
-        if state.pending:  # each block is taken at its recompute (.recomputed)
-            recomputed.wait_for_readers(self, state, op, step.recomputed)
-        timing = bool(state.op_wall_s)
-        if timing:  # timed apart: not the op's time (the simulator counts them apart)
-            began, ended = self._timing.recomputes(state, op)
-            self.work.mark(began)
-        made = passing.made if passing is not None else ()
-        for position, b in enumerate(step.recomputed):
-            producer = self.trace.buffer(b).recompute
-            out = self.array(b, recomputed.arrive(self, state, op, b))
-            inputs = [self.array(s, state.ptrs[(s, op)] if s in made else
-                                 resident_ptr(self.schedule, state, s, op))
-                      for s in producer.inputs]
-            self.work.run(partial(self._call_recompute, state, running, b, out, inputs))
-            self.spend(self.op_us[producer.op])
-            if b not in made:
-                self.handles[b].uses += 1
-            if passing is not None and position in passing.released:
-                recomputed.release(self, state, op, passing.released[position])
-        if timing:
-            self.work.mark(ended)
-
-    # -- work launched on the compute stream --------------------------------------------
-    def _call_recompute(self, state: IterationState, running: RunningOp, b: int, out,
-                        inputs) -> None:
-        if not running.entered:  # the op's uses could not be taken
-            return
-        try:
-            self.handles[b].recompute(out, *inputs)
-        except Exception as exc:
-            state.keep_first_error(exc)
 
     # -- housekeeping -------------------------------------------------------------------
     def _order_problem(self, method: str, op: int) -> str:

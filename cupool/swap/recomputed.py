@@ -20,11 +20,13 @@ move with the blocks: a buffer arrives when its block is served, an ephemeral on
 from __future__ import annotations
 
 from collections import defaultdict
+from functools import partial
 from typing import NamedTuple
 
 from cupool.core.vocabulary import Plan, RecomputeAction, Trace
 from cupool.swap.handles import DROPPED
 from cupool.swap.iteration import split_overlapping
+from cupool.swap.plan_copies import resident_ptr
 
 
 class EphemeralOp(NamedTuple):
@@ -108,5 +110,46 @@ def release(engine, state, op: int, buffers) -> None:
             state.keep_first_error(exc)
 
 
-__all__ = ["EphemeralOp", "arrive", "ephemeral_ops", "recompute_keys", "release",
-           "wait_for_readers"]
+def recompute_before(engine, state, running, step) -> None:
+    """The plan's recomputes before the op ``running`` is (its step: ``step``), in plan
+    order on ``engine``'s compute stream: each buffer's block taken at its recompute
+    (:func:`arrive`), the producer's callable run on its inputs, an ephemeral residency's
+    block given back after the last recompute that reads it (:func:`release`); timed
+    apart from the op where the iteration times its ops."""
+    op, passing = running.op, step.passing  # passing: ephemeral residencies
+    if state.pending:  # each block is taken at its recompute
+        wait_for_readers(engine, state, op, step.recomputed)
+    timing = bool(state.op_wall_s)
+    if timing:  # timed apart: not the op's time (the simulator counts them apart)
+        began, ended = engine._timing.recomputes(state, op)
+        engine.work.mark(began)
+    made = passing.made if passing is not None else ()
+    for position, b in enumerate(step.recomputed):
+        producer = engine.trace.buffer(b).recompute
+        out = engine.array(b, arrive(engine, state, op, b))
+        inputs = [engine.array(s, state.ptrs[(s, op)] if s in made else
+                               resident_ptr(engine.schedule, state, s, op))
+                  for s in producer.inputs]
+        engine.work.run(partial(_call, engine.handles[b], state, running, out, inputs))
+        engine.spend(engine.op_us[producer.op])
+        if b not in made:
+            engine.handles[b].uses += 1
+        if passing is not None and position in passing.released:
+            release(engine, state, op, passing.released[position])
+    if timing:
+        engine.work.mark(ended)
+
+
+def _call(handle, state, running, out, inputs) -> None:
+    """A recompute, on the compute stream: nothing where the op's uses could not be
+    taken; an error is the iteration's first."""
+    if not running.entered:
+        return
+    try:
+        handle.recompute(out, *inputs)
+    except Exception as exc:
+        state.keep_first_error(exc)
+
+
+__all__ = ["EphemeralOp", "arrive", "ephemeral_ops", "recompute_before", "recompute_keys",
+           "release", "wait_for_readers"]
