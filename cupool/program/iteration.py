@@ -11,6 +11,7 @@ runs nothing.
 from __future__ import annotations
 
 from collections.abc import Callable
+from operator import is_
 
 from cupool.program.errors import ProgramError, SpecError, TensorScopeError
 from cupool.program.program import FETCH, INPUT, OP, DeclaredOp, Program
@@ -222,12 +223,22 @@ class Iteration:
 
     # -- the block --------------------------------------------------------------------
     def program(self) -> Program:
-        """The declared ops, the fetch op last when anything is fetched."""
-        ops = list(self._ops)
+        """The declared ops, the fetch op last when anything is fetched. Where every op is
+        the recorded program's own (declared again), so is the program's numbering of its
+        tensors."""
+        ops, recorded = list(self._ops), self._recorded
         if self._fetches:
-            ops.append(DeclaredOp(len(ops), "fetch", FETCH, _no_op, tuple(self._fetches), (),
-                                  (), False))
-        return Program(tuple(ops), dict(self._specs), dict(self._names))
+            fetched = tuple(self._fetches)
+            last = recorded[-1] if len(recorded) == len(ops) + 1 else None
+            ops.append(last if last is not None and last.kind == FETCH and
+                       last.inputs == fetched else
+                       DeclaredOp(len(ops), "fetch", FETCH, _no_op, fetched, (), (), False))
+        ops = tuple(ops)
+        program = self.session.recorded_program if recorded else None
+        if program is not None and len(ops) == len(recorded) and \
+                len(self._specs) == len(program.specs) and all(map(is_, ops, recorded)):
+            return Program(ops, dict(self._specs), dict(self._names), dict(program.buffer_ids))
+        return Program(ops, dict(self._specs), dict(self._names))
 
     def deliver(self, fetched: dict) -> None:
         """Hand the fetched values (key → host array) to their :class:`Fetch` objects."""

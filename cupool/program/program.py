@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from operator import is_
 
 from cupool.allocator.arena import ALLOCATION_UNIT
 from cupool.core.vocabulary import PERSISTENT, TEMPORARY, Buffer, Op, Recompute, Trace
@@ -226,8 +227,11 @@ class Program:
     # -- comparing iterations --------------------------------------------------------------
     def first_change(self, other: Program) -> Change | None:
         """Where ``other`` (a later iteration) first differs from this program, or
-        ``None`` when it is the same program (same ops, tensors, shapes and dtypes)."""
-        for mine, theirs in zip(self.ops, other.ops, strict=False):
+        ``None`` when it is the same program (same ops, tensors, shapes and dtypes). Ops
+        declared again are this program's own objects: only the persistent tensors' specs
+        are compared then."""
+        same_ops = len(self.ops) == len(other.ops) and all(map(is_, self.ops, other.ops))
+        for mine, theirs in zip(() if same_ops else self.ops, other.ops, strict=False):
             if mine.signature == theirs.signature:
                 continue
             return _op_change(self, mine, other, theirs)
@@ -237,12 +241,24 @@ class Program:
             return Change(i, longer.ops[i].name, None,
                           f"the program has {len(other.ops)} ops, the recorded one "
                           f"{len(self.ops)}")
-        for key, spec in other.specs.items():
-            if key[0] == "p" and (spec.shape, spec.dtype) != (self.specs[key].shape,
-                                                              self.specs[key].dtype):
+        keys = self._persistent_specs if same_ops else other.specs  # (the same keys then)
+        for key in keys:
+            if key[0] != "p":
+                continue
+            spec, mine = other.specs[key], self.specs[key]
+            if (spec.shape, spec.dtype) != (mine.shape, mine.dtype):
                 return Change(0, other.ops[0].name, other.names[key],
                               "a persistent tensor changed its shape or dtype")
         return None
+
+    @property
+    def _persistent_specs(self) -> tuple:
+        """The keys of the persistent tensors in ``specs`` (found once)."""
+        cache = self.__dict__.get("_persistent_cache")
+        if cache is None:
+            cache = tuple(k for k in self.specs if k[0] == "p")
+            object.__setattr__(self, "_persistent_cache", cache)
+        return cache
 
 
 def _op_change(recorded: Program, mine: DeclaredOp, new: Program, theirs: DeclaredOp) -> Change:
