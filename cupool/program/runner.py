@@ -57,6 +57,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from functools import partial
+from operator import is_
 from typing import NamedTuple
 
 import numpy as np
@@ -115,6 +116,16 @@ class _Prepared(NamedTuple):
     op: object
     frame: object
     call: object
+
+
+class _RunCalls(NamedTuple):
+    """The prepared calls handed for a resident run: for its ``frames`` and ``ops``, while
+    no op's call was made again since (``made``: the runner's count of calls made)."""
+
+    frames: tuple
+    ops: tuple
+    made: int
+    calls: list
 
 
 @dataclass(frozen=True)
@@ -181,6 +192,8 @@ class PlannedRunner:
         """Per op: ``(tensor key, buffer id)`` of every tensor it touches (the same in
         every iteration of the program)."""
         self._prepared = [None] * n  # per op: its call at the addresses of the last frame
+        self._made = 0  # calls made into _prepared so far
+        self._run_calls: dict = {}  # a run's first op -> its _RunCalls
         self.current = program
         self.failed: ProgramError | None = None
         self.iteration = 0
@@ -256,6 +269,7 @@ class PlannedRunner:
                                             self.current.names, self)
             if not frame.first_fills:
                 self._prepared[index] = _Prepared(op, frame, call)
+                self._made += 1
             engine.work.run(call)
         if self._spends:
             engine.spend(engine.op_us[frame.op])
@@ -267,11 +281,17 @@ class PlannedRunner:
         the ops spend time of their own."""
         if self._spends:
             return None
-        ops, prepared, calls = self.current.ops, self._prepared, []
-        for index, frame in zip(range(start, stop), frames, strict=True):
+        ops = self.current.ops[start:stop]
+        cached = self._run_calls.get(start)
+        if cached is not None and cached.frames is frames and cached.made == self._made \
+                and all(map(is_, cached.ops, ops)):  # the run's calls of the last step
+            return cached.calls
+        prepared, calls = self._prepared, []
+        for index, frame, op in zip(range(start, stop), frames, ops, strict=True):
             made = prepared[index]
             calls.append(made.call if made is not None and made.frame is frame
-                         and made.op is ops[index] else None)
+                         and made.op is op else None)
+        self._run_calls[start] = _RunCalls(frames, ops, self._made, calls)
         return calls
 
     def _first_fill(self, engine, view, value) -> None:
