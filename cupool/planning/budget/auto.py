@@ -490,8 +490,12 @@ def plan_auto(trace, budget_bytes, cost, params: BudgetParams, started: float) -
     selection = Selection(trace)
     cache = OffsetCache()
     judged = {}  # what a plan the members already made got: its check and simulation
-    listed = batch(trace, budget_bytes, cost, params, cache)  # what the workers list
-    ranked = len(members(trace, budget_bytes, cost, params))  # the boundary variants follow
+    ranked_members = members(trace, budget_bytes, cost, params, cache)
+    ranked = len(ranked_members)  # the boundary variants and the last resort follow
+    # what the workers list (:func:`batch`), the members made once: listing them looks
+    # for the trace's chain (:func:`~.chain.find_chain`), seconds on a 13k-buffer trace
+    listed = [*ranked_members, *boundary_members(trace, budget_bytes, cost, params),
+              *working_set_members(trace, budget_bytes, cost, params)]
     found = False
     outcomes = member_outcomes(trace, budget_bytes, cost, params, listed, judged)
     for rank, outcome in enumerate(outcomes):

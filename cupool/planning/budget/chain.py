@@ -44,6 +44,7 @@ is made, it splits the chain (``reason`` names the op).
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -209,8 +210,23 @@ def _cut(order: list, reads: dict, need: dict) -> tuple[list, tuple | None]:
     return states, None
 
 
+_CHAINS: dict = {}  # id(trace) -> (weak reference, Chain)
+
+
 def find_chain(trace: Trace) -> Chain:
-    """The chain of ``trace`` (module docstring); its ``states`` may be empty."""
+    """The chain of ``trace`` (module docstring); its ``states`` may be empty. Kept while
+    the trace lives (traces and chains are immutable): ``auto`` lists its members and
+    both revolve members plan from one trace, and the search takes seconds on a
+    13k-buffer one."""
+    entry = _CHAINS.get(id(trace))
+    if entry is None or entry[0]() is not trace:
+        if len(_CHAINS) >= 8:
+            _CHAINS.clear()
+        entry = _CHAINS[id(trace)] = (weakref.ref(trace), _search_chain(trace))
+    return entry[1]
+
+
+def _search_chain(trace: Trace) -> Chain:
     turn = turn_op(trace)
     gaps = {}
     for b in trace.buffers:
