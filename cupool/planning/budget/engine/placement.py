@@ -277,6 +277,15 @@ not make (:func:`repair_placement`): a node cap, reached at the same node on eve
 machine long before the time limit (a safety net): about 0.1 s on 500
 residencies. A repair runs once per placement round of every member that needs one."""
 
+REPAIR_EXACT_SMALL = SolverParams(time_limit_s=OFFSET_SOLVER_PARAMS.time_limit_s,
+                                  max_nodes=5_000)
+"""The same for at most :data:`REPAIR_EXACT_SMALL_RESIDENCIES` residencies, where a node
+costs little: on-demand's schedule of 88 residencies at the near-budget shape's largest
+working set needs more than 1,000 nodes to place (without it, ``auto`` falls back to a
+plan 22 points slower at Gen5)."""
+
+REPAIR_EXACT_SMALL_RESIDENCIES = 200
+
 REPAIR_EXACT_MAX_RESIDENCIES = 1000
 """Residency sets larger than this are not given to the exact solver in a repair (its
 preparation is quadratic in the live set: seconds at 10,000 residencies)."""
@@ -329,7 +338,9 @@ def repair_placement(trace: Trace, schedule: Schedule, intervals: list[Residency
             return Repaired(placed, schedule, "first fit, stays as one item"), None
     exact = None
     if len(intervals) <= REPAIR_EXACT_MAX_RESIDENCIES:
-        exact = place(trace, intervals, budget_bytes, "exact", REPAIR_EXACT, untie=True)
+        limits = (REPAIR_EXACT_SMALL if len(intervals) <= REPAIR_EXACT_SMALL_RESIDENCIES
+                  else REPAIR_EXACT)
+        exact = place(trace, intervals, budget_bytes, "exact", limits, untie=True)
         if exact.offsets is not None and not exact.untied:
             return Repaired(exact, schedule, "exact"), None
     return None, _split(trace, schedule, (loose, exact))
