@@ -236,42 +236,63 @@ def _search_chain(trace: Trace) -> Chain:
                 gaps[b.id] = gap
     order = sorted(gaps, key=lambda i: (trace.buffer(i).start, i))
     walks = {c: _walk(trace, c, gaps[c][1], turn, gaps) for c in order}
-    off: dict[int, str] = {}  # candidate -> why it left the chain
+    off: dict[int, str] = {}  # candidate -> why it left the chain (through ``leave``)
     side: list[int] = []
+    # what reason_of and reads_of answered, until a buffer the walk reads leaves the chain
+    # (their only input that changes): each pass asks again for every candidate
+    reasons: dict[int, str | None] = {}
+    reads: dict[int, list] = {}
+    readers: dict[int, list[int]] = {}  # buffer -> the candidates whose walk reads it
+    for c in order:
+        for y in walks[c].reads:
+            readers.setdefault(y, []).append(c)
+
+    def leave(c: int, why: str) -> None:
+        off[c] = why
+        for reader in readers.get(c, ()):
+            reasons.pop(reader, None)
+            reads.pop(reader, None)
 
     def reason_of(c: int) -> str | None:
         """Why ``c`` cannot be re-made: its walk's reason, or a candidate off the chain it
         reads that is freed before ``c`` is read back."""
-        if walks[c].reason is not None:
-            return walks[c].reason
-        for y in walks[c].reads:
-            other = trace.buffer(y)
-            if y in off and not other.end > gaps[c][1]:
-                op = trace.buffer(c).start
-                return (f"op {op} ({trace.ops[op].name}) reads buffer {y} ({other.name}), "
-                        f"off the chain and freed before op {gaps[c][1]}")
-        return None
+        if c in reasons:
+            return reasons[c]
+        reason = walks[c].reason
+        if reason is None:
+            for y in walks[c].reads:
+                other = trace.buffer(y)
+                if y in off and not other.end > gaps[c][1]:
+                    op = trace.buffer(c).start
+                    reason = (f"op {op} ({trace.ops[op].name}) reads buffer {y} "
+                              f"({other.name}), off the chain and freed before op "
+                              f"{gaps[c][1]}")
+                    break
+        reasons[c] = reason
+        return reason
 
     def reads_of(c: int) -> list:
-        return [] if reason_of(c) is not None else [y for y in walks[c].reads
-                                                     if y not in off]
+        if c not in reads:
+            reads[c] = [] if reason_of(c) is not None else [y for y in walks[c].reads
+                                                              if y not in off]
+        return reads[c]
 
     states: list = []
     for _ in range(len(order) + 1):  # each pass moves a candidate off or ends
         on = [c for c in order if c not in off]
-        readers: dict[int, int] = {}
+        counts: dict[int, int] = {}  # how many candidates on the chain read each buffer
         for c in on:
             for y in reads_of(c):
-                readers[y] = readers.get(y, 0) + 1
+                counts[y] = counts.get(y, 0) + 1
         new_side = [c for c in on if reason_of(c) is None and not reads_of(c)
-                    and readers.get(c, 0) >= SIDE_INPUT_READERS]
+                    and counts.get(c, 0) >= SIDE_INPUT_READERS]
         for c in new_side:
-            off[c] = (f"is a side input (read by {readers[c]} candidates, made from none): "
-                      f"resident for its lifetime")
+            leave(c, f"is a side input (read by {counts[c]} candidates, made from none): "
+                     f"resident for its lifetime")
             side.append(c)
-        unread = [c for c in on if reason_of(c) is not None and c not in readers]
+        unread = [c for c in on if reason_of(c) is not None and c not in counts]
         for c in unread:  # no checkpoint: nothing on the chain is re-made from it
-            off[c] = f"cannot be re-made ({reason_of(c)}) and no state reads it"
+            leave(c, f"cannot be re-made ({reason_of(c)}) and no state reads it")
         if new_side or unread:
             continue
         states, conflict = _cut(on, {c: reads_of(c) for c in on},
@@ -282,9 +303,9 @@ def _search_chain(trace: Trace) -> Chain:
         later = {y for d in on[on.index(c) + 1:] for y in reads_of(d)}
         moved = [d for d in far if d in later]
         for d in moved:
-            off[d] = "is read by candidates several states apart: resident for its lifetime"
+            leave(d, "is read by candidates several states apart: resident for its lifetime")
         if not moved:
-            off[c] = f"reads buffers {sorted(far)}, two states back or more"
+            leave(c, f"reads buffers {sorted(far)}, two states back or more")
     chain_states = []
     for members in states:
         buffers = []
