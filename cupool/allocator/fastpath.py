@@ -182,12 +182,12 @@ def make_fast_paths(pool) -> FastPaths:
                     return Served(j, missed)
             return Served(len(ops), 0)
         finally:
-            for key, (ticket, rounded) in tickets.items():  # left early: they live on
-                _hand_out(blocks, key, ticket, rounded)
             if held:
                 give(True)
                 if lock.waiters:
                     lock.wake()
+            for key, (ticket, rounded) in tickets.items():  # left early: they live on
+                _hand_out(blocks, key, ticket, rounded)
 
     def _hand_out(blocks: dict, key, ticket, rounded: int) -> None:
         try:  # pointer(), inlined
