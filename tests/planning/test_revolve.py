@@ -6,7 +6,6 @@ from __future__ import annotations
 import heapq
 import time
 from dataclasses import replace
-from functools import cache
 from math import comb
 
 import numpy as np
@@ -21,6 +20,7 @@ from cupool.planning.budget.revolve import build, largest_fitting, plan_revolve,
 from cupool.planning.budget.revolve_tables import UNREACHABLE, units_table, weighted_table
 from cupool.sim.cost import cost_model
 from cupool.sim.simulator import simulate
+from tests.bench_modules import load_bench
 
 MIB = 1 << 20
 
@@ -34,22 +34,7 @@ def revolve_formula(steps: int, checkpoints: int) -> int:
     return r * steps - comb(checkpoints + r, checkpoints + 1)
 
 
-@cache
-def units_optimum(states: int, units: int) -> float:
-    """Forward steps delivering ``states`` states above a held one when ``units`` states'
-    worth of memory hold the checkpoints and the state being advanced (two states for an
-    advance of two steps or more, one for a single step): written here as a plain
-    recursion over every first advance ``k``."""
-    if states == 0:
-        return 0
-    best = float("inf")
-    for k in range(1, states + 1):
-        if units < (1 if k == 1 else 2):
-            continue
-        rest = (units_optimum(states - 1, units) if k == states else
-                units_optimum(states - k, units - 1) + units_optimum(k - 1, units))
-        best = min(best, k + rest)
-    return best
+units_optimum = load_bench("chains").units_optimum  # the benchmark's own plain recursion
 
 
 def planned_optimum(stats: dict, states: int) -> int:
