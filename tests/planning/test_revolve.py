@@ -176,6 +176,17 @@ def test_auto_keeps_revolve_when_the_link_is_slow():
     assert result.candidates["revolve"] < result.candidates["on-demand"]
 
 
+def test_auto_weighs_revolve_only_on_traces_up_to_its_buffer_limit():
+    from cupool.planning.budget.auto import members
+
+    trace = adjoint_trace(16, MIB)
+    budget, cost = int(trace.lower_bound_bytes() * 0.5), cost_model("gen5")
+    names = [m.name for m in members(trace, budget, cost, BudgetParams())]
+    assert {"revolve", "revolve(two levels)"} <= set(names)
+    small = BudgetParams(revolve_max_buffers=len(trace.buffers) - 1)
+    assert not any(m.name.startswith("revolve") for m in members(trace, budget, cost, small))
+
+
 def test_an_op_not_recomputable_splits_the_chain():
     trace = adjoint_trace(24, MIB, not_recomputable=(10,))
     result = plan_revolve(trace, _budget_for(trace, 3) + 2 * MIB, cost_model("gen5"),

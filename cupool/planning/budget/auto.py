@@ -32,9 +32,10 @@ uses / across the iteration boundary only when the budget still does not hold.
   (:data:`SEARCHED_MEMBER`), and, last of all members, with one searched from whole size
   classes streamed (:data:`CLASSES_MEMBER`) and one that searches from them longer
   (:data:`LONGER_MEMBER`);
-- when the trace has a chain of states read back in reverse order (:mod:`.chain`),
-  ``revolve`` (binomial checkpointing with nested recomputes, :mod:`.revolve`) on the
-  device alone and with checkpoints on the host (two levels);
+- when the trace has a chain of states read back in reverse order (:mod:`.chain`) and at
+  most ``params.revolve_max_buffers`` buffers, ``revolve`` (binomial checkpointing with
+  nested recomputes, :mod:`.revolve`) on the device alone and with checkpoints on the
+  host (two levels);
 - ``capuchin`` (in Capuchin's order, and with the on-time swaps of the largest buffers
   taken first), ``vdnn`` and ``on-demand``;
 - when persistent state fits the budget beside what each op uses but some of it is idle
@@ -250,7 +251,7 @@ def members(trace, budget_bytes, cost, params: BudgetParams,
                 for h in params.stream_headrooms for order in KEEP_ORDERS]
         out += [Member(SEARCHED_MEMBER, lambda started: plan_stream(
             trace, budget_bytes, cost, params, started, 0.0, SEARCHED))]
-    if find_chain(trace).states:
+    if len(trace.buffers) <= params.revolve_max_buffers and find_chain(trace).states:
         out += [Member("revolve", policy(plan_revolve)),
                 Member("revolve(two levels)", policy(plan_revolve_two_level))]
     out += [Member("capuchin", policy(plan_capuchin)),

@@ -25,6 +25,9 @@ class BudgetParams:
       traces made ``auto`` about a fifth slower for one better plan in 15 (BERT at 50%:
       7.5% instead of 8.0%), and on the 13k-buffer LSTM at 50% more than twice as slow
       (4.1% instead of 6.4%).
+    revolve_max_buffers: traces with more buffers than this get no ``revolve`` members in
+      ``auto`` (the policies themselves stay): on the 13k-buffer LSTM at 50% they took
+      about 20 s to find a chain of states whose schedules no placement took.
     refine_evaluations: simulations ``auto``'s final local search (:mod:`.multilevel`) may
       run on the best plan (0: none).
     late_swap_weights: ``auto`` also runs the greedy at each of these weights with late
@@ -63,6 +66,7 @@ class BudgetParams:
     late_swap_weights: tuple[float, ...] = (0.2,)
     wait_swap_weights: tuple[float, ...] = (0.0, 0.02, 0.2, 1.0)
     wait_max_buffers: int = 1000
+    revolve_max_buffers: int = 5000
     refine_evaluations: int = 240
     max_chain: int = 6
     recompute_chain: int = 30
