@@ -223,6 +223,16 @@ def measure_namespace(name: str, budget: str, steps: int) -> dict:
     return result
 
 
+def _checks(cell: list[dict]) -> dict:
+    """What a cell's repeats say together about the targets every program has: late
+    prefetches after the first planned step, the simulator's floor for them, the device
+    peak against the budget, parameters bitwise."""
+    return {"late_after_first_planned": sum(sum(r["late_prefetches"][SKIP:]) for r in cell),
+            "sim_late_floor": max(r.get("sim_late_floor", 0) for r in cell),
+            "peak_over_budget": max(r["device_peak_bytes"] / r["budget_bytes"] for r in cell),
+            "params_identical": all(r["params_identical"] for r in cell)}
+
+
 def summarize_namespace(rows: list[dict], explicit: list[dict]) -> list[dict]:
     """Per example written once and budget, over the repeats (medians, the late prefetches
     after the first planned step summed, the highest peak over the budget), beside the
@@ -243,12 +253,7 @@ def summarize_namespace(rows: list[dict], explicit: list[dict]) -> list[dict]:
                 "engine_iteration_us": statistics.median(r["engine_iteration_us"]
                                                          for r in cell),
                 "explicit_session_step_us": statistics.median(twin) if twin else None,
-                "late_after_first_planned": sum(sum(r["late_prefetches"][SKIP:])
-                                                for r in cell),
-                "sim_late_floor": max(r.get("sim_late_floor", 0) for r in cell),
-                "peak_over_budget": max(r["device_peak_bytes"] / r["budget_bytes"]
-                                        for r in cell),
-                "params_identical": all(r["params_identical"] for r in cell),
+                **_checks(cell),
                 "plans_valid": all(r.get("plan_valid", False) for r in cell),
             })
     return out
@@ -316,12 +321,7 @@ def summarize(rows: list[dict]) -> list[dict]:
         for budget in BUDGETS:
             cell = [r for r in rows if r["example"] == name and r["budget"] == budget]
             summary = {"example": name, "budget": budget, "repeats": len(cell),
-                       "late_after_first_planned": sum(sum(r["late_prefetches"][SKIP:])
-                                                       for r in cell),
-                       "sim_late_floor": max(r.get("sim_late_floor", 0) for r in cell),
-                       "peak_over_budget": max(r["device_peak_bytes"] / r["budget_bytes"]
-                                               for r in cell),
-                       "params_identical": all(r["params_identical"] for r in cell),
+                       **_checks(cell),
                        "eager_step_us": statistics.median(r["eager_step_us"] for r in cell),
                        "session_step_us": statistics.median(r["session_step_us"]
                                                             for r in cell),

@@ -32,8 +32,9 @@ class Iteration:
         self._fetches: dict = {}  # key -> Fetch
         self._valid: dict = {}  # key -> the tensor found valid for it in this iteration
         self._state = "new"  # new -> open -> closed
-        recorded = getattr(session, "recorded_program", None)
-        self._recorded = recorded.ops if recorded is not None else ()
+        self._recorded_program = getattr(session, "recorded_program", None)
+        self._recorded = self._recorded_program.ops if self._recorded_program is not None \
+            else ()
 
     @property
     def xp(self):
@@ -234,7 +235,7 @@ class Iteration:
                        last.inputs == fetched else
                        DeclaredOp(len(ops), "fetch", FETCH, _no_op, fetched, (), (), False))
         ops = tuple(ops)
-        program = self.session.recorded_program if recorded else None
+        program = self._recorded_program
         if program is not None and len(ops) == len(recorded) and \
                 len(self._specs) == len(program.specs) and all(map(is_, ops, recorded)):
             return Program(ops, dict(self._specs), dict(self._names), dict(program.buffer_ids))
