@@ -47,16 +47,23 @@ UNREACHABLE = 1 << 40
 _TABLES: dict = {}  # (model, "largest"): (cost, advance) for the most states solved so far
 
 
+def _largest(model: str, solve, states: int) -> tuple[np.ndarray, np.ndarray]:
+    """``model``'s table solved so far, solved again by ``solve`` for at least ``states``
+    states (twice the states it had) where it has fewer."""
+    cost, advance = _TABLES.get((model, "largest"), (None, None))
+    if cost is None or cost.shape[0] <= states:
+        cost, advance = solve(max(states, 2 * (cost.shape[0] - 1) if cost is not None
+                                  else states))
+        _TABLES[(model, "largest")] = (cost, advance)
+    return cost, advance
+
+
 def revolve_table(states: int, slots: int) -> tuple[np.ndarray, np.ndarray]:
     """``(R, K)``: ``R[n, s]`` the fewest forward steps that deliver ``n`` states above a
     held one with ``s`` free slots, ``K[n, s]`` the advance that achieves it (module
     docstring), for ``0 <= n <= states`` and ``0 <= s <= slots`` (read-only views of one
     table per process, solved for every slot count up to the most states asked for)."""
-    cost, advance = _TABLES.get(("slots", "largest"), (None, None))
-    if cost is None or cost.shape[0] <= states:
-        cost, advance = _solve(max(states, 2 * (cost.shape[0] - 1) if cost is not None
-                                   else states))
-        _TABLES[("slots", "largest")] = (cost, advance)
+    cost, advance = _largest("slots", _solve, states)
     wide = min(slots, cost.shape[1] - 1)
     r, k = cost[: states + 1, : wide + 1], advance[: states + 1, : wide + 1]
     if wide < slots:  # as many slots as states: every state above the first is kept
@@ -107,11 +114,7 @@ def units_table(states: int, units: int) -> tuple[np.ndarray, np.ndarray]:
     """``(U, K)`` of the units model (module docstring) for ``0 <= n <= states`` and
     ``0 <= u <= units`` (``U`` is :data:`UNREACHABLE` where no schedule fits; read-only
     views of one table per process)."""
-    cost, advance = _TABLES.get(("units", "largest"), (None, None))
-    if cost is None or cost.shape[0] <= states:
-        cost, advance = _solve_units(max(states, 2 * (cost.shape[0] - 1) if cost is not None
-                                         else states))
-        _TABLES[("units", "largest")] = (cost, advance)
+    cost, advance = _largest("units", _solve_units, states)
     wide = min(units, cost.shape[1] - 1)
     u, k = cost[: states + 1, : wide + 1], advance[: states + 1, : wide + 1]
     if wide < units:  # as many units as states: every state is kept
