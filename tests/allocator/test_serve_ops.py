@@ -1,15 +1,18 @@
 """``pool.serve_ops`` serves several ops' blocks in one call exactly as ``pool.malloc``
 does them one by one: the same addresses, the same answer about the plan, the same
 statistics, for scripts of frees and allocations that follow the plan or leave it, with
-or without blocks said to be transient (freed later in the same call)."""
+or without blocks said to be transient (freed later in the same call); through the
+compiled loop and through the Python one."""
 
 from __future__ import annotations
+
+import contextlib
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cupool.allocator import PlannedPool
+from cupool.allocator import PlannedPool, fastpath
 from cupool.allocator.fastpath import Served
 from cupool.devices import open_device
 
@@ -70,9 +73,14 @@ def test_serve_ops_does_what_malloc_does_one_by_one(data):
     # transient: some keys, freed later in the call or not (those must become blocks)
     transient = frozenset(data.draw(st.sets(st.integers(0, n - 1))))
     results = []
-    for serve in (one_by_one, lambda pool, b, p, ops: pool.serve_ops(b, p, ops),
-                  lambda pool, b, p, ops: pool.serve_ops(b, p, ops, transient)):
-        with open_device("emulated", capacity="64MiB") as device:
+    loops = [None] if fastpath.serve_loop is None else [fastpath.serve_loop, None]
+    serves = [(one_by_one, None)] + [
+        (serve, loop) for loop in loops
+        for serve in (lambda pool, b, p, ops: pool.serve_ops(b, p, ops),
+                      lambda pool, b, p, ops: pool.serve_ops(b, p, ops, transient))]
+    for serve, loop in serves:
+        with open_device("emulated", capacity="64MiB") as device, \
+                _serve_loop(loop):
             pool = PlannedPool(device)
             _step(pool, every_block, _ops(sizes, lives, {}))  # recorded
             _, ptrs = _step(pool, every_block, _ops(sizes, lives, {}))  # planned
@@ -80,13 +88,27 @@ def test_serve_ops_does_what_malloc_does_one_by_one(data):
             planned = {k: p - base for k, p in ptrs.items()}
             again = _ops(sizes, lives, ptrs)
             other = _ops(sizes[:split] + changed[split:], lives, ptrs)  # off the plan
-            steps = [_step(pool, serve, again), _step(pool, serve, other),
-                     _step(pool, serve, again)]
+            steps, peaks = [], []
+            for ops in (again, other, again):  # each step's own peak, from a reset
+                pool.reset_peak_stats()
+                steps.append(_step(pool, serve, ops))
+                peaks.append(pool.memory_stats())
             results.append(([(s, {k: p and p - base for k, p in q.items()
-                                  if planned.get(k) == p - base}) for s, q in steps],
+                                  if planned.get(k) == p - base}) for s, q in steps], peaks,
                             pool.memory_stats(), pool.used_bytes(), pool.mode))
             pool.close()
-    assert results[0] == results[1] == results[2]
+    assert all(result == results[0] for result in results[1:])
+
+
+@contextlib.contextmanager
+def _serve_loop(loop):
+    """``pool.serve_ops`` through ``loop`` (``None``: the Python loop)."""
+    kept = fastpath.serve_loop
+    fastpath.serve_loop = loop
+    try:
+        yield
+    finally:
+        fastpath.serve_loop = kept
 
 
 def test_serve_ops_under_memory_hooks_calls_them_for_every_block():
