@@ -6,10 +6,13 @@ once the streams finished: nothing of it is measured by Python on a stream's tim
   threshold, and a late prefetch where a swap-in was due
   (:meth:`IterationState.measured_wait <cupool.swap.iteration.IterationState.measured_wait>`).
 - In the iterations that time their ops (an engine's first three, then every
-  ``every``-th), a timing event marks the iteration's start and each op's end, and two
-  more the recomputes before an op: an op's time runs from the previous mark to its own,
-  less the waits and the recomputes before it (the simulator counts those apart). The
-  other iterations record events only where the plan has a copy or a recompute.
+  ``every``-th), a mark stamps the iteration's start and each op's end, and two timing
+  events the recomputes before an op: an op's time runs from the previous mark to its
+  own, less the waits and the recomputes before it (the simulator counts those apart). On
+  a GPU a mark is a timing event; on the emulated device, whose stream work runs on a
+  host thread, it is that work writing ``time.perf_counter()`` into its slot (a stamp:
+  what an event's record does there, without the event's flag that nobody waits for).
+  The other iterations record events only where the plan has a copy or a recompute.
 
 Every event is made once and recorded again in later iterations: a stream's wait holds
 the mark it was given, and the marks are read only after the iteration's synchronize.
@@ -17,7 +20,19 @@ the mark it was given, and the marks are read only after the iteration's synchro
 
 from __future__ import annotations
 
+import time
+
 from cupool.swap.iteration import IterationState, MeasuredWait
+
+
+def _stamper(stamps: list, k: int):
+    """Stream work that writes the time it runs at into ``stamps[k]``."""
+    clock = time.perf_counter
+
+    def stamp() -> None:
+        stamps[k] = clock()
+
+    return stamp
 
 
 class StepTiming:
@@ -32,7 +47,9 @@ class StepTiming:
         self.device, self.work, self.num_ops = device, work, num_ops
         self.every, self.gpu = max(1, every), gpu
         self._runs = 0  # iterations begun
-        self._op_marks: list = []  # the iteration's start (0), op i's end (i + 1)
+        self._op_marks: list = []  # GPU: events of the start (0) and op i's end (i + 1)
+        self._stamps: list = []  # emulated: the times of the same marks
+        self.stampers: list = []  # emulated: the work that stamps mark k
         self._wait_pairs: list = []  # the k-th timed wait's two events
         self._recompute_pairs: dict = {}  # op -> the two events around its recomputes
 
@@ -42,18 +59,28 @@ class StepTiming:
         runs = self._runs
         self._runs += 1
         timing = runs < 3 or runs % self.every == 0
-        if timing and not self._op_marks:
-            self._op_marks = [self.device.create_event(timing=True)
-                              for _ in range(self.num_ops + 1)]
+        if timing and not self._op_marks and not self._stamps:
+            if self.gpu:
+                self._op_marks = [self.device.create_event(timing=True)
+                                  for _ in range(self.num_ops + 1)]
+            else:
+                self._stamps = [0.0] * (self.num_ops + 1)
+                self.stampers = [_stamper(self._stamps, k) for k in range(self.num_ops + 1)]
         return timing
 
     def mark_start(self) -> None:
         """The iteration's start, in an iteration that times its ops."""
-        self.work.mark(self._op_marks[0])
+        self._mark(0)
 
     def mark_op(self, op: int) -> None:
         """Op ``op``'s end, in an iteration that times its ops."""
-        self.work.mark(self._op_marks[op + 1])
+        self._mark(op + 1)
+
+    def _mark(self, k: int) -> None:
+        if self.gpu:
+            self.work.mark(self._op_marks[k])
+        else:
+            self.work.run(self.stampers[k])
 
     def wait(self, state: IterationState, op: int, event, late_buffer) -> None:
         """The compute stream waits for ``event`` before op ``op``, timed (for a swap-in's
@@ -88,16 +115,20 @@ class StepTiming:
             waited[measured.op] = waited.get(measured.op, 0.0) + seconds
         if not state.op_wall_s:
             return
-        marks = self._op_marks
         for op, (began, ended) in state.recomputes.items():
             waited[op] = waited.get(op, 0.0) + ended.seconds_since(began)
         op_wall_s = state.op_wall_s
-        for i in range(len(op_wall_s)):
-            if i == 0 and not self.gpu:  # from the gate's release, as the op clock counts
-                spent = marks[1].recorded_at - state.started - state.setup_s
-            else:
-                spent = marks[i + 1].seconds_since(marks[i])
-            spent -= waited.get(i, 0.0)
+        if self.gpu:
+            marks = self._op_marks
+            spans = [marks[i + 1].seconds_since(marks[i]) for i in range(len(op_wall_s))]
+        else:
+            stamps = self._stamps
+            spans = [stamps[i + 1] - stamps[i] for i in range(len(op_wall_s))]
+            if spans:  # from the gate's release, as the op clock counts
+                spans[0] = stamps[1] - state.started - state.setup_s
+        get = waited.get
+        for i, spent in enumerate(spans):
+            spent -= get(i, 0.0)
             op_wall_s[i] = spent if spent > 0.0 else 0.0
 
 
