@@ -28,13 +28,17 @@ highest is taken (``details["method"]`` names it) and the overhead bound is
   for the deficit);
 - several peaks at once (:mod:`cupool.sim.peaks`, ``"several-peaks"``, with SciPy): a
   buffer off the device at one of the ops of most excess is off whole and waits for all of
-  its copy after it, and one off at several is copied in once for all of them.
+  its copy after it, and one off at several is copied in once for all of them;
+- windows of ops (:mod:`cupool.sim.windows`, ``"windows"``): the bytes off the device at op
+  ``k`` and used again by op ``m`` cross the link between the two ops (those written after
+  ``k`` and off the device at ``m`` likewise), what the ops between cannot hide of it is
+  stalled, and the stalls of disjoint windows add up.
 
 They read the same per-buffer numbers (:class:`~cupool.sim.bound_inputs.BufferArrays`; a
 recompute's cost :func:`~cupool.sim.bound_inputs.recompute_us`).
 
 What the bound ignores (so it may be loose): fragmentation (the arena must also pack),
-when each copy out can start (after its buffer is produced), chains through inputs that
+when each copy out can start (beyond the windows), chains through inputs that
 are alive but dropped by the plan, and most interactions between different ops'
 evictions (each op is bounded alone, but for the few the several-peaks program states
 together). A budget at or above the trace's lower bound gives 0: a
@@ -56,6 +60,7 @@ from cupool.sim.memory_time import memory_time_bound_us
 from cupool.sim.op_alone import TAIL_QUANTILES, THRESHOLD_QUANTILES, OpBound
 from cupool.sim.op_alone_lp import LP_DUE_OPS, LP_OPS, LP_THRESHOLDS, LP_TOLERANCE, lp_value
 from cupool.sim.peaks import Peak, choose_peaks, several_peaks_bound_us
+from cupool.sim.windows import windows_bound
 
 
 @dataclass(frozen=True)
@@ -156,11 +161,17 @@ def overhead_lower_bound(trace: Trace, budget_bytes: int, cost: CostModel | None
     if several is not None and several > best[0]:
         best = (several, None, None, None, None)
         method = "several-peaks"
+    windows = windows_bound(trace, arrays, op_us, excess, candidates_at,
+                            cost.copy_engines_per_direction)
+    if ideal + windows.stall_us > best[0]:
+        best = (ideal + windows.stall_us, None, None, None, None)
+        method = "windows"
     bound_us, op, mu, lam, _split = best
     overhead = max(0.0, bound_us / ideal - 1.0) if ideal > 0 else 0.0
     details.update(bound_us=bound_us, op=op, mu=mu, lam=lam, ops_examined=len(ops),
                    method=method, lp_ops=len(lp_ops) if method == "lp" else 0,
-                   excess_bytes=None if op is None else int(excess[op]))
+                   excess_bytes=None if op is None else int(excess[op]),
+                   windows=[(w.first_op, w.last_op, w.direction) for w in windows.windows])
     if method == "memory-time":
         reason = (f"the arena holds {budget_bytes} bytes for the whole iteration: keeping "
                   f"what must be on the device there (copies in flight included) takes at "
@@ -169,6 +180,11 @@ def overhead_lower_bound(trace: Trace, budget_bytes: int, cost: CostModel | None
         reason = (f"the {len(peaks)} ops with the most excess must each have whole buffers "
                   f"off the device, copied back after them over one link: at least "
                   f"{bound_us - ideal:.1f} us beyond the ideal {ideal:.1f} us")
+    elif method == "windows":
+        reason = (f"between {len(windows.windows)} pairs of ops, bytes off the device at one "
+                  f"and used by the other (or written by one and off at the other) must "
+                  f"cross the link: at least {bound_us - ideal:.1f} us beyond the ideal "
+                  f"{ideal:.1f} us")
     elif op is None:
         reason = "no op forces copies or recomputation beyond what overlaps compute"
     else:

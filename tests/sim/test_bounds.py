@@ -60,15 +60,17 @@ def test_hand_case_one_swap_after_the_peak():
     A's copy out (13 us) starts when op 0 has produced it (10 us) and must finish before op
     1 starts (C fills the same bytes): op 1 starts at 23 at the earliest. After op 1 ends
     the H2D link needs 13 us for A, and op 2, which reads it, runs after that:
-    T >= 23 + 10 + 13 + 10 = 56 us (the plan below)."""
+    T >= 23 + 10 + 13 + 10 = 56 us (the plan below). The windows see it too: the copy out
+    between the end of op 0 and the start of op 1, the copy in between op 1 and op 2."""
     trace = trace_of([10.0] * 3, Buffer(1, 1000, 0, 3, (0, 2)), Buffer(2, 1000, 1, 2, (1,)))
     bound = overhead_lower_bound(trace, 1000, SLOW)
     assert bound.feasible
+    assert bound.details["method"] in ("lp", "windows")
+    assert bound.overhead == pytest.approx(26.0 / 30.0, rel=1e-5)
     if bound.details["method"] == "lp":
-        assert bound.overhead == pytest.approx(26.0 / 30.0, rel=1e-5)
-    else:  # the dual search charges the copy in against op 2 (46 us)
-        assert bound.overhead == pytest.approx(16.0 / 30.0)
-    assert bound.details["op"] == 1 and bound.details["excess_bytes"] == 1000
+        assert bound.details["op"] == 1 and bound.details["excess_bytes"] == 1000
+    else:
+        assert bound.details["windows"] == [(0, 1, "out"), (1, 2, "in")]
     swap = swap_plan(trace, [Residency(1, 0, 1, 0), Residency(1, 2, 3, 0),
                              Residency(2, 1, 2, 0)], [SwapOut(1, 0), SwapIn(1, 2, 2)])
     report = simulate(trace, swap, SLOW)

@@ -1,0 +1,223 @@
+"""The overhead lower bound over windows of ops: bytes that must cross the link between two
+ops, for several disjoint windows at once.
+
+Each op alone (:mod:`cupool.sim.op_alone`) lets its copies overlap every other op of the
+iteration; but the bytes off the device at op ``k`` that are used again by op ``m`` must
+come back *between* them. For ops ``k < m`` the window is the time from the end of op ``k``
+to the start of op ``m``; it holds ops ``k+1 .. m-1`` (``C(k, m)`` µs of compute) and
+whatever stalls and recomputes the plan puts there::
+
+    op:      k | k+1 ... m-1 | m
+    compute  ##|#############|##
+    H2D        |<-- copies in of buffers off at k, next used by m -->|
+
+**Copies in.** At op ``k``, at least ``X_k`` bytes (the excess: pending bytes beyond the
+budget, :mod:`cupool.sim.bounds`) belong to buffers that no residency of the plan covers
+at ``k``: the validator holds the resident bytes within the budget. A candidate ``j`` (pending
+at ``k``, neither used at ``k`` nor born there) off the device at ``k`` whose next use
+``u_j`` is at most ``m`` and that has no recompute recipe is resident with its data at
+``u_j`` only through a swap-in triggered at an op ``t`` in ``(k, u_j]``: the simulator
+hands it to an H2D engine at ``t``'s dispatch, when op ``t - 1`` (so op ``k`` or later)
+has finished, and op ``u_j`` (so op ``m``) cannot start before it landed. So the candidates
+with a recipe or a next use after ``m`` cover at most their own bytes ``F`` and the others
+at least ``X_k - F`` bytes, all copied in within the window.
+
+**Copies out.** At op ``m``, the bytes really off the device (their copy out completed
+before op ``m`` starts, or clean, or recomputed later) are at least ``X_m``
+(:mod:`cupool.sim.op_alone` states why: the simulator makes every op and every swap-in
+that fills bytes a copy out still reads wait for it). A candidate at ``m`` last written by
+op ``w`` with ``k <= w < m`` (a temporary is written by its producer), without a recipe,
+holds data on the host only through a copy out issued after op ``w`` finished. So the
+candidates with a recipe or last written before ``k`` (never, in this iteration) cover at
+most ``F`` bytes and the others at least ``X_m - F``, all copied out within the window.
+
+Either way ``B`` bytes cross one direction's ``e`` copy engines in the window, a copy of
+``s`` bytes taking ``latency + s / bandwidth``; relaxed to fractions of buffers (cheapest
+bytes first per byte, a buffer's latency spread over its bytes), the least engine time is
+a fractional knapsack ``L``, and the window lasts at least ``L / e``. Its ops run
+``C(k, m)``, so the plan stalls or recomputes at least ``L / e - C(k, m)`` within it. The
+windows of a set that do not overlap in time (``m <= k'`` for consecutive ones) hold
+disjoint stalls, so their deficits add up: ``T >= ideal + max over such sets of the sum``,
+found by a dynamic program over the ops (weighted interval scheduling). The copies in and
+the copies out of one window use different engines, so a window counts the larger of the
+two, not their sum.
+
+What it leaves out (so it may be loose): the recompute time of candidates with a recipe
+(they count as free), copies that several ops' excesses share, and copies forced into
+overlapping windows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from cupool.core.vocabulary import Trace
+from cupool.sim.bound_inputs import BufferArrays
+
+H2D_WINDOW = "in"
+D2H_WINDOW = "out"
+
+
+@dataclass(frozen=True)
+class Window:
+    """A window from the end of op ``first_op`` to the start of op ``last_op``: the copies
+    one direction (``"in"``: host to device, ``"out"``: device to host) must carry in it
+    take ``link_us`` on its engines, its ops run ``compute_us``; ``deficit_us`` (the
+    difference) is what the plan stalls or recomputes within it."""
+
+    first_op: int
+    last_op: int
+    direction: str
+    link_us: float
+    compute_us: float
+
+    @property
+    def deficit_us(self) -> float:
+        return self.link_us - self.compute_us
+
+
+@dataclass(frozen=True)
+class WindowsBound:
+    """``stall_us``: the least stall and recompute time of any valid plan, from the
+    ``windows`` chosen (disjoint in time, in op order)."""
+
+    stall_us: float
+    windows: tuple[Window, ...]
+
+
+def _cheapest_bytes_us(per_byte, sizes, member, need) -> np.ndarray:
+    """Fractional knapsacks, one per row of ``member`` (buffers x windows as a boolean
+    matrix, ``windows`` rows): the least time of ``need[w]`` bytes taken from the buffers
+    of row ``w``, costing ``per_byte`` µs each byte (sorted ascending), ``sizes`` bytes
+    each (the rows' buffers always hold ``need`` bytes)."""
+    taken = np.where(member, sizes, 0.0)
+    held = np.cumsum(taken, axis=1)
+    spent = np.cumsum(taken * per_byte, axis=1)
+    last = np.minimum(np.argmax(held >= need[:, None] * (1 - 1e-12), axis=1),
+                      len(sizes) - 1)  # the buffer taken in part
+    rows = np.arange(len(need))
+    before = held[rows, last] - taken[rows, last]
+    return (spent[rows, last] - taken[rows, last] * per_byte[last]
+            + (need - before) * per_byte[last])
+
+
+class _Writes:
+    """Every (buffer, write) of the trace as one sorted key, for each candidate's last
+    write before an op (a temporary's producer writes it)."""
+
+    def __init__(self, trace: Trace, arrays: BufferArrays):
+        n = trace.num_ops
+        self.stride = n + 1
+        owners, ops = [], []
+        for index, b in enumerate(trace.buffers):
+            for w in b.write_ops:
+                owners.append(index)
+                ops.append(w)
+        self.keys = np.sort(np.asarray(owners, dtype=np.int64) * self.stride
+                            + np.asarray(ops, dtype=np.int64))
+        self.produced = np.where(arrays.persistent, -1, arrays.start)
+
+    def last_before(self, candidates, op: int) -> np.ndarray:
+        """Each candidate's last write before ``op`` (-1: none in this iteration)."""
+        out = np.where(self.produced[candidates] < op, self.produced[candidates], -1)
+        if not len(self.keys):
+            return out
+        at = np.searchsorted(self.keys, candidates * self.stride + op, side="left") - 1
+        found = self.keys[np.maximum(at, 0)]
+        mine = (at >= 0) & (found // self.stride == candidates)
+        return np.maximum(out, np.where(mine, found % self.stride, -1))
+
+
+def _forced_windows(bounds_at, sizes, per_byte, slack: float, compute_of, direction: str,
+                    fixed_op: int, other_first: bool) -> list[Window]:
+    """The windows of one op's candidates: ``bounds_at`` is each forcible candidate's far
+    end (its next use, for copies in; its last write, for copies out), sorted nearest
+    first; a window reaching ``bound`` forces those up to it, and ``compute_of(bounds)``
+    is the windows' compute. Only windows whose copies could outlast their compute (all
+    the bytes needed at the dearest rate) get the knapsack."""
+    if not len(sizes):
+        return []
+    cum = np.cumsum(sizes)
+    ends = np.flatnonzero(np.append(bounds_at[1:] != bounds_at[:-1], True))
+    need = cum[ends] - slack
+    compute = compute_of(bounds_at[ends])
+    dearest = np.maximum.accumulate(per_byte)[ends]
+    tried = np.flatnonzero((need > 0) & (need * dearest > compute))
+    if not len(tried):
+        return []
+    cheapest = np.argsort(per_byte, kind="stable")
+    member = cheapest[None, :] <= ends[tried][:, None]
+    link = _cheapest_bytes_us(per_byte[cheapest], sizes[cheapest], member, need[tried])
+    out = []
+    for at, us in zip(tried, link, strict=True):
+        if us > compute[at]:
+            bound = int(bounds_at[ends[at]])
+            first, end = (bound, fixed_op) if other_first else (fixed_op, bound)
+            out.append(Window(first, end, direction, float(us), float(compute[at])))
+    return out
+
+
+def _windows_in(arrays, prefix, excess, candidates, k, engines, free_recipe):
+    """The deficit windows of the copies in after op ``k``, one per next use that grows
+    the forced set (the shortest window holding that set has the largest deficit)."""
+    next_use = arrays.next_uses(candidates, k)
+    forcible = (next_use < arrays.n) & ~free_recipe[candidates]
+    slack = float(arrays.size[candidates].sum()) - float(excess[k])
+    chosen = candidates[forcible]
+    order = np.argsort(next_use[forcible], kind="stable")
+    return _forced_windows(next_use[forcible][order], arrays.size[chosen][order],
+                           arrays.copy_per_byte[chosen][order] / engines, slack,
+                           lambda m: prefix[m] - prefix[k + 1], H2D_WINDOW, k, False)
+
+
+def _windows_out(writes, arrays, prefix, excess, candidates, m, engines, free_recipe):
+    """The deficit windows of the copies out before op ``m``, one per last write that
+    grows the forced set."""
+    last_write = writes.last_before(candidates, m)
+    forcible = (last_write >= 0) & ~free_recipe[candidates]
+    slack = float(arrays.size[candidates].sum()) - float(excess[m])
+    chosen = candidates[forcible]
+    order = np.argsort(-last_write[forcible], kind="stable")
+    return _forced_windows(last_write[forcible][order], arrays.size[chosen][order],
+                           arrays.out_per_byte[chosen][order] / engines, slack,
+                           lambda k: prefix[m] - prefix[k + 1], D2H_WINDOW, m, True)
+
+
+def windows_bound(trace: Trace, arrays: BufferArrays, op_us, excess, candidates_at,
+                  engines: int) -> WindowsBound:
+    """The least stall and recompute time (µs) every valid plan has within disjoint
+    windows of ops (see the module docstring). ``excess[i]`` is op ``i``'s excess in bytes,
+    ``candidates_at(i)`` the buffer indices that may be off the device at ``i``."""
+    n = trace.num_ops
+    prefix = np.concatenate([[0.0], np.cumsum(np.asarray(op_us, dtype=np.float64))])
+    free_recipe = np.isfinite(arrays.recompute)
+    writes = _Writes(trace, arrays)
+    ending: dict[int, list[Window]] = {}
+    for i in range(n):
+        if excess[i] <= 0:
+            continue
+        candidates = np.asarray(candidates_at(i), dtype=np.int64)
+        if not len(candidates):
+            continue
+        for window in (_windows_in(arrays, prefix, excess, candidates, i, engines,
+                                   free_recipe)
+                       + _windows_out(writes, arrays, prefix, excess, candidates, i, engines,
+                                      free_recipe)):
+            ending.setdefault(window.last_op, []).append(window)
+    # best[i]: the largest sum of deficits of disjoint windows whose last op is before i; a
+    # window from op k may follow windows whose last op is k or earlier
+    best = np.zeros(n + 1)
+    chosen: list[tuple[Window, ...]] = [()] * (n + 1)
+    for m in range(n):
+        best[m + 1], chosen[m + 1] = best[m], chosen[m]
+        for window in ending.get(m, ()):
+            total = best[window.first_op + 1] + window.deficit_us
+            if total > best[m + 1]:
+                best[m + 1] = total
+                chosen[m + 1] = (*chosen[window.first_op + 1], window)
+    return WindowsBound(float(best[n]), chosen[n])
+
+
+__all__ = ["D2H_WINDOW", "H2D_WINDOW", "Window", "WindowsBound", "windows_bound"]
