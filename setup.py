@@ -1,13 +1,13 @@
 """Builds cupool's optional C accelerators: one per ``cupool/allocator/_*.c``,
-``cupool/planning/solvers/_*.c``, ``cupool/planning/budget/engine/_*.c`` and
-``cupool/sim/_*.c``, named after its path (the
+``cupool/program/_*.c``, ``cupool/planning/solvers/_*.c``,
+``cupool/planning/budget/engine/_*.c`` and ``cupool/sim/_*.c``, named after its path (the
 ``_*.h`` headers next to a source, or in a folder above it inside ``cupool/``, are its
 dependencies: a change rebuilds it, and an sdist carries them).
 
 Each extension is ``optional``: when no C compiler is present the install still
-succeeds and the pool, the solvers, the budget planner and the simulator use their pure-Python
-paths, which give identical results. No fused multiply-add (``-ffp-contract=off``): a
-compiled path rounds every operation as Python does.
+succeeds and the pool, the iterations, the solvers, the budget planner and the simulator
+use their pure-Python paths, which give identical results. No fused multiply-add
+(``-ffp-contract=off``): a compiled path rounds every operation as Python does.
 """
 
 from glob import glob
@@ -15,7 +15,7 @@ from pathlib import Path
 
 from setuptools import Extension, setup
 
-SOURCES = ("cupool/allocator/_*.c", "cupool/planning/solvers/_*.c",
+SOURCES = ("cupool/allocator/_*.c", "cupool/program/_*.c", "cupool/planning/solvers/_*.c",
            "cupool/planning/budget/engine/_*.c", "cupool/sim/_*.c")
 
 def headers(source: str) -> list[str]:

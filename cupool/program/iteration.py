@@ -18,6 +18,14 @@ from cupool.program.program import FETCH, INPUT, OP, DeclaredOp, Program
 from cupool.program.tensors import Fetch, Spec, Tensor, make_spec, to_host
 from cupool.program.transfer import upload
 
+try:  # declaring the recorded op again, compiled (built by pip; Python gives the same)
+    from cupool.program._declare import MISSED as AGAIN_MISSED
+    from cupool.program._declare import again, bind
+except ImportError:  # pragma: no cover - no C compiler where it was installed
+    again = AGAIN_MISSED = None
+else:
+    bind(Tensor)
+
 
 class Iteration:
     """One iteration being declared (module docstring); ``number`` counts the session's
@@ -56,7 +64,11 @@ class Iteration:
         of them (returns a tuple of tensors); neither: the op only updates (returns
         ``None``). ``updates`` are tensors the op modifies in place; ``recompute=False``
         marks an op that must never be re-run (not deterministic)."""
-        if outputs is None:  # the recorded op again, checked by a compare
+        if outputs is None and again is not None:  # the recorded op again, compiled
+            made = again(self, fn, inputs, out, updates, name, recompute)
+            if made is not AGAIN_MISSED:
+                return made
+        elif outputs is None:  # the recorded op again, checked by a compare
             index = len(self._ops)
             if index < len(self._recorded):
                 recorded = self._recorded[index]

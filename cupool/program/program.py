@@ -78,6 +78,7 @@ class DeclaredOp:
     writable: frozenset = field(init=False, compare=False, repr=False)
     written_keys: tuple = field(init=False, compare=False, repr=False)
     read_only: tuple = field(init=False, compare=False, repr=False)
+    fast: tuple = field(init=False, compare=False, repr=False)
     """``raw_out``: the ``out=`` tuple it was declared with (a later iteration declaring an
     equal one is compared with it instead of parsed again). Derived once, at construction:
     ``output_keys``, the keys of its outputs; ``output_names``, their tensors' names;
@@ -85,7 +86,10 @@ class DeclaredOp:
     ``signature``, what must match between iterations of the same program;
     ``writable``, the keys it may write (updates and outputs); ``written_keys``, those
     in argument order (``updates`` then ``output_keys``); ``read_only``, per input,
-    whether the op must not write it (not also among ``writable``)."""
+    whether the op must not write it (not also among ``writable``); ``fast``, what
+    declaring the op again compares and makes, in one tuple (``fn``, ``raw_out``,
+    ``name``, ``kind``, ``recompute``, ``inputs``, ``updates``, ``outputs``, and the key,
+    spec and tensor name of its first output, ``None`` where it has none)."""
 
     def __post_init__(self) -> None:
         outputs = tuple(("t", self.index, k) for k in range(len(self.outputs)))
@@ -100,6 +104,11 @@ class DeclaredOp:
         object.__setattr__(self, "read_only", tuple(k not in writable for k in self.inputs))
         object.__setattr__(self, "touched",
                            tuple(dict.fromkeys((*self.inputs, *self.updates, *outputs))))
+        first = (outputs[0], self.outputs[0], self.output_names[0]) if outputs else \
+            (None, None, None)
+        object.__setattr__(self, "fast", (self.fn, self.raw_out, self.name, self.kind,
+                                          self.recompute, self.inputs, self.updates,
+                                          self.outputs, *first))
         object.__setattr__(self, "signature", (
             self.name, self.kind, self.inputs, self.updates,
             tuple((s.shape, s.dtype) for s in self.outputs), self.recompute))

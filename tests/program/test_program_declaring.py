@@ -9,7 +9,19 @@ import pytest
 
 import cupool
 from cupool import program as errors
+from cupool.program import iteration as iteration_module
 from cupool.program.tensors import make_spec
+
+
+@pytest.fixture(autouse=True, params=["compiled", "python"])
+def declaring_path(request, monkeypatch):
+    """Every test here runs with the compiled declaring of the recorded op again and with
+    the Python one (the compiled one where it was built)."""
+    if request.param == "python":
+        monkeypatch.setattr(iteration_module, "again", None)
+    elif iteration_module.again is None:
+        pytest.skip("the compiled declaring (cupool/program/_declare.c) is not built")
+    return request.param
 
 
 def _scale(x, out):
@@ -118,3 +130,4 @@ def test_a_tensor_released_while_the_step_is_declared_is_refused_at_its_next_use
             it.op(_scale, w, out=((4,), "float32"), name="y")
             session.release(w)
             it.op(_shift, w, out=((4,), "float32"), name="z")
+

@@ -1,0 +1,220 @@
+/* Declaring the recorded op again (cupool.program.iteration), compiled.
+ *
+ * again(iteration, fn, inputs, out, updates, name, recompute) is Iteration.op's first
+ * branch: where op len(iteration._ops) of the recorded program has the same callable,
+ * output spec, name, kind, recompute flag and tensors (each one valid in this
+ * iteration), the recorded op is appended to the iteration's ops and its output tensor
+ * made and returned (None for an op without outputs). Anything else returns MISSED, and
+ * the caller declares the op on the general path. Every comparison and every effect is
+ * the one of the Python code (Iteration._again_py), in the same order; a tensor given
+ * for a key not yet checked in this iteration goes through Iteration._valid_first.
+ *
+ * The recorded op's fields are read from its `fast` tuple (DeclaredOp.fast): fn,
+ * raw_out, name, kind, recompute, inputs, updates, outputs, and the key, spec and name
+ * of its first output (None where it has none).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+static PyObject *MISSED, *s_ops, *s_recorded, *s_valid, *s_specs, *s_names, *s_session,
+    *s_number, *s_state, *s_closed, *s_fast, *s_open, *s_op, *s_valid_first, *s_name_attr;
+
+enum { F_FN, F_RAW_OUT, F_NAME, F_KIND, F_RECOMPUTE, F_INPUTS, F_UPDATES, F_OUTPUTS,
+       F_KEY, F_SPEC, F_OUT_NAME, F_SIZE };
+
+static PyObject *Tensor; /* cupool.program.tensors.Tensor, given by bind() */
+
+static PyObject *missed(void) { return Py_NewRef(MISSED); }
+
+/* Whether each of `given` (a tuple or list) is the tensor valid for the same position of
+ * `keys` (1), not (0), or an error (-1): valid.get(key) is tensor, else
+ * iteration._valid_first(tensor, key). */
+static int all_valid(PyObject *iteration, PyObject *valid, PyObject *given, PyObject *keys) {
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(given);
+    PyObject **items = PySequence_Fast_ITEMS(given);
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyObject *key = PyTuple_GET_ITEM(keys, k), *tensor = items[k];
+        PyObject *known = PyDict_GetItemWithError(valid, key);
+        if (known == tensor) continue;
+        if (known == NULL && PyErr_Occurred()) return -1;
+        PyObject *args[3] = {iteration, tensor, key};
+        PyObject *ok = PyObject_VectorcallMethod(s_valid_first, args, 3, NULL);
+        if (ok == NULL) return -1;
+        int truth = PyObject_IsTrue(ok);
+        Py_DECREF(ok);
+        if (truth != 1) return truth;
+    }
+    return 1;
+}
+
+static PyObject *again(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 7) {
+        PyErr_Format(PyExc_TypeError, "again takes 7 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    if (Tensor == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "again: bind(Tensor) was not called");
+        return NULL;
+    }
+    PyObject *iteration = args[0], *fn = args[1], *inputs = args[2], *out = args[3],
+             *updates = args[4], *name = args[5], *recompute = args[6];
+    if (!PyTuple_CheckExact(inputs) || !(PyTuple_CheckExact(updates) || PyList_CheckExact(updates)))
+        return missed(); /* e.g. a generator of updates: the general path consumes it */
+    PyObject *result = NULL, *ops = NULL, *recorded = NULL, *fast = NULL, *session = NULL,
+             *state = NULL, *valid = NULL;
+    ops = PyObject_GetAttr(iteration, s_ops);
+    recorded = PyObject_GetAttr(iteration, s_recorded);
+    if (ops == NULL || recorded == NULL) goto done;
+    if (!PyList_CheckExact(ops) || !PyTuple_CheckExact(recorded)) { result = missed(); goto done; }
+    Py_ssize_t index = PyList_GET_SIZE(ops);
+    if (index >= PyTuple_GET_SIZE(recorded)) { result = missed(); goto done; }
+    PyObject *op = PyTuple_GET_ITEM(recorded, index);
+    fast = PyObject_GetAttr(op, s_fast);
+    if (fast == NULL) goto done;
+    if (!PyTuple_CheckExact(fast) || PyTuple_GET_SIZE(fast) != F_SIZE) {
+        PyErr_SetString(PyExc_TypeError, "again: DeclaredOp.fast is not the tuple it should be");
+        goto done;
+    }
+#define F(i) PyTuple_GET_ITEM(fast, (i))
+    if (F(F_FN) != fn) { result = missed(); goto done; }
+    /* the output spec: (out is None and not outputs) if raw_out is None, else raw_out is
+     * out or raw_out == out */
+    PyObject *raw = F(F_RAW_OUT);
+    int same;
+    if (raw == Py_None) same = out == Py_None && PyTuple_GET_SIZE(F(F_OUTPUTS)) == 0;
+    else if (raw == out) same = 1;
+    else if ((same = PyObject_RichCompareBool(raw, out, Py_EQ)) < 0) goto done;
+    if (!same) { result = missed(); goto done; }
+    /* the name: the given one, else the callable's */
+    int named = PyObject_IsTrue(name);
+    if (named < 0) goto done;
+    if (named) {
+        int eq = PyObject_RichCompareBool(name, F(F_NAME), Py_EQ);
+        if (eq < 0) goto done;
+        if (!eq) { result = missed(); goto done; }
+    } else {
+        PyObject *label = PyObject_GetAttr(F(F_FN), s_name_attr);
+        if (label == NULL) {
+            if (!PyErr_ExceptionMatches(PyExc_AttributeError)) goto done;
+            PyErr_Clear();
+        }
+        int truthy = label != NULL ? PyObject_IsTrue(label) : 0;
+        if (truthy < 0) { Py_DECREF(label); goto done; }
+        if (!truthy) {
+            Py_XSETREF(label, PyObject_GetAttr((PyObject *)Py_TYPE(F(F_FN)), s_name_attr));
+            if (label == NULL) goto done;
+        }
+        int eq = PyObject_RichCompareBool(label, F(F_NAME), Py_EQ);
+        Py_DECREF(label);
+        if (eq < 0) goto done;
+        if (!eq) { result = missed(); goto done; }
+    }
+    int kind = PyObject_RichCompareBool(F(F_KIND), s_op, Py_EQ);
+    if (kind < 0) goto done;
+    if (!kind) { result = missed(); goto done; }
+    int flag = PyObject_IsTrue(recompute);
+    if (flag < 0) goto done;
+    PyObject *updates_seq = updates; /* a tuple or a list: PySequence_Fast items */
+    if (F(F_RECOMPUTE) != (flag ? Py_True : Py_False) ||
+        PyTuple_GET_SIZE(inputs) != PyTuple_GET_SIZE(F(F_INPUTS)) ||
+        PySequence_Fast_GET_SIZE(updates_seq) != PyTuple_GET_SIZE(F(F_UPDATES))) {
+        result = missed();
+        goto done;
+    }
+    session = PyObject_GetAttr(iteration, s_session);
+    if (session == NULL) goto done;
+    PyObject *closed = PyObject_GetAttr(session, s_closed);
+    if (closed == NULL) goto done;
+    int is_closed = PyObject_IsTrue(closed);
+    Py_DECREF(closed);
+    if (is_closed < 0) goto done;
+    state = PyObject_GetAttr(iteration, s_state);
+    if (state == NULL) goto done;
+    int open = PyObject_RichCompareBool(state, s_open, Py_EQ);
+    if (open < 0) goto done;
+    if (is_closed || !open) { result = missed(); goto done; }
+    valid = PyObject_GetAttr(iteration, s_valid);
+    if (valid == NULL) goto done;
+    if (!PyDict_CheckExact(valid)) { result = missed(); goto done; }
+    int ok = all_valid(iteration, valid, inputs, F(F_INPUTS));
+    if (ok == 1 && PySequence_Fast_GET_SIZE(updates_seq))
+        ok = all_valid(iteration, valid, updates_seq, F(F_UPDATES));
+    if (ok < 0) goto done;
+    if (!ok) { result = missed(); goto done; }
+    if (PyList_Append(ops, op) < 0) goto done;
+    PyObject *key = F(F_KEY);
+    if (key == Py_None) { result = Py_NewRef(Py_None); goto done; }
+    PyObject *specs = PyObject_GetAttr(iteration, s_specs);
+    if (specs == NULL) goto done;
+    int r = PyObject_SetItem(specs, key, F(F_SPEC));
+    Py_DECREF(specs);
+    if (r < 0) goto done;
+    PyObject *names = PyObject_GetAttr(iteration, s_names);
+    if (names == NULL) goto done;
+    r = PyObject_SetItem(names, key, F(F_OUT_NAME));
+    Py_DECREF(names);
+    if (r < 0) goto done;
+    PyObject *number = PyObject_GetAttr(iteration, s_number);
+    if (number == NULL) goto done;
+    PyObject *targs[5] = {session, key, F(F_SPEC), F(F_OUT_NAME), number};
+    PyObject *made = PyObject_Vectorcall(Tensor, targs, 5, NULL);
+    Py_DECREF(number);
+    if (made == NULL) goto done;
+    if (PyDict_SetItem(valid, key, made) < 0) { Py_DECREF(made); goto done; }
+    result = made;
+#undef F
+done:
+    Py_XDECREF(valid);
+    Py_XDECREF(state);
+    Py_XDECREF(session);
+    Py_XDECREF(fast);
+    Py_XDECREF(recorded);
+    Py_XDECREF(ops);
+    return result;
+}
+
+static PyObject *bind(PyObject *self, PyObject *tensor) {
+    (void)self;
+    Py_XSETREF(Tensor, Py_NewRef(tensor));
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"again", (PyCFunction)(void (*)(void))again, METH_FASTCALL,
+     "again(iteration, fn, inputs, out, updates, name, recompute) -> the output tensor, "
+     "None, or MISSED"},
+    {"bind", bind, METH_O, "bind(Tensor): the class of the tensors again() makes"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_declare",
+                                    "Declaring the recorded op again, compiled.", -1, methods};
+
+#define INTERN(var, text) \
+    if ((var = PyUnicode_InternFromString(text)) == NULL) return NULL
+
+PyMODINIT_FUNC PyInit__declare(void) {
+    INTERN(s_ops, "_ops");
+    INTERN(s_recorded, "_recorded");
+    INTERN(s_valid, "_valid");
+    INTERN(s_specs, "_specs");
+    INTERN(s_names, "_names");
+    INTERN(s_session, "session");
+    INTERN(s_number, "number");
+    INTERN(s_state, "_state");
+    INTERN(s_closed, "_closed");
+    INTERN(s_fast, "fast");
+    INTERN(s_open, "open");
+    INTERN(s_op, "op");
+    INTERN(s_valid_first, "_valid_first");
+    INTERN(s_name_attr, "__name__");
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL) return NULL;
+    MISSED = PyObject_CallNoArgs((PyObject *)&PyBaseObject_Type);
+    if (MISSED == NULL || PyModule_AddObjectRef(m, "MISSED", MISSED) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
