@@ -13,7 +13,8 @@ the session checked it). A tensor used while on the host is swapped back in firs
 
 Swaps are synchronous (with no plan there is nothing to overlap them with); an op's
 duration is its callable alone: wall time on the emulated device, CUDA events around it on a
-GPU. Persistent tensors start on the host (``parked``: their current values, updated in
+GPU (the views it is called with are made before the clock starts, as a planned step makes
+them once). Persistent tensors start on the host (``parked``: their current values, updated in
 place when they are swapped out and at the end), so the arena holds only what the ops
 touch. An op that raises ends the iteration there: the resident persistent tensors are
 copied back to ``parked`` first (the updates made before the failing op are kept, as a run
@@ -162,11 +163,14 @@ def record(program: Program, device, budget_bytes: int, parked: dict,
                         "update" if k in op.updates else "read")
                     accesses.append(Access(op.index, program.names[k], intent, swap_us))
                     swap_us = 0.0
-                clock.start()
                 if op.kind == FETCH:
+                    clock.start()
                     fetched = {k: host_copy(run.views[k]) for k in op.inputs}
-                else:
-                    caller.call(op, {k: run.views[k] for k in keys}, program.names)
+                else:  # the arguments made first: a planned step makes them once, not per op
+                    arrays = {k: run.views[k] for k in keys}
+                    args = caller.arguments(op, arrays)
+                    clock.start()
+                    caller.call_prepared(op, args, arrays, program.names)
                 marks.append(clock.stop())
                 for k in ending.get(op.index, ()):
                     run.free(k)
