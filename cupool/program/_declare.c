@@ -15,6 +15,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 
 static PyObject *MISSED, *s_ops, *s_recorded, *s_valid, *s_specs, *s_names, *s_session,
     *s_number, *s_state, *s_closed, *s_fast, *s_open, *s_op, *s_valid_first, *s_name_attr;
@@ -23,6 +24,42 @@ enum { F_FN, F_RAW_OUT, F_NAME, F_KIND, F_RECOMPUTE, F_INPUTS, F_UPDATES, F_OUTP
        F_KEY, F_SPEC, F_OUT_NAME, F_SIZE };
 
 static PyObject *Tensor; /* cupool.program.tensors.Tensor, given by bind() */
+
+/* Tensor's __slots__, in the order its __init__ takes their values: owner, key, spec,
+ * name, iteration, then persistent (iteration is None) and released (False). bind()
+ * finds each one's offset and checks, on a tensor of its own, that storing the values
+ * there makes what Tensor(...) makes; where it does not (or a slot is missing), tensors
+ * are made by calling the class. */
+enum { T_OWNER, T_KEY, T_SPEC, T_NAME, T_ITERATION, T_PERSISTENT, T_RELEASED, T_SLOTS };
+static const char *slot_names[T_SLOTS] = {"owner", "key", "spec", "name", "iteration",
+                                           "persistent", "released"};
+static Py_ssize_t slot_offsets[T_SLOTS];
+static int direct; /* 1: tensors are made by storing their slots */
+
+static void store(PyObject *obj, int slot, PyObject *value) {
+    PyObject **at = (PyObject **)((char *)obj + slot_offsets[slot]);
+    Py_XSETREF(*at, Py_NewRef(value));
+}
+
+/* Tensor(owner, key, spec, name, iteration), made directly where bind() allowed it. */
+static PyObject *make_tensor(PyObject *owner, PyObject *key, PyObject *spec, PyObject *name,
+                             PyObject *iteration) {
+    if (!direct) {
+        PyObject *args[5] = {owner, key, spec, name, iteration};
+        return PyObject_Vectorcall(Tensor, args, 5, NULL);
+    }
+    PyTypeObject *type = (PyTypeObject *)Tensor;
+    PyObject *obj = type->tp_alloc(type, 0);
+    if (obj == NULL) return NULL;
+    store(obj, T_OWNER, owner);
+    store(obj, T_KEY, key);
+    store(obj, T_SPEC, spec);
+    store(obj, T_NAME, name);
+    store(obj, T_ITERATION, iteration);
+    store(obj, T_PERSISTENT, iteration == Py_None ? Py_True : Py_False);
+    store(obj, T_RELEASED, Py_False);
+    return obj;
+}
 
 static PyObject *missed(void) { return Py_NewRef(MISSED); }
 
@@ -157,8 +194,7 @@ static PyObject *again(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
     if (r < 0) goto done;
     PyObject *number = PyObject_GetAttr(iteration, s_number);
     if (number == NULL) goto done;
-    PyObject *targs[5] = {session, key, F(F_SPEC), F(F_OUT_NAME), number};
-    PyObject *made = PyObject_Vectorcall(Tensor, targs, 5, NULL);
+    PyObject *made = make_tensor(session, key, F(F_SPEC), F(F_OUT_NAME), number);
     Py_DECREF(number);
     if (made == NULL) goto done;
     if (PyDict_SetItem(valid, key, made) < 0) { Py_DECREF(made); goto done; }
@@ -174,17 +210,73 @@ done:
     return result;
 }
 
+/* Whether a tensor made by storing its slots equals one made by the class, slot by slot,
+ * for two sets of values (one with iteration None); -1 on error. */
+static int same_as_class(void) {
+    int same = 1;
+    for (int k = 0; k < 2 && same == 1; k++) {
+        PyObject *v[5] = {PyUnicode_FromString("owner"), PyTuple_New(0), PyFloat_FromDouble(1.5),
+                          PyUnicode_FromString("name"), k ? Py_NewRef(Py_None) : PyLong_FromLong(7)};
+        for (int i = 0; i < 5; i++)
+            if (v[i] == NULL) same = -1;
+        PyObject *made = NULL, *called = NULL;
+        if (same == 1) {
+            direct = 1;
+            made = make_tensor(v[0], v[1], v[2], v[3], v[4]);
+            direct = 0;
+            called = make_tensor(v[0], v[1], v[2], v[3], v[4]);
+            if (made == NULL || called == NULL) same = -1;
+        }
+        for (int i = 0; i < T_SLOTS && same == 1; i++) {
+            PyObject *a = PyObject_GetAttrString(made, slot_names[i]);
+            PyObject *b = PyObject_GetAttrString(called, slot_names[i]);
+            if (a == NULL || b == NULL) same = -1;
+            else if (a != b) {
+                int eq = PyObject_RichCompareBool(a, b, Py_EQ);
+                same = eq < 0 ? -1 : eq;
+            }
+            Py_XDECREF(a);
+            Py_XDECREF(b);
+        }
+        Py_XDECREF(made);
+        Py_XDECREF(called);
+        for (int i = 0; i < 5; i++) Py_XDECREF(v[i]);
+    }
+    return same;
+}
+
 static PyObject *bind(PyObject *self, PyObject *tensor) {
     (void)self;
+    if (!PyType_Check(tensor)) {
+        PyErr_SetString(PyExc_TypeError, "bind: Tensor must be a class");
+        return NULL;
+    }
     Py_XSETREF(Tensor, Py_NewRef(tensor));
-    Py_RETURN_NONE;
+    direct = 0;
+    int found = 1;
+    for (int i = 0; i < T_SLOTS && found; i++) {
+        PyObject *descr = PyObject_GetAttrString(tensor, slot_names[i]);
+        if (descr == NULL) return NULL;
+        found = Py_IS_TYPE(descr, &PyMemberDescr_Type) &&
+                ((PyMemberDescrObject *)descr)->d_member->type == T_OBJECT_EX;
+        if (found) slot_offsets[i] = ((PyMemberDescrObject *)descr)->d_member->offset;
+        Py_DECREF(descr);
+    }
+    if (found && ((PyTypeObject *)tensor)->tp_dictoffset == 0) {
+        int same = same_as_class();
+        if (same < 0) return NULL;
+        direct = same;
+    }
+    return PyBool_FromLong(direct);
 }
 
 static PyMethodDef methods[] = {
     {"again", (PyCFunction)(void (*)(void))again, METH_FASTCALL,
      "again(iteration, fn, inputs, out, updates, name, recompute) -> the output tensor, "
      "None, or MISSED"},
-    {"bind", bind, METH_O, "bind(Tensor): the class of the tensors again() makes"},
+    {"bind", bind, METH_O,
+     "bind(Tensor): the class of the tensors again() makes; returns whether they are made "
+     "by storing their slots (checked against the class) rather than by calling it"},
     {NULL, NULL, 0, NULL},
 };
 

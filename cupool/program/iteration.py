@@ -24,7 +24,7 @@ try:  # declaring the recorded op again, compiled (built by pip; Python gives th
 except ImportError:  # pragma: no cover - no C compiler where it was installed
     again = AGAIN_MISSED = None
 else:
-    bind(Tensor)
+    bind(Tensor)  # the class of the tensors it makes (by storing their slots, if it can)
 
 
 class Iteration:

@@ -122,6 +122,8 @@ class Tensor(ArrayMethods):
 
     def __init__(self, owner: object, key: tuple, spec: Spec, name: str,
                  iteration: int | None) -> None:
+        # The compiled declaring (program/_declare.c) makes tensors by storing these
+        # slots where it checked, at import, that doing so gives what this makes.
         self.owner, self.key, self.spec, self.name = owner, key, spec, name
         self.iteration = iteration
         self.persistent = iteration is None

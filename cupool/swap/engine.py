@@ -241,6 +241,8 @@ class SwapEngine(ResidentRuns):
                               f"callable was given for them (recompute=)")
         self._steps = op_steps(schedule, self.trace)
         handles = self.handles
+        self._temporary = tuple(handle for b, handle in handles.items()
+                                if b not in schedule.persistent)  # reset every iteration
         self._op_uses = [tuple((handles[b], write) for b, write in step.intents)
                          for step in self._steps]  # per op: (handle, write) of its uses
         self._frames = [None] * self.trace.num_ops  # per op: its PlannedOp, once made
@@ -329,10 +331,8 @@ class SwapEngine(ResidentRuns):
                                    f"{self._state.iteration} is still running (end or "
                                    f"abort it first)")
         self.iteration, self.ops_enqueued = iteration, 0
-        persistent = self.schedule.persistent
-        for b, handle in self.handles.items():
-            if b not in persistent:
-                handle.reset()
+        for handle in self._temporary:
+            handle.reset()
         self.work.begin_iteration()
         device, n = self.device, self.trace.num_ops
         timing = self._timing.begin()

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cupool.swap.handles import DEVICE, HOST, TO_HOST
+from cupool.swap.handles import DEVICE, DROPPED, HOST, RETIRED, TO_HOST, UNBORN
 from cupool.swap.iteration import NO_FILLS, RunningOp
 from cupool.swap.steps import end_residencies, take_uses
 
@@ -136,8 +136,14 @@ def handles_ready(run: ResidentRun) -> bool:
 
 def books_in_bulk(state, run: ResidentRun) -> None:
     """The arrivals and use counts of ``run`` on the handles' books (before its calls);
-    an error is the iteration's first (``state.keep_first_error``)."""
+    an error is the iteration's first (``state.keep_first_error``). An arrival at an
+    ``unborn`` or ``dropped`` handle with no use in progress is
+    :meth:`~cupool.swap.handles.TensorHandle.arrive`'s own fast path, inlined."""
     for handle, view, ptr in run.arrivals:
+        was = handle.state
+        if (was is UNBORN or was is DROPPED) and not (handle._readers or handle._writers):
+            handle.view, handle.ptr, handle.state = view, ptr, DEVICE
+            continue
         try:
             handle.arrive(view, ptr)
         except Exception as exc:
@@ -150,6 +156,10 @@ def ends_in_bulk(state, run: ResidentRun) -> None:
     """The residencies ending in ``run`` leave the device (after its calls): dropped,
     retired, or, after a held swap-out, to the host copy."""
     for handle, where in run.ends:
+        if handle.state is DEVICE and (where is RETIRED or where is DROPPED) \
+                and not (handle._readers or handle._writers):  # leave()'s fast path
+            handle.state, handle.view = where, None
+            continue
         try:
             if where is HOST:
                 handle.residency_ended()

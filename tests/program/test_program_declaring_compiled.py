@@ -82,3 +82,21 @@ def test_the_compiled_path_gives_what_the_python_path_gives(monkeypatch):
     assert all(compiled[2][0])  # the renamed program, recorded again, is shared
     assert "ended" in compiled[-2]
     assert compiled[-1] == [1.0 + 0.5 * (len(VARIANTS) + 1)] * 4
+
+
+def test_a_tensor_made_by_the_compiled_path_is_the_one_the_class_makes():
+    if iteration_module.again is None:
+        pytest.skip("the compiled declaring (cupool/program/_declare.c) is not built")
+    from cupool.program.tensors import Tensor
+
+    with cupool.Session("100%", device="emulated") as session:
+        w = session.register("w", np.ones(4, np.float32))
+        g = session.register("g", np.full(4, 0.5, np.float32))
+        for _ in range(3):
+            _, y, z = _step(session, w, g, {})
+        for made in (y, z):
+            again = Tensor(made.owner, made.key, made.spec, made.name, made.iteration)
+            assert type(made) is Tensor
+            assert [getattr(made, slot) for slot in Tensor.__slots__] == \
+                [getattr(again, slot) for slot in Tensor.__slots__]
+            assert made.persistent is False and made.released is False
