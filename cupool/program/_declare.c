@@ -2,7 +2,7 @@
  *
  * again(iteration, fn, inputs, out, updates, name, recompute) is Iteration.op's first
  * branch: where op len(iteration._ops) of the recorded program has the same callable,
- * output spec, name, kind, recompute flag and tensors (each one valid in this
+ * output spec (an equal out= tuple, or a tensor of the same layout: same_layout), name, kind, recompute flag and tensors (each one valid in this
  * iteration), the recorded op is appended to the iteration's ops and its output tensor
  * made and returned (None for an op without outputs). Anything else returns MISSED, and
  * the caller declares the op on the general path. Every comparison and every effect is
@@ -18,7 +18,8 @@
 #include <structmember.h>
 
 static PyObject *MISSED, *s_ops, *s_recorded, *s_valid, *s_specs, *s_names, *s_session,
-    *s_number, *s_state, *s_closed, *s_fast, *s_open, *s_op, *s_valid_first, *s_name_attr;
+    *s_number, *s_state, *s_closed, *s_fast, *s_open, *s_op, *s_valid_first, *s_name_attr,
+    *s_name_attr_plain, *s_empty, *s_spec, *s_shape, *s_dtype;
 
 enum { F_FN, F_RAW_OUT, F_NAME, F_KIND, F_RECOMPUTE, F_INPUTS, F_UPDATES, F_OUTPUTS,
        F_KEY, F_SPEC, F_OUT_NAME, F_SIZE };
@@ -62,6 +63,29 @@ static PyObject *make_tensor(PyObject *owner, PyObject *key, PyObject *spec, PyO
 }
 
 static PyObject *missed(void) { return Py_NewRef(MISSED); }
+
+/* Iteration.same_layout: whether `out` (a Tensor whose layout out= copies) makes the one
+ * output spec of `outputs`: the same shape and dtype, and no name of its own. */
+static int same_layout(PyObject *out, PyObject *outputs) {
+    if (PyTuple_GET_SIZE(outputs) != 1) return 0;
+    PyObject *made = PyTuple_GET_ITEM(outputs, 0);
+    PyObject *name = PyObject_GetAttr(made, s_name_attr_plain);
+    if (name == NULL) return -1;
+    int same = PyObject_RichCompareBool(name, s_empty, Py_EQ);
+    Py_DECREF(name);
+    if (same != 1) return same;
+    PyObject *spec = PyObject_GetAttr(out, s_spec);
+    if (spec == NULL) return -1;
+    PyObject *names[2] = {s_shape, s_dtype};
+    for (int i = 0; i < 2 && same == 1; i++) {
+        PyObject *a = PyObject_GetAttr(spec, names[i]), *b = PyObject_GetAttr(made, names[i]);
+        same = a == NULL || b == NULL ? -1 : PyObject_RichCompareBool(a, b, Py_EQ);
+        Py_XDECREF(a);
+        Py_XDECREF(b);
+    }
+    Py_DECREF(spec);
+    return same;
+}
 
 /* Whether each of `given` (a tuple or list) is the tensor valid for the same position of
  * `keys` (1), not (0), or an error (-1): valid.get(key) is tensor, else
@@ -119,9 +143,16 @@ static PyObject *again(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
      * out or raw_out == out */
     PyObject *raw = F(F_RAW_OUT);
     int same;
-    if (raw == Py_None) same = out == Py_None && PyTuple_GET_SIZE(F(F_OUTPUTS)) == 0;
-    else if (raw == out) same = 1;
-    else if ((same = PyObject_RichCompareBool(raw, out, Py_EQ)) < 0) goto done;
+    if (raw != Py_None) {
+        if (raw == out) same = 1;
+        else if ((same = PyObject_RichCompareBool(raw, out, Py_EQ)) < 0) goto done;
+    } else if (out == Py_None) {
+        same = PyTuple_GET_SIZE(F(F_OUTPUTS)) == 0;
+    } else if ((PyObject *)Py_TYPE(out) == Tensor) {
+        if ((same = same_layout(out, F(F_OUTPUTS))) < 0) goto done;
+    } else {
+        same = 0;
+    }
     if (!same) { result = missed(); goto done; }
     /* the name: the given one, else the callable's */
     int named = PyObject_IsTrue(name);
@@ -301,6 +332,11 @@ PyMODINIT_FUNC PyInit__declare(void) {
     INTERN(s_op, "op");
     INTERN(s_valid_first, "_valid_first");
     INTERN(s_name_attr, "__name__");
+    INTERN(s_name_attr_plain, "name");
+    INTERN(s_empty, "");
+    INTERN(s_spec, "spec");
+    INTERN(s_shape, "shape");
+    INTERN(s_dtype, "dtype");
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
     MISSED = PyObject_CallNoArgs((PyObject *)&PyBaseObject_Type);

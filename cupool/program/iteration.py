@@ -72,9 +72,11 @@ class Iteration:
             index = len(self._ops)
             if index < len(self._recorded):
                 recorded = self._recorded[index]
+                raw = recorded.raw_out
                 if recorded.fn is fn and (
-                        (out is None and not recorded.outputs) if recorded.raw_out is None
-                        else (recorded.raw_out is out or recorded.raw_out == out)):
+                        (raw is out or raw == out) if raw is not None
+                        else not recorded.outputs if out is None
+                        else out.__class__ is Tensor and same_layout(out, recorded)):
                     made = self._again(recorded, name, inputs, tuple(updates), recompute)
                     if made is not _MISSED:
                         return made
@@ -275,6 +277,15 @@ class Iteration:
 
 
 _MISSED = object()  # what Iteration._again returns where the recorded op does not match
+
+
+def same_layout(out: Tensor, recorded: DeclaredOp) -> bool:
+    """Whether ``out=`` given as a tensor (its layout copied) makes the recorded op's one
+    output spec: the same shape and dtype, and no name of its own."""
+    if len(recorded.outputs) != 1:
+        return False
+    made, spec = recorded.outputs[0], out.spec
+    return made.name == "" and spec.shape == made.shape and spec.dtype == made.dtype
 
 
 class Upload:

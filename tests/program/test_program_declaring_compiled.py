@@ -37,6 +37,7 @@ def _step(session, w, g, variant: dict, stale=None):
                   name=variant.get("name", "y"), recompute=variant.get("recompute", True))
         z = it.op(_scale, y if stale is None else stale, out=((4,), np.float32))
         u = it.op(_named, z, out=((4,), "float32"))
+        it.op(_scale, u, out=variant.get("like", z), name="v")  # out= as a tensor's layout
         updates = [w]
         it.op(_add, g, updates=(t for t in updates) if variant.get("generator")
               else (tuple(updates) if variant.get("tuple") else updates))
@@ -55,8 +56,9 @@ def _outcome(monkeypatch, compiled: bool) -> list:
     with cupool.Session("100%", device="emulated") as session:
         w = session.register("w", np.ones(4, np.float32))
         g = session.register("g", np.full(4, 0.5, np.float32))
+        wide = session.register("wide", np.ones(4, np.float64))
         _, old_y, _ = _step(session, w, g, {})
-        for variant in VARIANTS:
+        for variant in VARIANTS + [{"like": w}, {"like": wide}, {"like": wide}, {}]:
             recorded = session.recorded_program.ops
             it, y, z = _step(session, w, g, variant)
             ops = it.program().ops
@@ -81,7 +83,10 @@ def test_the_compiled_path_gives_what_the_python_path_gives(monkeypatch):
     assert compiled[1][0][1] is False and compiled[1][4] is False  # renamed: a change
     assert all(compiled[2][0])  # the renamed program, recorded again, is shared
     assert "ended" in compiled[-2]
-    assert compiled[-1] == [1.0 + 0.5 * (len(VARIANTS) + 1)] * 4
+    assert compiled[-1] == [1.0 + 0.5 * (len(VARIANTS) + 5)] * 4
+    like_w, like_wide = compiled[len(VARIANTS)], compiled[len(VARIANTS) + 1]
+    assert all(like_w[0]) and like_w[4] is True  # the same layout: the recorded op
+    assert not like_wide[0][4] and like_wide[4] is False  # another dtype: a change
 
 
 def test_a_tensor_made_by_the_compiled_path_is_the_one_the_class_makes():
