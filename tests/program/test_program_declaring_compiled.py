@@ -58,7 +58,7 @@ def _outcome(monkeypatch, compiled: bool) -> list:
         g = session.register("g", np.full(4, 0.5, np.float32))
         wide = session.register("wide", np.ones(4, np.float64))
         _, old_y, _ = _step(session, w, g, {})
-        for variant in VARIANTS + [{"like": w}, {"like": wide}, {"like": wide}, {}]:
+        for variant in [*VARIANTS, {"like": w}, {"like": wide}, {"like": wide}, {}]:
             recorded = session.recorded_program.ops
             it, y, z = _step(session, w, g, variant)
             ops = it.program().ops
