@@ -15,12 +15,12 @@ whatever stalls and recomputes the plan puts there::
 budget, :mod:`cupool.sim.bounds`) belong to buffers that no residency of the plan covers
 at ``k``: the validator holds the resident bytes within the budget. A candidate ``j`` (pending
 at ``k``, neither used at ``k`` nor born there) off the device at ``k`` whose next use
-``u_j`` is at most ``m`` and that has no recompute recipe is resident with its data at
-``u_j`` only through a swap-in triggered at an op ``t`` in ``(k, u_j]``: the simulator
-hands it to an H2D engine at ``t``'s dispatch, when op ``t - 1`` (so op ``k`` or later)
-has finished, and op ``u_j`` (so op ``m``) cannot start before it landed. So the candidates
-with a recipe or a next use after ``m`` cover at most their own bytes ``F`` and the others
-at least ``X_k - F`` bytes, all copied in within the window.
+``u_j`` is at most ``m`` is resident with its data at ``u_j`` only through a swap-in
+triggered at an op ``t`` in ``(k, u_j]`` (or a recompute, below): the simulator hands it
+to an H2D engine at ``t``'s dispatch, when op ``t - 1`` (so op ``k`` or later) has
+finished, and op ``u_j`` (so op ``m``) cannot start before it landed. So the candidates
+with a next use after ``m`` cover at most their own bytes ``F`` and the others at least
+``X_k - F`` bytes, all copied in (or recomputed) within the window.
 
 **Copies out.** At op ``m``, the bytes really off the device (their copy out completed
 before op ``m`` starts, or clean, or recomputed later) are at least ``X_m``
@@ -35,16 +35,26 @@ Either way ``B`` bytes cross one direction's ``e`` copy engines in the window, a
 ``s`` bytes taking ``latency + s / bandwidth``; relaxed to fractions of buffers (cheapest
 bytes first per byte, a buffer's latency spread over its bytes), the least engine time is
 a fractional knapsack ``L``, and the window lasts at least ``L / e``. Its ops run
-``C(k, m)``, so the plan stalls or recomputes at least ``L / e - C(k, m)`` within it. The
-windows of a set that do not overlap in time (``m <= k'`` for consecutive ones) hold
-disjoint stalls, so their deficits add up: ``T >= ideal + max over such sets of the sum``,
-found by a dynamic program over the ops (weighted interval scheduling). The copies in and
-the copies out of one window use different engines, so a window counts the larger of the
-two, not their sum.
+``C(k, m)``, so the plan stalls or recomputes at least ``L / e - C(k, m)`` within it.
 
-What it leaves out (so it may be loose): the recompute time of candidates with a recipe
-(they count as free), copies that several ops' excesses share, and copies forced into
-overlapping windows.
+**Recomputes.** A candidate with a recipe needs no copy out (it is re-produced after
+``m``: free for the copies out), and may come back for its use by ``m`` by a recompute
+instead of a copy in: ``r_j`` µs (:func:`~cupool.sim.bound_inputs.recompute_us`) on the
+compute stream, before its use and after op ``k`` ended, so within the window. With
+``R`` µs of recomputes the window lasts at least ``max(C + R, L / e)``: its stall and
+recompute time ``s`` is at least the least ``s`` for which ``C + s`` µs of copies and
+``s`` µs of recomputes cover ``B`` bytes (each buffer counted by both at once: a
+relaxation, found by bisection).
+
+The windows of a set that do not overlap in time (``m <= k'`` for consecutive ones) hold
+disjoint stalls and recomputes, so their deficits add up: ``T >= ideal + max over such
+sets of the sum``, found by a dynamic program over the ops (weighted interval
+scheduling). The copies in and the copies out of one window use different engines, so a
+window counts the larger of the two, not their sum.
+
+What it leaves out (so it may be loose): whole buffers (fractions of them are copied),
+recomputes as an alternative to copies out (free here), copies that several ops' excesses
+share, and copies forced into overlapping windows.
 """
 
 from __future__ import annotations
@@ -62,20 +72,21 @@ D2H_WINDOW = "out"
 
 @dataclass(frozen=True)
 class Window:
-    """A window from the end of op ``first_op`` to the start of op ``last_op``: the copies
-    one direction (``"in"``: host to device, ``"out"``: device to host) must carry in it
-    take ``link_us`` on its engines, its ops run ``compute_us``; ``deficit_us`` (the
-    difference) is what the plan stalls or recomputes within it."""
+    """A window from the end of op ``first_op`` to the start of op ``last_op``: for the
+    copies one direction (``"in"``: host to device, ``"out"``: device to host) must carry
+    in it (and the recomputes that may stand in for copies in) it lasts at least
+    ``least_us``, while its ops run ``compute_us``; ``deficit_us`` (the difference) is what
+    the plan stalls or recomputes within it."""
 
     first_op: int
     last_op: int
     direction: str
-    link_us: float
+    least_us: float
     compute_us: float
 
     @property
     def deficit_us(self) -> float:
-        return self.link_us - self.compute_us
+        return self.least_us - self.compute_us
 
 
 @dataclass(frozen=True)
@@ -130,13 +141,50 @@ class _Writes:
         return np.maximum(out, np.where(mine, found % self.stride, -1))
 
 
+def _covered_bytes(per_byte, sizes, spend: float) -> float:
+    """The most bytes ``spend`` µs buys from buffers costing ``per_byte`` µs each byte
+    (sorted ascending), ``sizes`` bytes each, fractions allowed."""
+    if spend <= 0 or not len(sizes):
+        return 0.0
+    spent = np.cumsum(sizes * per_byte)
+    whole = int(np.searchsorted(spent, spend, side="right"))
+    if whole >= len(sizes):
+        return float(sizes.sum())
+    before = float(spent[whole - 1]) if whole else 0.0
+    return float(sizes[:whole].sum()) + (spend - before) / float(per_byte[whole])
+
+
+def _with_recomputes(link_pb, recompute_pb, sizes, need: float, compute: float,
+                     stall: float) -> float:
+    """The least ``s`` in ``[0, stall]`` such that copies in of ``compute + s`` µs and
+    recomputes of ``s`` µs (on the compute stream, within the window) cover ``need``
+    bytes, a buffer counted by both at once (a relaxation: only lowers ``s``); ``stall``
+    is the answer with copies alone."""
+    link_order = np.argsort(link_pb, kind="stable")
+    link_pb, link_sizes = link_pb[link_order], sizes[link_order]
+    can = np.isfinite(recompute_pb)
+    rec_order = np.argsort(recompute_pb[can], kind="stable")
+    rec_pb, rec_sizes = recompute_pb[can][rec_order], sizes[can][rec_order]
+    low, high = 0.0, stall
+    for _ in range(40):  # bisection to 1e-12 of the copies-alone stall
+        mid = 0.5 * (low + high)
+        if (_covered_bytes(link_pb, link_sizes, compute + mid)
+                + _covered_bytes(rec_pb, rec_sizes, mid)) >= need:
+            high = mid
+        else:
+            low = mid
+    return low
+
+
 def _forced_windows(bounds_at, sizes, per_byte, slack: float, compute_of, direction: str,
-                    fixed_op: int, other_first: bool) -> list[Window]:
+                    fixed_op: int, other_first: bool, recompute_pb=None) -> list[Window]:
     """The windows of one op's candidates: ``bounds_at`` is each forcible candidate's far
     end (its next use, for copies in; its last write, for copies out), sorted nearest
     first; a window reaching ``bound`` forces those up to it, and ``compute_of(bounds)``
     is the windows' compute. Only windows whose copies could outlast their compute (all
-    the bytes needed at the dearest rate) get the knapsack."""
+    the bytes needed at the dearest rate) get the knapsack. ``recompute_pb`` (copies in
+    only): each candidate's recompute time per byte (``inf``: no recipe), an alternative
+    to its copy that runs on the compute stream within the window."""
     if not len(sizes):
         return []
     cum = np.cumsum(sizes)
@@ -150,26 +198,39 @@ def _forced_windows(bounds_at, sizes, per_byte, slack: float, compute_of, direct
     cheapest = np.argsort(per_byte, kind="stable")
     member = cheapest[None, :] <= ends[tried][:, None]
     link = _cheapest_bytes_us(per_byte[cheapest], sizes[cheapest], member, need[tried])
+    recomputable = (np.zeros(len(sizes), dtype=bool) if recompute_pb is None
+                    else np.isfinite(recompute_pb))
     out = []
     for at, us in zip(tried, link, strict=True):
-        if us > compute[at]:
-            bound = int(bounds_at[ends[at]])
-            first, end = (bound, fixed_op) if other_first else (fixed_op, bound)
-            out.append(Window(first, end, direction, float(us), float(compute[at])))
+        if us <= compute[at]:
+            continue
+        last = int(ends[at])
+        stall = float(us - compute[at])
+        if recomputable[:last + 1].any():
+            stall = _with_recomputes(per_byte[:last + 1], recompute_pb[:last + 1],
+                                     sizes[:last + 1], float(need[at]), float(compute[at]),
+                                     stall)
+            if stall <= 0:
+                continue
+        bound = int(bounds_at[last])
+        first, end = (bound, fixed_op) if other_first else (fixed_op, bound)
+        out.append(Window(first, end, direction, float(compute[at]) + stall,
+                          float(compute[at])))
     return out
 
 
-def _windows_in(arrays, prefix, excess, candidates, k, engines, free_recipe):
+def _windows_in(arrays, prefix, excess, candidates, k, engines):
     """The deficit windows of the copies in after op ``k``, one per next use that grows
     the forced set (the shortest window holding that set has the largest deficit)."""
     next_use = arrays.next_uses(candidates, k)
-    forcible = (next_use < arrays.n) & ~free_recipe[candidates]
+    forcible = next_use < arrays.n
     slack = float(arrays.size[candidates].sum()) - float(excess[k])
     chosen = candidates[forcible]
     order = np.argsort(next_use[forcible], kind="stable")
     return _forced_windows(next_use[forcible][order], arrays.size[chosen][order],
                            arrays.copy_per_byte[chosen][order] / engines, slack,
-                           lambda m: prefix[m] - prefix[k + 1], H2D_WINDOW, k, False)
+                           lambda m: prefix[m] - prefix[k + 1], H2D_WINDOW, k, False,
+                           arrays.recompute_per_byte[chosen][order])
 
 
 def _windows_out(writes, arrays, prefix, excess, candidates, m, engines, free_recipe):
@@ -201,8 +262,7 @@ def windows_bound(trace: Trace, arrays: BufferArrays, op_us, excess, candidates_
         candidates = np.asarray(candidates_at(i), dtype=np.int64)
         if not len(candidates):
             continue
-        for window in (_windows_in(arrays, prefix, excess, candidates, i, engines,
-                                   free_recipe)
+        for window in (_windows_in(arrays, prefix, excess, candidates, i, engines)
                        + _windows_out(writes, arrays, prefix, excess, candidates, i, engines,
                                       free_recipe)):
             ending.setdefault(window.last_op, []).append(window)

@@ -11,7 +11,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cupool.check import validate_plan
-from cupool.core.vocabulary import PERSISTENT, Buffer, Residency, SwapIn, SwapOut
+from cupool.core.vocabulary import (
+    PERSISTENT,
+    Buffer,
+    RecomputeAction,
+    Residency,
+    SwapIn,
+    SwapOut,
+)
 from cupool.planning.budget import BudgetParams, plan_with_budget
 from cupool.planning.budget.auto import batch
 from cupool.planning.budget.recipes import with_recompute_recipes
@@ -83,15 +90,27 @@ def test_a_window_counts_the_copy_out_after_a_write_and_before_the_peak():
         (0, 1, "out"), (1, 2, "in")]
 
 
-def test_a_recipe_makes_a_buffer_free_for_the_windows():
-    """The same step with T recomputable: the windows charge it nothing (its recompute
-    counts in the other parts of the bound)."""
+def test_a_recipe_stands_in_for_the_copy_in_and_spares_the_copy_out():
+    """The same step with T recomputable (its producer, op 0, takes 10 us): T needs no
+    copy out, and comes back for op 2 by 20 us of copy or 10 us of recompute within the
+    window. Counted by both at once, ``s`` us of copy and ``s`` us of recompute cover
+    1000 B when s / 0.02 + s / 0.01 >= 1000: s = 6.67 us (a plan recomputes for 10)."""
     from cupool.core.vocabulary import Recompute
 
     link = cost_model(0.05, latency_us=0.0)
     trace = trace_of([10.0] * 3, Buffer(0, 1000, 0, 3, (0, 2), recompute=Recompute(0, ())),
                      Buffer(1, 1000, 1, 2, (1,)))
-    assert _windows_stall_us(trace, 1000, link).stall_us == 0.0
+    windows = _windows_stall_us(trace, 1000, link)
+    assert windows.stall_us == pytest.approx(20.0 / 3.0)
+    assert [(w.first_op, w.last_op, w.direction) for w in windows.windows] == [(1, 2, "in")]
+    recomputed = swap_plan(trace, [Residency(0, 0, 1, 0), Residency(0, 2, 3, 0),
+                                   Residency(1, 1, 2, 0)], [RecomputeAction(0, 2)],
+                           budget=1000)
+    report = validate_plan(trace, recomputed)
+    assert report.valid, report.message
+    simulated = simulate(trace, recomputed, link)
+    assert simulated.iteration_us == pytest.approx(40.0)
+    assert overhead_lower_bound(trace, 1000, link).overhead <= simulated.overhead
 
 
 QUICK = BudgetParams(refine_evaluations=10)
