@@ -92,7 +92,7 @@ from cupool.planning.budget.engine.greedy import (
 )
 from cupool.planning.budget.engine.placement import (
     Decision,
-    place,
+    OffsetCache,
     place_schedule,
 )
 from cupool.planning.budget.engine.records import SwapWindow
@@ -406,12 +406,14 @@ def bring_forward(state: PlanState, gaps: list[IdleGap], fill: float = PREFETCH_
 
 
 def _placeable(trace: Trace, state: PlanState, budget_bytes: int,
-               params: BudgetParams) -> bool:
+               params: BudgetParams, cache: OffsetCache) -> bool:
     """Whether the schedule's residencies get offsets within the budget (the first
-    solver, then :func:`place_pairs_first_fit`)."""
+    solver, every stay across the boundary tied, then :func:`place_pairs_first_fit`).
+    The first solver's offsets are kept in ``cache``: when the schedule is kept, placing
+    it asks that solver first, for the same residencies."""
     intervals = residency_intervals(trace, state.schedule)
-    return (place(trace, intervals, budget_bytes, params.placement.offset_solver).offsets
-            is not None
+    first = cache.place_one(trace, intervals, budget_bytes, params.placement.offset_solver)
+    return ((first.offsets is not None and not first.untied)
             or place_pairs_first_fit(trace, intervals, budget_bytes).offsets is not None)
 
 
@@ -421,6 +423,7 @@ def plan_boundary(trace, budget_bytes, cost, params: BudgetParams, started: floa
     greedy."""
     options = GreedyOptions(swap_weight=params.checkpoint_swap_weight,
                             max_chain=params.max_chain, late_trigger="covering")
+    cache = OffsetCache()  # what _placeable solved, placed again by place_schedule
 
     def decide(internal: int) -> Decision:
         state = PlanState(trace, internal, cost, max_chain=options.max_chain,
@@ -446,13 +449,13 @@ def plan_boundary(trace, budget_bytes, cost, params: BudgetParams, started: floa
         as_decided = decision(Schedule({b: list(gaps) for b, gaps in state.schedule.gaps.items()},
                                        list(state.schedule.chains)), fullest_op(state), 0)
         moved = bring_forward(state, persistent_gaps, variant.fill)
-        if moved and not _placeable(trace, state, budget_bytes, params):
+        if moved and not _placeable(trace, state, budget_bytes, params, cache):
             # copies brought forward can tie residencies into a knot no offsets untie
             return as_decided
         return decision(state.schedule, fullest_op(state), moved)
 
     result = place_schedule(trace, budget_bytes, decide, "boundary", params.placement, started,
-                            last_resort=place_pairs_first_fit)
+                            last_resort=place_pairs_first_fit, cache=cache)
     if not result.feasible or not variant.split:
         return result
     # the split's copies stall the step by design: which waits for which bytes is the

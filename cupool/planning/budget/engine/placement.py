@@ -33,7 +33,7 @@ from cupool.planning.budget.engine.residency import (
     residency_intervals,
     resident_bytes,
 )
-from cupool.planning.budget.engine.schedule import SWAP, Gap, Schedule
+from cupool.planning.budget.engine.schedule import SWAP, Gap, Schedule, trace_index
 from cupool.planning.budget.result import BudgetResult
 from cupool.planning.problem import StaticProblem
 from cupool.planning.solvers import SolverParams
@@ -101,10 +101,11 @@ def place(trace: Trace, intervals: list[ResidencyInterval], budget_bytes: int,
     and its buffer is listed in ``untied``."""
     if not intervals:
         return PlacedOffsets(np.zeros(0, dtype=np.int64), 0)
-    problem = StaticProblem.from_arrays(
-        [r.start for r in intervals], [r.end for r in intervals],
-        [trace.buffer(r.buffer_id).size for r in intervals], capacity=budget_bytes,
-        num_ops=trace.num_ops, name=trace.name)
+    sizes = trace_index(trace).sizes
+    buffer_ids, starts, ends = zip(*intervals, strict=True)
+    problem = StaticProblem.from_arrays(starts, ends, [sizes[b] for b in buffer_ids],
+                                        capacity=budget_bytes, num_ops=trace.num_ops,
+                                        name=trace.name)
     # most offsets are discarded (over the budget, or pairs not tied): the validator
     # checks those kept, after the tie
     result = solve(problem, solver, params, validate=False)
@@ -121,8 +122,7 @@ def place(trace: Trace, intervals: list[ResidencyInterval], budget_bytes: int,
     if not report.valid:
         raise SolverError(f"offsets of solver {solver!r} with boundary pairs tied are "
                           f"invalid: {report.message}")
-    return PlacedOffsets(offsets, int(max(int(o) + trace.buffer(r.buffer_id).size
-                                          for r, o in zip(intervals, offsets, strict=True))),
+    return PlacedOffsets(offsets, int((offsets + problem.sizes).max()),
                          tuple(sorted(intervals[p.first].buffer_id for p in loose)))
 
 
@@ -166,7 +166,8 @@ def tie_pairs(trace: Trace, intervals: list[ResidencyInterval], offsets: np.ndar
         return []
     starts = np.array([r.start for r in intervals], dtype=np.int64)
     ends = np.array([r.end for r in intervals], dtype=np.int64)
-    sizes = np.array([trace.buffer(r.buffer_id).size for r in intervals], dtype=np.int64)
+    by_id = trace_index(trace).sizes
+    sizes = np.array([by_id[r.buffer_id] for r in intervals], dtype=np.int64)
     loose = []
     for pair in pairs:
         k, j = pair.first, pair.last
@@ -241,28 +242,53 @@ class OffsetCache:
 
     def __init__(self) -> None:
         self._found: dict[tuple, PlacedOffsets] = {}
+        # by (residencies, budget): each solver's :func:`place` with ``untie``
+        self._by_solver: dict[tuple, dict[str, PlacedOffsets]] = {}
 
     def place(self, trace: Trace, intervals: list[ResidencyInterval], budget_bytes: int,
               solvers: tuple[str, ...], untie: bool = False) -> PlacedOffsets:
         """:func:`place` by each of ``solvers`` in turn until one fits (the last one's
         answer when none does), or what an earlier call with the same arguments found
-        (``untie`` as in :func:`_place_first`)."""
-        key = (tuple(intervals), budget_bytes, solvers, untie)
+        (``untie`` as in :func:`_place_first`); a solver already asked for these
+        residencies (:meth:`place_one`) is not asked again."""
+        residencies = tuple(intervals)
+        key = (residencies, budget_bytes, solvers, untie)
         found = self._found.get(key)
         if found is None:
-            found = _place_first(trace, intervals, budget_bytes, solvers, untie)
+            found = _place_first(trace, intervals, budget_bytes, solvers, untie,
+                                 lambda solver: self._place_one(trace, intervals, residencies,
+                                                                budget_bytes, solver))
             self._found[key] = found
         return found
 
+    def place_one(self, trace: Trace, intervals: list[ResidencyInterval], budget_bytes: int,
+                  solver: str) -> PlacedOffsets:
+        """:func:`place` by ``solver`` with ``untie`` (its offsets with the stays across the
+        boundary it could not tie listed in ``untied``), solved once for these residencies
+        and budget: what :meth:`place` then asks of that solver."""
+        return self._place_one(trace, intervals, tuple(intervals), budget_bytes, solver)
+
+    def _place_one(self, trace: Trace, intervals: list[ResidencyInterval],
+                   residencies: tuple, budget_bytes: int, solver: str) -> PlacedOffsets:
+        by_solver = self._by_solver.setdefault((residencies, budget_bytes), {})
+        placed = by_solver.get(solver)
+        if placed is None:
+            placed = by_solver[solver] = place(trace, intervals, budget_bytes, solver,
+                                               untie=True)
+        return placed
+
 
 def _place_first(trace: Trace, intervals: list[ResidencyInterval], budget_bytes: int,
-                 solvers: tuple[str, ...], untie: bool = False) -> PlacedOffsets:
+                 solvers: tuple[str, ...], untie: bool = False,
+                 place_by=None) -> PlacedOffsets:
     """The first of ``solvers`` whose offsets fit the budget with every stay across the
     boundary tied; with ``untie``, when none ties them all, the first whose offsets fit
-    with some left untied (:attr:`PlacedOffsets.untied`)."""
+    with some left untied (:attr:`PlacedOffsets.untied`). ``place_by(solver)`` answers
+    as :func:`place` with ``untie`` does (default: it)."""
     loose = None
     for solver in solvers:
-        placed = place(trace, intervals, budget_bytes, solver, untie=True)
+        placed = (place(trace, intervals, budget_bytes, solver, untie=True)
+                  if place_by is None else place_by(solver))
         if placed.offsets is not None:
             if not placed.untied:
                 return placed

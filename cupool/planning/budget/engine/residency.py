@@ -46,7 +46,7 @@ from cupool.core.vocabulary import (
     Trace,
 )
 from cupool.planning.budget.engine.drops import mark_drops
-from cupool.planning.budget.engine.schedule import RECOMPUTE, SWAP, Schedule, base_interval
+from cupool.planning.budget.engine.schedule import RECOMPUTE, SWAP, Schedule, trace_index
 
 
 class ResidencyInterval(NamedTuple):
@@ -64,9 +64,14 @@ def residency_intervals(trace: Trace, schedule: Schedule) -> list[ResidencyInter
     transients: dict[int, list[int]] = {}
     for chain in schedule.chains:
         transients.setdefault(chain.buffer_id, []).append(chain.op)
+    base, taken = trace_index(trace).base, schedule.gaps
     for b in trace.buffers:
-        start, end = base_interval(trace, b)
-        gaps = sorted(schedule.gaps.get(b.id, ()), key=lambda g: g.prev_use)
+        start, end = base[b.id]
+        if not taken.get(b.id) and b.id not in transients:  # resident over its base span
+            if end > start:
+                out.append(ResidencyInterval(b.id, start, end))
+            continue
+        gaps = sorted(taken[b.id], key=lambda g: g.prev_use) if b.id in taken else []
         wrap = [g for g in gaps if g.wraps]
         tail = None
         if wrap and wrap[0].resident_from >= wrap[0].resident_until:
