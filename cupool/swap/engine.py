@@ -472,7 +472,7 @@ class SwapEngine(ResidentRuns):
                 self._open_gate(state, here=True)
             state.pool_iteration.close()
             try:
-                self.device.synchronize()
+                self._synchronize()
             except CupoolError as exc:
                 raise StreamWorkError(state.iteration, str(exc)) from exc
         except BaseException as exc:
@@ -538,6 +538,17 @@ class SwapEngine(ResidentRuns):
         if state.gate is not None and not state.gate.released:
             state.started = state.clock = time.perf_counter()
             state.gate.release(here, state.started)
+
+    def _synchronize(self) -> None:
+        """Wait for the iteration's work: the whole GPU (CuPy may put an op's work on
+        another stream), the engine's own three streams on the emulated device (the
+        streams that other engines on it left behind are not this iteration's, and each
+        costs a look)."""
+        if self.gpu:
+            self.device.synchronize()
+            return
+        for stream in (self.compute, self.copy_engine.d2h_stream, self.copy_engine.h2d_stream):
+            stream.synchronize()
 
     def _quiesce(self) -> None:
         """Wait for every stream (errors were already reported or will be)."""
