@@ -19,7 +19,9 @@ The free ranges are the shared :class:`~cupool.core.free_ranges.FreeRanges` (bes
 region from 0 that :meth:`~cupool.core.free_ranges.FreeRanges.allocate` grows at its top).
 It is the baseline that shows what planning buys over an allocator run in program order,
 and it is linear-logarithmic: ``O(n log n)`` plus ``O(f)`` list shifts per event for ``f``
-free ranges.
+free ranges. The sweep runs compiled (``_bestfit.c``) where the optional extension is built,
+with the same offsets: the budget planner's placements try this solver on every schedule
+the first one cannot place (thousands of residencies, several times a plan).
 """
 
 from __future__ import annotations
@@ -29,17 +31,49 @@ import time
 import numpy as np
 
 from cupool.core.free_ranges import FreeRanges
+from cupool.errors import SolverError
 from cupool.planning.problem import StaticProblem
 from cupool.planning.solvers.base import SolveResult, SolverParams, heuristic_result
 
+try:
+    from cupool.planning.solvers import _bestfit
+except ImportError:  # the optional C extension is not built
+    _bestfit = None
+
+COMPILED_AVAILABLE = _bestfit is not None
+"""Whether the C extension ``_bestfit`` is built (the sweep then runs compiled)."""
+
 
 def solve_best_fit(problem: StaticProblem, params: SolverParams) -> SolveResult:
-    """Sweep time with a best-fit free list; ``params`` is not used (it always finishes)."""
+    """Sweep time with a best-fit free list; of ``params`` only ``native`` is read (the
+    compiled sweep when built and ``native`` is not ``False``: the same offsets)."""
     started = time.perf_counter()
     index = np.arange(problem.n)
     allocations = np.lexsort((index, problem.starts - problem.ends, -problem.sizes,
-                              problem.starts)).tolist()
-    frees = np.argsort(problem.ends, kind="stable").tolist()
+                              problem.starts))
+    frees = np.argsort(problem.ends, kind="stable")
+    if params.native and _bestfit is None:
+        raise SolverError("native=True but the C extension cupool.planning.solvers._bestfit "
+                          "is not built (pip install -e . with a C compiler)")
+    if _compiled(problem, params):
+        offsets = np.zeros(problem.n, dtype=np.int64)
+        _bestfit.sweep(problem.starts, problem.ends, problem.sizes, allocations, frees, offsets)
+    else:
+        offsets = np.array(_sweep(problem, allocations.tolist(), frees.tolist()),
+                           dtype=np.int64)
+    stats = {"allocation_order": "start, larger, longer, index"}
+    return heuristic_result(problem, offsets, time.perf_counter() - started, stats)
+
+
+def _compiled(problem: StaticProblem, params: SolverParams) -> bool:
+    """Whether the compiled sweep runs: built, not declined, and every buffer with bytes
+    and ops (the Python loop is the reference for the rest)."""
+    return (_bestfit is not None and params.native is not False and problem.n > 0
+            and int(problem.sizes.min()) > 0 and bool(np.all(problem.starts < problem.ends)))
+
+
+def _sweep(problem: StaticProblem, allocations: list[int], frees: list[int]) -> list[int]:
+    """The sweep in Python: the reference the compiled one is tested against."""
     starts, ends, sizes = (a.tolist() for a in (problem.starts, problem.ends, problem.sizes))
     heap = FreeRanges()
     heap.add_region(0, 0)  # the heap: [0, top), grown at the top when nothing fits
@@ -50,9 +84,7 @@ def solve_best_fit(problem: StaticProblem, params: SolverParams) -> SolveResult:
             heap.free(offsets[frees[freed]])
             freed += 1
         offsets[j] = heap.allocate(sizes[j], grow=0)
-    stats = {"allocation_order": "start, larger, longer, index"}
-    return heuristic_result(problem, np.array(offsets, dtype=np.int64),
-                            time.perf_counter() - started, stats)
+    return offsets
 
 
 __all__ = ["solve_best_fit"]
