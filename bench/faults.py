@@ -254,8 +254,10 @@ def points(counts: list, seed: int) -> list:
             nth = places["middle"]
             found.append(Point(f"planned: {op} #{nth} failing on its stream", FAILED_STEP, op,
                                nth, "run"))
-    if planned.get("synchronize", 0):
-        found.append(Point("planned: the step's synchronize", FAILED_STEP, "synchronize", 1))
+    for op, what in (("synchronize", "the device"), ("stream_synchronize", "a stream")):
+        if planned.get(op, 0):  # the step's wait for its work
+            found.append(Point(f"planned: the step's synchronize of {what}", FAILED_STEP,
+                               op, 1))
     found.append(Point("planned: free memory taken before the step", FAILED_STEP,
                        occupy=True))
     return found

@@ -33,7 +33,7 @@ def test_every_cell_of_the_fault_matrix_meets_its_targets(matrix_programs, name)
     points = faults.points(counts, faults.SEED)
     assert {p.operation for p in points} >= {"reserve", "alloc_pinned", "copy_h2d",
                                              "copy_d2h", "launch", "wait_event",
-                                             "synchronize"}
+                                             "stream_synchronize"}
     fired = set()
     for point in points:
         cell = faults.run_cell(name, program, point, references[point.step])
