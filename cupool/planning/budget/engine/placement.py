@@ -98,14 +98,12 @@ def place(trace: Trace, intervals: list[ResidencyInterval], budget_bytes: int,
     """Offsets for the residencies within ``budget_bytes`` by the static ``solver`` (with
     ``params``). A stay across the iteration boundary that cannot take one offset fails
     the placement, unless ``untie``: its two residencies then keep the solver's offsets
-    and its buffer is listed in ``untied``."""
+    and its buffer is listed in ``untied``. The offsets are checked by the validator here
+    (:class:`SolverError` when it refuses them), those with stays left apart only where a
+    repair keeps them (:func:`repair_placement`: most are discarded)."""
     if not intervals:
         return PlacedOffsets(np.zeros(0, dtype=np.int64), 0)
-    sizes = trace_index(trace).sizes
-    buffer_ids, starts, ends = zip(*intervals, strict=True)
-    problem = StaticProblem.from_arrays(starts, ends, [sizes[b] for b in buffer_ids],
-                                        capacity=budget_bytes, num_ops=trace.num_ops,
-                                        name=trace.name)
+    problem = _problem(trace, intervals, budget_bytes)
     # most offsets are discarded (over the budget, or pairs not tied): the validator
     # checks those kept, after the tie
     result = solve(problem, solver, params, validate=False)
@@ -118,12 +116,28 @@ def place(trace: Trace, intervals: list[ResidencyInterval], budget_bytes: int,
     loose = tie_pairs(trace, intervals, offsets, budget_bytes)
     if loose and not untie:
         return PlacedOffsets(None, 0)
-    report = validate_offsets(problem.with_capacity(None), offsets)
-    if not report.valid:
-        raise SolverError(f"offsets of solver {solver!r} with boundary pairs tied are "
-                          f"invalid: {report.message}")
+    if not loose:  # offsets with stays left apart are checked where a repair keeps them
+        _check(problem, offsets, f"offsets of solver {solver!r} with boundary pairs tied")
     return PlacedOffsets(offsets, int((offsets + problem.sizes).max()),
                          tuple(sorted(intervals[p.first].buffer_id for p in loose)))
+
+
+def _problem(trace: Trace, intervals: list[ResidencyInterval],
+             budget_bytes: int | None) -> StaticProblem:
+    """The static offset problem of the residencies, in their order."""
+    sizes = trace_index(trace).sizes
+    buffer_ids, starts, ends = zip(*intervals, strict=True)
+    return StaticProblem.from_arrays(starts, ends, [sizes[b] for b in buffer_ids],
+                                     capacity=budget_bytes, num_ops=trace.num_ops,
+                                     name=trace.name)
+
+
+def _check(problem: StaticProblem, offsets: np.ndarray, what: str) -> None:
+    """Raise :class:`SolverError` unless the validator accepts ``offsets`` (``what``
+    names them in the message)."""
+    report = validate_offsets(problem.with_capacity(None), offsets)
+    if not report.valid:
+        raise SolverError(f"{what} are invalid: {report.message}")
 
 
 def boundary_pairs(trace: Trace, intervals: list[ResidencyInterval]) -> list[BoundaryPair]:
@@ -369,17 +383,21 @@ def repair_placement(trace: Trace, schedule: Schedule, intervals: list[Residency
         exact = place(trace, intervals, budget_bytes, "exact", limits, untie=True)
         if exact.offsets is not None and not exact.untied:
             return Repaired(exact, schedule, "exact"), None
-    return None, _split(trace, schedule, (loose, exact))
+    return None, _split(trace, schedule, intervals, (loose, exact))
 
 
-def _split(trace: Trace, schedule: Schedule,
+def _split(trace: Trace, schedule: Schedule, intervals: list[ResidencyInterval],
            candidates: tuple[PlacedOffsets | None, ...]) -> Repaired | None:
-    """:func:`repair_placement`'s split, on the first of ``candidates`` that has offsets."""
+    """:func:`repair_placement`'s split, on the first of ``candidates`` that has offsets
+    (checked by the validator here: :func:`place` leaves offsets with stays apart to
+    whoever keeps them)."""
     for candidate in candidates:
         if candidate is None or candidate.offsets is None:
             continue
         split = untie(trace, schedule, candidate.untied)
         if split is not None:
+            _check(_problem(trace, intervals, None), candidate.offsets,
+                   "offsets with stays across the boundary split by a copy")
             return Repaired(candidate, split, f"{len(candidate.untied)} stays across the "
                                               f"boundary split by a copy")
     return None
