@@ -29,7 +29,7 @@ uses / across the iteration boundary only when the budget still does not hold.
   release and covering late triggers (:meth:`~.engine.state.PlanState.swap_window`);
 - when the trace has read-only weights (``writes == []``), weight streaming
   (:mod:`.stream`) at each of ``params.stream_headrooms`` and with a searched kept set
-  (:data:`SEARCHED_MEMBER`), and, last of all members, with one searched from whole size
+  (:data:`SEARCHED_MEMBER`), and, last but one, with one searched from whole size
   classes streamed (:data:`CLASSES_MEMBER`) and one that searches from them longer
   (:data:`LONGER_MEMBER`);
 - when the trace has a chain of states read back in reverse order (:mod:`.chain`) and at
@@ -43,6 +43,9 @@ uses / across the iteration boundary only when the budget still does not hold.
   :data:`~.boundary.HEAD_VARIANT`: that state stays on the device across the boundary,
   is copied out after op 0 and back in a chain of copies that ends by its updates, and
   the greedy plans the rest;
+- after those, on traces of at most ``params.search_max_gaps`` idle gaps, a local
+  search over the gaps the greedy must take (:mod:`.searched_gaps`: persistent state
+  copied out early is dropped later, clean);
 - :func:`fallbacks`: when persistent state with what an op uses does not fit the budget at
   some op, the persistent gaps taken off the device first, late where they must be
   (:mod:`.boundary`, each of its variants); and, only when nothing found a plan, the
@@ -209,6 +212,8 @@ def members(trace, budget_bytes, cost, params: BudgetParams,
     from cupool.planning.budget.chain import find_chain
     from cupool.planning.budget.classic import plan_on_demand, plan_vdnn
     from cupool.planning.budget.revolve import plan_revolve, plan_revolve_two_level
+    from cupool.planning.budget.searched_gaps import MEMBER as SEARCHED_GAPS_MEMBER
+    from cupool.planning.budget.searched_gaps import plan_searched_gaps, searchable
     from cupool.planning.budget.stream import (
         KEEP_ORDERS,
         SEARCHED,
@@ -266,6 +271,8 @@ def members(trace, budget_bytes, cost, params: BudgetParams,
             trace, budget_bytes, cost, params, started, 0.0, SEARCHED_CLASSES)),
                 Member(LONGER_MEMBER, lambda started: plan_stream(
                     trace, budget_bytes, cost, params, started, 0.0, SEARCHED_LONGER))]
+    if searchable(trace, params):  # small traces only: a local search of greedy runs
+        out += [Member(SEARCHED_GAPS_MEMBER, policy(plan_searched_gaps))]
     return out
 
 
