@@ -199,17 +199,17 @@ class _Walk:
         # prefetch_from[t]: (due op, slot) whose copy in should start by op t
         self.prefetch_from: list[list[tuple[int, int]]] = [[] for _ in range(n)]
         lead = PREFETCH_LEAD * self.copy_in_us
-        for k, b in enumerate(buffers):
-            if b.id in skipped:
-                continue
-            first = 0 if b.kind == PERSISTENT else b.start + 1  # a temporary once made
-            for j in self.need_ops[k]:
-                self.needed_at[j].append(k)
-                latest = int(np.searchsorted(self.op_start, self.op_start[j] - lead[k],
-                                             side="right")) - 1
-                t = max(latest, first)
-                if t < j:
-                    self.prefetch_from[t].append((j, k))
+        walked = [k for k, b in enumerate(buffers) if b.id not in skipped]
+        slots = [k for k in walked for _j in self.need_ops[k]]
+        ops = [j for k in walked for j in self.need_ops[k]]
+        # the last op that starts at least ``lead`` before each need, all at once
+        latest = (np.searchsorted(self.op_start, self.op_start[ops] - lead[slots],
+                                  side="right") - 1).tolist()
+        for k, j, last in zip(slots, ops, latest, strict=True):
+            self.needed_at[j].append(k)
+            t = max(last, 0 if self.persistent[k] else self.start_op[k] + 1)  # once made
+            if t < j:
+                self.prefetch_from[t].append((j, k))
         self.pending: list[tuple[int, int]] = []
         self.gaps = _Gaps(capacity)
         self.lows: list[int] = []   # offsets of the residents, ascending
