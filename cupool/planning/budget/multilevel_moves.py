@@ -95,6 +95,11 @@ class TierState:
         self._owned: set[int] = set(self.spans)
         self._made: dict[int, _Made] = {}  # by buffer: its residencies, made by plan()
         self._order: list[int] | None = None  # the buffers of spans, sorted, made by plan()
+        self._position: dict[int, int] = {}  # each buffer's index in _order
+        # plan()'s residencies and arena bytes per buffer of _order (lists shared with
+        # copies, never edited), and the buffers owned since they were made
+        self._parts: tuple[list, list] | None = None
+        self._stale: set[int] = set()
         self._live: np.ndarray | None = None  # live(), while no buffer was owned since
         self._live_base: np.ndarray | None = None  # the original's live() at the copy
         self._owned_ops: dict[int, list[tuple[int, int]]] = {}  # by buffer owned since
@@ -108,7 +113,8 @@ class TierState:
         other.template = self.template
         other._owned = set()
         other._made = dict(self._made)
-        other._order = self._order
+        other._order, other._position = self._order, self._position
+        other._parts, other._stale = self._parts, set(self._stale)
         other._live, other._live_base, other._owned_ops = None, self.live(), {}
         self._owned = set()  # the lists are shared now: either state copies before editing
         return other
@@ -116,6 +122,7 @@ class TierState:
     def own(self, b: int) -> list[Span]:
         """Buffer ``b``'s spans, copied first if this state still shares them."""
         self._made.pop(b, None)
+        self._stale.add(b)
         self._live = None
         if self._live_base is not None and b not in self._owned_ops:
             self._owned_ops[b] = [(s.start, s.end) for s in self.spans[b]]
@@ -135,22 +142,34 @@ class TierState:
         return made
 
     def plan(self, solver: str = "tiers") -> Plan:
-        parts, arena = [], 0
         spans, cached = self.spans, self._made
         # buffers are never removed from ``spans``: the same count means the same buffers
         if self._order is None or len(self._order) != len(spans):
             self._order = sorted(spans)
-        for b in self._order:
-            made = cached.get(b)
-            if made is None or made.spans is not spans[b]:
+            self._position = {b: i for i, b in enumerate(self._order)}
+            self._parts = None
+        if self._parts is None:
+            parts, arenas = [], []
+            for b in self._order:
+                made = cached.get(b)
+                if made is None or made.spans is not spans[b]:
+                    made = self._residencies_of(b)
+                parts.append(made.residencies)
+                arenas.append(made.arena_bytes)
+            self._parts = (parts, arenas)
+        elif self._stale:  # the buffers owned since: the others' residencies are as made
+            parts, arenas = list(self._parts[0]), list(self._parts[1])
+            for b in self._stale:
                 made = self._residencies_of(b)
-            parts.append(made.residencies)
-            if made.arena_bytes > arena:
-                arena = made.arena_bytes
+                i = self._position[b]
+                parts[i], arenas[i] = made.residencies, made.arena_bytes
+            self._parts = (parts, arenas)
+        self._stale = set()
+        parts, arenas = self._parts
         residencies = tuple(itertools.chain.from_iterable(parts))
         return replace(self.template, solver=solver, residencies=residencies,
                        actions=mark_drops(self.trace, residencies, self.actions),
-                       arena_bytes=int(arena))
+                       arena_bytes=int(max(arenas, default=0)))
 
     def live(self) -> np.ndarray:
         """Bytes resident at each op (read only: the state keeps it)."""
