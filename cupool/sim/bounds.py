@@ -161,8 +161,7 @@ def overhead_lower_bound(trace: Trace, budget_bytes: int, cost: CostModel | None
     if several is not None and several > best[0]:
         best = (several, None, None, None, None)
         method = "several-peaks"
-    windows = windows_bound(trace, arrays, op_us, excess, candidates_at,
-                            cost.copy_engines_per_direction)
+    windows = windows_bound(trace, arrays, op_us, excess, candidates_at, cost)
     if ideal + windows.stall_us > best[0]:
         best = (ideal + windows.stall_us, None, None, None, None)
         method = "windows"

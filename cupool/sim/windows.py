@@ -32,9 +32,10 @@ candidates with a recipe or last written before ``k`` (never, in this iteration)
 most ``F`` bytes and the others at least ``X_m - F``, all copied out within the window.
 
 Either way ``B`` bytes cross one direction's ``e`` copy engines in the window, a copy of
-``s`` bytes taking ``latency + s / bandwidth``; relaxed to fractions of buffers (cheapest
-bytes first per byte, a buffer's latency spread over its bytes), the least engine time is
-a fractional knapsack ``L``, and the window lasts at least ``L / e``. Its ops run
+``s`` bytes taking ``latency + s / bandwidth``. Copies move whole buffers, so there are
+at least ``c`` of them, ``c`` the fewest of the candidates (the largest) that hold ``B``
+bytes: the engines are busy at least ``L = c latency + B / bandwidth``, and the window
+lasts at least ``L / e``. Its ops run
 ``C(k, m)``, so the plan stalls or recomputes at least ``L / e - C(k, m)`` within it.
 
 **Recomputes.** A candidate with a recipe needs no copy out (it is re-produced after
@@ -43,8 +44,9 @@ instead of a copy in: ``r_j`` µs (:func:`~cupool.sim.bound_inputs.recompute_us`
 compute stream, before its use and after op ``k`` ended, so within the window. With
 ``R`` µs of recomputes the window lasts at least ``max(C + R, L / e)``: its stall and
 recompute time ``s`` is at least the least ``s`` for which ``C + s`` µs of copies and
-``s`` µs of recomputes cover ``B`` bytes (each buffer counted by both at once: a
-relaxation, found by bisection).
+``s`` µs of recomputes cover ``B`` bytes (``k`` copies carry at most the ``k`` largest
+buffers; recomputes relaxed to fractions of buffers; each buffer counted by both at once:
+a relaxation, found by bisection).
 
 The windows of a set that do not overlap in time (``m <= k'`` for consecutive ones) hold
 disjoint stalls and recomputes, so their deficits add up: ``T >= ideal + max over such
@@ -52,9 +54,10 @@ sets of the sum``, found by a dynamic program over the ops (weighted interval
 scheduling). The copies in and the copies out of one window use different engines, so a
 window counts the larger of the two, not their sum.
 
-What it leaves out (so it may be loose): whole buffers (fractions of them are copied),
-recomputes as an alternative to copies out (free here), copies that several ops' excesses
-share, and copies forced into overlapping windows.
+What it leaves out (so it may be loose): the bytes of whole buffers (a copy carries
+``B`` bytes, not the candidates' sizes), recomputes as an alternative to copies out (free
+here), copies that several ops' excesses share, and copies forced into overlapping
+windows.
 """
 
 from __future__ import annotations
@@ -63,8 +66,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cupool.core.vocabulary import Trace
+from cupool.core.vocabulary import HOST_LEVELS, Trace
 from cupool.sim.bound_inputs import BufferArrays
+from cupool.sim.cost import D2H, H2D
 
 H2D_WINDOW = "in"
 D2H_WINDOW = "out"
@@ -98,20 +102,54 @@ class WindowsBound:
     windows: tuple[Window, ...]
 
 
+@dataclass(frozen=True)
+class _Link:
+    """One direction's copies as the windows price them, on ``e`` engines (every time
+    divided by ``e``): no copy costs less than ``latency_us`` (the least of the host
+    levels') plus ``byte_us`` a byte (the fastest level's), and buffer ``j``'s copy no
+    less than ``fastest_pb[j]`` µs a byte (its fastest level's whole copy)."""
+
+    byte_us: float
+    latency_us: float
+    fastest_pb: np.ndarray
+
+    @classmethod
+    def of(cls, cost, direction: str, sizes) -> _Link:
+        engines = cost.copy_engines_per_direction
+        fastest = np.min([cost.level_latency_us(level)
+                          + sizes / (cost.level_gbps(direction, level) * 1e3)
+                          for level in HOST_LEVELS], axis=0)
+        return cls(1.0 / (max(cost.level_gbps(direction, level) for level in HOST_LEVELS)
+                          * 1e3) / engines,
+                   min(cost.level_latency_us(level) for level in HOST_LEVELS) / engines,
+                   fastest / sizes / engines)
+
+
 def _cheapest_bytes_us(per_byte, sizes, member, need) -> np.ndarray:
-    """Fractional knapsacks, one per row of ``member`` (buffers x windows as a boolean
-    matrix, ``windows`` rows): the least time of ``need[w]`` bytes taken from the buffers
-    of row ``w``, costing ``per_byte`` µs each byte (sorted ascending), ``sizes`` bytes
-    each (the rows' buffers always hold ``need`` bytes)."""
+    """Fractional knapsacks, one per row of ``member`` (windows x buffers): the least time
+    of ``need[w]`` bytes taken from the buffers of row ``w``, costing ``per_byte`` µs each
+    byte (sorted ascending), ``sizes`` bytes each (the rows' buffers always hold
+    ``need``)."""
     taken = np.where(member, sizes, 0.0)
     held = np.cumsum(taken, axis=1)
     spent = np.cumsum(taken * per_byte, axis=1)
-    last = np.minimum(np.argmax(held >= need[:, None] * (1 - 1e-12), axis=1),
-                      len(sizes) - 1)  # the buffer taken in part
+    last = np.argmax(held >= need[:, None] * (1 - 1e-12), axis=1)  # taken in part
     rows = np.arange(len(need))
     before = held[rows, last] - taken[rows, last]
     return (spent[rows, last] - taken[rows, last] * per_byte[last]
             + (need - before) * per_byte[last])
+
+
+def _copies_us(byte_us: float, latency_us: float, sizes, member, need) -> np.ndarray:
+    """The least engine time of copies of ``need[w]`` bytes of the buffers of row ``w`` of
+    ``member`` (windows x buffers, ``sizes`` sorted largest first; the rows' buffers always
+    hold ``need``): at least as many copies as the largest of them need to hold it, each
+    ``latency_us``, and ``byte_us`` per byte."""
+    taken = np.where(member, sizes, 0.0)
+    held = np.cumsum(taken, axis=1)
+    last = np.argmax(held >= need[:, None] * (1 - 1e-12), axis=1)
+    copies = np.cumsum(member, axis=1)[np.arange(len(need)), last]
+    return copies * latency_us + need * byte_us
 
 
 class _Writes:
@@ -154,62 +192,84 @@ def _covered_bytes(per_byte, sizes, spend: float) -> float:
     return float(sizes[:whole].sum()) + (spend - before) / float(per_byte[whole])
 
 
-def _with_recomputes(link_pb, recompute_pb, sizes, need: float, compute: float,
-                     stall: float) -> float:
+def _copied_bytes(byte_us: float, latency_us: float, held, spend: float) -> float:
+    """The most bytes copies of ``spend`` µs can carry: ``k`` copies carry at most the
+    ``k`` largest buffers (``held[k - 1]``, their running sum) and ``(spend - k latency) /
+    byte_us`` bytes."""
+    if spend <= 0 or not len(held):
+        return 0.0
+    counts = np.arange(1, len(held) + 1)
+    return float(max(0.0, np.max(np.minimum(held, (spend - counts * latency_us) / byte_us))))
+
+
+def _with_recomputes(link: _Link, fastest_pb, recompute_pb, sizes, need: float,
+                     compute: float, stall: float) -> float:
     """The least ``s`` in ``[0, stall]`` such that copies in of ``compute + s`` µs and
     recomputes of ``s`` µs (on the compute stream, within the window) cover ``need``
     bytes, a buffer counted by both at once (a relaxation: only lowers ``s``); ``stall``
-    is the answer with copies alone."""
-    link_order = np.argsort(link_pb, kind="stable")
-    link_pb, link_sizes = link_pb[link_order], sizes[link_order]
+    is the answer with copies alone. ``sizes`` are sorted largest first; the copies carry
+    no more than :func:`_copied_bytes` nor than a fractional knapsack of each buffer's
+    fastest copy (``fastest_pb`` µs a byte) would."""
+    held = np.cumsum(sizes)
+    fast_order = np.argsort(fastest_pb, kind="stable")
+    fast_pb, fast_sizes = fastest_pb[fast_order], sizes[fast_order]
     can = np.isfinite(recompute_pb)
     rec_order = np.argsort(recompute_pb[can], kind="stable")
     rec_pb, rec_sizes = recompute_pb[can][rec_order], sizes[can][rec_order]
     low, high = 0.0, stall
     for _ in range(40):  # bisection to 1e-12 of the copies-alone stall
         mid = 0.5 * (low + high)
-        if (_covered_bytes(link_pb, link_sizes, compute + mid)
-                + _covered_bytes(rec_pb, rec_sizes, mid)) >= need:
+        copied = min(_copied_bytes(link.byte_us, link.latency_us, held, compute + mid),
+                     _covered_bytes(fast_pb, fast_sizes, compute + mid))
+        if copied + _covered_bytes(rec_pb, rec_sizes, mid) >= need:
             high = mid
         else:
             low = mid
     return low
 
 
-def _forced_windows(bounds_at, sizes, per_byte, slack: float, compute_of, direction: str,
-                    fixed_op: int, other_first: bool, recompute_pb=None) -> list[Window]:
+def _forced_windows(bounds_at, sizes, fastest_pb, link: _Link, slack: float, compute_of,
+                    direction: str, fixed_op: int, other_first: bool,
+                    recompute_pb=None) -> list[Window]:
     """The windows of one op's candidates: ``bounds_at`` is each forcible candidate's far
     end (its next use, for copies in; its last write, for copies out), sorted nearest
     first; a window reaching ``bound`` forces those up to it, and ``compute_of(bounds)``
-    is the windows' compute. Only windows whose copies could outlast their compute (all
-    the bytes needed at the dearest rate) get the knapsack. ``recompute_pb`` (copies in
-    only): each candidate's recompute time per byte (``inf``: no recipe), an alternative
-    to its copy that runs on the compute stream within the window."""
+    is the windows' compute. The copies take at least :func:`_copies_us` (one per whole
+    buffer, ``link``) and at least a fractional knapsack of each buffer's fastest copy
+    (``fastest_pb`` µs a byte); only windows whose copies could outlast their compute are
+    costed. ``recompute_pb`` (copies in only): each candidate's recompute time per byte
+    (``inf``: no recipe), an alternative to its copy that runs on the compute stream
+    within the window."""
     if not len(sizes):
         return []
     cum = np.cumsum(sizes)
     ends = np.flatnonzero(np.append(bounds_at[1:] != bounds_at[:-1], True))
     need = cum[ends] - slack
     compute = compute_of(bounds_at[ends])
-    dearest = np.maximum.accumulate(per_byte)[ends]
-    tried = np.flatnonzero((need > 0) & (need * dearest > compute))
+    upper = np.maximum(need * np.maximum.accumulate(fastest_pb)[ends],
+                       need * link.byte_us + (ends + 1) * link.latency_us)
+    tried = np.flatnonzero((need > 0) & (upper > compute))
     if not len(tried):
         return []
-    cheapest = np.argsort(per_byte, kind="stable")
-    member = cheapest[None, :] <= ends[tried][:, None]
-    link = _cheapest_bytes_us(per_byte[cheapest], sizes[cheapest], member, need[tried])
+    largest = np.argsort(-sizes, kind="stable")
+    cheapest = np.argsort(fastest_pb, kind="stable")
+    copies = np.maximum(
+        _copies_us(link.byte_us, link.latency_us, sizes[largest],
+                   largest[None, :] <= ends[tried][:, None], need[tried]),
+        _cheapest_bytes_us(fastest_pb[cheapest], sizes[cheapest],
+                           cheapest[None, :] <= ends[tried][:, None], need[tried]))
     recomputable = (np.zeros(len(sizes), dtype=bool) if recompute_pb is None
                     else np.isfinite(recompute_pb))
     out = []
-    for at, us in zip(tried, link, strict=True):
+    for at, us in zip(tried, copies, strict=True):
         if us <= compute[at]:
             continue
         last = int(ends[at])
         stall = float(us - compute[at])
         if recomputable[:last + 1].any():
-            stall = _with_recomputes(per_byte[:last + 1], recompute_pb[:last + 1],
-                                     sizes[:last + 1], float(need[at]), float(compute[at]),
-                                     stall)
+            mine = largest[largest <= last]
+            stall = _with_recomputes(link, fastest_pb[mine], recompute_pb[mine], sizes[mine],
+                                     float(need[at]), float(compute[at]), stall)
             if stall <= 0:
                 continue
         bound = int(bounds_at[last])
@@ -219,7 +279,7 @@ def _forced_windows(bounds_at, sizes, per_byte, slack: float, compute_of, direct
     return out
 
 
-def _windows_in(arrays, prefix, excess, candidates, k, engines):
+def _windows_in(arrays, prefix, excess, candidates, k, link):
     """The deficit windows of the copies in after op ``k``, one per next use that grows
     the forced set (the shortest window holding that set has the largest deficit)."""
     next_use = arrays.next_uses(candidates, k)
@@ -228,12 +288,12 @@ def _windows_in(arrays, prefix, excess, candidates, k, engines):
     chosen = candidates[forcible]
     order = np.argsort(next_use[forcible], kind="stable")
     return _forced_windows(next_use[forcible][order], arrays.size[chosen][order],
-                           arrays.copy_per_byte[chosen][order] / engines, slack,
+                           link.fastest_pb[chosen][order], link, slack,
                            lambda m: prefix[m] - prefix[k + 1], H2D_WINDOW, k, False,
                            arrays.recompute_per_byte[chosen][order])
 
 
-def _windows_out(writes, arrays, prefix, excess, candidates, m, engines, free_recipe):
+def _windows_out(writes, arrays, prefix, excess, candidates, m, link, free_recipe):
     """The deficit windows of the copies out before op ``m``, one per last write that
     grows the forced set."""
     last_write = writes.last_before(candidates, m)
@@ -242,17 +302,20 @@ def _windows_out(writes, arrays, prefix, excess, candidates, m, engines, free_re
     chosen = candidates[forcible]
     order = np.argsort(-last_write[forcible], kind="stable")
     return _forced_windows(last_write[forcible][order], arrays.size[chosen][order],
-                           arrays.out_per_byte[chosen][order] / engines, slack,
+                           link.fastest_pb[chosen][order], link, slack,
                            lambda k: prefix[m] - prefix[k + 1], D2H_WINDOW, m, True)
 
 
 def windows_bound(trace: Trace, arrays: BufferArrays, op_us, excess, candidates_at,
-                  engines: int) -> WindowsBound:
+                  cost) -> WindowsBound:
     """The least stall and recompute time (µs) every valid plan has within disjoint
     windows of ops (see the module docstring). ``excess[i]`` is op ``i``'s excess in bytes,
-    ``candidates_at(i)`` the buffer indices that may be off the device at ``i``."""
+    ``candidates_at(i)`` the buffer indices that may be off the device at ``i``; ``cost``
+    the :class:`~cupool.sim.cost.CostModel` (copies priced at the fastest host level's
+    latency and bandwidth)."""
     n = trace.num_ops
     prefix = np.concatenate([[0.0], np.cumsum(np.asarray(op_us, dtype=np.float64))])
+    copy_in, copy_out = _Link.of(cost, H2D, arrays.size), _Link.of(cost, D2H, arrays.size)
     free_recipe = np.isfinite(arrays.recompute)
     writes = _Writes(trace, arrays)
     ending: dict[int, list[Window]] = {}
@@ -262,8 +325,8 @@ def windows_bound(trace: Trace, arrays: BufferArrays, op_us, excess, candidates_
         candidates = np.asarray(candidates_at(i), dtype=np.int64)
         if not len(candidates):
             continue
-        for window in (_windows_in(arrays, prefix, excess, candidates, i, engines)
-                       + _windows_out(writes, arrays, prefix, excess, candidates, i, engines,
+        for window in (_windows_in(arrays, prefix, excess, candidates, i, copy_in)
+                       + _windows_out(writes, arrays, prefix, excess, candidates, i, copy_out,
                                       free_recipe)):
             ending.setdefault(window.last_op, []).append(window)
     # best[i]: the largest sum of deficits of disjoint windows whose last op is before i; a

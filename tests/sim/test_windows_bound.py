@@ -45,8 +45,7 @@ def _windows_stall_us(trace, budget, cost):
         alive[list(set(arrays.used_at[i]) | set(arrays.born_temporary[i]))] = False
         return np.flatnonzero(alive)
 
-    return windows_bound(trace, arrays, cost.op_times(trace), excess, candidates_at,
-                         cost.copy_engines_per_direction)
+    return windows_bound(trace, arrays, cost.op_times(trace), excess, candidates_at, cost)
 
 
 def test_two_windows_of_a_short_step_add_up_and_are_tight():
