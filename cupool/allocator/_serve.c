@@ -173,6 +173,15 @@ static int set_live(PyObject *live, PyObject *j, long value) {
     return r;
 }
 
+/* The pool's own methods never switch the active arena, which the Python closure reads
+ * once per block: if one did, serving stops with this error rather than go on with
+ * another arena's state. */
+static PyObject *arena_changed(void) {
+    PyErr_SetString(PyExc_RuntimeError, "serve_loop: the pool's active arena changed while "
+                                        "a block was being served");
+    return NULL;
+}
+
 /* The planned path's ticket for `rounded` bytes (new reference; NULL on error): the
  * Python closure ticket_locked, step by step, over the view. */
 static PyObject *ticket_locked(Ctx *c, View *v, long long rounded) {
@@ -212,7 +221,7 @@ static PyObject *ticket_locked(Ctx *c, View *v, long long rounded) {
             Py_DECREF(region);
             Py_DECREF(ticket);
             if (!ok) return NULL;
-            arena = v->arena;
+            if (v->arena != arena) return arena_changed();
         }
         if (queued < 0) return NULL;
     }
@@ -236,6 +245,12 @@ static PyObject *ticket_locked(Ctx *c, View *v, long long rounded) {
             PyObject *r = overdue != NULL ? pool_call(c, v, overdue, "(O)", j) : NULL;
             Py_XDECREF(overdue);
             Py_XDECREF(r);
+            if (r != NULL && v->arena != arena) {
+                Py_DECREF(j);
+                Py_DECREF(due);
+                Py_DECREF(slot);
+                return arena_changed();
+            }
             Py_SETREF(slot, r != NULL ? PySequence_GetItem(v->slots, (Py_ssize_t)k) : NULL);
         } else if (t != 0) {
             Py_CLEAR(slot);

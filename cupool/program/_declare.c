@@ -124,6 +124,10 @@ static PyObject *again(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
         return missed(); /* e.g. a generator of updates: the general path consumes it */
     PyObject *result = NULL, *ops = NULL, *recorded = NULL, *fast = NULL, *session = NULL,
              *state = NULL, *valid = NULL;
+    /* a list of updates is read from a snapshot, as tuple(updates) reads it */
+    PyObject *updates_seq = PyList_CheckExact(updates) ? PyList_AsTuple(updates)
+                                                       : Py_NewRef(updates);
+    if (updates_seq == NULL) return NULL;
     ops = PyObject_GetAttr(iteration, s_ops);
     recorded = PyObject_GetAttr(iteration, s_recorded);
     if (ops == NULL || recorded == NULL) goto done;
@@ -183,7 +187,6 @@ static PyObject *again(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
     if (!kind) { result = missed(); goto done; }
     int flag = PyObject_IsTrue(recompute);
     if (flag < 0) goto done;
-    PyObject *updates_seq = updates; /* a tuple or a list: PySequence_Fast items */
     if (F(F_RECOMPUTE) != (flag ? Py_True : Py_False) ||
         PyTuple_GET_SIZE(inputs) != PyTuple_GET_SIZE(F(F_INPUTS)) ||
         PySequence_Fast_GET_SIZE(updates_seq) != PyTuple_GET_SIZE(F(F_UPDATES))) {
@@ -232,6 +235,7 @@ static PyObject *again(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
     result = made;
 #undef F
 done:
+    Py_DECREF(updates_seq);
     Py_XDECREF(valid);
     Py_XDECREF(state);
     Py_XDECREF(session);
