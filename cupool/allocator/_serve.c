@@ -24,7 +24,8 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdarg.h>
-#include <structmember.h>
+
+#include "../_members.h"
 
 enum { DONE = 0, MISSED = 1, SLOW = 2 };
 
@@ -37,40 +38,6 @@ typedef struct {
         *free_ticket, *hand_out;
     PyObject *popleft; /* pending.popleft, read once per call */
 } Ctx;
-
-/* An attribute read as the interpreter does it, faster for the one class the loop meets:
- * where `name` is a __slots__ member of the object's exact type (a member descriptor),
- * the value is read at the member's offset; anything else (another type, a property, an
- * unset slot) goes through PyObject_GetAttr. */
-typedef struct {
-    PyObject **name;
-    PyTypeObject *type; /* the type `offset` was found for (borrowed: kept by its objects) */
-    Py_ssize_t offset;  /* 0: not a plain object member of `type` */
-} Member;
-
-static PyObject *member_get(Member *m, PyObject *obj) {
-    PyTypeObject *type = Py_TYPE(obj);
-    if (type != m->type) {
-        m->type = type;
-        m->offset = 0;
-        PyObject *descr = PyObject_GetAttr((PyObject *)type, *m->name);
-        if (descr == NULL) {
-            PyErr_Clear();
-        } else {
-            if (Py_IS_TYPE(descr, &PyMemberDescr_Type)) {
-                PyMemberDef *def = ((PyMemberDescrObject *)descr)->d_member;
-                if (def->type == T_OBJECT_EX && !(def->flags & READ_RESTRICTED))
-                    m->offset = def->offset;
-            }
-            Py_DECREF(descr);
-        }
-    }
-    if (m->offset > 0) {
-        PyObject *value = *(PyObject **)((char *)obj + m->offset);
-        if (value != NULL) return Py_NewRef(value);
-    }
-    return PyObject_GetAttr(obj, *m->name);
-}
 
 static Member m_due = {&s_due, NULL, 0}, m_serves = {&s_serves, NULL, 0},
               m_ticket = {&s_ticket, NULL, 0}, m_size = {&s_size, NULL, 0},

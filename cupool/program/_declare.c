@@ -15,11 +15,17 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
-#include <structmember.h>
+
+#include "../_members.h"
 
 static PyObject *MISSED, *s_ops, *s_recorded, *s_valid, *s_specs, *s_names, *s_session,
     *s_number, *s_state, *s_closed, *s_fast, *s_open, *s_op, *s_valid_first, *s_name_attr,
     *s_name_attr_plain, *s_empty, *s_spec, *s_shape, *s_dtype;
+
+static Member m_ops = {&s_ops, NULL, 0}, m_recorded = {&s_recorded, NULL, 0},
+              m_valid = {&s_valid, NULL, 0}, m_specs = {&s_specs, NULL, 0},
+              m_names = {&s_names, NULL, 0}, m_session = {&s_session, NULL, 0},
+              m_number = {&s_number, NULL, 0}, m_state = {&s_state, NULL, 0};
 
 enum { F_FN, F_RAW_OUT, F_NAME, F_KIND, F_RECOMPUTE, F_INPUTS, F_UPDATES, F_OUTPUTS,
        F_KEY, F_SPEC, F_OUT_NAME, F_SIZE };
@@ -128,8 +134,8 @@ static PyObject *again(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
     PyObject *updates_seq = PyList_CheckExact(updates) ? PyList_AsTuple(updates)
                                                        : Py_NewRef(updates);
     if (updates_seq == NULL) return NULL;
-    ops = PyObject_GetAttr(iteration, s_ops);
-    recorded = PyObject_GetAttr(iteration, s_recorded);
+    ops = member_get(&m_ops, iteration);
+    recorded = member_get(&m_recorded, iteration);
     if (ops == NULL || recorded == NULL) goto done;
     if (!PyList_CheckExact(ops) || !PyTuple_CheckExact(recorded)) { result = missed(); goto done; }
     Py_ssize_t index = PyList_GET_SIZE(ops);
@@ -193,19 +199,19 @@ static PyObject *again(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
         result = missed();
         goto done;
     }
-    session = PyObject_GetAttr(iteration, s_session);
+    session = member_get(&m_session, iteration);
     if (session == NULL) goto done;
     PyObject *closed = PyObject_GetAttr(session, s_closed);
     if (closed == NULL) goto done;
     int is_closed = PyObject_IsTrue(closed);
     Py_DECREF(closed);
     if (is_closed < 0) goto done;
-    state = PyObject_GetAttr(iteration, s_state);
+    state = member_get(&m_state, iteration);
     if (state == NULL) goto done;
     int open = PyObject_RichCompareBool(state, s_open, Py_EQ);
     if (open < 0) goto done;
     if (is_closed || !open) { result = missed(); goto done; }
-    valid = PyObject_GetAttr(iteration, s_valid);
+    valid = member_get(&m_valid, iteration);
     if (valid == NULL) goto done;
     if (!PyDict_CheckExact(valid)) { result = missed(); goto done; }
     int ok = all_valid(iteration, valid, inputs, F(F_INPUTS));
@@ -216,17 +222,17 @@ static PyObject *again(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
     if (PyList_Append(ops, op) < 0) goto done;
     PyObject *key = F(F_KEY);
     if (key == Py_None) { result = Py_NewRef(Py_None); goto done; }
-    PyObject *specs = PyObject_GetAttr(iteration, s_specs);
+    PyObject *specs = member_get(&m_specs, iteration);
     if (specs == NULL) goto done;
     int r = PyObject_SetItem(specs, key, F(F_SPEC));
     Py_DECREF(specs);
     if (r < 0) goto done;
-    PyObject *names = PyObject_GetAttr(iteration, s_names);
+    PyObject *names = member_get(&m_names, iteration);
     if (names == NULL) goto done;
     r = PyObject_SetItem(names, key, F(F_OUT_NAME));
     Py_DECREF(names);
     if (r < 0) goto done;
-    PyObject *number = PyObject_GetAttr(iteration, s_number);
+    PyObject *number = member_get(&m_number, iteration);
     if (number == NULL) goto done;
     PyObject *made = make_tensor(session, key, F(F_SPEC), F(F_OUT_NAME), number);
     Py_DECREF(number);

@@ -31,6 +31,9 @@ class Iteration:
     """One iteration being declared (module docstring); ``number`` counts the session's
     iterations from 0."""
 
+    __slots__ = ("_fetches", "_names", "_ops", "_recorded", "_recorded_program", "_specs",
+                 "_state", "_valid", "_xp", "number", "session")
+
     def __init__(self, session, number: int) -> None:
         self.session = session
         self.number = number
@@ -40,6 +43,7 @@ class Iteration:
         self._fetches: dict = {}  # key -> Fetch
         self._valid: dict = {}  # key -> the tensor found valid for it in this iteration
         self._state = "new"  # new -> open -> closed
+        # _xp: unset (an AttributeError, which the tensors' operators rely on) until it.xp
         self._recorded_program = getattr(session, "recorded_program", None)
         self._recorded = self._recorded_program.ops if self._recorded_program is not None \
             else ()
@@ -48,12 +52,13 @@ class Iteration:
     def xp(self):
         """This iteration's array namespace (:mod:`cupool.program.arrays`): NumPy-style
         functions and the tensors' operators, each call one op of this iteration."""
-        xp = self.__dict__.get("_xp")
-        if xp is None:
+        try:
+            return self._xp
+        except AttributeError:  # the first it.xp makes it
             from cupool.program.arrays.namespace import ArrayNamespace
 
             xp = self._xp = ArrayNamespace(self)
-        return xp
+            return xp
 
     # -- declaring --------------------------------------------------------------------
     def op(self, fn: Callable, *inputs: Tensor, out=None, outputs=None, updates=(),

@@ -24,7 +24,7 @@ def _namespace(tensor, function: str):
     """The array namespace of the iteration ``tensor``'s session is declaring."""
     it = getattr(tensor.owner, "_open_iteration", None)
     if it is not None:
-        xp = it.__dict__.get("_xp")  # made by the first it.xp
+        xp = getattr(it, "_xp", None)  # made by the first it.xp
         if xp is not None:
             return xp
     else:
