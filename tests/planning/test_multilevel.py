@@ -30,15 +30,8 @@ from cupool.planning.budget.multilevel import (
     plan_tiers,
     search_tiers,
 )
-from cupool.planning.budget.multilevel_moves import (
-    Anchors,
-    Move,
-    SpanRef,
-    TierMoves,
-    TierState,
-    apply_move,
-    moves_at,
-)
+from cupool.planning.budget.multilevel_moves import Move, SpanRef, TierMoves, TierState
+from cupool.planning.budget.multilevel_walk import Anchors, apply_move, moves_at
 from cupool.planning.budget.recipes import with_recompute_recipes
 from cupool.planning.budget.working_sets import KEPT_MEMBER
 from cupool.sim import cost_model, simulate

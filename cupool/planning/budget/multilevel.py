@@ -53,14 +53,8 @@ from typing import TYPE_CHECKING, NamedTuple
 from cupool.check import validate_plan
 from cupool.core.vocabulary import PAGEABLE, Plan, SolveStatus, SwapOut, Trace
 from cupool.errors import SolverError
-from cupool.planning.budget.multilevel_moves import (
-    Anchors,
-    TierMoves,
-    TierState,
-    apply_move,
-    moves_at,
-    waits,
-)
+from cupool.planning.budget.multilevel_moves import TierMoves, TierState
+from cupool.planning.budget.multilevel_walk import Anchors, apply_move, moves_at, waits
 from cupool.planning.budget.params import BudgetParams
 from cupool.planning.budget.result import BudgetResult
 

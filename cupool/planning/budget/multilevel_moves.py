@@ -39,7 +39,7 @@ from cupool.core.vocabulary import (
     Trace,
 )
 from cupool.planning.budget.engine.drops import mark_drops
-from cupool.planning.budget.span_table import SpanTable
+from cupool.planning.budget.span_table import Residencies, SpanTable
 
 
 @dataclass(slots=True)
@@ -212,20 +212,51 @@ class TierState:
         return None
 
     # -- placement: best-fit smallest hole, at the edge next to the later-dying neighbour --
-    def fits_at(self, offset: int, size: int, start: int, end: int, skip: set[int]) -> bool:
+    def fits_at(self, offset: int, size: int, start: int, end: int,
+                skip: list[tuple[int, Span]]) -> bool:
         """``[offset, offset + size)`` is within the budget and free during ops
-        ``[start, end)`` of every residency but those whose ``id()`` is in ``skip``."""
+        ``[start, end)`` of every residency but those of ``skip`` (buffer, span)."""
         return self.table(skip).fits(offset, size, start, end, self.budget)
 
-    def best_fit(self, size: int, start: int, end: int, skip: set[int]) -> int | None:
+    def best_fit(self, size: int, start: int, end: int,
+                 skip: list[tuple[int, Span]]) -> int | None:
         """Best-fit smallest hole in ``[0, budget)`` free during ``[start, end)`` (of every
-        residency but those whose ``id()`` is in ``skip``); inside it, the edge next to
-        the neighbour that dies later (``None`` if no hole fits)."""
+        residency but those of ``skip``); inside it, the edge next to the neighbour that
+        dies later (``None`` if no hole fits)."""
         return self.table(skip).best_fit(size, start, end, self.budget)
 
-    def table(self, skip: set[int]) -> SpanTable:
-        """Every residency but those whose ``id()`` is in ``skip``, as arrays."""
-        return SpanTable(self.spans, self.sizes, skip)
+    def table(self, skip: list[tuple[int, Span]]) -> SpanTable:
+        """Every residency but those of ``skip`` (``(buffer, span)`` pairs), as arrays."""
+        columns = self.columns()
+        return columns.table([self.row(columns, b, span) for b, span in skip])
+
+    def columns(self) -> Residencies:
+        """The residencies as columns, from those :meth:`plan` keeps."""
+        order, parts = self._parts_now()
+        position = (self._position if order is self._order
+                    else {b: i for i, b in enumerate(order)})
+        return Residencies.of(order, position, parts, self.sizes)
+
+    def row(self, columns: Residencies, b: int, span: Span) -> int:
+        """The row of ``columns`` (:meth:`columns`) holding ``span`` of buffer ``b``."""
+        return columns.row(b, next(k for k, s in enumerate(self.spans[b]) if s is span))
+
+    def _parts_now(self) -> tuple[list[int], list[tuple]]:
+        """The buffers in order and each one's residencies as its spans are now, kept
+        nowhere (a move may still edit the spans it owns): :meth:`plan`'s with the buffers
+        owned since made afresh."""
+        if self._parts is None or self._order is None or len(self._order) != len(self.spans):
+            order = sorted(self.spans)
+            return order, [self._fresh(b) for b in order]
+        parts = self._parts[0]
+        if self._stale:
+            parts = list(parts)
+            for b in self._stale:
+                parts[self._position[b]] = self._fresh(b)
+        return self._order, parts
+
+    def _fresh(self, b: int) -> tuple:
+        return tuple(Residency(b, s.start, s.end, s.offset) for s in self.spans[b])
 
     def paired_swap_in(self, out: SwapOut) -> SwapIn | None:
         """The swap-in that reads what ``out`` wrote: the buffer's first swap-in triggered
@@ -314,24 +345,34 @@ class TierMoves:
         if live[new_start:new_end].max(initial=0) > new.budget:
             return None
         new.actions = _without(new.actions, remove) + list(add)
-        table = new.table({id(span)})
+        columns = new.columns()
+        own_row = new.row(columns, b, span)
+        table = columns.table([own_row])
         if table.fits(span.offset, size, new_start, new_end, new.budget):
             return new
-        # re-place: the moved residency and those in its way that begin at or after it
-        moving = [(span, size)]
-        for other_b, others in list(new.spans.items()):
-            other_size = new.sizes[other_b]
-            in_way = [k for k, o in enumerate(others)
-                      if (o is not span and o.start >= new_start and o.start < new_end
-                          and new_start < o.end and o.offset < span.offset + size
-                          and span.offset < o.offset + other_size)]
-            if in_way:
-                others = new.own(other_b)
-                moving += [(others[k], other_size) for k in in_way]
+        # re-place: the moved residency and those in its way that begin at or after it,
+        # buffer by buffer as ``spans`` lists them
+        moving = [(span, size, own_row)]
+        starts = columns.starts
+        in_way = np.flatnonzero((starts >= new_start) & (starts < new_end)
+                                & (new_start < columns.ends)
+                                & (columns.lows < span.offset + size)
+                                & (span.offset < columns.highs))
+        rows: dict[int, list[int]] = {}
+        for row, other_b in zip(in_way.tolist(), columns.buffer_ids[in_way].tolist(),
+                                strict=True):
+            if row != own_row:
+                rows.setdefault(other_b, []).append(row)
+        for other_b in list(new.spans) if rows else ():
+            if other_b in rows:
+                others, first = new.own(other_b), columns.row(other_b, 0)
+                moving += [(others[row - first], new.sizes[other_b], row)
+                           for row in rows[other_b]]
         moving.sort(key=lambda item: (item[0].start, -item[1]))
-        # the others stay where they are; each moved one joins them once placed
-        table = new.table({id(s) for s, _size in moving})
-        for s, s_size in moving:
+        # the others stay where they are (their copies hold the same numbers); each moved
+        # one joins them once placed
+        table = columns.table([row for _s, _size, row in moving])
+        for s, s_size, _row in moving:
             offset = table.best_fit(s_size, s.start, s.end, new.budget)
             if offset is None:
                 return None
@@ -461,116 +502,10 @@ class TierMoves:
             targets = sorted({s.offset for other, spans in new.spans.items() if other != b
                               for s in spans if s.end == span.start and new.sizes[other] >= size})
             offset = next((o for o in targets if o != span.offset
-                           and new.fits_at(o, size, span.start, span.end, {id(span)})), None)
+                           and new.fits_at(o, size, span.start, span.end, [(b, span)])), None)
         else:
-            offset = new.best_fit(size, span.start, span.end, {id(span)})
+            offset = new.best_fit(size, span.start, span.end, [(b, span)])
         if offset is None or offset == span.offset:
             return None
         span.offset = offset
         return new
-
-
-def waits(report) -> np.ndarray:
-    """µs each op waited (for copies or bytes) after its dispatch, recomputes excluded."""
-    n = len(report.op_times)
-    recompute = np.zeros(n)
-    count = len(report.recomputes)
-    if count:  # summed per op in report order, as one loop would
-        np.add.at(recompute, np.fromiter((r[1] for r in report.recomputes), np.int64, count),
-                  np.fromiter((r[3] - r[2] for r in report.recomputes), np.float64, count))
-    times = np.fromiter(itertools.chain.from_iterable(report.op_times), np.float64,
-                        3 * n).reshape(n, 3)
-    return np.maximum(times[:, 1] - times[:, 0] - recompute, 0.0)
-
-
-def _ops_covering(report, op: int, wait_us: float) -> int:
-    """How many ops before ``op`` it takes (at simulated op times) to cover ``wait_us``."""
-    k, covered = op, 0.0
-    while k > 0 and covered < wait_us:
-        k -= 1
-        dispatch, _start, end = report.op_times[k]
-        covered += end - dispatch
-    return op - k
-
-
-class Anchors:
-    """A :class:`TierState`'s actions and residencies by the op :func:`moves_at` anchors
-    their moves at (a swap-out after its op, a recompute and a swap-in at the op they are
-    for, a residency at its start), each list in plan order: made once per state, not
-    once per op."""
-
-    def __init__(self, state: TierState) -> None:
-        self.actions: dict[int, list] = defaultdict(list)
-        for a in state.actions:
-            if isinstance(a, SwapOut):
-                self.actions[a.after_op].append(a)
-            elif isinstance(a, RecomputeAction):
-                self.actions[a.before_op].append(a)
-            elif isinstance(a, SwapIn):
-                self.actions[a.due_op].append(a)
-        self._state = state
-        self._spans: dict[int, list[SpanRef]] | None = None
-
-    @property
-    def spans(self) -> dict[int, list[SpanRef]]:
-        """The residencies by start op, made on first use (only ops that waited read them)."""
-        if self._spans is None:
-            self._spans = defaultdict(list)
-            for b, spans in self._state.spans.items():
-                for k, span in enumerate(spans):
-                    self._spans[span.start].append(SpanRef(b, k))
-        return self._spans
-
-
-def moves_at(state: TierState, op: int, report, waited: np.ndarray, link_moves: bool,
-             level_moves: bool = True, anchors: Anchors | None = None) -> list[Move]:
-    """Moves anchored at ``op``; ``link_moves`` adds those that only relieve the link
-    (cancel a swap, change its level): useless while nothing waits for a copy, so the
-    first pass skips them then. ``anchors``: ``Anchors(state)``, when the caller keeps
-    one."""
-    anchors = anchors or Anchors(state)
-    out = []
-    for a in anchors.actions.get(op, ()):
-        if isinstance(a, SwapOut):
-            if link_moves:
-                out.append(Move("cancel_swap", a))
-                if level_moves:
-                    out.append(Move("level", a))
-                out.append(Move("swap_to_recompute", a))
-        elif isinstance(a, RecomputeAction):
-            out.append(Move("cancel_recompute", a))
-            out.append(Move("recompute_to_swap", a))
-        elif waited[op] > 0:
-            out.append(Move("earlier_trigger", a))
-    if waited[op] > 0:
-        for ref in anchors.spans.get(op, ()):
-            out.append(Move("reoffset", ref))
-            out.append(Move("overwrite", ref))
-    return out
-
-
-def apply_move(moves: TierMoves, state: TierState, move: Move, report,
-               waited: np.ndarray) -> TierState | None:
-    """The state after ``move``, or ``None`` when it does not apply. Moves are listed for
-    the state at the start of an op's turn and tried in turn, each against the state
-    the accepted ones left: a move whose action is gone, or whose residency index no
-    longer exists, does not apply."""
-    kind, subject = move.kind, move.subject
-    if kind in ("reoffset", "overwrite"):
-        if subject.index >= len(state.spans.get(subject.buffer_id, ())):
-            return None
-        return moves.reoffset(state, subject, overwrite=kind == "overwrite")
-    if subject not in state.actions:
-        return None
-    if kind == "cancel_swap":
-        return moves.cancel_swap(state, subject)
-    if kind == "level":
-        return moves.flip_level(state, subject)
-    if kind == "swap_to_recompute":
-        return moves.swap_to_recompute(state, subject)
-    if kind == "cancel_recompute":
-        return moves.cancel_recompute(state, subject)
-    if kind == "recompute_to_swap":
-        return moves.recompute_to_swap(state, subject, report)
-    return moves.earlier_trigger(state, subject,
-                                 _ops_covering(report, subject.due_op, waited[subject.due_op]))

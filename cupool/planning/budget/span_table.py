@@ -8,7 +8,12 @@ for the move and the residencies it has placed are added as it goes (:meth:`add`
 
 from __future__ import annotations
 
+import itertools
+from typing import NamedTuple
+
 import numpy as np
+
+from cupool.sim.replay_input import int_columns
 
 
 class SpanTable:
@@ -29,6 +34,16 @@ class SpanTable:
         self._rows = [np.array(column, dtype=np.int64)
                       for column in (starts, ends, lows, highs)]
         self._added: list[tuple[int, int, int, int]] = []
+
+    @classmethod
+    def of_columns(cls, starts: np.ndarray, ends: np.ndarray, lows: np.ndarray,
+                   highs: np.ndarray) -> SpanTable:
+        """The table of the residencies given as ``int64`` columns (ops ``[starts, ends)``,
+        bytes ``[lows, highs)``)."""
+        table = object.__new__(cls)
+        table._rows = [starts, ends, lows, highs]
+        table._added = []
+        return table
 
     def add(self, start: int, end: int, offset: int, size: int) -> None:
         """A residency placed since: ops ``[start, end)``, bytes ``[offset, offset + size)``."""
@@ -81,3 +96,40 @@ class SpanTable:
             return None
         k = int(fitting[np.argmin(holes[fitting])])
         return int(cursor[k]) if below_end[k] >= ends[k] else int(lows[k] - size)
+
+
+class Residencies(NamedTuple):
+    """A plan's residencies as ``int64`` columns, buffer after buffer in ``order``: buffer
+    ``b``'s residency ``k`` is row ``first[position[b]] + k``."""
+
+    position: dict[int, int]
+    first: np.ndarray
+    buffer_ids: np.ndarray
+    starts: np.ndarray
+    ends: np.ndarray
+    lows: np.ndarray
+    highs: np.ndarray
+
+    @classmethod
+    def of(cls, order: list[int], position: dict[int, int], parts: list[tuple],
+           sizes: dict[int, int]) -> Residencies:
+        """From ``parts[i]``, the residencies (``buffer_id``, ``start``, ``end``,
+        ``offset``) of buffer ``order[i]``; ``position[b]``: ``b``'s index in ``order``."""
+        counts = np.fromiter(map(len, parts), np.int64, len(parts))
+        rows = tuple(itertools.chain.from_iterable(parts))
+        ids, starts, ends, lows = int_columns(rows, ("buffer_id", "start", "end", "offset"))
+        size = np.repeat(np.fromiter((sizes[b] for b in order), np.int64, len(order)), counts)
+        return cls(position, np.cumsum(counts) - counts, ids, starts, ends, lows, lows + size)
+
+    def row(self, buffer_id: int, index: int) -> int:
+        return int(self.first[self.position[buffer_id]]) + index
+
+    def table(self, skip: list[int]) -> SpanTable:
+        """The :class:`SpanTable` of every row but those of ``skip`` (a table answers the
+        same for its rows in any order)."""
+        columns = (self.starts, self.ends, self.lows, self.highs)
+        if skip:
+            keep = np.ones(len(self.starts), dtype=bool)
+            keep[skip] = False
+            columns = tuple(column[keep] for column in columns)
+        return SpanTable.of_columns(*columns)
