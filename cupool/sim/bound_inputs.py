@@ -1,6 +1,8 @@
 """The per-buffer numbers every part of the overhead lower bound reads (module
 :mod:`cupool.sim.bounds`): sizes, lifetimes, uses and writes as arrays, the cost per byte
-of a copy each way, and a lower bound on the compute time of recomputing each buffer.
+of a copy each way (at the fastest host level: a plan names the level of each swap, and
+a pageable copy's fixed cost may undercut a pinned one's), and a lower bound on the
+compute time of recomputing each buffer.
 
 A recompute's time ``r_j`` counts its producer plus a share of the inputs the program had
 already freed (:func:`recompute_us`: those must be rematerialized too).
@@ -10,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from cupool.core.vocabulary import PERSISTENT, TEMPORARY, Trace
+from cupool.core.vocabulary import HOST_LEVELS, PERSISTENT, TEMPORARY, Trace
 from cupool.sim.cost import D2H, H2D
 
 
@@ -35,9 +37,8 @@ class BufferArrays:
         self.last_write = np.array([max(b.write_ops) if b.write_ops else -1 for b in buffers])
         self.pend_first = np.where(self.persistent, 0, self.start)
         self.pend_last = np.where(self.persistent, n - 1, np.maximum(self.start, last_use))
-        per_byte_copy = 1.0 / (cost.gbps(H2D) * 1e3)
-        self.copy_per_byte = per_byte_copy + cost.latency_us / self.size
-        self.out_per_byte = 1.0 / (cost.gbps(D2H) * 1e3) + cost.latency_us / self.size
+        self.copy_per_byte = _fastest_per_byte(cost, H2D, self.size)
+        self.out_per_byte = _fastest_per_byte(cost, D2H, self.size)
         op_us = cost.op_times(trace)
         self.recompute = recompute_us(trace, op_us)
         self.recompute_per_byte = self.recompute / self.size
@@ -67,6 +68,13 @@ class BufferArrays:
         found = self.use_keys[np.minimum(at, len(self.use_keys) - 1)]
         mine = (at < len(self.use_keys)) & (found // stride == candidates)
         return np.where(mine, found % stride, self.n)
+
+
+def _fastest_per_byte(cost, direction: str, sizes) -> np.ndarray:
+    """Each buffer's fastest copy in ``direction`` over the host levels, per byte (µs)."""
+    return np.min([cost.level_latency_us(level) / sizes
+                   + 1.0 / (cost.level_gbps(direction, level) * 1e3)
+                   for level in HOST_LEVELS], axis=0)
 
 
 def recompute_us(trace: Trace, op_us) -> np.ndarray:

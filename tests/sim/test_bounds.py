@@ -11,7 +11,9 @@ from hypothesis import HealthCheck, given, settings, target
 
 from cupool.check import validate_plan
 from cupool.core.vocabulary import (
+    PAGEABLE,
     PERSISTENT,
+    PINNED,
     Buffer,
     Recompute,
     RecomputeAction,
@@ -76,6 +78,26 @@ def test_hand_case_one_swap_after_the_peak():
     report = simulate(trace, swap, SLOW)
     assert report.feasible and report.overhead >= bound.overhead
     assert report.overhead == pytest.approx(26.0 / 30.0)
+
+
+def test_copies_are_priced_at_the_fastest_host_level():
+    """The step above on a link whose pinned copies cost 100 us each and pageable ones 10
+    us (the default) at half the bandwidth: A copied out and back through pageable memory
+    runs at 50.07 us, far below the pinned plan's 230 us; the bound must not exceed it."""
+    link = cost_model(55.0, latency_us=100.0)
+    trace = trace_of([10.0] * 3, Buffer(1, 1000, 0, 3, (0, 2)), Buffer(2, 1000, 1, 2, (1,)))
+    runs = {}
+    for level in (PINNED, PAGEABLE):
+        swap = swap_plan(trace, [Residency(1, 0, 1, 0), Residency(1, 2, 3, 0),
+                                 Residency(2, 1, 2, 0)],
+                         [SwapOut(1, 0, level=level), SwapIn(1, 2, 2, level=level)])
+        assert validate_plan(trace, swap).valid
+        runs[level] = simulate(trace, swap, link).iteration_us
+    assert runs[PAGEABLE] == pytest.approx(50.0 + 2 * 1000 / 27.5e3)
+    assert runs[PINNED] > 200.0
+    bound = overhead_lower_bound(trace, 1000, link)
+    assert bound.details["bound_us"] <= runs[PAGEABLE] + 1e-9
+    assert bound.details["bound_us"] == pytest.approx(runs[PAGEABLE], rel=1e-5)
 
 
 def test_recompute_makes_the_bound_cheaper():
