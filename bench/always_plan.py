@@ -6,8 +6,8 @@ bound and at its largest working set (the smallest budget any plan can have), on
 models each:
 
 - ``recurrent``: a 4-layer recurrent cell unrolled over 14 steps, 423 ops of 15-60 µs, at
-  55 GB/s with a fixed cost of 50 and of 100 µs per copy (what the emulated device measures:
-  every copy costs more than an op);
+  55 GB/s with a fixed cost of 50 and of 100 µs per copy, pinned or pageable (what the
+  emulated device measures: every copy costs more than an op);
 - ``near-budget`` (seeds 0 and 1): 27 ops, 3 buffers of 312 MiB, 60 temporaries of 1-64 MiB,
   8 weights; Gen5 and Gen4;
 - ``persistent-heavy``: weights, gradients and Adam moments over 80% of the peak; Gen5, Gen4;
@@ -68,8 +68,8 @@ class Shape(NamedTuple):
 GEN = {"gen5": cost_model("gen5"), "gen4": cost_model("gen4")}
 SHAPES = (
     Shape("recurrent", lambda: recurrent_trace(14, layers=4, batch=16, inputs=256, hidden=256),
-          {"55GBps 50us": cost_model(55.0, latency_us=50.0),
-           "55GBps 100us": cost_model(55.0, latency_us=100.0)}),
+          {"55GBps 50us": cost_model(55.0, latency_us=50.0, pageable_latency_us=50.0),
+           "55GBps 100us": cost_model(55.0, latency_us=100.0, pageable_latency_us=100.0)}),
     Shape("near-budget-0", lambda: near_budget_trace(0), GEN),
     Shape("near-budget-1", lambda: near_budget_trace(1), GEN),
     Shape("persistent-heavy", persistent_heavy, GEN),
