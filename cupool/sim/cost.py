@@ -19,7 +19,9 @@ are assumptions, overridable per model: ``pageable_*_gbps`` = :data:`PAGEABLE_FR
 (0.5) of the pinned bandwidth of the same direction (``bandwidthTest --memory=pageable``
 on PCIe Gen4/Gen5 hosts typically reports 40-60% of the pinned figure) and
 ``pageable_latency_us`` = :data:`DEFAULT_PAGEABLE_LATENCY_US` (10 µs: staging setup and the
-synchronisation with the host thread). Pageable copies use the same copy engine of their
+synchronisation with the host thread), or the pinned fixed cost where that is higher (a
+measured link, the emulated device's 50-90 µs: a pageable copy pays at least what a
+pinned one does). Pageable copies use the same copy engine of their
 direction (FIFO) as pinned ones::
 
     gen5 pinned:    1 MB -> 3 + 1e6 / 55e3   = 21.18 µs
@@ -57,7 +59,7 @@ class CostModel:
     trace gives none (µs). ``h2d_gbps``, ``d2h_gbps`` and ``latency_us`` are those of
     pinned host memory; the ``pageable_*`` fields those of pageable host memory
     (``None``: :data:`PAGEABLE_FRACTION` of the pinned bandwidth, and
-    :data:`DEFAULT_PAGEABLE_LATENCY_US`).
+    :data:`DEFAULT_PAGEABLE_LATENCY_US` or ``latency_us``, whichever is higher).
 
     ``host_us_per_op`` is what enqueuing one op costs the host (µs), and
     ``host_us_per_action`` what each action of the plan the host enqueues with it costs
@@ -120,7 +122,9 @@ class CostModel:
         """Fixed cost of one copy from or to host ``level`` (µs)."""
         if level == PAGEABLE:
             stated = self.pageable_latency_us
-            return DEFAULT_PAGEABLE_LATENCY_US if stated is None else stated
+            if stated is None:  # never less than a pinned copy's fixed cost
+                return max(DEFAULT_PAGEABLE_LATENCY_US, self.latency_us)
+            return stated
         self.level_gbps(H2D, level)  # names a bad level
         return self.latency_us
 

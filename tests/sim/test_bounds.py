@@ -82,9 +82,12 @@ def test_hand_case_one_swap_after_the_peak():
 
 def test_copies_are_priced_at_the_fastest_host_level():
     """The step above on a link whose pinned copies cost 100 us each and pageable ones 10
-    us (the default) at half the bandwidth: A copied out and back through pageable memory
-    runs at 50.07 us, far below the pinned plan's 230 us; the bound must not exceed it."""
-    link = cost_model(55.0, latency_us=100.0)
+    us (stated: by default a pageable copy costs at least a pinned one) at half the
+    bandwidth: A copied out and back through pageable memory runs at 50.07 us, far below
+    the pinned plan's 230 us; the bound must not exceed it."""
+    assert cost_model(55.0, latency_us=100.0).level_latency_us(PAGEABLE) == 100.0
+    assert cost_model(55.0, latency_us=3.0).level_latency_us(PAGEABLE) == 10.0
+    link = cost_model(55.0, latency_us=100.0, pageable_latency_us=10.0)
     trace = trace_of([10.0] * 3, Buffer(1, 1000, 0, 3, (0, 2)), Buffer(2, 1000, 1, 2, (1,)))
     runs = {}
     for level in (PINNED, PAGEABLE):
