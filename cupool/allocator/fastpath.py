@@ -189,12 +189,7 @@ def make_fast_paths(pool) -> FastPaths:
                 missed += served != planned
                 i += 1
         finally:
-            if held:
-                give(True)
-                if lock.waiters:
-                    lock.wake()
-            for key, (ticket, rounded) in tickets.items():  # left early: they live on
-                _hand_out(blocks, key, ticket, rounded)
+            _leave(held, blocks, tickets)
 
     def serve_each(blocks: dict, ptrs: dict, ops, transient, hooks) -> Served:
         """``serve_ops`` in Python, block by block (with CuPy memory hooks, every block
@@ -240,12 +235,18 @@ def make_fast_paths(pool) -> FastPaths:
                     return Served(j, missed)
             return Served(len(ops), 0)
         finally:
-            if held:
-                give(True)
-                if lock.waiters:
-                    lock.wake()
-            for key, (ticket, rounded) in tickets.items():  # left early: they live on
-                _hand_out(blocks, key, ticket, rounded)
+            _leave(held, blocks, tickets)
+
+    def _leave(held: bool, blocks: dict, tickets: dict) -> None:
+        """The end of a ``serve_ops`` call: the lock given back where it is held, and the
+        transient blocks booked but not freed (the call left early: they live on) handed
+        out into ``blocks``."""
+        if held:
+            give(True)
+            if lock.waiters:
+                lock.wake()
+        for key, (ticket, rounded) in tickets.items():
+            _hand_out(blocks, key, ticket, rounded)
 
     def _hand_out(blocks: dict, key, ticket, rounded: int) -> None:
         try:  # pointer(), inlined
