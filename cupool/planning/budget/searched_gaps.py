@@ -36,11 +36,11 @@ import numpy as np
 from cupool.core.vocabulary import PERSISTENT, Trace
 from cupool.planning.budget.engine.greedy import (
     GreedyOptions,
-    _hot_op_pass,
     apply_option,
     candidate_gaps,
     cost_pass,
     evaluate,
+    hot_op_pass,
 )
 from cupool.planning.budget.engine.placement import Decision, PlacementParams, place_schedule
 from cupool.planning.budget.engine.schedule import IdleGap
@@ -77,7 +77,7 @@ def decode(trace: Trace, budget_bytes: int, cost, forced: tuple[IdleGap, ...],
         if not len(over):
             break
         for op in over[np.argsort(-state.live[over], kind="stable")]:
-            _hot_op_pass(state, int(op), gaps, options)
+            hot_op_pass(state, int(op), gaps, options)
         cost_pass(state, gaps, options)
     return None if state.live.max() > budget_bytes else state
 

@@ -238,7 +238,7 @@ def run_greedy(trace: Trace, budget_bytes: int, cost, options: GreedyOptions,
     if hot_ops:
         everything = candidate_gaps(trace, options.offload_persistent)
         for op in hot_ops:
-            _hot_op_pass(state, op, everything, options)
+            hot_op_pass(state, op, everything, options)
     passes = [candidate_gaps(trace, False)]
     if options.offload_persistent:
         passes.append(candidate_gaps(trace, True))
@@ -280,7 +280,7 @@ def _covers(gap: IdleGap, op: int) -> bool:
     return p < op < q if q > p else (op > p or op < q)
 
 
-def _hot_op_pass(state: PlanState, op: int, gaps: list[IdleGap], options: GreedyOptions) -> None:
+def hot_op_pass(state: PlanState, op: int, gaps: list[IdleGap], options: GreedyOptions) -> None:
     """Cheapest bytes first (lazy heap) among the gaps whose holes cover ``op``, until it
     fits."""
     if state.live[op] <= state.budget:
