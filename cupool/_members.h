@@ -17,23 +17,30 @@ typedef struct {
     Py_ssize_t offset;  /* 0: not a plain object member of `type` */
 } Member;
 
+/* The offset of attribute `name` in instances of `type` where it is a __slots__ member
+ * holding an object (a member descriptor), else 0: any other attribute, or none (no
+ * error is left set). */
+static inline Py_ssize_t member_offset(PyTypeObject *type, PyObject *name) {
+    PyObject *descr = PyObject_GetAttr((PyObject *)type, name);
+    if (descr == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    Py_ssize_t offset = 0;
+    if (Py_IS_TYPE(descr, &PyMemberDescr_Type)) {
+        PyMemberDef *def = ((PyMemberDescrObject *)descr)->d_member;
+        if (def->type == T_OBJECT_EX && !(def->flags & READ_RESTRICTED)) offset = def->offset;
+    }
+    Py_DECREF(descr);
+    return offset;
+}
+
 static inline PyObject *member_get(Member *m, PyObject *obj) {
     PyTypeObject *type = Py_TYPE(obj);
     if (type != m->type) {
         Py_INCREF(type);
         Py_XSETREF(m->type, type);
-        m->offset = 0;
-        PyObject *descr = PyObject_GetAttr((PyObject *)type, *m->name);
-        if (descr == NULL) {
-            PyErr_Clear();
-        } else {
-            if (Py_IS_TYPE(descr, &PyMemberDescr_Type)) {
-                PyMemberDef *def = ((PyMemberDescrObject *)descr)->d_member;
-                if (def->type == T_OBJECT_EX && !(def->flags & READ_RESTRICTED))
-                    m->offset = def->offset;
-            }
-            Py_DECREF(descr);
-        }
+        m->offset = member_offset(type, *m->name);
     }
     if (m->offset > 0) {
         PyObject *value = *(PyObject **)((char *)obj + m->offset);

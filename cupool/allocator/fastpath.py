@@ -168,11 +168,7 @@ def make_fast_paths(pool) -> FastPaths:
         try:
             while True:
                 if not held:
-                    try:
-                        take()
-                    except IndexError:
-                        lock.wait_for()
-                    held = True
+                    held = lock.acquire()
                 status, j, i, missed = serve_loop(ops, j, i, missed, blocks, ptrs,
                                                   transient, tickets, context)
                 if status == LOOP_DONE:
@@ -180,9 +176,7 @@ def make_fast_paths(pool) -> FastPaths:
                 if status == LOOP_MISSED:
                     return Served(j, missed)
                 held = False  # a size for malloc, which takes the lock itself
-                give(True)
-                if lock.waiters:
-                    lock.wake()
+                lock.release()
                 key, nbytes, planned = ops[j][1][i]
                 blocks[key] = malloc(nbytes)  # no local keeps it: its free is a pop
                 served = ptrs[key] = blocks[key].ptr
@@ -210,18 +204,12 @@ def make_fast_paths(pool) -> FastPaths:
                     if hooks or type(nbytes) is not int or nbytes <= 0:
                         if held:  # malloc takes the lock itself
                             held = False
-                            give(True)
-                            if lock.waiters:
-                                lock.wake()
+                            lock.release()
                         blocks[key] = malloc(nbytes)  # no local keeps it: its free is a pop
                         served = ptrs[key] = blocks[key].ptr
                     else:
                         if not held:
-                            try:
-                                take()
-                            except IndexError:
-                                lock.wait_for()
-                            held = True
+                            held = lock.acquire()
                         rounded = (nbytes + 511) & -512
                         ticket = ticket_locked(rounded)
                         served = ptrs[key] = ticket.ptr
@@ -242,9 +230,7 @@ def make_fast_paths(pool) -> FastPaths:
         transient blocks booked but not freed (the call left early: they live on) handed
         out into ``blocks``."""
         if held:
-            give(True)
-            if lock.waiters:
-                lock.wake()
+            lock.release()
         for key, (ticket, rounded) in tickets.items():
             _hand_out(blocks, key, ticket, rounded)
 

@@ -296,12 +296,11 @@ static PyObject *bind(PyObject *self, PyObject *tensor) {
     direct = 0;
     int found = 1;
     for (int i = 0; i < T_SLOTS && found; i++) {
-        PyObject *descr = PyObject_GetAttrString(tensor, slot_names[i]);
-        if (descr == NULL) return NULL;
-        found = Py_IS_TYPE(descr, &PyMemberDescr_Type) &&
-                ((PyMemberDescrObject *)descr)->d_member->type == T_OBJECT_EX;
-        if (found) slot_offsets[i] = ((PyMemberDescrObject *)descr)->d_member->offset;
-        Py_DECREF(descr);
+        PyObject *name = PyUnicode_FromString(slot_names[i]);
+        if (name == NULL) return NULL;
+        slot_offsets[i] = member_offset((PyTypeObject *)tensor, name);
+        Py_DECREF(name);
+        found = slot_offsets[i] > 0;
     }
     if (found && ((PyTypeObject *)tensor)->tp_dictoffset == 0) {
         int same = same_as_class();
