@@ -1,6 +1,6 @@
-"""How long ``auto`` plans take, and how good they are, on a 13k-buffer LSTM trace and the
-shared training traces, at 90/70/50% of each trace's lower bound (PCIe Gen5, the default
-link of :func:`cupool.planning.make_plan`).
+"""How long ``auto`` plans take, and how good they are, on LSTM traces of 13k and 15k
+buffers and the shared training traces, at 90/70/50% of each trace's lower bound (PCIe
+Gen5, the default link of :func:`cupool.planning.make_plan`).
 
 Per cell: the seconds ``auto`` took (``plan_with_budget(trace, budget, "auto")``, what
 ``make_plan(trace, budget, policy="auto")`` runs; wall clock on this machine, the CPU
@@ -12,7 +12,7 @@ also records the machine (CPU count, Python, NumPy, platform) and the git commit
 code was at, with the paths under ``cupool/`` that differed from it.
 
     python bench/auto_speed.py                # every trace; writes bench/results/auto_speed.json
-    python bench/auto_speed.py --traces lstm         # the LSTM trace only
+    python bench/auto_speed.py --traces lstm         # the LSTM traces only
     python bench/auto_speed.py --compare OLD.json    # also print OLD's seconds and overheads
     python bench/auto_speed.py --workers 1           # every member in this process
 """
@@ -39,12 +39,16 @@ from cupool.planning.synthetic import lstm_trace
 TRACES = Path(__file__).resolve().parent.parent / "cupool" / "data" / "traces"
 OUT = Path(__file__).resolve().parent / "results" / "auto_speed.json"
 FRACTIONS = (0.9, 0.7, 0.5)
+LSTM_STEPS = (250, 290)
+"""Steps of the LSTM traces: 13,024 and 15,104 buffers, the sizes planning is timed at."""
 
 
 def traces(which: str):
-    """(name, trace) pairs: the LSTM language model (250 steps, 4 layers, seed 0) unless
-    ``which == "training"``, and every shared training trace unless ``which == "lstm"``."""
-    out = [] if which == "training" else [("lstm_lm_250x4", lstm_trace(250, 4, seed=0))]
+    """(name, trace) pairs: the LSTM language model (4 layers, seed 0) at 250 and 290
+    steps (13,024 and 15,104 buffers) unless ``which == "training"``, and every shared
+    training trace unless ``which == "lstm"``."""
+    out = [] if which == "training" else [(f"lstm_lm_{steps}x4", lstm_trace(steps, 4, seed=0))
+                                          for steps in LSTM_STEPS]
     if which != "lstm":
         out += [(p.name.split(".")[0], load_trace(p))
                 for p in sorted(TRACES.glob("*train*.trace.json.gz"))]
