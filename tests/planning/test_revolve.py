@@ -18,6 +18,7 @@ from cupool.planning.budget.chain import find_chain
 from cupool.planning.budget.chain_traces import adjoint_trace
 from cupool.planning.budget.revolve import build, largest_fitting, plan_revolve, revolve_table
 from cupool.planning.budget.revolve_tables import UNREACHABLE, units_table, weighted_table
+from cupool.planning.budget.searched_schedule import SCHEDULE_SEARCHED
 from cupool.sim.cost import cost_model
 from cupool.sim.simulator import simulate
 from tests.bench_modules import load_bench
@@ -170,7 +171,8 @@ def test_auto_keeps_revolve_when_the_link_is_slow():
     trace = adjoint_trace(32, MIB, step_us=200.0)
     cost = replace(cost_model("gen5"), h2d_gbps=0.5, d2h_gbps=0.5)  # a copy: ~10 steps
     result = plan_with_budget(trace, int(trace.lower_bound_bytes() * 0.3), "auto", cost)
-    assert result.member == "revolve"
+    # revolve's plan, or that plan made faster by the search over its schedule
+    assert result.member in ("revolve", f"revolve, {SCHEDULE_SEARCHED}")
     assert validate_plan(result.trace, result.plan).valid
     assert isinstance(result.candidates["on-demand"], float)
     assert result.candidates["revolve"] < result.candidates["on-demand"]

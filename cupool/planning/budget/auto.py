@@ -114,6 +114,7 @@ from cupool.planning.budget.parallel import (
 )
 from cupool.planning.budget.params import BudgetParams
 from cupool.planning.budget.result import BudgetResult
+from cupool.planning.budget.searched_schedule import schedule_searched
 from cupool.planning.budget.working_sets import KEPT_MEMBER, MEMBER, plan_working_sets
 
 NEAR_TIE = 0.01
@@ -558,6 +559,7 @@ def plan_auto(trace, budget_bytes, cost, params: BudgetParams, started: float) -
         other = refine(trace, last_resort, cost, params)
         if other.simulation.iteration_us < refined.simulation.iteration_us:
             best, refined = last_resort, other
+    best, refined = schedule_searched(trace, best, refined, budget_bytes, cost, params, refine)
     return _chosen(trace, best, refined, report, started)
 
 

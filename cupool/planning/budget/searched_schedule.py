@@ -1,0 +1,433 @@
+"""A local search over a finished plan's schedule, for small traces only.
+
+The members decide gaps one at a time, each with the timing its planner's estimate
+liked best then; on a short step whose excess is a few large buffers and weights that
+must take turns on the link, that leaves plans whose copies queue behind each other
+(three weights triggered at one op, the last of them waited for two milliseconds) where
+one gap taken elsewhere, or a swap-in triggered two ops earlier, would not. This search
+works on the plan itself: the plan's :class:`~.engine.schedule.Schedule` (each buffer's
+gaps off the device, with the op its bytes are freed at, ``resident_until``, and the op
+its swap-in is triggered at, ``resident_from``), read back from its residencies and
+actions (:func:`schedule_of`), and every candidate placed
+(:func:`~.engine.placement.place_schedule`) and simulated: the simulator has the last
+word, not an estimate. A *move* changes one gap:
+
+- takes it back onto the device, or takes an idle gap off it (a swap, at each trigger op
+  its gap allows; a recompute where the buffer has a recipe);
+- moves its swap-in's trigger or the op its bytes are freed at to another op;
+
+and where that leaves ops over the budget, the move is *repaired*: at the fullest op, the
+smallest buffer idle there whose bytes cover the excess (else the largest) leaves the
+device there, by widening a gap of its already taken or taking its idle gap with a hole
+over the gap's ops over the budget, until every op fits::
+
+    op:          13  14  15  16  17  18  19
+    move:        weight w's swap-in triggered at 15 instead of 17 (lands before op 19)
+    over:            ..  ..  ##  ##            ops 15, 16 over the budget by w's bytes
+    repair:      gap of v (idle 13..21) widened to [15, 17): v leaves there instead
+
+The search climbs: moves in a seeded random order, the first that simulates faster is
+taken (first improvement); at a local optimum it restarts from the best schedule with
+:data:`KICK_MOVES` random moves, within ``BudgetParams.schedule_evaluations`` placed
+schedules in all (deterministic: bounded by the count, not the clock). Each evaluation is
+a placement and a simulation, so ``auto`` runs it only on traces of at most
+``BudgetParams.schedule_max_buffers`` buffers.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass, replace
+from typing import NamedTuple
+
+import numpy as np
+
+from cupool.core.vocabulary import (
+    PERSISTENT,
+    PINNED,
+    Plan,
+    RecomputeAction,
+    SwapIn,
+    SwapOut,
+    Trace,
+)
+from cupool.planning.budget.engine.placement import Decision, PlacementParams, place_schedule
+from cupool.planning.budget.engine.residency import residency_intervals, resident_bytes
+from cupool.planning.budget.engine.schedule import (
+    RECOMPUTE,
+    SWAP,
+    ChainRecompute,
+    Gap,
+    IdleGap,
+    Schedule,
+    trace_index,
+)
+from cupool.planning.budget.params import BudgetParams
+from cupool.planning.budget.result import BudgetResult
+
+POLICY = "schedule-search"
+"""The policy name of the plans the search places."""
+KICK_MOVES = 3
+"""Random moves that restart the climb from the best schedule at a local optimum."""
+REPAIR_STEPS = 40
+"""Gaps a repair may take or widen before the move is dropped."""
+IMPROVEMENT_US = 1e-6
+"""A candidate replaces the current schedule only when faster by more than this."""
+
+
+def schedule_of(trace: Trace, plan: Plan) -> Schedule | None:
+    """The schedule that gives ``plan``'s residencies and actions back
+    (:func:`~.engine.residency.residency_intervals`, the triggers of its swap-ins), or
+    ``None`` for a plan no schedule makes here: a static plan, copies through another host
+    level than pinned memory, ephemeral residencies, persistent state taken off in the
+    iteration's head or brought back in its tail."""
+    if not plan.residencies or any(getattr(a, "level", PINNED) != PINNED for a in plan.actions):
+        return None
+    if any(r.end <= r.start for r in plan.residencies):
+        return None
+    spans: dict[int, list] = {}
+    for r in plan.residencies:
+        spans.setdefault(r.buffer_id, []).append(r)
+    remade = {(a.buffer_id, a.before_op) for a in plan.actions
+              if isinstance(a, RecomputeAction)}
+    schedule = Schedule()
+    for buffer_id, held in spans.items():
+        buffer = trace.buffer(buffer_id)
+        held.sort(key=lambda r: r.start)
+        uses = [[u for u in buffer.uses if r.start <= u < r.end] for r in held]
+        for r, used in zip(held, uses, strict=True):
+            if not used:  # a chain recompute: re-made for one op that reads it
+                if r.end - r.start != 1 or (buffer_id, r.start) not in remade:
+                    return None
+                schedule.chains.append(ChainRecompute(buffer_id, r.start, 1))
+        held = [r for r, used in zip(held, uses, strict=True) if used]
+        uses = [used for used in uses if used]
+        if not held:
+            continue
+        if buffer.kind == PERSISTENT and held[0].start > 0:
+            schedule.add(Gap(buffer_id, uses[-1][-1], uses[0][0], SWAP, held[-1].end,
+                             held[0].start))
+        for k in range(1, len(held)):
+            mode = RECOMPUTE if (buffer_id, held[k].start) in remade else SWAP
+            schedule.add(Gap(buffer_id, uses[k - 1][-1], uses[k][0], mode, held[k - 1].end,
+                             held[k].start))
+    rebuilt = sorted(residency_intervals(trace, schedule))
+    if rebuilt != sorted((r.buffer_id, r.start, r.end) for r in plan.residencies):
+        return None
+    triggers = {(g.buffer_id, g.resident_from) for gaps in schedule.gaps.values()
+                for g in gaps if g.mode == SWAP}
+    planned = {(a.buffer_id, a.trigger_op) for a in plan.actions if isinstance(a, SwapIn)}
+    outs = sum(isinstance(a, SwapOut) for a in plan.actions)
+    if (triggers != planned or outs != len(planned)
+            or len(remade) != schedule.count(RECOMPUTE) + len(schedule.chains)):
+        return None
+    return schedule
+
+
+class Searched(NamedTuple):
+    """The search's outcome: the fastest plan it placed (``None``: none beat the start),
+    its simulation, and the schedules it placed."""
+
+    result: BudgetResult | None
+    simulation: object
+    evaluations: int
+
+
+@dataclass(frozen=True)
+class _Move:
+    """Replace gap ``old`` (``None``: none) of a buffer by ``new`` (``None``: keep the
+    buffer on the device there)."""
+
+    old: Gap | None
+    new: Gap | None
+
+
+class _Evaluator:
+    """Places and simulates schedules, each once (keyed by its set of gaps)."""
+
+    def __init__(self, trace: Trace, budget_bytes: int, cost, params: BudgetParams) -> None:
+        self.trace, self.budget, self.cost = trace, budget_bytes, cost
+        self.placement = PlacementParams(params.offset_solver, 1)
+        self.seen: dict[frozenset, tuple[float, BudgetResult | None, object]] = {}
+
+    def __call__(self, schedule: Schedule) -> tuple[float, BudgetResult | None, object]:
+        from cupool.sim.simulator import simulate
+
+        key = _key(schedule)
+        if key not in self.seen:
+            result = place_schedule(self.trace, self.budget, self._decide(schedule), POLICY,
+                                    self.placement, time.perf_counter())
+            if result.feasible:
+                sim = simulate(result.trace, result.plan, self.cost, validate=False)
+                self.seen[key] = (sim.iteration_us, result, sim)
+            else:
+                self.seen[key] = (float("inf"), None, None)
+        return self.seen[key]
+
+    def _decide(self, schedule: Schedule):
+        def decide(internal: int) -> Decision:
+            if internal != self.budget:  # the schedule is fixed: no smaller budget helps
+                return Decision(None, reason=f"{POLICY}: a fixed schedule")
+            return Decision(schedule, {})
+        return decide
+
+
+def _key(schedule: Schedule) -> frozenset:
+    return frozenset([*(g for gaps in schedule.gaps.values() for g in gaps),
+                      *((c.buffer_id, c.op) for c in schedule.chains)])
+
+
+def _with(schedule: Schedule, move: _Move) -> Schedule:
+    """A copy of ``schedule``'s gaps with ``move`` made (no chain recomputes:
+    :func:`_repaired` adds those its recomputes need)."""
+    gaps = {b: list(gs) for b, gs in schedule.gaps.items()}
+    buffer_id = (move.old or move.new).buffer_id
+    held = gaps.setdefault(buffer_id, [])
+    if move.old is not None:
+        held.remove(move.old)
+    if move.new is not None:
+        held.append(move.new)
+    if not held:
+        del gaps[buffer_id]
+    return Schedule(gaps)  # the repair chains what the recomputes still need
+
+
+def _moves(trace: Trace, schedule: Schedule) -> list[_Move]:
+    """Every move of one gap (module docstring), in a fixed order."""
+    index, n = trace_index(trace), trace.num_ops
+    taken = {(g.buffer_id, g.prev_use, g.next_use): g
+             for gaps in schedule.gaps.values() for g in gaps}
+    out: list[_Move] = []
+    for idle in index.gaps:
+        gap = taken.get(tuple(idle))
+        if gap is None:
+            out.extend(_Move(None, new) for new in _new_gaps(idle, n, index.recipes))
+            continue
+        out.append(_Move(gap, None))
+        if gap.mode != SWAP:
+            continue
+        if gap.wraps:
+            froms, untils = range(0, gap.next_use + 1), range(gap.prev_use + 1, n + 1)
+        else:
+            froms = range(gap.resident_until, gap.next_use + 1)
+            untils = range(gap.prev_use + 1, gap.resident_from + 1)
+        out.extend(_Move(gap, replace(gap, resident_from=f)) for f in froms
+                   if f != gap.resident_from)
+        out.extend(_Move(gap, replace(gap, resident_until=u)) for u in untils
+                   if u != gap.resident_until)
+    return out
+
+
+def _new_gaps(idle: IdleGap, n: int, recipes) -> list[Gap]:
+    """The ways to take an idle gap off the device: a swap whose bytes free after its
+    previous use, at each trigger op (across the boundary: triggered at op 0); a recompute
+    where the buffer has a recipe."""
+    buffer_id, prev_use, next_use = idle
+    if idle.wraps:
+        return [Gap(buffer_id, prev_use, next_use, SWAP, prev_use + 1, 0)]
+    out = [Gap(buffer_id, prev_use, next_use, SWAP, prev_use + 1, f)
+           for f in range(prev_use + 1, next_use + 1)]
+    if buffer_id in recipes:
+        out.append(Gap(buffer_id, prev_use, next_use, RECOMPUTE, prev_use + 1, next_use))
+    return out
+
+
+def _covers(gap: Gap, op: int) -> bool:
+    """Whether ``gap``'s hole (the ops its bytes are off the device) holds ``op``."""
+    if gap.wraps:
+        return op >= gap.resident_until or op < gap.resident_from
+    return gap.resident_until <= op < gap.resident_from
+
+
+def _repaired(trace: Trace, schedule: Schedule, budget_bytes: int,
+              max_chain: int) -> Schedule | None:
+    """``schedule`` with gaps taken or widened until every op fits the budget (module
+    docstring), or ``None`` when no idle buffer is left at an op over it."""
+    index, n = trace_index(trace), trace.num_ops
+    for _step in range(REPAIR_STEPS):
+        intervals = residency_intervals(trace, schedule)
+        live = resident_bytes(trace, intervals)
+        over = np.flatnonzero(live > budget_bytes)
+        if not len(over):
+            chained = _chained(schedule, intervals, index.recipes, max_chain)
+            if chained is None or chained is schedule:
+                return chained
+            schedule = chained  # the chains' one-op residencies may need room too
+            continue
+        op = int(over[np.argmax(live[over])])
+        excess = int(live[op]) - budget_bytes
+        taken = {(g.buffer_id, g.prev_use, g.next_use): g
+                 for gaps in schedule.gaps.values() for g in gaps}
+        options = []
+        for idle in index.gaps:
+            inside = (op > idle.prev_use or op < idle.next_use) if idle.wraps else (
+                idle.prev_use < op < idle.next_use)
+            if not inside:
+                continue
+            gap = taken.get(tuple(idle))
+            new = _widened(gap, op) if gap is not None else _opened(idle, op, over, n)
+            if new is not None:
+                options.append((index.sizes[idle.buffer_id], idle.buffer_id, _Move(gap, new)))
+        if not options:
+            return None
+        covering = [o for o in options if o[0] >= excess]
+        chosen = (min(covering, key=lambda o: (o[0], o[1])) if covering
+                  else max(options, key=lambda o: (o[0], -o[1])))
+        schedule = _with(schedule, chosen[2])
+    return None
+
+
+def _chained(schedule: Schedule, intervals, recipes, max_chain: int) -> Schedule | None:
+    """``schedule`` with a chain recompute (:class:`~.engine.schedule.ChainRecompute`) for
+    each input a recompute does not find resident where it runs, the chains' own inputs
+    likewise, up to ``max_chain`` deep; ``schedule`` itself when every recompute finds its
+    inputs; ``None`` when an input is not there and cannot be re-made (no recipe, too deep,
+    or resident there but still being copied in)."""
+    held: dict[int, list] = {}
+    for r in intervals:
+        held.setdefault(r.buffer_id, []).append(r)
+    arriving = {(g.buffer_id, g.resident_from): g.next_use
+                for gaps in schedule.gaps.values() for g in gaps if g.mode == SWAP}
+    pending = [(g.buffer_id, g.resident_from, 0) for gaps in schedule.gaps.values()
+               for g in gaps if g.mode == RECOMPUTE]
+    pending += [(c.buffer_id, c.op, c.depth) for c in schedule.chains]
+    added: list[ChainRecompute] = []
+    made = {(c.buffer_id, c.op) for c in schedule.chains}
+    while pending:
+        buffer_id, op, depth = pending.pop()
+        for source in recipes[buffer_id][1]:
+            holder = next((r for r in held.get(source, ()) if r.start <= op < r.end), None)
+            if holder is not None:
+                if arriving.get((source, holder.start), holder.start) > op:
+                    return None  # its copy in has not landed when the recompute runs
+                continue
+            if (source, op) in made:
+                continue
+            if source not in recipes or depth + 1 > max_chain:
+                return None
+            made.add((source, op))
+            added.append(ChainRecompute(source, op, depth + 1))
+            pending.append((source, op, depth + 1))
+    if not added:
+        return schedule
+    return Schedule({b: list(gs) for b, gs in schedule.gaps.items()},
+                    [*schedule.chains, *added])
+
+
+def _widened(gap: Gap, op: int) -> Gap | None:
+    """A taken swap gap whose hole also covers ``op`` (``None``: it already does, or it is
+    a recompute)."""
+    if gap.mode != SWAP or _covers(gap, op):
+        return None
+    if gap.wraps:
+        return (replace(gap, resident_until=op) if op > gap.prev_use
+                else replace(gap, resident_from=op + 1))
+    return replace(gap, resident_until=min(gap.resident_until, op),
+                   resident_from=max(gap.resident_from, op + 1))
+
+
+def _opened(idle: IdleGap, op: int, over: np.ndarray, n: int) -> Gap:
+    """``idle`` taken off the device by a swap whose hole spans its ops over the budget
+    (from the first to the last; across the boundary, on ``op``'s side of it)."""
+    buffer_id, prev_use, next_use = idle
+    if idle.wraps:
+        if op > prev_use:
+            return Gap(buffer_id, prev_use, next_use, SWAP, op, 0)
+        return Gap(buffer_id, prev_use, next_use, SWAP, n, op + 1)
+    inside = over[(over > prev_use) & (over < next_use)]
+    return Gap(buffer_id, prev_use, next_use, SWAP, int(inside[0]), int(inside[-1]) + 1)
+
+
+def search_schedule(trace: Trace, plan: Plan, iteration_us: float, budget_bytes: int, cost,
+                    params: BudgetParams) -> Searched:
+    """The fastest plan the search finds from ``plan`` (simulated at ``iteration_us``), or
+    ``Searched(None, ...)`` when none beats it or no schedule gives ``plan`` back
+    (:func:`schedule_of`). The plan is placed, not validated: the caller validates it."""
+    start = schedule_of(trace, plan)
+    if start is None:
+        return Searched(None, None, 0)
+    evaluate = _Evaluator(trace, budget_bytes, cost, params)
+    rng = random.Random(params.seed)
+    limit = params.schedule_evaluations
+    value, result, sim = evaluate(start)
+    best = (value, result, sim) if value < iteration_us else (iteration_us, None, None)
+    best_schedule = current = start
+    current_value = min(value, iteration_us)
+    for _round in range(limit):  # a round that places nothing new still ends
+        if len(evaluate.seen) >= limit:
+            break
+        moves = _moves(trace, current)
+        rng.shuffle(moves)
+        improved = False
+        for move in moves:
+            if len(evaluate.seen) >= limit:
+                break
+            candidate = _repaired(trace, _with(current, move), budget_bytes, params.max_chain)
+            if candidate is None:
+                continue
+            value, result, sim = evaluate(candidate)
+            if value < current_value - IMPROVEMENT_US:
+                current, current_value, improved = candidate, value, True
+                if value < best[0] - IMPROVEMENT_US:
+                    best, best_schedule = (value, result, sim), candidate
+                break
+        if improved:
+            continue
+        current = _kicked(trace, best_schedule, budget_bytes, params.max_chain, rng)
+        if current is None or len(evaluate.seen) >= limit:
+            break
+        current_value = evaluate(current)[0]
+    return Searched(best[1], best[2], len(evaluate.seen))
+
+
+def _kicked(trace: Trace, schedule: Schedule, budget_bytes: int, max_chain: int,
+            rng: random.Random) -> Schedule | None:
+    """``schedule`` after :data:`KICK_MOVES` random moves, each repaired (``None``: no move
+    could be repaired)."""
+    for _kick in range(KICK_MOVES):
+        moves = _moves(trace, schedule)
+        rng.shuffle(moves)
+        for move in moves:
+            candidate = _repaired(trace, _with(schedule, move), budget_bytes, max_chain)
+            if candidate is not None:
+                schedule = candidate
+                break
+        else:
+            return None
+    return schedule
+
+
+SCHEDULE_SEARCHED = "schedule searched"
+"""What the member's name in ``auto``'s result gets after it when the search made the
+chosen plan faster."""
+
+
+def schedule_searched(trace: Trace, best: BudgetResult, refined, budget_bytes: int, cost,
+                      params: BudgetParams, refine) -> tuple[BudgetResult, object]:
+    """``auto``'s chosen plan (member ``best``'s, as ``refined``: a
+    :class:`~.auto.Refined`) improved by the search over its schedule and refined again
+    (``refine``: :func:`~.auto.refine`), when that is faster and passes the validator; else
+    ``best`` and ``refined`` as they were. Only on traces of at most
+    ``params.schedule_max_buffers`` buffers, and never on a plan at the ideal."""
+    if (len(trace.buffers) > params.schedule_max_buffers or not params.schedule_evaluations
+            or refined.simulation.overhead <= 0):
+        return best, refined
+    from cupool.check import validate_plan
+
+    searched = search_schedule(trace, refined.plan, refined.simulation.iteration_us,
+                               budget_bytes, cost, params)
+    if searched.result is None or not validate_plan(trace, searched.result.plan).valid:
+        return best, refined
+    entry = BudgetResult(searched.result.plan, trace, best.policy,
+                         simulation=searched.simulation,
+                         member=f"{best.member}, {SCHEDULE_SEARCHED}")
+    again = refine(trace, entry, cost, params)
+    if again.simulation.iteration_us >= refined.simulation.iteration_us:
+        return best, refined
+    return entry, again._replace(stats={**again.stats,
+                                        "schedule_evaluations": searched.evaluations})
+
+
+__all__ = ["POLICY", "SCHEDULE_SEARCHED", "Searched", "schedule_of", "schedule_searched",
+           "search_schedule"]

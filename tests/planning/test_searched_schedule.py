@@ -1,0 +1,98 @@
+"""The search over a chosen plan's schedule (:mod:`cupool.planning.budget.searched_schedule`):
+a plan's residencies and actions are read back as a schedule, and the search returns only
+placed plans that simulate no slower than where it started and pass the validator; ``auto``
+runs it only on small traces."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from cupool.check import validate_plan
+from cupool.planning.budget import BudgetParams, plan_with_budget
+from cupool.planning.budget.engine.residency import residency_intervals
+from cupool.planning.budget.searched_schedule import (
+    SCHEDULE_SEARCHED,
+    schedule_of,
+    search_schedule,
+)
+from cupool.planning.shapes import near_budget_trace
+from cupool.sim import cost_model, simulate
+
+GEN4 = cost_model("gen4")
+SMALL = BudgetParams(refine_evaluations=0, schedule_evaluations=0)
+
+
+def small_step(seed: int):
+    """A 12-op near-budget step (2 large buffers, 12 temporaries, 4 weights)."""
+    return near_budget_trace(seed, ops=12, big=2, big_bytes=96 << 20, small=12, weights=4)
+
+
+@pytest.mark.parametrize(("seed", "fraction"), [(0, 0.75), (2, 0.9), (3, 0.75)])
+def test_the_search_returns_validated_plans_no_slower_than_its_start(seed, fraction):
+    trace = small_step(seed)
+    budget = int(fraction * trace.lower_bound_bytes())
+    start = plan_with_budget(trace, budget, "auto", GEN4, SMALL)
+    assert start.feasible, start.reason
+    assert schedule_of(start.trace, start.plan) is not None
+    params = replace(SMALL, seed=seed, schedule_evaluations=40)
+    searched = search_schedule(start.trace, start.plan, start.simulation.iteration_us, budget,
+                               GEN4, params)
+    assert 0 < searched.evaluations <= params.schedule_evaluations
+    if searched.result is None:
+        return
+    report = validate_plan(start.trace, searched.result.plan)
+    assert report.valid, report.message
+    again = simulate(start.trace, searched.result.plan, GEN4)
+    assert again.iteration_us == pytest.approx(searched.simulation.iteration_us)
+    assert again.iteration_us < start.simulation.iteration_us
+
+
+def test_the_search_finds_a_faster_plan_on_a_checkpointed_step():
+    trace = small_step(3)
+    budget = int(0.75 * trace.lower_bound_bytes())
+    start = plan_with_budget(trace, budget, "auto", GEN4, SMALL)
+    searched = search_schedule(start.trace, start.plan, start.simulation.iteration_us, budget,
+                               GEN4, replace(SMALL, schedule_evaluations=40))
+    assert searched.result is not None
+    assert validate_plan(start.trace, searched.result.plan).valid
+    assert searched.simulation.iteration_us < start.simulation.iteration_us
+
+
+@pytest.mark.parametrize(("seed", "fraction"), [(0, 0.9), (2, 0.8)])
+def test_a_greedy_plan_reads_back_as_the_schedule_that_makes_it(seed, fraction):
+    trace = small_step(seed)
+    budget = int(fraction * trace.lower_bound_bytes())
+    result = plan_with_budget(trace, budget, "greedy", GEN4)
+    assert result.feasible, result.reason
+    schedule = schedule_of(result.trace, result.plan)
+    assert schedule is not None
+    assert sorted(residency_intervals(result.trace, schedule)) == sorted(
+        (r.buffer_id, r.start, r.end) for r in result.plan.residencies)
+
+
+def test_the_search_is_deterministic():
+    trace = small_step(0)
+    budget = int(0.75 * trace.lower_bound_bytes())
+    start = plan_with_budget(trace, budget, "auto", GEN4, SMALL)
+    params = replace(SMALL, schedule_evaluations=30)
+    runs = [search_schedule(start.trace, start.plan, start.simulation.iteration_us, budget,
+                            GEN4, params)
+            for _ in range(2)]
+    plans = [None if r.result is None else (r.result.plan.residencies, r.result.plan.actions)
+             for r in runs]
+    assert plans[0] == plans[1]
+
+
+def test_auto_runs_it_only_on_small_traces():
+    trace = near_budget_trace(1)
+    budget = int(0.9 * trace.lower_bound_bytes())
+    params = BudgetParams(refine_evaluations=20, schedule_evaluations=150)
+    searched = plan_with_budget(trace, budget, "auto", GEN4, params)
+    assert validate_plan(searched.trace, searched.plan).valid
+    skipped = plan_with_budget(trace, budget, "auto", GEN4,
+                               replace(params, schedule_max_buffers=len(trace.buffers) - 1))
+    assert SCHEDULE_SEARCHED not in skipped.member
+    assert "schedule_evaluations" not in skipped.plan.stats
+    assert searched.simulation.iteration_us <= skipped.simulation.iteration_us
