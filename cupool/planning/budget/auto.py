@@ -297,12 +297,18 @@ def fallbacks(trace, budget_bytes, cost, params: BudgetParams, found: bool,
 def boundary_members(trace, budget_bytes, cost, params: BudgetParams) -> list[Member]:
     """:mod:`.boundary` in each of its variants when persistent state with what an op uses
     does not fit the budget at some op (:func:`~.boundary.persistent_over`), else none."""
-    from cupool.planning.budget.boundary import VARIANTS, persistent_over, plan_boundary
+    from cupool.planning.budget.boundary import (
+        VARIANTS,
+        SharedWork,
+        persistent_over,
+        plan_boundary,
+    )
 
     if not persistent_over(trace, budget_bytes):
         return []
+    shared = SharedWork()  # the variants' offsets and greedy states
     return [Member(variant.name, lambda started, variant=variant: plan_boundary(
-                trace, budget_bytes, cost, params, started, variant))
+                trace, budget_bytes, cost, params, started, variant, shared))
             for variant in VARIANTS]
 
 

@@ -99,6 +99,7 @@ from cupool.planning.budget.engine.records import SwapWindow
 from cupool.planning.budget.engine.relief import persistent_floor
 from cupool.planning.budget.engine.residency import HEAD_OUT_OP, residency_intervals
 from cupool.planning.budget.engine.schedule import SWAP, Gap, IdleGap, Schedule, trace_index
+from cupool.planning.budget.engine.snapshot import copy_state
 from cupool.planning.budget.engine.state import PlanState
 from cupool.planning.budget.feedback import refine_triggers
 from cupool.planning.budget.params import BudgetParams
@@ -286,7 +287,8 @@ def _settle_copy_out(state: PlanState, window: SwapWindow) -> None:
 
 
 def offload_persistent(state: PlanState, target: str = "working", eager: bool = False,
-                       order: str = "largest", head: bool = False, split: bool = False) -> int:
+                       order: str = "largest", head: bool = False, split: bool = False,
+                       applied: list | None = None) -> int:
     """Take persistent gaps off the device until no op is over ``target``
     (:data:`TARGETS`; module docstring, steps 1-2), released ``eager`` ly or once the copy
     out has landed (:func:`stretched_window`), in ``order`` (:data:`ORDERS`,
@@ -294,7 +296,8 @@ def offload_persistent(state: PlanState, target: str = "working", eager: bool = 
     head (:func:`head_window`) or not at all; with ``split``, the dirty wrap gaps whose
     previous use is the last of them all in the head (late: :func:`head_window`), the
     others across the boundary (module docstring, *split*). Returns how many were
-    taken."""
+    taken; ``applied``, when given, gets each swap taken, in order (whether in the head,
+    the gap, its window): with the state it started from, what the state is now."""
     trace, n = state.trace, state.n
     if target not in TARGETS:
         raise ValueError(f"target {target!r}: expected one of {TARGETS}")
@@ -332,6 +335,8 @@ def offload_persistent(state: PlanState, target: str = "working", eager: bool = 
         _settle_copy_out(state, window)
         state.taken.add(gap)
         taken += 1
+        if applied is not None:
+            applied.append((in_head, gap, window))
         if floor is not None:
             size = trace.buffer(gap.buffer_id).size
             if gap.wraps and not in_head:  # off across the boundary
@@ -417,23 +422,59 @@ def _placeable(trace: Trace, state: PlanState, budget_bytes: int,
             or place_pairs_first_fit(trace, intervals, budget_bytes).offsets is not None)
 
 
+class SharedWork:
+    """What the variants of one ``auto`` run (one trace, budget, cost model and params)
+    share, so that no variant redoes work another did with the same result: the offsets
+    found (:class:`~.engine.placement.OffsetCache`), and the greedy's states. The state
+    the greedy starts from in :func:`plan_boundary` is a function of the internal budget
+    and the persistent swaps :func:`offload_persistent` applied, in order (what it starts
+    from is the same for every variant), and the greedy is deterministic: a variant whose
+    persistent swaps are another's continues from a copy of the state that one's greedy
+    reached (:func:`~.engine.snapshot.copy_state`)."""
+
+    def __init__(self) -> None:
+        self.offsets = OffsetCache()
+        self._greedy: dict[tuple, PlanState] = {}
+
+    def greedy_state(self, key: tuple) -> PlanState | None:
+        """A copy of the state kept under ``key``, or ``None``."""
+        kept = self._greedy.get(key)
+        return None if kept is None else copy_state(kept)
+
+    def keep(self, key: tuple, state: PlanState) -> None:
+        """Keep a copy of ``state`` (the greedy's, before the variant edits it further)
+        under ``key``: (internal budget, greedy options, the swaps applied before)."""
+        self._greedy[key] = copy_state(state)
+
+
 def plan_boundary(trace, budget_bytes, cost, params: BudgetParams, started: float,
-                  variant: Variant = VARIANTS[0]) -> BudgetResult:
+                  variant: Variant = VARIANTS[0],
+                  shared: SharedWork | None = None) -> BudgetResult:
     """Persistent state off the device by ``variant`` (module docstring), the rest by the
-    greedy."""
+    greedy; ``shared`` with the other variants of the same trace, budget, cost model and
+    params (:class:`SharedWork`), when given."""
     options = GreedyOptions(swap_weight=params.checkpoint_swap_weight,
                             max_chain=params.max_chain, late_trigger="covering")
-    cache = OffsetCache()  # what _placeable solved, placed again by place_schedule
+    # what _placeable solved, placed again by place_schedule
+    cache = OffsetCache() if shared is None else shared.offsets
 
     def decide(internal: int) -> Decision:
         state = PlanState(trace, internal, cost, max_chain=options.max_chain,
                           late_trigger=options.late_trigger)
+        applied: list = []
         taken = offload_persistent(state, variant.target, variant.eager, variant.order,
-                                   variant.head, variant.split)
+                                   variant.head, variant.split, applied)
         persistent_gaps = list(state.taken)
-        for include_persistent in (False, True):
-            if state.live.max() > internal:
-                cost_pass(state, candidate_gaps(trace, include_persistent), options)
+        key = (internal, options, tuple(applied))
+        planned = None if shared is None else shared.greedy_state(key)
+        if planned is not None:
+            state = planned
+        else:
+            for include_persistent in (False, True):
+                if state.live.max() > internal:
+                    cost_pass(state, candidate_gaps(trace, include_persistent), options)
+            if shared is not None:
+                shared.keep(key, state)
 
         def decision(schedule, fullest: FullestOp, moved: int) -> Decision:
             if fullest.resident_bytes > internal:
