@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 import pytest
 
+from cupool.planning.budget import span_table
 from cupool.planning.budget.multilevel_moves import Span
 from cupool.planning.budget.span_table import SpanTable
 
@@ -60,6 +62,7 @@ def random_layout(rng: random.Random):
 
 @pytest.mark.parametrize("seed", range(8))
 def test_span_table_answers_as_the_loop(seed):
+    """The compiled best fit (where built) and the NumPy one answer as the loop."""
     rng = random.Random(seed)
     for _ in range(150):
         budget, sizes, spans = random_layout(rng)
@@ -70,8 +73,9 @@ def test_span_table_answers_as_the_loop(seed):
             size = rng.choice([4, 8, 12, 40, 300])
             start = rng.randint(0, 20)
             end = start + rng.randint(1, 8)
-            assert table.best_fit(size, start, end, budget) == loop_best_fit(
-                spans, sizes, skip, size, start, end, budget)
+            expected = loop_best_fit(spans, sizes, skip, size, start, end, budget)
+            assert table.best_fit(size, start, end, budget) == expected
+            assert table.best_fit_numpy(size, start, end, budget) == expected
             offset = rng.randrange(-4, budget, 4)
             assert table.fits(offset, size, start, end, budget) == loop_fits(
                 spans, sizes, skip, offset, size, start, end, budget)
@@ -87,3 +91,46 @@ def test_added_spans_count_as_placed():
     assert table.best_fit(16, 0, 4, 64) == 32
     assert not table.fits(16, 16, 2, 3, 64)
     assert table.fits(48, 16, 2, 3, 64)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_added_rows_answer_as_rows_it_was_made_with(seed):
+    """Residencies added one by one (past the room the arrays start with) answer as a table
+    made with them from the start."""
+    rng = random.Random(seed)
+    for _ in range(60):
+        budget, sizes, spans = random_layout(rng)
+        grown = SpanTable(spans, sizes, set())
+        every = {b: list(spans_of_b) for b, spans_of_b in spans.items()}
+        for k in range(rng.randint(0, 30)):
+            start = rng.randint(0, 18)
+            span = Span(start, start + rng.randint(1, 6), rng.randrange(0, budget, 4))
+            size = rng.choice([4, 8, 16])
+            grown.add(span.start, span.end, span.offset, size)
+            every[1000 + k], sizes[1000 + k] = [span], size
+        made = SpanTable(every, sizes, set())
+        for _ in range(5):
+            size = rng.choice([4, 8, 12, 40])
+            start = rng.randint(0, 20)
+            end = start + rng.randint(1, 8)
+            assert grown.best_fit(size, start, end, budget) == made.best_fit(
+                size, start, end, budget)
+            assert grown.best_fit_numpy(size, start, end, budget) == made.best_fit(
+                size, start, end, budget)
+            offset = rng.randrange(-4, budget, 4)
+            assert grown.fits(offset, size, start, end, budget) == made.fits(
+                offset, size, start, end, budget)
+
+
+@pytest.mark.skipif(not span_table.COMPILED_AVAILABLE, reason="_spanfit is not built")
+def test_the_compiled_best_fit_checks_its_columns():
+    """The C extension reads C-contiguous int64 columns of one length, and a row count
+    within them; it says which argument is wrong."""
+    from cupool.planning.budget.engine import _spanfit
+
+    column = np.zeros(4, dtype=np.int64)
+    with pytest.raises(TypeError, match="lows"):
+        _spanfit.best_fit(column, column, column.astype(np.int32), column, 4, 8, 0, 1, 64)
+    with pytest.raises(ValueError, match="count"):
+        _spanfit.best_fit(column, column, column, column, 5, 8, 0, 1, 64)
+    assert _spanfit.best_fit(column, column, column, column, 0, 8, 0, 1, 64) == 0

@@ -15,6 +15,14 @@ import numpy as np
 
 from cupool.sim.replay_input import int_columns
 
+try:
+    from cupool.planning.budget.engine import _spanfit
+except ImportError:  # the optional C extension is not built: NumPy answers the same
+    _spanfit = None
+
+COMPILED_AVAILABLE = _spanfit is not None
+"""Whether the C extension ``_spanfit`` is built (:meth:`SpanTable.best_fit` then uses it)."""
+
 
 class SpanTable:
     """Residencies ``[start, end)`` (ops) holding bytes ``[low, high)``: those of ``spans``
@@ -31,36 +39,40 @@ class SpanTable:
                     ends.append(span.end)
                     lows.append(span.offset)
                     highs.append(span.offset + size)
-        self._rows = [np.array(column, dtype=np.int64)
-                      for column in (starts, ends, lows, highs)]
-        self._added: list[tuple[int, int, int, int]] = []
+        self._set_rows([np.array(column, dtype=np.int64)
+                        for column in (starts, ends, lows, highs)])
+
+    def _set_rows(self, columns: list[np.ndarray]) -> None:
+        # the rows in columns with room to grow: rows [0, _count) are the residencies
+        self._columns = columns
+        self._count = len(columns[0])
 
     @classmethod
     def of_columns(cls, starts: np.ndarray, ends: np.ndarray, lows: np.ndarray,
                    highs: np.ndarray) -> SpanTable:
         """The table of the residencies given as ``int64`` columns (ops ``[starts, ends)``,
-        bytes ``[lows, highs)``)."""
+        bytes ``[lows, highs)``; the table does not change them)."""
         table = object.__new__(cls)
-        table._rows = [starts, ends, lows, highs]
-        table._added = []
+        table._set_rows([starts, ends, lows, highs])
         return table
 
     def add(self, start: int, end: int, offset: int, size: int) -> None:
         """A residency placed since: ops ``[start, end)``, bytes ``[offset, offset + size)``."""
-        self._added.append((start, end, offset, offset + size))
+        count = self._count
+        if count == len(self._columns[0]):  # full: room for as many again (a new array)
+            self._columns = [np.concatenate((column, np.zeros(max(count, 8), np.int64)))
+                             for column in self._columns]
+        for column, value in zip(self._columns, (start, end, offset, offset + size),
+                                 strict=True):
+            column[count] = value
+        self._count = count + 1
 
     def _during(self, start: int, end: int) -> tuple[np.ndarray, ...]:
         """Low byte, high byte and end op of every residency sharing an op with
         ``[start, end)``."""
-        starts, ends, lows, highs = self._rows
+        starts, ends, lows, highs = (column[:self._count] for column in self._columns)
         during = (starts < end) & (start < ends)
-        out = [lows[during], highs[during], ends[during]]
-        added = [row for row in self._added if row[0] < end and start < row[1]]
-        if added:
-            extra = np.array(added, dtype=np.int64)
-            out = [np.concatenate((out[0], extra[:, 2])), np.concatenate((out[1], extra[:, 3])),
-                   np.concatenate((out[2], extra[:, 1]))]
-        return tuple(out)
+        return lows[during], highs[during], ends[during]
 
     def fits(self, offset: int, size: int, start: int, end: int, budget: int) -> bool:
         """``[offset, offset + size)`` lies within ``budget`` and no residency holds a byte
@@ -76,6 +88,13 @@ class SpanTable:
         above, else the upper edge (``None``: no hole fits). Holes are scanned in address
         order (residencies sorted by low byte, high byte, end op; a residency raises the
         scan's cursor only where it reaches above it); ties: the lowest hole."""
+        if _spanfit is not None:
+            return _spanfit.best_fit(*self._columns, self._count, size, start, end, budget)
+        return self.best_fit_numpy(size, start, end, budget)
+
+    def best_fit_numpy(self, size: int, start: int, end: int, budget: int) -> int | None:
+        """:meth:`best_fit` in NumPy (where the C extension ``_spanfit`` is not built; the
+        same answers)."""
         lows, highs, ends = self._during(start, end)
         order = np.lexsort((ends, highs, lows))
         lows = np.append(lows[order], budget)
