@@ -43,9 +43,11 @@ class SpanTable:
                         for column in (starts, ends, lows, highs)])
 
     def _set_rows(self, columns: list[np.ndarray]) -> None:
-        # the rows in columns with room to grow: rows [0, _count) are the residencies
+        # the rows in columns with room to grow: rows [0, _count) are the residencies, the
+        # first _sorted of them in address order (sorted for the compiled best fit)
         self._columns = columns
         self._count = len(columns[0])
+        self._sorted = 0
 
     @classmethod
     def of_columns(cls, starts: np.ndarray, ends: np.ndarray, lows: np.ndarray,
@@ -89,8 +91,20 @@ class SpanTable:
         order (residencies sorted by low byte, high byte, end op; a residency raises the
         scan's cursor only where it reaches above it); ties: the lowest hole."""
         if _spanfit is not None:
-            return _spanfit.best_fit(*self._columns, self._count, size, start, end, budget)
+            if not self._sorted and self._count:  # once, before the first query
+                self._sort_rows()
+            return _spanfit.best_fit(*self._columns, self._count, self._sorted, size, start,
+                                     end, budget)
         return self.best_fit_numpy(size, start, end, budget)
+
+    def _sort_rows(self) -> None:
+        """Put the rows in address order (low byte, high byte, end op): the compiled best
+        fit then scans the rows a query meets without sorting them (those added later are
+        sorted per query, fewer)."""
+        starts, ends, lows, highs = (column[:self._count] for column in self._columns)
+        order = np.lexsort((ends, highs, lows))
+        self._columns = [column[order] for column in (starts, ends, lows, highs)]
+        self._sorted = self._count
 
     def best_fit_numpy(self, size: int, start: int, end: int, budget: int) -> int | None:
         """:meth:`best_fit` in NumPy (where the C extension ``_spanfit`` is not built; the
