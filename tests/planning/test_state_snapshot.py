@@ -18,6 +18,7 @@ from cupool.planning.budget.boundary import (
     persistent_over,
     plan_boundary,
 )
+from cupool.planning.budget.engine import copies
 from cupool.planning.budget.engine.greedy import GreedyOptions, candidate_gaps, cost_pass
 from cupool.planning.budget.engine.snapshot import copy_state
 from cupool.planning.budget.engine.state import PlanState
@@ -33,8 +34,9 @@ def _lstm(fraction: float):
 
 def _fingerprint(state: PlanState) -> tuple:
     """What a state's decisions and answers are made of."""
-    return (state.schedule, state.live.tobytes(), state.extra.tobytes(),
-            state.d2h.__getstate__(), state.h2d.__getstate__(), sorted(state.h2d_copies.items()),
+    queues = tuple((q.issues, q.lengths, q.dues, q.caches()) for q in (state.d2h, state.h2d))
+    return (state.schedule, state.live.tobytes(), state.extra.tobytes(), queues,
+            sorted(state.h2d_copies.items()),
             sorted(state.taken), state.recompute_us,
             {b: sorted(h) for b, h in state.holes.items()},
             {b: sorted(p) for b, p in state.pinned.items()})
@@ -47,7 +49,12 @@ def _greedy(state: PlanState, options: GreedyOptions) -> None:
 
 
 @pytest.mark.parametrize("fraction", [0.5, 0.7])
-def test_a_copy_plans_on_as_the_state_and_leaves_it_alone(fraction):
+@pytest.mark.parametrize("queue", ["compiled", "python"])
+def test_a_copy_plans_on_as_the_state_and_leaves_it_alone(fraction, queue, monkeypatch):
+    if queue == "python":  # the states' copy queues in Python (the compiled ones by default)
+        monkeypatch.setattr(copies, "CopyEngine", copies.PythonCopyEngine)
+    elif not copies.COMPILED_AVAILABLE:
+        pytest.skip("_copyq is not built")
     trace, budget = _lstm(fraction)
     options = GreedyOptions(swap_weight=0.05, late_trigger="covering")
     state = PlanState(trace, budget, cost_model("gen5"), late_trigger="covering")

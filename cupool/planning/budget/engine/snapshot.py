@@ -16,6 +16,7 @@ import copy
 
 import numpy as np
 
+from cupool.planning.budget.engine import copies
 from cupool.planning.budget.engine.records import HoleIndex
 from cupool.planning.budget.engine.schedule import Schedule
 from cupool.planning.budget.engine.state import PlanState
@@ -48,7 +49,9 @@ def copy_state(state: PlanState) -> PlanState:
         elif name == "schedule" and type(value) is Schedule:
             copied = Schedule({b: list(gaps) for b, gaps in value.gaps.items()},
                               list(value.chains))
-        else:  # the copy queues, and whatever a later version adds
+        elif copies.COMPILED_AVAILABLE and type(value) is copies.CompiledCopyEngine:
+            copied = copy.copy(value)  # a new queue made from the old one's state
+        else:  # Python's copy queues, and whatever a later version adds
             copied = copy.deepcopy(value)
         setattr(new, name, copied)
     return new
