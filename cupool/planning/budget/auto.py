@@ -59,8 +59,11 @@ uses / across the iteration boundary only when the budget still does not hold.
   refining, and wins only when faster refined (so it never makes ``auto`` slower, and a
   plan exists wherever one can).
 
-It checks each plan with the independent validator, simulates it, and keeps the one with
-the least simulated iteration time (ties: fewer swapped bytes, then member order). A plan
+It simulates each plan and keeps the one with the least simulated iteration time (ties:
+fewer swapped bytes, then member order) that passes the independent validator: a plan is
+validated when ``auto`` relies on it (:mod:`.selection`: before it ends the search, counts
+as found or is refined), and one that fails is excluded as if every plan had been checked
+(``stats["unvalidated"]`` lists the members whose plans were not). A plan
 whose simulated iteration is the ideal one (overhead 0: no stall, no recompute) cannot be
 beaten on time, so the members after it are not planned (``candidates`` says so); among
 plans at the ideal, the first in member order is kept. A greedy member does not run where
@@ -115,6 +118,7 @@ from cupool.planning.budget.parallel import (
 from cupool.planning.budget.params import BudgetParams
 from cupool.planning.budget.result import BudgetResult
 from cupool.planning.budget.searched_schedule import schedule_searched
+from cupool.planning.budget.selection import SEARCHED_MEMBER, Selection
 from cupool.planning.budget.working_sets import KEPT_MEMBER, MEMBER, plan_working_sets
 
 NEAR_TIE = 0.01
@@ -338,10 +342,6 @@ def batch(trace, budget_bytes, cost, params: BudgetParams,
             *working_set_members(trace, budget_bytes, cost, params)]
 
 
-LAST_RESORT_MEMBERS = frozenset({MEMBER, KEPT_MEMBER})
-"""The names of :func:`working_set_members` (those of :mod:`.working_sets`)."""
-
-
 def working_set_members(trace, budget_bytes, cost, params: BudgetParams) -> list[Member]:
     """The last resort that cannot fail where every op's working set fits
     (:mod:`.working_sets`), with all persistent state off the device between uses and with
@@ -356,11 +356,6 @@ CLASSES_MEMBER = "stream(searched keep set, from size classes)"
 
 LONGER_MEMBER = "stream(searched keep set, from size classes, longer)"
 """The streaming member that searches from the same sets with a slower cooling."""
-
-SEARCHED_MEMBER = "stream(searched keep set)"
-"""The member whose plan ``auto`` refines side by side with the best of the others (its
-kept set is searched: the local search may take either plan further)."""
-
 
 class Refined(NamedTuple):
     """A member's plan after feedback and the local search, its simulation and the search's
@@ -395,98 +390,6 @@ def refine(trace, best: BudgetResult, cost, params: BudgetParams) -> Refined:
     return Refined(plan, sim, refined)
 
 
-class Selection:
-    """What ``auto`` keeps of its members' outcomes, given in rank order (:meth:`add`): the
-    ``candidates`` report, why members found nothing, the best plan (least simulated
-    iteration time; ties: fewer swapped bytes, then rank) and the best but the searched
-    member's; a greedy plan that waits for copies by design loses ties to one that does
-    not. The last resort's plans (:func:`working_set_members`) are kept aside
-    (``last_resort``): ``auto`` refines the best of them too when it beats the others'
-    best before refining, and keeps it only when it is faster refined."""
-
-    def __init__(self, trace) -> None:
-        self.trace = trace
-        self.report: dict[str, float | str] = {}
-        self.reasons: list[str] = []
-        self.best: BudgetResult | None = None
-        self.others: BudgetResult | None = None  # the best member but the searched one
-        self.last_resort: BudgetResult | None = None
-        self._last_resort_key = None
-        self._families: dict[str, tuple] = {}  # the best (key, entry) of each family
-        self._best_key = self._others_key = None
-        self.unrepaired: BudgetResult | None = None  # the best placed without a repair
-        self._unrepaired_key = None
-        self.last_plan = None
-
-    def at_ideal(self) -> bool:
-        """Whether the best plan so far runs the ideal iteration (overhead 0): no member
-        can be faster."""
-        return self.best is not None and self.best.simulation.overhead <= 0.0
-
-    def skip(self, names: list[str]) -> None:
-        """Report ``names`` (members after a plan at the ideal) as not planned."""
-        for name in names:
-            self.report[name] = (f"not planned: {self.best.member} already runs the ideal "
-                                 f"iteration (overhead 0)")
-
-    def add(self, rank: int, outcome: MemberOutcome) -> None:
-        self.last_plan = outcome.plan
-        name = outcome.name
-        if not outcome.feasible:
-            self.report[name] = outcome.reason
-            self.reasons.append(f"{name}: {outcome.reason}")
-            return
-        check, sim = outcome.check, outcome.simulation
-        if not check.valid:
-            self.report[name] = f"invalid ({check.rule}): {check.message}"
-            return
-        self.report[name] = sim.overhead
-        # a plan that waits for copies by design (:mod:`.engine.waits`) ranks after the
-        # plans that do not: it wins only where it is faster
-        waits = outcome.plan.stats.get("planned_wait_us", 0.0) > 0
-        key = (sim.iteration_us, sim.swapped_bytes, waits, rank)
-        entry = BudgetResult(outcome.plan, self.trace, outcome.policy, outcome.reason,
-                             simulation=sim, member=name)
-        if name in LAST_RESORT_MEMBERS:
-            if self._last_resort_key is None or key < self._last_resort_key:
-                self.last_resort, self._last_resort_key = entry, key
-            return
-        if "placement_repair" not in outcome.plan.stats and (
-                self._unrepaired_key is None or key < self._unrepaired_key):
-            self.unrepaired, self._unrepaired_key = entry, key
-        if self._best_key is None or key < self._best_key:
-            self.best, self._best_key = entry, key
-        if name == SEARCHED_MEMBER:
-            return
-        if self._others_key is None or key < self._others_key:
-            self.others, self._others_key = entry, key
-        family = _family(name)
-        if family not in self._families or key < self._families[family][0]:
-            self._families[family] = (key, entry)
-
-    @property
-    def runner_up(self) -> BudgetResult | None:
-        """The best plan of another family of members than the best of the others' (the
-        searched member aside; not the same plan), or ``None``."""
-        if self.others is None:
-            return None
-        family = _family(self.others.member)
-        rivals = sorted((key, entry) for name, (key, entry) in self._families.items()
-                        if name != family and not _same_plan(entry.plan, self.others.plan))
-        return rivals[0][1] if rivals else None
-
-
-def _family(member: str) -> str:
-    """A member's family: its name up to its options (``greedy``, ``stream``, ...)."""
-    return member.split("(", 1)[0]
-
-
-def _same_plan(a, b) -> bool:
-    """Whether two members made the same plan (variants often do): refining it twice
-    finds nothing new."""
-    return a.residencies == b.residencies and a.actions == b.actions
-
-
 def member_outcomes(trace, budget_bytes, cost, params: BudgetParams, listed: list[Member],
                     judged: dict) -> Iterator[MemberOutcome]:
     """The outcomes of ``listed`` (:func:`batch`'s members), in rank order: planned in
@@ -502,9 +405,9 @@ def member_outcomes(trace, budget_bytes, cost, params: BudgetParams, listed: lis
 
 
 def plan_auto(trace, budget_bytes, cost, params: BudgetParams, started: float) -> BudgetResult:
-    selection = Selection(trace)
     cache = OffsetCache()
-    judged = {}  # what a plan the members already made got: its check and simulation
+    judged = {}  # what a plan the members already made got: its simulation (and check)
+    selection = Selection(trace, judged)
     ranked_members = members(trace, budget_bytes, cost, params, cache)
     ranked = len(ranked_members)  # the boundary variants and the last resort follow
     # what the workers list (:func:`batch`), the members made once: listing them looks
@@ -516,8 +419,9 @@ def plan_auto(trace, budget_bytes, cost, params: BudgetParams, started: float) -
     for rank, outcome in enumerate(outcomes):
         selection.add(rank, outcome)
         if rank == ranked - 1:
-            found = selection.best is not None
-        if selection.at_ideal():
+            found = selection.confirmed_best() is not None
+        if selection.at_ideal() and selection.confirmed_best() is not None \
+                and selection.at_ideal():
             outcomes.close()  # workers: the members not started are cancelled
             selection.skip([member.name for member in listed[rank + 1:]])
             found = True
@@ -526,20 +430,38 @@ def plan_auto(trace, budget_bytes, cost, params: BudgetParams, started: float) -
         member = first_fit_member(trace, budget_bytes, cost, params, cache)
         selection.add(len(listed), judge(trace, member.name, member.run(time.perf_counter()),
                                          cost, judged))
+    while True:  # again whenever a plan relied on fails the validator (none should)
+        result = _choose(trace, selection, budget_bytes, cost, params, started)
+        if result is not None:
+            return result
+
+
+def _choose(trace, selection: Selection, budget_bytes, cost, params: BudgetParams,
+            started: float) -> BudgetResult | None:
+    """``auto``'s result from its members' plans (:func:`plan_auto`), each validated before
+    it is refined; ``None`` when one fails the validator (``selection`` is then made again
+    without it)."""
+    confirm = selection.confirm
     report, best, others = selection.report, selection.best, selection.others
     last_resort = selection.last_resort
     if best is None and last_resort is not None:
+        if not confirm(last_resort):
+            return None
         refined = refine(trace, last_resort, cost, params)
-        return _chosen(trace, last_resort, refined, report, started)
+        return _chosen(trace, last_resort, refined, selection, started)
     if best is None:
         reason = ("auto: no member found a plan within the budget ("
                   + "; ".join(selection.reasons) + ")")
         plan = selection.last_plan
         plan = replace(plan, solver="auto", stats={**plan.stats, "reason": reason})
         return BudgetResult(plan, trace, "auto", reason, candidates=report)
+    if not confirm(best):
+        return None
     refined = refine(trace, best, cost, params)
     if others is not None and others is not best:
         # refined, the best of the other members may still win (ties: it does)
+        if not confirm(others):
+            return None
         other = refine(trace, others, cost, params)
         if other.simulation.iteration_us <= refined.simulation.iteration_us:
             best, refined = others, other
@@ -548,6 +470,8 @@ def plan_auto(trace, budget_bytes, cost, params: BudgetParams, started: float) -
             runner_up.simulation.iteration_us
             <= others.simulation.iteration_us * (1.0 + NEAR_TIE)):
         # as close as that, it may refine further than the best of the others did
+        if not confirm(runner_up):
+            return None
         other = refine(trace, runner_up, cost, params)
         if other.simulation.iteration_us < refined.simulation.iteration_us:
             best, refined = runner_up, other
@@ -556,25 +480,30 @@ def plan_auto(trace, budget_bytes, cost, params: BudgetParams, started: float) -
             and unrepaired is not best and unrepaired is not others):
         # a plan placed by a repair is the best before refining: the best placed
         # without one may refine further (a planner's plan at a smaller budget often does)
+        if not confirm(unrepaired):
+            return None
         other = refine(trace, unrepaired, cost, params)
         if other.simulation.iteration_us < refined.simulation.iteration_us:
             best, refined = unrepaired, other
     if last_resort is not None and (last_resort.simulation.iteration_us
                                     < selection.best.simulation.iteration_us):
         # the last resort beat every member before refining: refined, it may still
+        if not confirm(last_resort):
+            return None
         other = refine(trace, last_resort, cost, params)
         if other.simulation.iteration_us < refined.simulation.iteration_us:
             best, refined = last_resort, other
     best, refined = schedule_searched(trace, best, refined, budget_bytes, cost, params, refine)
-    return _chosen(trace, best, refined, report, started)
+    return _chosen(trace, best, refined, selection, started)
 
 
-def _chosen(trace, best: BudgetResult, refined: Refined, report: dict,
+def _chosen(trace, best: BudgetResult, refined: Refined, selection: Selection,
             started: float) -> BudgetResult:
     """``auto``'s result: member ``best``'s plan as refined."""
     plan, sim = refined.plan, refined.simulation
+    report = selection.report
     stats = {**plan.stats, "member": best.member, "simulated_overhead": sim.overhead,
-             "candidates": report, **refined.stats}
+             "candidates": report, "unvalidated": selection.unvalidated, **refined.stats}
     plan = replace(plan, solver="auto", stats=stats, solve_seconds=time.perf_counter() - started)
     return BudgetResult(plan, trace, "auto", candidates=report, member=best.member,
                         simulation=sim)

@@ -2,13 +2,13 @@
 
 Each worker gets the planning inputs once (:class:`PlanningInputs`, with the function that
 lists the members, pickled once to a temporary file that the pool's initializer reads); it
-lists the members itself (a member is a closure, which does not pickle) and plans,
-validates and simulates the members it is sent, each named by its index in that list.
-What comes back is plain data (:class:`MemberOutcome`: the plan, why there is none, the
-validator's report and the simulation; not the trace, which the parent already holds), and
-the parent combines the outcomes in member order exactly as it combines those of members
-planned in its own process: the plan, ``candidates`` and the member chosen do not depend on
-the number of workers. The greedy members a worker
+lists the members itself (a member is a closure, which does not pickle) and plans and
+simulates the members it is sent, each named by its index in that list.
+What comes back is plain data (:class:`MemberOutcome`: the plan, why there is none and the
+simulation; not the trace, which the parent already holds), and the parent combines the
+outcomes in member order exactly as it combines those of members planned in its own
+process, validating the plans it relies on: the plan, ``candidates`` and the member chosen
+do not depend on the number of workers. The greedy members a worker
 plans share that worker's :class:`~.engine.placement.OffsetCache` (an exact cache: a member
 planned in another worker solves its offsets again, which costs time only).
 
@@ -70,8 +70,11 @@ class MemberOutcome:
 
     name: the member's name in ``candidates``.
     plan: its plan (any status); ``policy`` and ``reason``: its :class:`BudgetResult`'s.
-    check: the validator's report of a feasible plan (``None`` for any other status).
-    simulation: the simulator's report of a valid plan (else ``None``).
+    check: the validator's report of a feasible plan once checked (``None``: not checked
+      yet, :class:`~.selection.Selection` checks the plans ``auto`` relies on; or not
+      feasible).
+    simulation: the simulator's report of a feasible plan (``None``: not feasible, or
+      found invalid).
     """
 
     name: str
@@ -86,21 +89,33 @@ class MemberOutcome:
         return self.plan.status == SolveStatus.FEASIBLE
 
 
+def judged_key(plan: Plan) -> tuple:
+    """What makes two members' plans the same plan (judged once)."""
+    return (plan.status, plan.arena_bytes, plan.capacity_bytes, plan.placements,
+            plan.residencies, plan.actions)
+
+
 def judge(trace: Trace, name: str, result: BudgetResult, cost, judged: dict) -> MemberOutcome:
-    """``result`` (member ``name``'s) checked by the validator and, when valid, simulated;
-    ``judged`` holds what plans already seen got (a plan made twice is judged once)."""
+    """``result`` (member ``name``'s) simulated when feasible; ``judged`` holds what plans
+    already seen got (a plan made twice is simulated once). The validator checks it only
+    when the simulator cannot replay it (an invalid plan is then reported as such, a valid
+    one's error raised): ``auto`` validates the plans it relies on
+    (:class:`~.selection.Selection`)."""
     from cupool.sim.simulator import simulate
 
     plan = result.plan
     check = sim = None
     if result.feasible:
-        same = (plan.status, plan.arena_bytes, plan.capacity_bytes, plan.placements,
-                plan.residencies, plan.actions)
-        if same not in judged:
-            check = validate_plan(trace, plan)
-            judged[same] = (check, simulate(trace, plan, cost, validate=False)
-                            if check.valid else None)
-        check, sim = judged[same]
+        key = judged_key(plan)
+        if key not in judged:
+            try:
+                judged[key] = (None, simulate(trace, plan, cost, validate=False))
+            except Exception:
+                check = validate_plan(trace, plan)
+                if check.valid:
+                    raise
+                judged[key] = (check, None)
+        check, sim = judged[key]
     return MemberOutcome(name, plan, result.policy, result.reason, check, sim)
 
 
