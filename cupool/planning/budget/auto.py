@@ -83,7 +83,11 @@ members is refined too and the faster refined plan kept (ties: the other's), so 
 can only make ``auto`` faster. So is the best plan of another family of members (greedy,
 capuchin, stream, boundary, ...) when it comes within :data:`NEAR_TIE` of the best of the
 others: which of two plans that close but made differently refines further is not known
-before refining both (ties: the one refined first).
+before refining both (ties: the one refined first). Last, on traces of at most
+``params.schedule_max_buffers`` buffers, the plan kept is searched further over its
+schedule (:mod:`.searched_schedule`: each gap's free and trigger ops re-chosen, gaps taken
+or put back, every candidate placed and simulated), validated and refined again, and kept
+only when faster (the member's name then ends in ``, schedule searched``).
 ``BudgetResult.candidates`` lists every member's overhead or why it has none.
 
 ``segments-ga`` is not a member: on the shared traces it never beat the greedy (it migrates

@@ -17,9 +17,10 @@ word, not an estimate. A *move* changes one gap:
 - moves its swap-in's trigger or the op its bytes are freed at to another op;
 
 and where that leaves ops over the budget, the move is *repaired*: at the fullest op, the
-smallest buffer idle there whose bytes cover the excess (else the largest) leaves the
-device there, by widening a gap of its already taken or taking its idle gap with a hole
-over the gap's ops over the budget, until every op fits::
+buffer idle there that is used again last (Belady's rule: its copy in has the most time;
+ties: one whose bytes cover the excess, the smallest) leaves the device there, by
+widening a gap of its already taken or taking its idle gap with a hole over the gap's ops
+over the budget, until every op fits::
 
     op:          13  14  15  16  17  18  19
     move:        weight w's swap-in triggered at 15 instead of 17 (lands before op 19)
@@ -29,7 +30,8 @@ over the gap's ops over the budget, until every op fits::
 The search climbs: moves in a seeded random order, the first that simulates faster is
 taken (first improvement); at a local optimum it restarts from the best schedule with
 :data:`KICK_MOVES` random moves, within ``BudgetParams.schedule_evaluations`` placed
-schedules in all (deterministic: bounded by the count, not the clock). Each evaluation is
+schedules in all, and ends after :data:`STALL_PLACEMENTS` without a faster one
+(deterministic: bounded by counts, not the clock). Each evaluation is
 a placement and a simulation, so ``auto`` runs it only on traces of at most
 ``BudgetParams.schedule_max_buffers`` buffers.
 """
@@ -68,6 +70,9 @@ from cupool.planning.budget.result import BudgetResult
 
 POLICY = "schedule-search"
 """The policy name of the plans the search places."""
+STALL_PLACEMENTS = 400
+"""The search ends after this many placements without a faster plan (most of the
+near-budget shapes' gains come within the first 400 placements)."""
 KICK_MOVES = 3
 """Random moves that restart the climb from the best schedule at a local optimum."""
 REPAIR_STEPS = 40
@@ -91,6 +96,7 @@ def schedule_of(trace: Trace, plan: Plan) -> Schedule | None:
         spans.setdefault(r.buffer_id, []).append(r)
     remade = {(a.buffer_id, a.before_op) for a in plan.actions
               if isinstance(a, RecomputeAction)}
+    triggered = {(a.buffer_id, a.trigger_op) for a in plan.actions if isinstance(a, SwapIn)}
     schedule = Schedule()
     for buffer_id, held in spans.items():
         buffer = trace.buffer(buffer_id)
@@ -105,7 +111,8 @@ def schedule_of(trace: Trace, plan: Plan) -> Schedule | None:
         uses = [used for used in uses if used]
         if not held:
             continue
-        if buffer.kind == PERSISTENT and held[0].start > 0:
+        if buffer.kind == PERSISTENT and (held[0].start > 0
+                                          or (buffer_id, 0) in triggered):
             schedule.add(Gap(buffer_id, uses[-1][-1], uses[0][0], SWAP, held[-1].end,
                              held[0].start))
         for k in range(1, len(held)):
@@ -117,9 +124,8 @@ def schedule_of(trace: Trace, plan: Plan) -> Schedule | None:
         return None
     triggers = {(g.buffer_id, g.resident_from) for gaps in schedule.gaps.values()
                 for g in gaps if g.mode == SWAP}
-    planned = {(a.buffer_id, a.trigger_op) for a in plan.actions if isinstance(a, SwapIn)}
     outs = sum(isinstance(a, SwapOut) for a in plan.actions)
-    if (triggers != planned or outs != len(planned)
+    if (triggers != triggered or outs != len(triggered)
             or len(remade) != schedule.count(RECOMPUTE) + len(schedule.chains)):
         return None
     return schedule
@@ -193,29 +199,39 @@ def _with(schedule: Schedule, move: _Move) -> Schedule:
     return Schedule(gaps)  # the repair chains what the recomputes still need
 
 
+def _taken(schedule: Schedule) -> dict[tuple[int, int, int], Gap]:
+    """The schedule's gaps by ``(buffer_id, prev_use, next_use)``."""
+    return {(g.buffer_id, g.prev_use, g.next_use): g
+            for gaps in schedule.gaps.values() for g in gaps}
+
+
 def _moves(trace: Trace, schedule: Schedule) -> list[_Move]:
     """Every move of one gap (module docstring), in a fixed order."""
-    index, n = trace_index(trace), trace.num_ops
-    taken = {(g.buffer_id, g.prev_use, g.next_use): g
-             for gaps in schedule.gaps.values() for g in gaps}
+    index, taken = trace_index(trace), _taken(schedule)
     out: list[_Move] = []
     for idle in index.gaps:
-        gap = taken.get(tuple(idle))
-        if gap is None:
-            out.extend(_Move(None, new) for new in _new_gaps(idle, n, index.recipes))
-            continue
-        out.append(_Move(gap, None))
-        if gap.mode != SWAP:
-            continue
-        if gap.wraps:
-            froms, untils = range(0, gap.next_use + 1), range(gap.prev_use + 1, n + 1)
-        else:
-            froms = range(gap.resident_until, gap.next_use + 1)
-            untils = range(gap.prev_use + 1, gap.resident_from + 1)
-        out.extend(_Move(gap, replace(gap, resident_from=f)) for f in froms
-                   if f != gap.resident_from)
-        out.extend(_Move(gap, replace(gap, resident_until=u)) for u in untils
-                   if u != gap.resident_until)
+        out.extend(_gap_moves(trace, idle, taken.get(tuple(idle))))
+    return out
+
+
+def _gap_moves(trace: Trace, idle: IdleGap, gap: Gap | None) -> list[_Move]:
+    """The moves of one idle gap: taken off the device (``gap`` is ``None``), else put
+    back or re-timed."""
+    n = trace.num_ops
+    if gap is None:
+        return [_Move(None, new) for new in _new_gaps(idle, n, trace_index(trace).recipes)]
+    out = [_Move(gap, None)]
+    if gap.mode != SWAP:
+        return out
+    if gap.wraps:
+        froms, untils = range(0, gap.next_use + 1), range(gap.prev_use + 1, n + 1)
+    else:
+        froms = range(gap.resident_until, gap.next_use + 1)
+        untils = range(gap.prev_use + 1, gap.resident_from + 1)
+    out.extend(_Move(gap, replace(gap, resident_from=f)) for f in froms
+               if f != gap.resident_from)
+    out.extend(_Move(gap, replace(gap, resident_until=u)) for u in untils
+               if u != gap.resident_until)
     return out
 
 
@@ -257,8 +273,7 @@ def _repaired(trace: Trace, schedule: Schedule, budget_bytes: int,
             continue
         op = int(over[np.argmax(live[over])])
         excess = int(live[op]) - budget_bytes
-        taken = {(g.buffer_id, g.prev_use, g.next_use): g
-                 for gaps in schedule.gaps.values() for g in gaps}
+        taken = _taken(schedule)
         options = []
         for idle in index.gaps:
             inside = (op > idle.prev_use or op < idle.next_use) if idle.wraps else (
@@ -268,13 +283,13 @@ def _repaired(trace: Trace, schedule: Schedule, budget_bytes: int,
             gap = taken.get(tuple(idle))
             new = _widened(gap, op) if gap is not None else _opened(idle, op, over, n)
             if new is not None:
-                options.append((index.sizes[idle.buffer_id], idle.buffer_id, _Move(gap, new)))
+                options.append(_Option(index.sizes[idle.buffer_id], idle.buffer_id,
+                                       _Move(gap, new)))
         if not options:
             return None
-        covering = [o for o in options if o[0] >= excess]
-        chosen = (min(covering, key=lambda o: (o[0], o[1])) if covering
-                  else max(options, key=lambda o: (o[0], -o[1])))
-        schedule = _with(schedule, chosen[2])
+        chosen = max(options, key=lambda o: (_ops_ahead(o.move.new.next_use, op, n),
+                                             o.size >= excess, -o.size, -o.buffer_id))
+        schedule = _with(schedule, chosen.move)
     return None
 
 
@@ -315,6 +330,19 @@ def _chained(schedule: Schedule, intervals, recipes, max_chain: int) -> Schedule
                     [*schedule.chains, *added])
 
 
+class _Option(NamedTuple):
+    """A way for the repair to free ``size`` bytes of buffer ``buffer_id`` at an op."""
+
+    size: int
+    buffer_id: int
+    move: _Move
+
+
+def _ops_ahead(next_use: int, op: int, n: int) -> int:
+    """Ops from ``op`` to ``next_use`` (across the iteration boundary when not after it)."""
+    return next_use - op if next_use > op else next_use + n - op
+
+
 def _widened(gap: Gap, op: int) -> Gap | None:
     """A taken swap gap whose hole also covers ``op`` (``None``: it already does, or it is
     a recompute)."""
@@ -351,34 +379,67 @@ def search_schedule(trace: Trace, plan: Plan, iteration_us: float, budget_bytes:
     rng = random.Random(params.seed)
     limit = params.schedule_evaluations
     value, result, sim = evaluate(start)
-    best = (value, result, sim) if value < iteration_us else (iteration_us, None, None)
-    best_schedule = current = start
-    current_value = min(value, iteration_us)
+    best = _Best(start, value, result, sim)
+    if not value < iteration_us:
+        best = _Best(start, iteration_us, None, None)
+    _climb(trace, budget_bytes, params, evaluate, best, rng, limit)
+    return Searched(best.result, best.simulation, len(evaluate.seen))
+
+
+@dataclass
+class _Best:
+    """The fastest schedule placed so far, its iteration and its placed plan (``None``
+    while it is the start plan itself) and simulation."""
+
+    schedule: Schedule
+    value: float
+    result: BudgetResult | None
+    simulation: object
+
+    def offer(self, schedule: Schedule, value: float, result, simulation) -> bool:
+        """Keep ``schedule`` when it is faster; whether it was."""
+        if value < self.value - IMPROVEMENT_US:
+            self.schedule, self.value = schedule, value
+            self.result, self.simulation = result, simulation
+            return True
+        return False
+
+
+def _climb(trace: Trace, budget_bytes: int, params: BudgetParams, evaluate, best: _Best,
+           rng: random.Random, limit: int) -> None:
+    """First improvement from the best schedule, every move in a seeded random order,
+    restarted by :func:`_kicked` at a local optimum, until ``limit`` schedules are placed."""
+    current, current_value = best.schedule, best.value
+    found_at = len(evaluate.seen)  # placements when the best was last improved
+
+    def spent() -> bool:
+        placed = len(evaluate.seen)
+        return placed >= limit or placed - found_at >= STALL_PLACEMENTS
+
     for _round in range(limit):  # a round that places nothing new still ends
-        if len(evaluate.seen) >= limit:
-            break
+        if spent():
+            return
         moves = _moves(trace, current)
         rng.shuffle(moves)
         improved = False
         for move in moves:
-            if len(evaluate.seen) >= limit:
-                break
+            if spent():
+                return
             candidate = _repaired(trace, _with(current, move), budget_bytes, params.max_chain)
             if candidate is None:
                 continue
             value, result, sim = evaluate(candidate)
             if value < current_value - IMPROVEMENT_US:
                 current, current_value, improved = candidate, value, True
-                if value < best[0] - IMPROVEMENT_US:
-                    best, best_schedule = (value, result, sim), candidate
+                if best.offer(candidate, value, result, sim):
+                    found_at = len(evaluate.seen)
                 break
         if improved:
             continue
-        current = _kicked(trace, best_schedule, budget_bytes, params.max_chain, rng)
-        if current is None or len(evaluate.seen) >= limit:
-            break
+        current = _kicked(trace, best.schedule, budget_bytes, params.max_chain, rng)
+        if current is None or spent():
+            return
         current_value = evaluate(current)[0]
-    return Searched(best[1], best[2], len(evaluate.seen))
 
 
 def _kicked(trace: Trace, schedule: Schedule, budget_bytes: int, max_chain: int,
