@@ -175,10 +175,18 @@ def test_a_table_read_from_a_stream_of_candidates_is_the_table_of_their_list(lst
 
 class _OpsOverBudget:
     """What a score table reads of a planning state: bytes resident per op, the budget,
-    buffer sizes and the over-budget count of a span."""
+    buffer sizes, the over-budget ops and count of a span, and a version of the over-budget
+    ops that changes when they do (here the ops themselves: ``live`` is changed directly)."""
 
     def __init__(self, live: np.ndarray, budget: int, sizes: dict[int, int]) -> None:
         self.live, self.budget, self.sizes = live, budget, sizes
+
+    def over_budget_ops(self) -> list[int]:
+        return np.flatnonzero(self.live > self.budget).tolist()
+
+    @property
+    def over_version(self) -> bytes:
+        return (self.live > self.budget).tobytes()
 
     def over_budget_count(self, start: int, end: int) -> int:
         return int((self.live[start:end] > self.budget).sum())

@@ -86,6 +86,7 @@ class ScoreTable:
         self._left = 0  # rows no longer active
         self._scores = np.full(n, np.inf)
         self._over: np.ndarray | None = None  # which ops the scores count as over
+        self._version = -1  # the state's over_version when _over was taken
         self._dirty: set[int] = set()  # rows changed since
 
     def update(self, i: int, option: Scored) -> None:
@@ -126,7 +127,19 @@ class ScoreTable:
     def scores(self, state: PlanState) -> np.ndarray:
         """:func:`option_score` of every active gap's last option (``inf``: inactive or
         freeing nothing at an op over the budget), as a new array."""
+        state.over_budget_ops()  # kept up to date from now on, with over_version
+        if self._over is not None and state.over_version == self._version:
+            # no op went over or under the budget since: only the rows changed since
+            if self._dirty:
+                rows = np.array(sorted(self._dirty), dtype=np.int64)
+                self._dirty.clear()
+                if len(rows) <= self.FEW_ROWS:
+                    self._rescore_few(state, rows.tolist())
+                else:
+                    self._rescore(self._over, rows)
+            return self._scores.copy()
         over = state.live > state.budget
+        self._version = state.over_version
         if self._over is None:
             rows = None
         else:
@@ -160,7 +173,10 @@ class ScoreTable:
         """:meth:`_rescore` of a few rows, one by one (the same operations on the same
         float64 values, without NumPy's cost per call)."""
         count = state.over_budget_count
-        s1, e1, s2, e2 = (bound[rows].tolist() for bound in self._hole_bounds)
+        if len(rows) <= 2:  # the usual case: a row or two, read one value at a time
+            s1, e1, s2, e2 = ([int(bound[i]) for i in rows] for bound in self._hole_bounds)
+        else:
+            s1, e1, s2, e2 = (bound[rows].tolist() for bound in self._hole_bounds)
         for k, i in enumerate(rows):
             if not self.active[i]:
                 self._scores[i] = np.inf

@@ -82,6 +82,7 @@ class PlanState:
         self._copy_times: dict[int, tuple[float, float]] = {}  # by buffer: d2h, h2d µs
         self.live = index.base_live.copy()
         self._over: list[int] | None = None  # over_budget_ops(), once asked
+        self.over_version = 0  # changes whenever _over does (an op crossed the budget)
         self._over_mask = np.zeros(0, dtype=bool)  # live > budget, with _over
         self.d2h = copies.CopyEngine()
         self.h2d = copies.CopyEngine()
@@ -121,6 +122,7 @@ class PlanState:
         if self._over is None:
             self._over_mask = self.live > self.budget
             self._over = np.flatnonzero(self._over_mask).tolist()
+            self.over_version += 1
         return self._over
 
     def _live_changed(self, start: int, end: int) -> None:
@@ -134,6 +136,7 @@ class PlanState:
         flipped = np.flatnonzero(now != mask)
         if not len(flipped):
             return
+        self.over_version += 1
         mask[:] = now
         if len(flipped) > 8:
             lo = bisect.bisect_left(over, start)
