@@ -26,7 +26,8 @@ class BudgetResult:
     reason: ``None`` for a feasible plan, else one line saying why there is none, such as
       ``"infeasible: op 12 needs 805306368 bytes resident (budget 536870912 bytes)"``.
     candidates: ``auto`` only (else ``None``): per member, its plan's simulated overhead
-      (a fraction of the iteration without swaps) or why it has none.
+      (a fraction of the iteration without swaps) or why it has none (the plans ``auto``
+      did not rely on are not validated: ``plan.stats["unvalidated"]`` names them).
     member: ``auto`` only: the member whose plan was kept (``None`` when none was).
     simulation: ``auto`` only: the simulator's report of the returned plan.
     """
