@@ -34,10 +34,11 @@ class BudgetParams:
       a 41-op inference step of 50 gaps 1-3 s, for one plan 7% faster in ten; a 400-op
       recurrent step has 793).
     search_evaluations: decodings that member may run.
-    schedule_max_buffers: traces with more buffers than this get no search over the
-      chosen plan's schedule (:mod:`.searched_schedule`: each of its evaluations is a
-      placement and a simulation; on the 27-op near-budget shapes, 71 buffers, it takes
-      1-4 s).
+    schedule_max_buffers, schedule_max_gaps: traces with more buffers, or more idle gaps,
+      than these get no search over the chosen plan's schedule (:mod:`.searched_schedule`:
+      each of its evaluations is a placement and a simulation, 2-15 ms on the shapes of
+      ``bench/always_plan.py``, 34-94 idle gaps, where it takes 1-10 s; on a 149-op
+      recurrent program of 101 buffers 30 ms).
     schedule_evaluations: schedules that search may place and simulate (0: none).
     refine_evaluations: simulations ``auto``'s final local search (:mod:`.multilevel`) may
       run on the best plan (0: none).
@@ -81,6 +82,7 @@ class BudgetParams:
     search_max_gaps: int = 48
     search_evaluations: int = 160
     schedule_max_buffers: int = 200
+    schedule_max_gaps: int = 100
     schedule_evaluations: int = 1000
     refine_evaluations: int = 240
     max_chain: int = 6

@@ -74,8 +74,17 @@ from cupool.planning.budget.working_sets import KEPT_MEMBER, MEMBER
 POLICY = "schedule-search"
 """The policy name of the plans the search places."""
 STALL_PLACEMENTS = 400
-"""The search ends after this many placements without a faster plan (most of the
-near-budget shapes' gains come within the first 400 placements)."""
+"""A climb ends after this many placements without a faster plan (most of the
+near-budget shapes' gains come within the first 400 placements), or after
+:data:`STALL_PER_MOVE` per move of the plan's schedule when that is fewer (a small trace's
+few moves are all tried long before)."""
+STALL_PER_MOVE = 2
+IDLE_ROUNDS = 3
+"""A climb also ends after this many rounds in a row (every move of its schedule, then a
+kick) that placed no schedule not placed before: a small trace's neighbourhood is used up."""
+MIN_OVERHEAD = 0.01
+"""Plans closer to the ideal iteration than this are not searched (on the test suite's
+small traces such plans were never made faster, at 1-8 s each)."""
 CLIMBS = 2
 """Climbs from the plan's schedule at most (the second in another order of moves: on
 near-budget-1 at 70% on Gen5 it found 49.0% where the first stalled at 57.2%)."""
@@ -384,6 +393,7 @@ def search_schedule(trace: Trace, plan: Plan, iteration_us: float, budget_bytes:
     evaluate = _Evaluator(trace, budget_bytes, cost, params)
     rng = random.Random(params.seed)
     limit = params.schedule_evaluations
+    stall = min(STALL_PLACEMENTS, STALL_PER_MOVE * len(_moves(trace, start)))
     value, result, sim = evaluate(start)
     if not value < iteration_us:  # the start is the plan itself, as it was placed
         value, result, sim = iteration_us, None, None
@@ -393,7 +403,7 @@ def search_schedule(trace: Trace, plan: Plan, iteration_us: float, budget_bytes:
         if placed >= limit:
             break
         run = _Best(start, value, result, sim)
-        _climb(trace, budget_bytes, params, evaluate, run, rng, limit)
+        _climb(trace, budget_bytes, params, evaluate, run, rng, limit, stall)
         best.offer(run.schedule, run.value, run.result, run.simulation)
         if len(evaluate.seen) == placed:
             break
@@ -420,19 +430,22 @@ class _Best:
 
 
 def _climb(trace: Trace, budget_bytes: int, params: BudgetParams, evaluate, best: _Best,
-           rng: random.Random, limit: int) -> None:
+           rng: random.Random, limit: int, stall: int) -> None:
     """First improvement from the best schedule, every move in a seeded random order,
-    restarted by :func:`_kicked` at a local optimum, until ``limit`` schedules are placed."""
+    restarted by :func:`_kicked` at a local optimum, until ``limit`` schedules are placed,
+    ``stall`` without a faster one, or :data:`IDLE_ROUNDS` rounds none."""
     current, current_value = best.schedule, best.value
     found_at = len(evaluate.seen)  # placements when the best was last improved
 
     def spent() -> bool:
         placed = len(evaluate.seen)
-        return placed >= limit or placed - found_at >= STALL_PLACEMENTS
+        return placed >= limit or placed - found_at >= stall
 
+    idle = 0  # rounds in a row that placed nothing new
     for _round in range(limit):  # a round that places nothing new still ends
-        if spent():
+        if spent() or idle >= IDLE_ROUNDS:
             return
+        placed = len(evaluate.seen)
         moves = _moves(trace, current)
         rng.shuffle(moves)
         improved = False
@@ -449,7 +462,9 @@ def _climb(trace: Trace, budget_bytes: int, params: BudgetParams, evaluate, best
                     found_at = len(evaluate.seen)
                 break
         if improved:
+            idle = 0
             continue
+        idle = idle + 1 if len(evaluate.seen) == placed else 0
         current = _kicked(trace, best.schedule, budget_bytes, params.max_chain, rng)
         if current is None or spent():
             return
@@ -484,12 +499,14 @@ def schedule_searched(trace: Trace, best: BudgetResult, refined, budget_bytes: i
     :class:`~.auto.Refined`) improved by the search over its schedule and refined again
     (``refine``: :func:`~.auto.refine`), when that is faster and passes the validator; else
     ``best`` and ``refined`` as they were. Only on traces of at most
-    ``params.schedule_max_buffers`` buffers, never on a plan at the ideal, and not on the
+    ``params.schedule_max_buffers`` buffers and ``params.schedule_max_gaps`` idle gaps, on
+    plans at least :data:`MIN_OVERHEAD` over the ideal iteration, and not on the
     last resort's (:mod:`.working_sets`: a cache of byte ranges whose placements cost
     10-15 ms each, where no search of the shapes of ``bench/always_plan.py`` found a faster
     one)."""
     if (len(trace.buffers) > params.schedule_max_buffers or not params.schedule_evaluations
-            or refined.simulation.overhead <= 0 or best.member in (MEMBER, KEPT_MEMBER)):
+            or refined.simulation.overhead < MIN_OVERHEAD or best.member in (MEMBER, KEPT_MEMBER)
+            or len(trace_index(trace).gaps) > params.schedule_max_gaps):
         return best, refined
     from cupool.check import validate_plan
 
