@@ -443,12 +443,11 @@ def _by_op_columns(num_ops, residencies, arrays: ResidencyArrays, actions, cost)
     if np.any(at < 0) or np.any(ids[leaving] != out_ids) or np.any(afters >= ends[leaving]):
         return None
     times = _CopyTimes(cost)
-    in_us = times.each(arrays.sizes[entering], H2D, list(map(attrgetter("level"), ins)))
+    in_us = times.each(arrays.sizes[entering], H2D, ins)
     kept = _copied(outs)
     leaving = leaving[kept]
     nbytes = arrays.sizes[leaving]
-    out_us = times.each(nbytes, D2H, [a.level for a, keep in zip(outs, kept.tolist(),
-                                                                   strict=True) if keep])
+    out_us = times.each(nbytes, D2H, outs, kept)
     dues = np.where((dues >= 0) & (dues < num_ops), dues, -1)
     if np.any(sorted_keys[1:] == sorted_keys[:-1]):  # a key twice: every one of them
         filled = ~np.isin(keys, in_keys)
@@ -458,6 +457,9 @@ def _by_op_columns(num_ops, residencies, arrays: ResidencyArrays, actions, cost)
     return _ByOp(in_ids, triggers, dues, entering, in_us, out_ids[kept], afters[kept],
                  leaving, out_us, recomputes, filled, int(nbytes.max(initial=0)),
                  times.shortest())
+
+
+_LEVEL = attrgetter("level")
 
 
 def _copied(outs) -> np.ndarray:
@@ -481,17 +483,28 @@ class _CopyTimes:
             self.times[key] = self.cost.copy_us(nbytes, direction, level)
         return self.times[key]
 
-    def each(self, nbytes: np.ndarray, direction, levels: list) -> np.ndarray:
-        """The copy time of each ``(nbytes[k], levels[k])``, as a ``float64`` column."""
+    def each(self, nbytes: np.ndarray, direction, actions: list,
+             kept: np.ndarray | None = None) -> np.ndarray:
+        """The copy time of each ``(nbytes[k], levels[k])``, as a ``float64`` column:
+        ``levels`` those of ``actions``, or of those ``kept`` marks (one per row)."""
+        distinct = set(map(_LEVEL, actions))
+        if len(distinct) == 1:  # one level (the usual case; every kept row's too)
+            return self._one_level(nbytes, direction, *distinct)
+        levels = list(map(_LEVEL, actions))
+        if kept is not None:
+            levels = list(itertools.compress(levels, kept.tolist()))
         distinct = set(levels)
-        if len(distinct) == 1:  # one level (the usual case): once per size
-            (level,) = distinct
-            unique, inverse = np.unique(nbytes, return_inverse=True)
-            times = [self.of(n, direction, level) for n in unique.tolist()]
-            return np.array(times, np.float64)[inverse]
+        if len(distinct) == 1:
+            return self._one_level(nbytes, direction, *distinct)
         keys = list(zip(nbytes.tolist(), levels, strict=True))
         times = {key: self.of(key[0], direction, key[1]) for key in dict.fromkeys(keys)}
         return np.array([times[key] for key in keys], np.float64)
+
+    def _one_level(self, nbytes: np.ndarray, direction, level) -> np.ndarray:
+        """Each row's copy time at ``level``: once per size."""
+        unique = np.unique(nbytes)
+        times = [self.of(n, direction, level) for n in unique.tolist()]
+        return np.array(times, np.float64)[np.searchsorted(unique, nbytes)]
 
     def shortest(self):
         return min(self.times.values(), default=0.0)

@@ -39,7 +39,7 @@ from cupool.core.vocabulary import (
     Trace,
 )
 from cupool.planning.budget.engine.drops import mark_drops
-from cupool.planning.budget.span_table import Residencies, SpanTable
+from cupool.planning.budget.span_table import Residencies, SpanTable, order_sizes
 
 
 @dataclass(slots=True)
@@ -96,6 +96,7 @@ class TierState:
         self._made: dict[int, _Made] = {}  # by buffer: its residencies, made by plan()
         self._order: list[int] | None = None  # the buffers of spans, sorted, made by plan()
         self._position: dict[int, int] = {}  # each buffer's index in _order
+        self._order_sizes: tuple[list, np.ndarray] | None = None  # an order, its sizes
         # plan()'s residencies and arena bytes per buffer of _order (lists shared with
         # copies, never edited), and the buffers owned since they were made
         self._parts: tuple[list, list] | None = None
@@ -114,6 +115,7 @@ class TierState:
         other._owned = set()
         other._made = dict(self._made)
         other._order, other._position = self._order, self._position
+        other._order_sizes = self._order_sizes
         other._parts, other._stale = self._parts, set(self._stale)
         other._live, other._live_base, other._owned_ops = None, self.live(), {}
         self._owned = set()  # the lists are shared now: either state copies before editing
@@ -235,7 +237,9 @@ class TierState:
         order, parts = self._parts_now()
         position = (self._position if order is self._order
                     else {b: i for i, b in enumerate(order)})
-        return Residencies.of(order, position, parts, self.sizes)
+        if self._order_sizes is None or self._order_sizes[0] is not order:
+            self._order_sizes = (order, order_sizes(order, self.sizes))
+        return Residencies.of(order, position, parts, self._order_sizes[1])
 
     def row(self, columns: Residencies, b: int, span: Span) -> int:
         """The row of ``columns`` (:meth:`columns`) holding ``span`` of buffer ``b``."""
@@ -261,8 +265,9 @@ class TierState:
     def paired_swap_in(self, out: SwapOut) -> SwapIn | None:
         """The swap-in that reads what ``out`` wrote: the buffer's first swap-in triggered
         after it, else (across the iteration boundary) its earliest swap-in."""
-        ins = sorted((a for a in self.actions if isinstance(a, SwapIn)
-                      and a.buffer_id == out.buffer_id), key=lambda a: a.trigger_op)
+        b = out.buffer_id
+        ins = sorted((a for a in self.actions if a.buffer_id == b and isinstance(a, SwapIn)),
+                     key=lambda a: a.trigger_op)
         later = [a for a in ins if a.trigger_op > out.after_op]
         return later[0] if later else (ins[0] if ins else None)
 
@@ -301,8 +306,10 @@ class TierState:
 def _without(actions: list, gone) -> list:
     """``actions`` without those equal to one of ``gone`` (compared field by field only
     where the kind and buffer match)."""
+    buffers = {g.buffer_id for g in gone}
     keys = {(type(g), g.buffer_id) for g in gone}
-    return [a for a in actions if (type(a), a.buffer_id) not in keys or a not in gone]
+    return [a for a in actions if a.buffer_id not in buffers
+            or (type(a), a.buffer_id) not in keys or a not in gone]
 
 
 class SpanRef(NamedTuple):

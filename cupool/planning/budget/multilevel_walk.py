@@ -8,6 +8,7 @@ the state the accepted ones left (:func:`apply_move`, by :class:`~.multilevel_mo
 from __future__ import annotations
 
 import itertools
+import operator
 from collections import defaultdict
 
 import numpy as np
@@ -39,6 +40,12 @@ def _ops_covering(report, op: int, wait_us: float) -> int:
     return op - k
 
 
+def _holds(actions: list, action) -> bool:
+    """``action in actions``: the same object looked for first (a scan that calls no
+    ``__eq__``), then an equal one."""
+    return any(map(operator.is_, actions, itertools.repeat(action))) or action in actions
+
+
 class Anchors:
     """A :class:`TierState`'s actions and residencies by the op :func:`moves_at` anchors
     their moves at (a swap-out after its op, a recompute and a swap-in at the op they are
@@ -48,7 +55,14 @@ class Anchors:
     def __init__(self, state: TierState) -> None:
         self.actions: dict[int, list] = defaultdict(list)
         for a in state.actions:
-            if isinstance(a, SwapOut):
+            kind = type(a)  # the exact types first: a subclass takes the isinstance tests
+            if kind is SwapOut:
+                self.actions[a.after_op].append(a)
+            elif kind is SwapIn:
+                self.actions[a.due_op].append(a)
+            elif kind is RecomputeAction:
+                self.actions[a.before_op].append(a)
+            elif isinstance(a, SwapOut):
                 self.actions[a.after_op].append(a)
             elif isinstance(a, RecomputeAction):
                 self.actions[a.before_op].append(a)
@@ -106,7 +120,7 @@ def apply_move(moves: TierMoves, state: TierState, move: Move, report,
         if subject.index >= len(state.spans.get(subject.buffer_id, ())):
             return None
         return moves.reoffset(state, subject, overwrite=kind == "overwrite")
-    if subject not in state.actions:
+    if not _holds(state.actions, subject):
         return None
     if kind == "cancel_swap":
         return moves.cancel_swap(state, subject)

@@ -131,6 +131,11 @@ class SpanTable:
         return int(cursor[k]) if below_end[k] >= ends[k] else int(lows[k] - size)
 
 
+def order_sizes(order: list[int], sizes: dict[int, int]) -> np.ndarray:
+    """The size of each buffer of ``order``, as an ``int64`` column."""
+    return np.fromiter((sizes[b] for b in order), np.int64, len(order))
+
+
 class Residencies(NamedTuple):
     """A plan's residencies as ``int64`` columns, buffer after buffer in ``order``: buffer
     ``b``'s residency ``k`` is row ``first[position[b]] + k``."""
@@ -145,13 +150,16 @@ class Residencies(NamedTuple):
 
     @classmethod
     def of(cls, order: list[int], position: dict[int, int], parts: list[tuple],
-           sizes: dict[int, int]) -> Residencies:
+           sizes: dict[int, int] | np.ndarray) -> Residencies:
         """From ``parts[i]``, the residencies (``buffer_id``, ``start``, ``end``,
-        ``offset``) of buffer ``order[i]``; ``position[b]``: ``b``'s index in ``order``."""
+        ``offset``) of buffer ``order[i]``; ``position[b]``: ``b``'s index in ``order``;
+        ``sizes``: by buffer id, or already as :func:`order_sizes` of ``order``."""
         counts = np.fromiter(map(len, parts), np.int64, len(parts))
         rows = tuple(itertools.chain.from_iterable(parts))
         ids, starts, ends, lows = int_columns(rows, ("buffer_id", "start", "end", "offset"))
-        size = np.repeat(np.fromiter((sizes[b] for b in order), np.int64, len(order)), counts)
+        if not isinstance(sizes, np.ndarray):
+            sizes = order_sizes(order, sizes)
+        size = np.repeat(sizes, counts)
         return cls(position, np.cumsum(counts) - counts, ids, starts, ends, lows, lows + size)
 
     def row(self, buffer_id: int, index: int) -> int:
