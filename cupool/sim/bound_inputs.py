@@ -5,7 +5,10 @@ a pageable copy's fixed cost may undercut a pinned one's), and a lower bound on 
 compute time of recomputing each buffer.
 
 A recompute's time ``r_j`` counts its producer plus a share of the inputs the program had
-already freed (:func:`recompute_us`: those must be rematerialized too).
+already freed (:func:`recompute_us`: those must be rematerialized too). At one op ``i``
+the bound knows more: a buffer off the device there and recomputed before its next use
+is recomputed after op ``i``, so every input freed by op ``i + 1`` must be rematerialized
+for it (:meth:`BufferArrays.chain_us`, priced by :func:`remat_us`).
 """
 
 from __future__ import annotations
@@ -42,12 +45,15 @@ class BufferArrays:
         op_us = cost.op_times(trace)
         self.recompute = recompute_us(trace, op_us)
         self.recompute_per_byte = self.recompute / self.size
+        self.producer_us = np.array([float(op_us[b.recompute.op]) if b.recompute is not None
+                                     else np.inf for b in buffers])
         self.used_at = [[] for _ in range(n)]
         for index, b in enumerate(buffers):
             for u in b.uses:
                 self.used_at[u].append(index)
         # every (buffer, use) as one sorted key, for vectorized next-use lookups
         self.n = n
+        self._chains(trace, remat_us(trace, op_us))
         owners = np.repeat(np.arange(len(buffers), dtype=np.int64),
                            [len(b.uses) for b in buffers])
         uses = np.fromiter((u for b in buffers for u in b.uses), dtype=np.int64,
@@ -57,6 +63,66 @@ class BufferArrays:
         for index, b in enumerate(buffers):
             if b.kind == TEMPORARY:
                 self.born_temporary[b.start].append(index)
+
+    def _chains(self, trace, remat) -> None:
+        """Every (buffer, temporary recipe input) pair, sorted by ``owner * (n + 2) + input
+        end`` (``chain_keys``), with the input's size and its share (over its readers,
+        :func:`recompute_us`) of its producer's time and of the rest of :func:`remat_us`."""
+        buffers, stride = trace.buffers, self.n + 2
+        index = {b.id: k for k, b in enumerate(buffers)}
+        readers = _readers(trace)
+        owners, inputs = [], []
+        for k, b in enumerate(buffers):
+            if b.recompute is None:
+                continue
+            for x in set(b.recompute.inputs):
+                if x != b.id and trace.buffer(x).kind != PERSISTENT:
+                    owners.append(k)
+                    inputs.append(index[x])
+        owners = np.array(owners, dtype=np.int64)
+        inputs = np.array(inputs, dtype=np.int64)
+        ends = np.array([buffers[x].end for x in inputs], dtype=np.int64)
+        keys = owners * stride + np.minimum(ends, self.n + 1)
+        order = np.argsort(keys, kind="stable")
+        self.chain_keys, inputs, ends = keys[order], inputs[order], ends[order]
+        share = 1.0 / np.array([readers[buffers[x].id] for x in inputs], dtype=np.float64)
+        self.chain_end, self.chain_size = ends, self.size[inputs]
+        self.chain_producer = self.producer_us[inputs] * share
+        with np.errstate(invalid="ignore"):  # inf - inf: no recipe, blocked below
+            self.chain_rest = np.where(np.isinf(remat[inputs]), 0.0,
+                                       (remat[inputs] - self.producer_us[inputs]) * share)
+        self.chain_blocked = np.isinf(remat[inputs])
+
+    def chain_us(self, candidates, i: int, room: float) -> tuple[np.ndarray, np.ndarray]:
+        """Each candidate's chain at op ``i``: its share of rematerializing the temporary
+        inputs of its recipe that the program freed by op ``i + 1`` (``end <= i + 1``): a
+        recompute after op ``i`` reads them after their lifetime, so each comes back only
+        by a recompute of its own. Returned as ``(late, anywhere)``: ``late`` the producers
+        of the inputs whose rematerialization runs after op ``i`` -- alive at op ``i``
+        (``end == i + 1``, so rematerialized at op ``i + 1`` or later) or larger than
+        ``room`` (the budget beyond what op ``i`` must hold: rematerialized before op ``i``
+        and read after it, it would be resident at op ``i``) --, ``anywhere`` the rest
+        (``inf`` in both when an input has no recipe)."""
+        stride = self.n + 2
+        candidates = np.asarray(candidates, dtype=np.int64)
+        low = np.searchsorted(self.chain_keys, candidates * stride, side="left")
+        high = np.searchsorted(self.chain_keys, candidates * stride + i + 1, side="right")
+        counts = high - low
+        late = np.zeros(len(candidates))
+        anywhere = np.zeros(len(candidates))
+        if not counts.any():
+            return late, anywhere
+        owner = np.repeat(np.arange(len(candidates)), counts)
+        pair = np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
+        pair += np.repeat(low, counts)
+        after = (self.chain_end[pair] == i + 1) | (self.chain_size[pair] > room)
+        producer = self.chain_producer[pair]
+        blocked = np.bincount(owner, self.chain_blocked[pair], len(candidates)) > 0
+        producer = np.where(self.chain_blocked[pair], 0.0, producer)
+        late = np.bincount(owner, np.where(after, producer, 0.0), len(candidates))
+        anywhere = np.bincount(owner, np.where(after, 0.0, producer) + self.chain_rest[pair],
+                               len(candidates))
+        return np.where(blocked, np.inf, late), np.where(blocked, np.inf, anywhere)
 
     def next_uses(self, candidates, i: int) -> np.ndarray:
         """Each candidate's first use after op ``i`` (``n`` when none)."""
@@ -75,6 +141,47 @@ def _fastest_per_byte(cost, direction: str, sizes) -> np.ndarray:
     return np.min([cost.level_latency_us(level) / sizes
                    + 1.0 / (cost.level_gbps(direction, level) * 1e3)
                    for level in HOST_LEVELS], axis=0)
+
+
+def _readers(trace: Trace) -> dict[int, int]:
+    """How many recipes read each buffer."""
+    readers: dict[int, int] = {}
+    for b in trace.buffers:
+        if b.recompute is not None:
+            for x in set(b.recompute.inputs):
+                readers[x] = readers.get(x, 0) + 1
+    return readers
+
+
+def remat_us(trace: Trace, op_us) -> np.ndarray:
+    """A lower bound on the compute time of *rematerializing* each buffer (recomputing it
+    after its lifetime ended, to feed a later recompute; ``inf``: no recipe).
+
+    A rematerialization of ``x`` runs before an op ``r' >= x.end``, so every temporary
+    input ``y`` of the recipe with ``y.end <= x.end`` is dead then and must be
+    rematerialized too; ``x`` is charged its producer plus each such ``y``'s charge split
+    over ``y``'s readers, as in :func:`recompute_us` (an input the recursion has not
+    priced yet -- produced by the same op -- is charged nothing). At least
+    :func:`recompute_us` (``x.end >= x.start + 1``)."""
+    buffers = trace.buffers
+    readers = _readers(trace)
+    out = np.full(len(buffers), np.inf)
+    done = np.zeros(len(buffers), dtype=bool)
+    index = {b.id: k for k, b in enumerate(buffers)}
+    for k in sorted(range(len(buffers)), key=lambda k: (buffers[k].start, k)):
+        b = buffers[k]
+        done[k] = True
+        if b.recompute is None:
+            continue
+        total = float(op_us[b.recompute.op])
+        for x in set(b.recompute.inputs):
+            buf = trace.buffer(x)
+            if x == b.id or buf.kind == PERSISTENT or buf.end > b.end:
+                continue
+            if done[index[x]]:
+                total += out[index[x]] / readers[x]
+        out[k] = total
+    return out
 
 
 def recompute_us(trace: Trace, op_us) -> np.ndarray:
@@ -113,4 +220,4 @@ def recompute_us(trace: Trace, op_us) -> np.ndarray:
     return out
 
 
-__all__ = ["BufferArrays", "recompute_us"]
+__all__ = ["BufferArrays", "recompute_us", "remat_us"]

@@ -50,13 +50,33 @@ duality, for any ``mu, lam, split`` in ``[0, 1]``, with ``nu = (1-mu) split`` an
     T >= mu P + d + lam S + min over choices of (nu Hb / k + rho Db / k + lam R
                                                   + (1-lam) Ha / k)
 
+(a recompute's chain below is weighted ``min(mu, lam)`` instead of ``lam``)
 because ``max(u, v, w) >= mu u + nu v + rho w``. For fixed weights the minimum is a
 fractional knapsack (each byte of buffer ``j`` costs the cheapest of its options per
 byte; take the cheapest ``X`` bytes), computed exactly. Every choice of weights gives a
 valid bound, so searching them (golden section over ``mu`` and ``lam``, the dual is
 concave; ``split`` 0, and 1 when some option lands before op ``i``) only tightens it and
 never breaks soundness. The bound of the trace is the best ``T_i`` over the ops
-examined; ``r_j`` is :func:`cupool.sim.bound_inputs.recompute_us`.
+examined.
+
+**Recompute chains.** ``r_j`` is ``j``'s producer's time ``p_j`` plus a chain ``c_j``
+(:meth:`~cupool.sim.bound_inputs.BufferArrays.chain_us`). A candidate recomputed for its
+next use is recomputed before an op ``r >= i + 1``; each temporary input ``x`` of its
+recipe with ``x.end <= i + 1`` is dead at ``r``, so the validator's [recompute] rule finds
+it only in a rematerialization (a residency starting at ``r' >= x.end``, or ephemeral at
+``r``), entered by a recompute of ``x`` before op ``r'``, whose own freed inputs recurse
+(:func:`~cupool.sim.bound_inputs.remat_us`: those with ``y.end <= x.end``). ``c_j`` is
+the sum of these inputs' charges, each split over its readers: no chain buffer is a
+candidate (a candidate is alive and unused at ``i``, so its ``end >= i + 2``), so over any
+set of recomputed candidates the charges sum to at most the compute of the distinct
+rematerializations they force. But ``r'`` may lie at or before ``i``: then that
+rematerialization delays the start of op ``i`` instead of the time after it, and its
+residency covers op ``i`` beside the pending bytes (a bound that ignores those bytes
+stays sound). So the chain is weighted ``min(mu, lam)``, except the producer of an input
+that cannot be rematerialized before op ``i``: one alive at op ``i`` (``x.end == i + 1``)
+or one that does not fit beside what op ``i`` must hold (``room``); those run after op
+``i``, like ``p_j``, and are weighted ``lam``. Every chain recompute precedes ``j``'s, so
+the tail rows count all of ``r_j`` before ``u_j``.
 
 The tail rows also count recomputation: a buffer recomputed after op ``i`` runs on the
 compute stream before its next use ``u_j``, so ``start(t) >= prefix(t) + sum of r_j over
@@ -125,7 +145,7 @@ class OpBound:
     used to skip ops that cannot beat the best bound found so far)."""
 
     def __init__(self, arrays, prefix, op_us, engines, i, candidates, need, next_use=None,
-                 head_room=0.0):
+                 head_room=0.0, room=np.inf):
         self.i = i
         self.sizes = arrays.size[candidates]
         # the op before which a candidate recomputed after op i is back (its next use)
@@ -171,9 +191,14 @@ class OpBound:
             self.thresholds = [0]
         self.threshold = 0
         self.kappa, self.tail_threshold = 1.0, 0
-        recompute = arrays.recompute_per_byte[candidates]
-        self.can_redo = ~np.isinf(recompute)
-        self.recompute = np.where(self.can_redo, recompute, 0.0)
+        # a recompute after op i re-runs the producer (after op i) and rematerializes the
+        # inputs freed by op i + 1 (before or after op i: the chain)
+        late, chain = arrays.chain_us(candidates, i, room)
+        own = arrays.producer_us[candidates] + late
+        self.can_redo = ~np.isinf(own) & ~np.isinf(chain)
+        self.recompute_own = np.where(self.can_redo, own, 0.0) / self.sizes
+        self.recompute_chain = np.where(self.can_redo, chain, 0.0) / self.sizes
+        self.recompute = self.recompute_own + self.recompute_chain
         self.used_later = arrays.last_use[candidates] > i
         self.has_early = bool((~self.used_later).any())
         self.before, self.here = prefix[i], op_us[i]
@@ -186,7 +211,8 @@ class OpBound:
         (``split``) and the D2H engines (the rest)."""
         nu, rho = (1.0 - mu) * split, (1.0 - mu) * (1.0 - split)
         out = np.where(self.released >= self.threshold, rho * self.out, 0.0)
-        redo = np.where(self.used_later & self.can_redo, lam * self.recompute, np.inf)
+        redo = np.where(self.used_later & self.can_redo,
+                        lam * self.recompute_own + min(mu, lam) * self.recompute_chain, np.inf)
         early = np.where(self.used_later, np.inf, nu * self.copy + out)
         late = (1.0 - lam) * self.copy + out
         return redo, early, late

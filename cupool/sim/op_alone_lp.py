@@ -5,8 +5,10 @@ With SciPy installed (extra ``bound``), the relaxation of the :data:`LP_OPS` ops
 most excess (and of the op the dual search chose) is also solved as a linear program
 (HiGHS): every inequality of :mod:`cupool.sim.op_alone` at once -- the start of op ``i``
 after ``P``, after the copies in before it and after each release threshold's copies out;
-the time after op ``i`` after ``S + R`` and after ``Ha``; ``T`` after both plus ``d`` and
-after each tail row -- with the fractional choice of options per candidate as variables.
+the time after op ``i`` after ``S + R`` and after ``Ha``, a recompute's chain
+(:mod:`cupool.sim.op_alone`) split between the start of op ``i`` and the time after it;
+``T`` after both plus ``d`` and after each tail row -- with the fractional choice of
+options per candidate as variables.
 Its optimum is the relaxation's least ``T``, so at least every dual value; it is taken off
 by ``LP_TOLERANCE`` (relative) for HiGHS' feasibility tolerance, and the bound is the best
 of both (``details["method"]``: ``"lp"`` or ``"dual"``).
@@ -85,7 +87,9 @@ def lp_value(ob: OpBound, prefix) -> float | None:
     redo_ok = ob.used_later & ob.can_redo
     early_ok = ~ob.used_later
     tails = ob.tail > 0
-    rec = np.where(redo_ok, ob.recompute, 0.0)
+    rec = np.where(redo_ok, ob.recompute_own, 0.0)
+    chain = np.where(redo_ok, ob.recompute_chain, 0.0)
+    rec_all = rec + chain
     j = np.arange(m)
     rows, cols, vals, rhs = [], [], [], []
 
@@ -118,14 +122,18 @@ def lp_value(ob: OpBound, prefix) -> float | None:
         head = j[heads] if th <= 1 else j[:0]  # a head copy out starts after op 0
         add([*(e_ + sel), *(l_ + sel), *(h_ + head), a_col],
             [*ob.out[sel], *ob.out[sel], *ob.tail[head], -1.0], -float(prefix[th]))
-    add([*j, b_col], [*rec, -1.0], -ob.after)  # compute after op i
+    # the recomputes' chains run before op i (cb) or after it (ca)
+    cb_col, ca_col = 4 * m + 3, 4 * m + 4
+    add([*j, cb_col, ca_col], [*chain, -1.0, -1.0], 0.0)
+    add([cb_col, a_col], [1.0, -1.0], -ob.before)  # compute before op i
+    add([*j, ca_col, b_col], [*rec, 1.0, -1.0], -ob.after)  # compute after op i
     add([*(l_ + j), *(h_ + j), b_col], [*ob.copy, *ob.copy, -1.0], 0.0)  # copies in after op i
     add([a_col, b_col, t_col], [1.0, 1.0, -1.0], -ob.here)
     # after op i, in order: op u starts (F_u) only once the copies in that ops up to u
     # wait for have landed, issued after op i ended; the ops from u on follow it
     later = ob.used_later
     dues = _due_ops(ob.next_use[later], ob.sizes[later], ob.tail[later] > 0)
-    extra = 0
+    extra = 2
     f_cols = {}
     for u in dues:
         f_cols[u] = 4 * m + 3 + extra
@@ -148,6 +156,8 @@ def lp_value(ob: OpBound, prefix) -> float | None:
         redo = j[redo_ok & (ob.next_use < t)]
         add([*redo, a_col, e_col], [*rec[redo], 1.0, -1.0],
             -(ob.here + float(prefix[t] - prefix[ob.i + 1])))
+        # and after every op and recompute before t, the chains included
+        add([*redo, e_col], [*rec_all[redo], -1.0], -float(prefix[t]))
         for u, f_col in f_cols.items():
             if u < t:
                 add([f_col, e_col], [1.0, -1.0], -float(prefix[t] - prefix[u]))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, target
 
@@ -151,6 +152,59 @@ def test_freed_inputs_are_charged_to_a_recompute():
     # a rematerialization must be entered by a recompute, never by nothing or a swap-in
     lost = dataclasses.replace(remat, actions=(RecomputeAction(1, 3),))
     assert validate_plan(trace, lost).rule == "entry"
+
+
+def test_inputs_freed_by_the_op_after_the_peak_are_charged_to_a_recompute():
+    """op:  0    1    2    3    4      (10 us each), budget 3000 bytes
+    X:  [============)             op 0 makes X (1000 B), last used by op 2
+    A:       [===================) op 1 makes A (2000 B) from X, uses 1 and 4
+    C:                 [===)       3000 B, use 3: A is off the device at op 3
+    X is alive when A is made, so A's price per buffer is its producer's 10 us (at most
+    10 / 50 = 0.2 overhead); but a recompute of A after op 3 reads X after X's lifetime,
+    and X (1000 B) cannot be rematerialized before op 3 and held across it (op 3 fills
+    the budget): recomputing A costs 20 us there. Copies of A take 26 us each way."""
+    trace = trace_of([10.0] * 5, Buffer(0, 1000, 0, 3, (0, 2), recompute=Recompute(0)),
+                     Buffer(1, 2000, 1, 5, (1, 4), recompute=Recompute(1, (0,))),
+                     Buffer(2, 3000, 3, 4, (3,)))
+    from cupool.sim.bounds import recompute_us
+    assert list(recompute_us(trace, [10.0] * 5)) == [10.0, 10.0, math.inf]
+    remat = swap_plan(trace, [Residency(0, 0, 3, 2000), Residency(0, 4, 5, 2000),
+                              Residency(1, 1, 3, 0), Residency(1, 4, 5, 0),
+                              Residency(2, 3, 4, 0)],
+                      [RecomputeAction(0, 4), RecomputeAction(1, 4)], budget=3000)
+    report = validate_plan(trace, remat)
+    assert report.valid, report.message
+    simulated = simulate(trace, remat, SLOW)
+    assert simulated.recompute_us == 20.0 and simulated.overhead == pytest.approx(0.4)
+    bound = overhead_lower_bound(trace, 3000, SLOW)
+    assert 0.2 < bound.overhead <= simulated.overhead
+
+
+def test_a_recompute_at_an_op_is_priced_at_least_per_buffer():
+    """At every op, each candidate's recompute (producer, chain rematerialized after the
+    op, chain anywhere) costs at least its per-buffer price: the inputs freed by op
+    ``i + 1`` include those freed by the candidate's start + 1, each priced at least as
+    a recompute."""
+    from cupool.planning.budget.recipes import with_recompute_recipes
+    from cupool.planning.shapes import near_budget_trace
+    from cupool.sim.bound_inputs import BufferArrays
+    stricter = 0
+    for trace in [near_budget_trace(0), *(load_trace(path) for path in TRACES[:3])]:
+        trace = with_recompute_recipes(trace)
+        arrays = BufferArrays(trace, SLOW)
+        for i in range(0, trace.num_ops, max(1, trace.num_ops // 12)):
+            alive = np.flatnonzero((arrays.pend_first <= i) & (i <= arrays.pend_last)
+                                   & ~arrays.persistent)
+            late, anywhere = arrays.chain_us(alive, i, 0.0)
+            per_op = arrays.producer_us[alive] + late + anywhere
+            old = arrays.recompute[alive]
+            assert np.all((per_op >= old * (1 - 1e-12)) | np.isinf(per_op)), trace.name
+            stricter += int((per_op > old * (1 + 1e-9)).sum())
+            # nothing fits beside the op: every freed input's producer runs after it
+            late_all, rest = arrays.chain_us(alive, i, -1.0)
+            assert np.allclose(np.nan_to_num(late_all + rest, posinf=-1.0),
+                               np.nan_to_num(late + anywhere, posinf=-1.0))
+    assert stricter > 0
 
 
 def test_bad_budget_is_named():
