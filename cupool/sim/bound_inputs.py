@@ -163,25 +163,7 @@ def remat_us(trace: Trace, op_us) -> np.ndarray:
     over ``y``'s readers, as in :func:`recompute_us` (an input the recursion has not
     priced yet -- produced by the same op -- is charged nothing). At least
     :func:`recompute_us` (``x.end >= x.start + 1``)."""
-    buffers = trace.buffers
-    readers = _readers(trace)
-    out = np.full(len(buffers), np.inf)
-    done = np.zeros(len(buffers), dtype=bool)
-    index = {b.id: k for k, b in enumerate(buffers)}
-    for k in sorted(range(len(buffers)), key=lambda k: (buffers[k].start, k)):
-        b = buffers[k]
-        done[k] = True
-        if b.recompute is None:
-            continue
-        total = float(op_us[b.recompute.op])
-        for x in set(b.recompute.inputs):
-            buf = trace.buffer(x)
-            if x == b.id or buf.kind == PERSISTENT or buf.end > b.end:
-                continue
-            if done[index[x]]:
-                total += out[index[x]] / readers[x]
-        out[k] = total
-    return out
+    return _chained_us(trace, op_us, lambda b: b.end, unpriced=0.0)
 
 
 def recompute_us(trace: Trace, op_us) -> np.ndarray:
@@ -195,27 +177,34 @@ def recompute_us(trace: Trace, op_us) -> np.ndarray:
     ``x``'s own charge split evenly among the recipes that read ``x`` (one recompute of
     ``x`` may feed several: splitting keeps the sum over any set of buffers at or below
     the compute they really need, so the knapsack stays a relaxation). A freed input
-    without a recipe makes ``j`` impossible to recompute (``inf``)."""
+    without a recipe makes ``j`` impossible to recompute (``inf``), and so does one not
+    priced yet (produced by the same op)."""
+    return _chained_us(trace, op_us, lambda b: b.start + 1, unpriced=np.inf)
+
+
+def _chained_us(trace: Trace, op_us, freed_by, unpriced: float) -> np.ndarray:
+    """Each buffer's producer time plus, for each temporary input ``x`` of its recipe with
+    ``x.end <= freed_by(buffer)``, ``x``'s own charge split over ``x``'s readers; buffers
+    are priced in order of start, and an input not priced yet is charged ``unpriced``
+    (``inf`` for every buffer without a recipe)."""
     buffers = trace.buffers
-    readers: dict[int, int] = {}
-    for b in buffers:
-        if b.recompute is not None:
-            for x in set(b.recompute.inputs):
-                readers[x] = readers.get(x, 0) + 1
+    readers = _readers(trace)
     out = np.full(len(buffers), np.inf)
+    done = np.zeros(len(buffers), dtype=bool)
     index = {b.id: k for k, b in enumerate(buffers)}
     for k in sorted(range(len(buffers)), key=lambda k: (buffers[k].start, k)):
         b = buffers[k]
+        done[k] = True
         if b.recompute is None:
             continue
         total = float(op_us[b.recompute.op])
+        limit = freed_by(b)
         for x in set(b.recompute.inputs):
             buf = trace.buffer(x)
-            if x == b.id or buf.kind == PERSISTENT or buf.end > b.start + 1:
+            if x == b.id or buf.kind == PERSISTENT or buf.end > limit:
                 continue
-            # inputs start no later than b: already computed (inf: no recipe, so b cannot
-            # be recomputed at all)
-            total += out[index[x]] / readers[x]
+            ix = index[x]
+            total += (out[ix] if done[ix] else unpriced) / readers[x]
         out[k] = total
     return out
 
