@@ -291,9 +291,7 @@ def _repaired(trace: Trace, schedule: Schedule, budget_bytes: int,
         taken = _taken(schedule)
         options = []
         for idle in index.gaps:
-            inside = (op > idle.prev_use or op < idle.next_use) if idle.wraps else (
-                idle.prev_use < op < idle.next_use)
-            if not inside:
+            if not idle.idle_at(op):
                 continue
             gap = taken.get(tuple(idle))
             new = _widened(gap, op) if gap is not None else _opened(idle, op, over, n)

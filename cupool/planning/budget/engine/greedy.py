@@ -275,11 +275,6 @@ def run_repaired(trace: Trace, budget_bytes: int, cost, options: GreedyOptions,
     return state
 
 
-def _covers(gap: IdleGap, op: int) -> bool:
-    p, q = gap.prev_use, gap.next_use
-    return p < op < q if q > p else (op > p or op < q)
-
-
 def hot_op_pass(state: PlanState, op: int, gaps: list[IdleGap], options: GreedyOptions) -> None:
     """Cheapest bytes first (lazy heap) among the gaps whose holes cover ``op``, until it
     fits."""
@@ -294,7 +289,7 @@ def hot_op_pass(state: PlanState, op: int, gaps: list[IdleGap], options: GreedyO
 
     heap = []
     for gap in gaps:
-        if gap not in state.taken and _covers(gap, op):
+        if gap not in state.taken and gap.idle_at(op):
             option = option_at_op(gap)
             if option is not None:
                 heap.append((option.cost_us / state.sizes[gap.buffer_id], gap))

@@ -49,6 +49,12 @@ class IdleGap(NamedTuple):
     def wraps(self) -> bool:
         return self.next_use <= self.prev_use
 
+    def idle_at(self, op: int) -> bool:
+        """Whether ``op`` lies strictly between the two uses (across the iteration
+        boundary for a wrap gap)."""
+        p, q = self.prev_use, self.next_use
+        return p < op < q if q > p else (op > p or op < q)
+
 
 @dataclass(frozen=True)
 class Gap:
