@@ -274,7 +274,7 @@ def test_time_running_out_while_preparing_the_search_is_a_timeout(monkeypatch):
                                        capacity=1048576)
 
     def too_slow(*args):
-        raise exact._OutOfTime
+        raise exact.OutOfTime
 
     monkeypatch.setattr(exact, "sweep", too_slow)
     result = solve_exact(problem, SolverParams(time_limit_s=1))

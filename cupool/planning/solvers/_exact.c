@@ -1,6 +1,6 @@
 /*
  * The hot loop of the `exact` solver: MiniMalloc's depth-first search for one
- * time component, in C. The twin of `_PySearch` in exact.py, line for line:
+ * time component, in C. The twin of `PySearch` in exact_search.py, line for line:
  * same state, same visiting order, same node and backtrack counts. Read the
  * module docstring of exact.py for the algorithm and its pruning rules; this
  * file only adds memory management, and a jump over runs of sections already
