@@ -1,4 +1,5 @@
-/* Integer attributes of many objects as int64 columns, for cupool.sim.replay_input.
+/* Integer attributes of many objects as int64 columns, for cupool.sim.replay_input (and
+ * by_type, the objects split by their exact type: a plan's actions by kind).
  *
  * int_columns(objects, names) reads attribute names[c] of every object (a residency's
  * buffer_id, start, end, offset; an action's buffer_id and ops) into one bytearray holding
@@ -98,7 +99,51 @@ static PyObject *int_columns(PyObject *module, PyObject *args) {
     return block;
 }
 
+/* by_type(objects, types): the objects split by exact type, one list per entry of the
+ * tuple types (each list in the objects' order), or None when an object's type is none of
+ * them: what appending each object to a dict of lists keyed by type(object) gives. */
+static PyObject *by_type(PyObject *module, PyObject *args) {
+    PyObject *objects, *types;
+    if (!PyArg_ParseTuple(args, "OO!:by_type", &objects, &PyTuple_Type, &types))
+        return NULL;
+    Py_ssize_t kinds = PyTuple_GET_SIZE(types);
+    PyObject *items = PySequence_Fast(objects, "by_type: objects must be a sequence");
+    if (!items) return NULL;
+    PyObject *out = PyTuple_New(kinds);
+    if (!out) {
+        Py_DECREF(items);
+        return NULL;
+    }
+    for (Py_ssize_t k = 0; k < kinds; k++) {
+        PyObject *list = PyList_New(0);
+        if (!list) goto fail;
+        PyTuple_SET_ITEM(out, k, list);
+    }
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(items);
+    PyObject **objs = PySequence_Fast_ITEMS(items);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *type = (PyObject *)Py_TYPE(objs[i]);
+        Py_ssize_t k = 0;
+        while (k < kinds && PyTuple_GET_ITEM(types, k) != type) k++;
+        if (k == kinds) {
+            Py_DECREF(items);
+            Py_DECREF(out);
+            Py_RETURN_NONE;
+        }
+        if (PyList_Append(PyTuple_GET_ITEM(out, k), objs[i]) < 0) goto fail;
+    }
+    Py_DECREF(items);
+    return out;
+fail:
+    Py_DECREF(items);
+    Py_DECREF(out);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
+    {"by_type", by_type, METH_VARARGS,
+     "by_type(objects, types) -> tuple of one list per type (the objects of exactly that "
+     "type, in order), or None when an object is of another type."},
     {"int_columns", int_columns, METH_VARARGS,
      "int_columns(objects, names) -> bytearray of len(names) int64 columns of "
      "len(objects) values each (attribute names[c] of every object), or None where Python "

@@ -16,6 +16,11 @@
  *     each buffer) are hash tables giving what the dicts give. A due swap-in that has not
  *     landed raises the KeyError Python's dict raises.
  *
+ * With columns=True it returns the times alone, as doubles (what the search for a faster
+ * plan compares, without a Python object per op or copy): op_times as bytes of
+ * (dispatch, start, end) per op, copies as bytes of (start, end) per copy in completion
+ * order, and held_after None.
+ *
  * It returns None (and Python runs the loop) for an input it does not model exactly: a
  * NaN duration (Python orders the heap's tuples by identity as well as by value there),
  * engines or offsets out of the 64-bit range the loop computes in.
@@ -360,23 +365,41 @@ static PyObject *float_tuple(int count, const double *values) {
  * reference cycle: they are taken off the garbage collector's lists when made (as its
  * first pass over them would do), which spares every later collection a pass over the
  * tens of thousands of records a replay of a large plan makes. */
-static PyObject *records(Replay *r, PyObject *residencies, PyObject *d2h, PyObject *h2d) {
-    PyObject *op_times = PyList_New(r->op_times.n);
-    PyObject *copies = PyList_New(r->ended.n);
+static PyObject *records(Replay *r, PyObject *residencies, PyObject *d2h, PyObject *h2d,
+                         int columns) {
+    PyObject *op_times, *copies, *held_after;
+    if (columns) {  /* the times as doubles: (dispatch, start, end) per op, (start, end)
+                     * per copy in completion order; no held_after */
+        op_times = PyBytes_FromStringAndSize((const char *)r->op_times.items,
+                                             r->op_times.n * 3 * (Py_ssize_t)sizeof(double));
+        copies = PyBytes_FromStringAndSize(NULL, r->ended.n * 2 * (Py_ssize_t)sizeof(double));
+        if (copies) {
+            double *spans = (double *)PyBytes_AS_STRING(copies);
+            for (Py_ssize_t k = 0; k < r->ended.n; k++) {
+                Ended ended = AT(r->ended, Ended, k);
+                spans[2 * k] = r->copies[ended.copy].started;
+                spans[2 * k + 1] = ended.end;
+            }
+        }
+        held_after = Py_NewRef(Py_None);
+    } else {
+        op_times = PyList_New(r->op_times.n);
+        copies = PyList_New(r->ended.n);
+        held_after = PyList_New(r->held_after.n);
+    }
     PyObject *recomputes = PyList_New(r->recomputed.n);
     PyObject *recompute_us = PyList_New(r->recomputed.n);
     PyObject *waited = PyList_New(r->waited.n);
-    PyObject *held_after = PyList_New(r->held_after.n);
     PyObject *result = NULL;
     if (!op_times || !copies || !recomputes || !recompute_us || !waited || !held_after)
         goto done;
-    for (Py_ssize_t k = 0; k < r->op_times.n; k++) {
+    for (Py_ssize_t k = 0; !columns && k < r->op_times.n; k++) {
         PyObject *times = float_tuple(3, (const double *)r->op_times.items + 3 * k);
         if (!times) goto done;
         PyObject_GC_UnTrack(times);
         PyList_SET_ITEM(op_times, k, times);
     }
-    for (Py_ssize_t k = 0; k < r->ended.n; k++) {
+    for (Py_ssize_t k = 0; !columns && k < r->ended.n; k++) {
         Ended ended = AT(r->ended, Ended, k);
         const Copy *c = &r->copies[ended.copy];
         PyObject *record = PyTuple_New(6);
@@ -414,7 +437,7 @@ static PyObject *records(Replay *r, PyObject *residencies, PyObject *d2h, PyObje
         if (!us) goto done;
         PyList_SET_ITEM(waited, k, us);
     }
-    for (Py_ssize_t k = 0; k < r->held_after.n; k++) {
+    for (Py_ssize_t k = 0; !columns && k < r->held_after.n; k++) {
         const Copy *c = &r->copies[AT(r->held_after, Py_ssize_t, k)];
         PyObject *residency = PySequence_GetItem(residencies, c->residency);
         if (!residency) goto done;
@@ -532,7 +555,9 @@ static int read_op_us(Replay *r, PyObject *op_us) {
 
 static PyObject *replay(PyObject *module, PyObject *args) {
     PyObject *data, *num_ops_obj, *engines_obj, *d2h, *h2d;
-    if (!PyArg_ParseTuple(args, "OOOOO:replay", &data, &num_ops_obj, &engines_obj, &d2h, &h2d))
+    int columns = 0;
+    if (!PyArg_ParseTuple(args, "OOOOO|p:replay", &data, &num_ops_obj, &engines_obj, &d2h, &h2d,
+                          &columns))
         return NULL;
     if (!PyLong_Check(num_ops_obj) || !PyLong_Check(engines_obj)) Py_RETURN_NONE;
     int overflow;
@@ -576,7 +601,7 @@ static PyObject *replay(PyObject *module, PyObject *args) {
     }
     int status = read_op_us(&r, op_us);
     if (status == 1) status = prepare(&r, data, residencies);
-    if (status == 1 && run(&r) == 0) result = records(&r, residencies, d2h, h2d);
+    if (status == 1 && run(&r) == 0) result = records(&r, residencies, d2h, h2d, columns);
     else if (status == 0) result = Py_NewRef(Py_None);
 done:
     release(&r);
@@ -588,9 +613,11 @@ done:
 
 static PyMethodDef methods[] = {
     {"replay", replay, METH_VARARGS,
-     "replay(data, num_ops, engines, d2h, h2d) -> (op_times, copies, recomputes, "
-     "recompute_us, waited, held_after), as cupool.sim.timeline.python_replay records them, "
-     "or None for an input left to Python."},
+     "replay(data, num_ops, engines, d2h, h2d, columns=False) -> (op_times, copies, "
+     "recomputes, recompute_us, waited, held_after), as cupool.sim.timeline.python_replay "
+     "records them, or None for an input left to Python. With columns, op_times is bytes of "
+     "(dispatch, start, end) doubles per op, copies bytes of (start, end) doubles per copy "
+     "in completion order, and held_after None."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -95,6 +95,24 @@ def int_columns(objects, names: tuple[str, ...]) -> list[np.ndarray]:
     return [np.fromiter(map(attrgetter(name), objects), np.int64, count) for name in names]
 
 
+_KINDS = (SwapIn, SwapOut, RecomputeAction)
+
+
+def by_kind(actions) -> tuple[list, list, list] | None:
+    """The swap-ins, swap-outs and recomputes of ``actions`` (of exactly those types; each
+    list in plan order), or None when an action is of another type (compiled where built:
+    ``_columns``)."""
+    if _columns is not None:
+        return _columns.by_type(actions, _KINDS)
+    kinds = {kind: [] for kind in _KINDS}
+    try:
+        for action in actions:
+            kinds[type(action)].append(action)
+    except KeyError:
+        return None
+    return kinds[SwapIn], kinds[SwapOut], kinds[RecomputeAction]
+
+
 @dataclass(frozen=True)
 class SwapInRows:
     """The swap-ins triggered at some op of the iteration, by trigger op (plan order within
@@ -229,8 +247,11 @@ def _grouped(ops: np.ndarray, num_ops: int) -> tuple[np.ndarray, np.ndarray]:
     """The rows whose op is in ``[0, num_ops)``, ordered by op (stable: plan order within
     an op), and ``first``: op ``i``'s rows are ``rows[first[i]:first[i + 1]]``."""
     order = np.argsort(ops, kind="stable")
-    first = np.searchsorted(ops[order], np.arange(num_ops + 1), "left")
-    return order[first[0]:first[-1]], first - first[0]
+    first = np.zeros(num_ops + 1, np.int64)  # the rows before op i's: those of ops [0, i)
+    np.cumsum(np.bincount(ops[(ops >= 0) & (ops < num_ops)], minlength=num_ops),
+              out=first[1:])
+    below = int(np.count_nonzero(ops < 0))
+    return order[below:below + int(first[-1])], first
 
 
 @dataclass(frozen=True)
@@ -404,13 +425,10 @@ def _rows(rows, width):
 def _by_op_columns(num_ops, residencies, arrays: ResidencyArrays, actions, cost):
     """The same as :func:`_by_op_loop` by NumPy lookups, or None where they cannot stand in
     for the scans (see the module docstring)."""
-    kinds = {SwapIn: [], SwapOut: [], RecomputeAction: []}
-    try:
-        for action in actions:
-            kinds[type(action)].append(action)
-    except KeyError:  # an action of another type
+    kinds = by_kind(actions)
+    if kinds is None:  # an action of another type
         return None
-    ins, outs, recomputes = kinds[SwapIn], kinds[SwapOut], kinds[RecomputeAction]
+    ins, outs, recomputes = kinds
     width = num_ops + 1
     ids, starts, ends = arrays.buffer_ids, arrays.starts, arrays.ends
     in_ids, triggers, dues = int_columns(ins, ("buffer_id", "trigger_op", "due_op"))

@@ -67,7 +67,7 @@ from cupool.core.vocabulary import (
 from cupool.sim.cost import D2H, H2D, CostModel, cost_model, ops_without_duration
 from cupool.sim.events import Environment, Store
 from cupool.sim.replay_input import replay_input
-from cupool.sim.timeline import peak_bytes, replay
+from cupool.sim.timeline import peak_bytes, replay, replay_times
 
 
 @dataclass(frozen=True)
@@ -113,6 +113,55 @@ class SimReport:
         values = {k: v for k, v in asdict(self).items() if k in keep}
         return {k: (None if isinstance(v, float) and math.isinf(v) else v)
                 for k, v in values.items()}
+
+
+@dataclass(frozen=True)
+class IterationTimes:
+    """The times :func:`simulate` reports for a plan, without its records of each copy and
+    its peak bytes: what a search comparing many plans by their iteration reads.
+
+    ``iteration_us`` and ``stall_us`` are the report's; ``op_times`` its ``op_times`` as
+    ``num_ops`` rows of ``float64`` (dispatch, start, end); ``recomputes`` its
+    ``recomputes``; ``copying_us`` the time the copies spent on their engines (``end -
+    start`` of each, added up in the order they completed; ``0`` without copies).
+    """
+
+    iteration_us: float
+    stall_us: float
+    copying_us: float
+    op_times: np.ndarray
+    recomputes: tuple
+
+    @classmethod
+    def of(cls, report: SimReport) -> IterationTimes:
+        return cls(report.iteration_us, report.stall_us,
+                   sum(c[5] - c[4] for c in report.copies),
+                   np.array(report.op_times, np.float64).reshape(-1, 3), report.recomputes)
+
+
+def time_iteration(trace: Trace, plan: Plan, cost: CostModel | None = None) -> IterationTimes:
+    """:func:`simulate` ``(trace, plan, cost, validate=False)``'s times (the same numbers,
+    bit for bit), made without a Python object per op or copy where the replay runs
+    compiled: what a search replaying hundreds of plans of one trace compares."""
+    cost = cost or cost_model()
+    if (not plan.placements and not plan.residencies) or plan.status in (
+            SolveStatus.INFEASIBLE, SolveStatus.TIMEOUT):
+        return IterationTimes.of(simulate(trace, plan, cost, validate=False))
+    with collector_paused():  # the replay makes no reference cycles
+        data = replay_input(trace, plan_residencies(trace, plan), plan.actions, cost)
+        if data.shortest_copy_us < 0 or not data.op_us_nonnegative:
+            return IterationTimes.of(_Replay(trace, plan, cost, False).run())
+        times = replay_times(data, trace.num_ops, cost.copy_engines_per_direction)
+        op_times, spans = times.op_times, times.copy_spans
+        last_op = float(op_times[-1, 2]) if len(op_times) else 0.0
+        last_copy = float(spans[:, 1].max()) if len(spans) else last_op
+        clock = _Clock.of_ends(data.op_us, times.recompute_us, last_op, last_copy,
+                               times.waited)
+        # added up one after the other, as ``sum`` adds the copies' times
+        copying = (float(np.add.accumulate(spans[:, 1] - spans[:, 0])[-1]) if len(spans)
+                   else 0)
+        return IterationTimes(clock.iteration_us, clock.stall_us, copying, op_times,
+                              tuple(times.recomputes))
 
 
 def ideal_us(trace: Trace, cost: CostModel) -> float:
@@ -195,11 +244,19 @@ class _Clock:
     def of(cls, op_us, recompute_us, op_times, copies, waited) -> _Clock:
         """From the ops' durations, each recompute's duration, ``(dispatch, start, end)``
         per op, the copies (their end at index 5) and each wait."""
+        last_op = op_times[-1][2] if op_times else 0.0
+        return cls.of_ends(op_us, recompute_us, last_op,
+                           max(map(_END, copies), default=last_op), waited)
+
+    @classmethod
+    def of_ends(cls, op_us, recompute_us, last_op: float, last_copy: float,
+                waited) -> _Clock:
+        """:meth:`of` given the end of the last op and the latest end of a copy (that of
+        the last op where no copy ends later)."""
         ideal = math.fsum(op_us)
         recompute = math.fsum(recompute_us)
-        last_op = op_times[-1][2] if op_times else 0.0
         # the latest end less last_op: subtracting one number keeps the order of the ends
-        tail = max(0.0, max(map(_END, copies), default=last_op) - last_op)
+        tail = max(0.0, last_copy - last_op)
         stall = math.fsum(waited) + tail
         overhead = (recompute + stall) / ideal if ideal > 0 else 0.0
         return cls(ideal, recompute, stall, ideal + recompute + stall, overhead)

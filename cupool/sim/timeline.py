@@ -107,6 +107,40 @@ def replay(data: ReplayInput, num_ops: int, engines: int) -> Timeline:
     return python_replay(data, num_ops, engines)
 
 
+@dataclass(frozen=True)
+class Times:
+    """A replay's times without its per-copy records: ``op_times`` (``num_ops`` rows of
+    dispatch, start and end, ``float64``), ``copy_spans`` (start and end of each copy on its
+    engine, in completion order), and ``recomputes``, ``recompute_us`` and ``waited`` as in
+    :class:`Timeline` (the same numbers, bit for bit)."""
+
+    op_times: np.ndarray
+    copy_spans: np.ndarray
+    recomputes: list
+    recompute_us: list
+    waited: list
+
+    @classmethod
+    def of(cls, timeline: Timeline) -> Times:
+        spans = [(c[4], c[5]) for c in timeline.copies]
+        return cls(np.array(timeline.op_times, np.float64).reshape(-1, 3),
+                   np.array(spans, np.float64).reshape(-1, 2), timeline.recomputes,
+                   timeline.recompute_us, timeline.waited)
+
+
+def replay_times(data: ReplayInput, num_ops: int, engines: int) -> Times:
+    """:func:`replay`'s times alone (compiled, they are made without a Python object per op
+    or copy)."""
+    if _timeline is not None and not data.host_ready:
+        records = _timeline.replay(data, num_ops, engines, D2H, H2D, True)
+        if records is not None:
+            op_times, spans, recomputes, recompute_us, waited, _held = records
+            return Times(np.frombuffer(op_times, np.float64).reshape(-1, 3),
+                         np.frombuffer(spans, np.float64).reshape(-1, 2), recomputes,
+                         recompute_us, waited)
+    return Times.of(python_replay(data, num_ops, engines))
+
+
 def python_replay(data: ReplayInput, num_ops: int, engines: int) -> Timeline:
     """:func:`replay` in Python."""
     heap: list = []

@@ -12,13 +12,20 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import math
+from unittest import mock
 
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cupool.core.vocabulary import Residency, plan_residencies
+from cupool.core.vocabulary import (
+    RecomputeAction,
+    Residency,
+    SwapIn,
+    SwapOut,
+    plan_residencies,
+)
 from cupool.planning.synthetic import lstm_trace
 from cupool.sim import cost_model
 from cupool.sim import replay_input as replay_input_module
@@ -33,7 +40,7 @@ from cupool.sim.replay_input import (
     SwapOutRows,
     replay_input,
 )
-from cupool.sim.timeline import COMPILED_AVAILABLE, Timeline, python_replay
+from cupool.sim.timeline import COMPILED_AVAILABLE, Timeline, Times, python_replay
 from tests.sim.test_timeline import varied
 from tests.swap_cases import written_trace_and_plan
 
@@ -58,9 +65,33 @@ def compiled(data, num_ops, engines) -> Timeline:
     return Timeline(*records)
 
 
+def times_outcome(replay, data, num_ops, engines):
+    """The bytes of the times ``replay`` gives (a :class:`Times`), and ``repr`` of the rest,
+    or of the error it raises."""
+    try:
+        times = replay(data, num_ops, engines)
+    except KeyError as error:
+        return f"KeyError{error.args!r}"
+    return (times.op_times.tobytes(), times.copy_spans.tobytes(),
+            repr((times.recomputes, times.recompute_us, times.waited)))
+
+
+def compiled_times(data, num_ops, engines) -> Times:
+    records = _timeline.replay(data, num_ops, engines, D2H, H2D, True)
+    assert records is not None, "the compiled loop left a modelled input to Python"
+    op_times, spans, recomputes, recompute_us, waited, held_after = records
+    assert held_after is None
+    return Times(np.frombuffer(op_times).reshape(-1, 3), np.frombuffer(spans).reshape(-1, 2),
+                 recomputes, recompute_us, waited)
+
+
 def assert_same_timeline(data, num_ops, engines):
+    """The same timeline, and the same times alone (``columns``) as the Python timeline's."""
     python = outcome(python_replay, data, num_ops, engines)
     assert outcome(compiled, data, num_ops, engines) == python
+    python_times = times_outcome(lambda *args: Times.of(python_replay(*args)), data, num_ops,
+                                 engines)
+    assert times_outcome(compiled_times, data, num_ops, engines) == python_times
     return python
 
 
@@ -271,3 +302,24 @@ def test_int_columns_read_the_plan_vocabulary():
                                                                      [64, 0]]
     block = _columns.int_columns([SwapIn(2, 5, 7)], ("buffer_id", "trigger_op", "due_op"))
     assert np.frombuffer(block, np.int64).tolist() == [2, 5, 7]
+
+
+class ShadowIn(SwapIn):
+    """A subclass: not a :class:`SwapIn` to the split by exact type."""
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from(["in", "out", "recompute", "subclass", "other"]), max_size=30))
+def test_by_type_splits_as_a_dict_of_lists_by_type_does(kinds):
+    make = {"in": lambda k: SwapIn(k, 0, 1), "out": lambda k: SwapOut(k, 0),
+            "recompute": lambda k: RecomputeAction(k, 1), "subclass": lambda k: ShadowIn(k, 0, 1),
+            "other": lambda k: Residency(k, 0, 1, 0)}
+    actions = [make[kind](k) for k, kind in enumerate(kinds)]
+    with mock.patch.object(replay_input_module, "_columns", None):
+        python = replay_input_module.by_kind(actions)
+    found = _columns.by_type(actions, (SwapIn, SwapOut, RecomputeAction))
+    assert found == (None if python is None else tuple(python))
+    if python is not None:  # the same objects, in order
+        assert all(a is b for x, y in zip(found, python, strict=True)
+                   for a, b in zip(x, y, strict=True))
+    assert python is None or not {"subclass", "other"} & set(kinds)

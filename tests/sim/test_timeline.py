@@ -37,6 +37,7 @@ from cupool.sim.replay_input import (
     _by_op_columns,
     _by_op_loop,
 )
+from cupool.sim.simulator import IterationTimes, time_iteration
 from tests.conftest import TRACES
 from tests.swap_cases import (
     resnet_capuchin_plan,
@@ -73,7 +74,20 @@ def assert_same(trace, plan, cost, valid=True) -> SimReport:
     for field in dataclasses.fields(SimReport):
         assert getattr(fast, field.name) == getattr(reference, field.name), field.name
     assert repr(fast) == repr(reference)
+    assert_same_times(time_iteration(trace, plan, cost), fast)
     return fast
+
+
+def assert_same_times(times: IterationTimes, report: SimReport) -> None:
+    """``times`` are ``report``'s, bit for bit (``repr`` tells ``-0.0`` from ``0.0``, and the
+    ``int`` 0 of no copies from a ``float``)."""
+    assert repr(times.iteration_us) == repr(report.iteration_us)
+    assert repr(times.stall_us) == repr(report.stall_us)
+    assert repr(times.copying_us) == repr(sum(c[5] - c[4] for c in report.copies))
+    assert times.op_times.dtype == np.float64
+    assert times.op_times.shape == (len(report.op_times), 3)
+    assert times.op_times.tobytes() == np.array(report.op_times, np.float64).tobytes()
+    assert repr(times.recomputes) == repr(report.recomputes)
 
 
 # -- bundled traces: the plans the budget planner makes -----------------------------------
@@ -275,6 +289,19 @@ def test_recomputes_and_pageable_swaps():
     for engines in ENGINES:
         report = assert_same(trace, plan, cost_model(0.1, copy_engines_per_direction=engines))
         assert report.recomputes and len(report.copies) == 2
+
+
+def test_the_times_of_plans_the_flat_loop_leaves_to_the_event_core():
+    """No placement, an infeasible status, or a negative delay: the times are those of
+    :func:`simulate`'s report (infinite, or the event core's error)."""
+    trace = overlap_trace()
+    plan = overlap_plan(trace)
+    for odd in (dataclasses.replace(plan, residencies=(), placements=()),
+                dataclasses.replace(plan, status=SolveStatus.INFEASIBLE)):
+        assert_same_times(time_iteration(trace, odd), simulate(trace, odd, validate=False))
+    negative = trace_of([1.0, -2.0], Buffer(0, 100, 0, 2, (0, 1)))
+    with pytest.raises(SimulationError, match=r"delay \(=-2.0\) must be >= 0"):
+        time_iteration(negative, swap_plan(negative, [Residency(0, 0, 2, 0)]))
 
 
 def test_log_and_reference_run_the_event_replay():
