@@ -26,6 +26,7 @@ from cupool.planning.budget.engine.schedule import (
     trace_index,
 )
 from cupool.planning.budget.engine.state import PlanState
+from cupool.planning.budget.engine.walks import walk_python
 from cupool.planning.budget.recipes import with_recompute_recipes
 from cupool.planning.synthetic import lstm_trace
 from cupool.sim import cost_model
@@ -35,9 +36,8 @@ GEN5 = cost_model("gen5")
 
 def fresh_walk(state: PlanState, buffer_id: int, op: int) -> ChainWalk:
     """The walk as an uncached state computes it."""
-    links, swapped = [], []
-    cost = state._chain_cost(buffer_id, op, 0, set(), links, swapped, set())
-    return ChainWalk(tuple(swapped), cost, tuple(links))
+    swapped, cost, links, _read = walk_python(state, buffer_id, op)
+    return ChainWalk(swapped, cost, links)
 
 
 def uncached_chain(state: PlanState, buffer_id: int, op: int):

@@ -22,8 +22,8 @@ from cupool.planning.budget.engine.schedule import Schedule
 from cupool.planning.budget.engine.state import PlanState
 
 SHARED = frozenset({"trace", "cost", "base", "by_id", "sizes", "_recipes", "durations",
-                    "_op_us", "late_trigger", "lazy_release", "budget", "max_chain", "n",
-                    "recompute_us"})
+                    "_op_us", "_walk_tables", "late_trigger", "lazy_release", "budget",
+                    "max_chain", "n", "recompute_us"})
 """Attributes read only (or immutable) in every state of a trace: the copy shares them."""
 
 _FLAT = frozenset({"_copy_times", "h2d_copies", "taken", "_walks", "_starts_list", "_over"})

@@ -19,8 +19,8 @@ import bisect
 
 import numpy as np
 
-from cupool.core.vocabulary import PERSISTENT, Trace
-from cupool.planning.budget.engine import copies
+from cupool.core.vocabulary import Trace
+from cupool.planning.budget.engine import copies, walks
 from cupool.planning.budget.engine.copies import QueuedCopy
 from cupool.planning.budget.engine.records import (
     WRAP,
@@ -79,6 +79,7 @@ class PlanState:
         # read only, shared by every state of the trace
         self.base, self.by_id, self.sizes = index.base, index.by_id, index.sizes
         self._recipes = index.recipes  # (op, inputs), read by every chain walk
+        self._walk_tables = walks.walk_tables(trace)  # the compiled walk's, or None
         self._copy_times: dict[int, tuple[float, float]] = {}  # by buffer: d2h, h2d µs
         self.live = index.base_live.copy()
         self._over: list[int] | None = None  # over_budget_ops(), once asked
@@ -228,16 +229,13 @@ class PlanState:
         return RecomputeChain(cost_us, [ChainLink(x, depth) for x, depth in links], advances)
 
     def _chain_walk(self, buffer_id: int, op: int) -> tuple:
-        """Walk the inputs of ``buffer_id``'s recipe at ``op`` (:meth:`_chain_cost`) and
+        """Walk the inputs of ``buffer_id``'s recipe at ``op`` (:mod:`.walks`) and
         cache the result under every buffer whose residency it read. The walk is kept as a
         plain tuple with the fields of :class:`~.records.ChainWalk` (its links as plain
         ``(buffer_id, depth)`` tuples): nothing in it is tracked by the garbage collector,
         which otherwise walks thousands of cached walks at every full collection."""
-        links: list[tuple[int, int]] = []
-        swapped: list[int] = []
-        read: set[int] = set()
-        cost = self._chain_cost(buffer_id, op, 0, set(), links, swapped, read)
-        walk = (tuple(swapped), cost, tuple(links))
+        swapped, cost, links, read = walks.walk(self, self._walk_tables, buffer_id, op)
+        walk = (swapped, cost, links)
         key = (buffer_id, op)
         self._walks[key] = walk
         reading = self._walks_reading
@@ -260,71 +258,6 @@ class PlanState:
         for key in stale:
             del keys[key]
             self._walks.pop(key, None)
-
-    def _chain_cost(self, buffer_id: int, op: int, depth: int, seen: set[int],
-                    links: list[tuple[int, int]], swapped: list[int],
-                    read: set[int]) -> float | None:
-        """µs of :meth:`chain` for ``buffer_id`` at ``depth``, ``None`` when an input cannot
-        be re-made there; its links and the swapped-out inputs to bring back earlier are
-        appended to the caller's lists (deeper links first, swapped inputs in the order
-        met), and every buffer whose residency it reads is added to ``read``. A swapped
-        input counts as brought back: whether its swap-in can move is :meth:`chain`'s
-        question."""
-        recipe = self._recipes.get(buffer_id)
-        if recipe is None or depth > self.max_chain:
-            return None
-        recipe_op, inputs = recipe
-        cost = self._op_us[recipe_op]
-        holes, transient, base = self.holes, self.transient, self.base
-        for x in inputs:
-            read.add(x)
-            if x in seen:
-                continue
-            # is x resident at ``op`` (:meth:`resident`), and else the kind of its hole
-            # there (:meth:`hole_kind`)
-            ops = transient.get(x)
-            if ops and op in ops:
-                continue
-            if holes.get(x):
-                index = self._holes_of(x)
-                hole = index.at(op)
-                wrap = index.wrap
-                if wrap is not None:
-                    away = op >= wrap.start or op < wrap.end
-                else:
-                    start, end = base[x]
-                    away = not start <= op < end
-                if hole is None:
-                    if not away:
-                        continue
-                    kind = None
-                else:
-                    kind = hole.kind
-            else:  # no hole: resident over its base interval
-                start, end = base[x]
-                if start <= op < end:
-                    continue
-                kind = None
-            buf = self.by_id[x]
-            if buf.kind != PERSISTENT and kind == SWAP:
-                # swapped out: bring it back by ``op`` instead (an earlier swap-in)
-                seen.add(x)
-                swapped.append(x)
-                continue
-            # a dropped input is re-produced inside a recompute hole of its lifetime (a
-            # transient residency before a swap-in would break the swap), or after its
-            # lifetime ended (a rematerialization of an intermediate the program freed)
-            if buf.kind == PERSISTENT or op < buf.start:
-                return None
-            if op < buf.end and (kind not in (RECOMPUTE, None) or op < base[x].start):
-                return None
-            sub = self._chain_cost(x, op, depth + 1, seen, links, swapped, read)
-            if sub is None:
-                return None
-            seen.add(x)
-            cost += sub
-            links.append((x, depth + 1))
-        return cost
 
     def advance_swap(self, buffer_id: int, op: int) -> SwapAdvance | None:
         """How to make a swapped-out buffer valid again by ``op`` (its swap-in due there
