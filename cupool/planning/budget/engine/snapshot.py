@@ -5,9 +5,10 @@ A planner that reaches the same state twice (two variants of :mod:`..boundary` w
 persistent swaps are the same) copies the state the first one planned instead of planning
 it again. The copy shares what every state of a trace shares read-only (the trace, the cost
 model, the trace's index: base intervals, buffers, sizes, recipes; the op durations) and
-copies what decisions change, down to immutable leaves (gaps, holes, copies and cached
-chain walks are immutable tuples; their containers are copied). An attribute this module
-does not know is deep-copied: slower, never shared by mistake.
+copies what decisions change, down to immutable leaves (gaps, holes and copies are
+immutable tuples; their containers are copied), and starts the caches of chain walks
+empty. An attribute this module does not know is deep-copied: slower, never shared by
+mistake.
 """
 
 from __future__ import annotations
@@ -26,11 +27,17 @@ SHARED = frozenset({"trace", "cost", "base", "by_id", "sizes", "_recipes", "dura
                     "max_chain", "n", "recompute_us"})
 """Attributes read only (or immutable) in every state of a trace: the copy shares them."""
 
-_FLAT = frozenset({"_copy_times", "h2d_copies", "taken", "_walks", "_starts_list", "_over"})
+_FLAT = frozenset({"_copy_times", "h2d_copies", "taken", "_starts_list", "_over"})
 """Containers of immutable values (or ``None``): copied one level deep."""
 
-_OF_CONTAINERS = frozenset({"holes", "transient", "pinned", "_pin_ops", "_walks_reading"})
+_OF_CONTAINERS = frozenset({"holes", "transient", "pinned", "_pin_ops"})
 """Dicts of containers of immutable values: the dict and each container copied."""
+
+_CACHES = frozenset({"_walks", "_walks_reading"})
+"""The chain walks cached by (buffer, op) and their keys by buffer read: the copy starts
+them empty. A walk is a function of where buffers are resident, made again when asked,
+so the copy answers as the original does; copying the thousands a greedy caches (a dict
+of dicts) took most of a copy's time."""
 
 
 def copy_state(state: PlanState) -> PlanState:
@@ -39,6 +46,8 @@ def copy_state(state: PlanState) -> PlanState:
     for name, value in vars(state).items():
         if name in SHARED or value is None:
             copied = value
+        elif name in _CACHES:
+            copied = {}
         elif isinstance(value, np.ndarray) or name in _FLAT:  # an array, list, dict, set
             copied = value.copy()
         elif name in _OF_CONTAINERS:  # of lists, dicts or sets
