@@ -9,6 +9,9 @@ a plan only through them.
 - :mod:`~cupool.check.static`: rules for static plans (one offset per buffer);
 - :mod:`~cupool.check.swapping`: rules for swapping plans (residencies and actions);
 - :mod:`~cupool.check.overlap`: the one address × time overlap sweep both use;
+- :mod:`~cupool.check.columns`, :mod:`~cupool.check.quiet`, :mod:`~cupool.check.memory`:
+  a swapping plan as NumPy columns, and the sound screens that clear most of a large plan
+  at once (the rules one by one word every failure);
 - :mod:`~cupool.check.report`: the report and the helper that builds a failed one.
 """
 

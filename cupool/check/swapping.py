@@ -1,9 +1,12 @@
 """Rules for swapping plans: residencies (a buffer's bytes for a span of ops) and actions.
 
-Naive on purpose, and sharing no code with the planners or the simulator: it reads the
+Plain on purpose, and sharing no code with the planners or the simulator: it reads the
 trace's sizes, lifetimes, uses and recompute recipes and the plan's residencies and
-actions, and names the first rule broken, with buffers, ops and bytes. The rules, in the
-order they are checked (``rule`` of the :class:`ValidationReport` in brackets):
+actions, and names the first rule broken, with buffers, ops and bytes. On a large plan,
+screens over NumPy columns (:mod:`~cupool.check.columns`, :mod:`~cupool.check.quiet`,
+:mod:`~cupool.check.memory`) clear what passes, and the rules written here one by one
+word every failure. The rules, in the order they are checked (``rule`` of the
+:class:`ValidationReport` in brackets):
 
 1. [trace] the plan carries the trace's digest; [budget] it states ``capacity_bytes``
    (the budget); [placements] it has no placements (a swapping plan places residencies).
@@ -89,9 +92,14 @@ order they are checked (``rule`` of the :class:`ValidationReport` in brackets):
 from __future__ import annotations
 
 import itertools
+from bisect import bisect_left, bisect_right
 from collections import defaultdict
 
-from cupool.check.overlap import Occupancy, first_overlap
+import numpy as np
+
+from cupool.check.columns import plan_columns, residencies_pass, sorted_spans
+from cupool.check.memory import check_memory
+from cupool.check.quiet import quiet_buffers
 from cupool.check.report import VALID, ValidationReport, check_trace, failed
 from cupool.core.vocabulary import PERSISTENT, Plan, RecomputeAction, SwapIn, SwapOut, Trace
 
@@ -112,13 +120,15 @@ def validate_swap_plan(trace: Trace, plan: Plan) -> ValidationReport:
     if plan.placements:
         return failed("placements", f"a swapping plan has residencies, not placements "
                                     f"(got {len(plan.placements)} placements)")
-    report = _check_residencies(trace, plan)
+    columns = plan_columns(trace, plan)
+    if columns is None or not residencies_pass(columns):
+        report = _check_residencies(trace, plan)
+        if not report.valid:
+            return report
+    report = _check_data(trace, plan, columns)
     if not report.valid:
         return report
-    report = _check_data(trace, plan)
-    if not report.valid:
-        return report
-    return _check_memory(trace, plan, budget)
+    return check_memory(trace, plan, budget, columns)
 
 
 def _check_residencies(trace, plan):
@@ -162,36 +172,49 @@ def _check_residencies(trace, plan):
     return VALID
 
 
-def _check_data(trace, plan):
-    """Rules 3 and 4: every residency gets its data, every use sees valid data."""
-    spans = defaultdict(list)
-    for r in plan.residencies:
-        spans[r.buffer_id].append(r)
-    for rs in spans.values():
-        rs.sort(key=lambda r: r.start)
+def _check_data(trace, plan, columns):
+    """Rules 3 and 4: every residency gets its data, every use sees valid data.
+
+    A buffer's residencies are in order of ``start`` and disjoint (rule 2), and its
+    ``uses`` ascending where :class:`~cupool.check.columns.TraceColumns` says so:
+    the residency holding an op, or starting at one, and the uses inside a residency are
+    found by bisection. With the plan in columns, buffers that
+    :func:`~cupool.check.quiet.quiet_buffers` clears are not looked at one by one, nor
+    their actions (they pass the action rules) unless a recompute reads the buffer: the
+    first failure, in plan order, is among the actions walked."""
+    spans, loud, walk = _screened(trace, plan, columns)
+    ordered = columns is not None and columns.trace.uses is not None
+    starts = {}  # buffer -> starts of its residencies, for bisection (filled when needed)
+
     entered = {}     # (buffer, residency start) -> action entering it
     swap_outs = defaultdict(list)  # (buffer, index of the residency it leaves) -> SwapOuts
     recompute_rank = {}  # (buffer, before_op) -> position in the action list
-    for position, action in enumerate(plan.actions):
+    actions = plan.actions
+    for position in walk:
+        action = actions[position]
         b = action.buffer_id
+        b_starts = starts.get(b)
+        if b_starts is None:
+            b_starts = starts[b] = [r.start for r in spans[b]]
         if isinstance(action, SwapOut):
-            inside = [k for k, r in enumerate(spans[b]) if r.start <= action.after_op < r.end]
-            if not inside:
-                released = [r for r in spans[b] if r.end <= action.after_op]
-                if released and released[-1].end == action.after_op:
+            op = action.after_op
+            k = bisect_right(b_starts, op) - 1  # the one residency that may hold op
+            if k < 0 or op >= spans[b][k].end:
+                released = [r for r in spans[b] if r.end <= op]
+                if released and released[-1].end == op:
                     r = released[-1]
-                    return failed("reuse", f"buffer {b}: swap-out after op {action.after_op} is "
+                    return failed("reuse", f"buffer {b}: swap-out after op {op} is "
                                            f"issued after its residency {_span(r)} released its "
                                            f"bytes at op {r.end}; the residency must extend past "
-                                           f"op {action.after_op} until the copy is issued", b)
-                return failed("swap_out", f"buffer {b}: swap-out after op {action.after_op}, but "
-                                          f"no residency of it covers op {action.after_op}", b)
-            swap_outs[(b, inside[0])].append(action)
+                                           f"op {op} until the copy is issued", b)
+                return failed("swap_out", f"buffer {b}: swap-out after op {op}, but "
+                                          f"no residency of it covers op {op}", b)
+            swap_outs[(b, k)].append(action)
             continue
         start = action.trigger_op if isinstance(action, SwapIn) else action.before_op
         name = "swap-in triggered at" if isinstance(action, SwapIn) else "recompute before"
-        target = [r for r in spans[b] if r.start == start]
-        if not target:
+        k = bisect_left(b_starts, start)
+        if k == len(b_starts) or b_starts[k] != start:
             return failed("entry", f"buffer {b}: {name} op {start}, but no residency of it "
                                    f"starts at op {start}", b)
         if (b, start) in entered:
@@ -214,7 +237,9 @@ def _check_data(trace, plan):
             return -1  # kept on the device since the previous iteration
         return buffer.uses[0] if buffer.uses else r.start
 
-    for buffer in trace.buffers:
+    buffers = trace.buffers
+    for i in range(len(buffers)) if loud is None else loud:
+        buffer = buffers[i]
         b, rs = buffer.id, spans[buffer.id]
         first_entry = entered.get((b, rs[0].start))
         offloaded = isinstance(first_entry, SwapIn)
@@ -244,12 +269,17 @@ def _check_data(trace, plan):
                                           f"at offset {rs[-1].offset} and its first "
                                           f"{_span(rs[0])} at offset {rs[0].offset} must share "
                                           f"one offset", b)
+        covered = 0  # uses inside the residencies so far
         for k, r in enumerate(rs):
             action = entered.get((b, r.start))
             if k > 0 and action is None:
                 return failed("entry", f"buffer {b}: residency {_span(r)} is entered by neither a "
                                        f"swap-in nor a recompute at op {r.start}", b)
-            uses_in = [u for u in buffer.uses if r.start <= u < r.end]
+            if ordered:
+                low, high = bisect_left(buffer.uses, r.start), bisect_left(buffer.uses, r.end)
+                uses_in, covered = list(buffer.uses[low:high]), covered + high - low
+            else:
+                uses_in = [u for u in buffer.uses if r.start <= u < r.end]
             if r.start == r.end and not isinstance(action, RecomputeAction):
                 return failed("entry", f"buffer {b}: ephemeral residency {_span(r)} holds no "
                                        f"op; only a recompute can enter it", b)
@@ -298,6 +328,8 @@ def _check_data(trace, plan):
                         return failed("use", f"buffer {b}: use at op {u} comes before its data "
                                              f"lands (swap-in triggered at op {action.trigger_op}, "
                                              f"due at op {action.due_op})", b)
+        if ordered and covered == len(buffer.uses):
+            continue  # the residencies are disjoint: each use was counted once
         for u in buffer.uses:
             if not any(r.start <= u < r.end for r in rs):
                 return failed("use", f"buffer {b} is used at op {u} but not resident then "
@@ -308,8 +340,7 @@ def _check_data(trace, plan):
         recipe = trace.buffer(b).recompute
         for input_id in recipe.inputs:
             read_at[(input_id, before_op)].append(position)
-            holder = [r for r in spans[input_id] if r.start <= before_op < r.end
-                      or r.start == r.end == before_op]
+            holder = _holder(spans.get(input_id, ()), before_op)
             problem = None
             if input_id == b:
                 problem = "is the buffer itself"
@@ -329,13 +360,82 @@ def _check_data(trace, plan):
                 return failed("recompute", f"buffer {b}: recompute before op {before_op} re-runs "
                                            f"op {recipe.op}, whose input buffer {input_id} "
                                            f"{problem}", b, input_id)
-    for b, rs in spans.items():
-        for r in rs:
-            if r.start == r.end and not any(p > recompute_rank[(b, r.start)]
-                                            for p in read_at.get((b, r.start), ())):
-                return failed("ephemeral", f"buffer {b}: ephemeral residency {_span(r)} is read "
-                                           f"by no later recompute before op {r.start}", b)
+    for r in _ephemeral_in_order(plan):
+        b = r.buffer_id
+        if not any(p > recompute_rank[(b, r.start)] for p in read_at.get((b, r.start), ())):
+            return failed("ephemeral", f"buffer {b}: ephemeral residency {_span(r)} is read "
+                                       f"by no later recompute before op {r.start}", b)
     return VALID
+
+
+def _screened(trace, plan, columns):
+    """Each buffer's residencies in order of start (``{id: [Residency]}``); the trace
+    positions of the buffers the per-buffer rules must look at (``None``: all); the
+    positions of the actions the action rules must walk."""
+    walk = range(len(plan.actions))
+    if columns is None:
+        spans = defaultdict(list)
+        for r in plan.residencies:
+            spans[r.buffer_id].append(r)
+        for rs in spans.values():
+            rs.sort(key=lambda r: r.start)
+        return spans, None, walk
+    order, bounds = sorted_spans(columns)
+    spans = _Spans(plan, order, bounds, columns.trace.position)
+    a, of_trace = columns.actions, columns.trace
+    if a is None or of_trace.uses is None:
+        return spans, None, walk
+    looked_at = ~quiet_buffers(columns, order, bounds)
+    recipes = [trace.buffers[b].recompute for b in a.buffer[a.kind == 2].tolist()]
+    read = {i for recipe in recipes if recipe is not None for i in recipe.inputs}
+    needed = looked_at.copy()  # and the buffers recomputes read: the data rules see them
+    needed[[of_trace.position[i] for i in read if i in of_trace.position]] = True
+    walk = np.flatnonzero(needed[a.buffer]).tolist()
+    return spans, np.flatnonzero(looked_at).tolist(), walk
+
+
+class _Spans(dict):
+    """``{buffer id: [Residency]}`` of :func:`_screened`, each list made when first
+    asked for; ``in`` says whether the trace has the buffer."""
+
+    def __init__(self, plan, order, bounds, position):
+        super().__init__()
+        residencies = plan.residencies
+        self._in_order = [residencies[at] for at in order.tolist()]
+        self._cuts = bounds.tolist()
+        self._position = position
+
+    def __missing__(self, b):
+        i = self._position[b]
+        rs = self[b] = self._in_order[self._cuts[i]:self._cuts[i + 1]]
+        return rs
+
+    def __contains__(self, b):
+        return b in self._position
+
+    def get(self, b, default=None):
+        return self[b] if b in self._position else default
+
+
+def _holder(rs, op):
+    """The residency of ``rs`` (in order of start, disjoint) that holds op ``op``, or is
+    ephemeral at it, as a list of at most one."""
+    k = bisect_right([r.start for r in rs], op) - 1
+    if k >= 0 and (rs[k].start <= op < rs[k].end or rs[k].start == rs[k].end == op):
+        return [rs[k]]
+    return []
+
+
+def _ephemeral_in_order(plan):
+    """The ephemeral residencies (``start == end``), buffer by buffer in order of the
+    buffer's first residency in the plan, each buffer's in order of start."""
+    ephemeral = [r for r in plan.residencies if r.start == r.end]
+    if not ephemeral:
+        return []
+    first = {}
+    for r in plan.residencies:
+        first.setdefault(r.buffer_id, len(first))
+    return sorted(ephemeral, key=lambda r: (first[r.buffer_id], r.start))
 
 
 def _check_drop(buffer, r, entry, out):
@@ -360,69 +460,4 @@ def _check_drop(buffer, r, entry, out):
     if out.level != entry.level:
         return failed("drop", f"buffer {b}: swap-out after op {out.after_op} drops to host "
                               f"level {out.level}, but its host copy is on {entry.level}", b)
-    return VALID
-
-
-def _check_memory(trace, plan, budget):
-    """Rule 5: bytes per step, address overlap, arena and budget, on the finer clock of the
-    module docstring (each op's recomputes, then the op)."""
-    sizes = {b.id: b.size for b in trace.buffers}
-    steps = defaultdict(list)  # op -> buffers recomputed before it, in plan order
-    for action in plan.actions:
-        if isinstance(action, RecomputeAction):
-            steps[action.before_op].append(action.buffer_id)
-    first_step, at = [], 0  # first_step[op]: the step of op's first recompute (or the op)
-    for op in range(trace.num_ops + 1):
-        first_step.append(at)
-        at += len(steps.get(op, ())) + 1
-
-    def op_of(step):
-        """The op whose recomputes or run ``step`` is (``first_step`` is sorted)."""
-        return max(op for op in range(trace.num_ops + 1) if first_step[op] <= step)
-
-    rows = []
-    for r in plan.residencies:
-        low, high = r.offset, r.offset + sizes[r.buffer_id]
-        recomputed = r.buffer_id in steps.get(r.start, ())
-        made = steps[r.start].index(r.buffer_id) if recomputed else 0
-        if r.start < r.end:
-            rows.append(Occupancy(low, high, r.buffer_id, first_step[r.start] + made,
-                                  first_step[r.end]))
-            continue
-        last = max([k for k, b in enumerate(steps[r.start]) if k > made
-                    and r.buffer_id in trace.buffer(b).recompute.inputs], default=made)
-        rows.append(Occupancy(low, high, r.buffer_id, first_step[r.start] + made,
-                              first_step[r.start] + last + 1))
-    resident = [0] * (at + 1)
-    top, top_id = 0, None
-    for row in rows:
-        resident[row.start] += row.high - row.low
-        resident[row.end] -= row.high - row.low
-        if row.high > top:
-            top, top_id = row.high, row.buffer_id
-    total = 0
-    for step in range(at):
-        total += resident[step]
-        if total > budget:
-            op = op_of(step)
-            holders = sorted(row.buffer_id for row in rows if row.start <= step < row.end)
-            where = "" if step == first_step[op + 1] - 1 else \
-                f" (before it, recompute {step - first_step[op]})"
-            return failed("budget", f"op {op}{where}: resident bytes (={total}) exceed the "
-                                    f"budget (={budget}); resident buffers {holders}", *holders)
-    if top > plan.arena_bytes:
-        return failed("arena", f"buffer {top_id} ends at byte {top}, beyond the plan's "
-                               f"arena_bytes (={plan.arena_bytes})", top_id)
-    if plan.arena_bytes > budget:
-        return failed("capacity", f"arena_bytes (={plan.arena_bytes}) exceed the budget "
-                                  f"(={budget})")
-    overlap = first_overlap(rows)
-    if overlap is not None:
-        held, arriving = overlap.held, overlap.arriving
-        return failed("overlap", f"op {op_of(overlap.op)}: buffer {held.buffer_id} (at "
-                                 f"[{held.low}, {held.high}) from op {op_of(held.start)}) and "
-                                 f"buffer {arriving.buffer_id} (at [{arriving.low}, "
-                                 f"{arriving.high}) from op {op_of(arriving.start)}) share "
-                                 f"bytes [{overlap.shared_low}, {overlap.shared_high})",
-                      held.buffer_id, arriving.buffer_id)
     return VALID
