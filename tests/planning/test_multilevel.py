@@ -17,6 +17,7 @@ from cupool.core.vocabulary import (
     PINNED,
     Buffer,
     RecomputeAction,
+    Residency,
     SwapIn,
     SwapOut,
 )
@@ -30,7 +31,8 @@ from cupool.planning.budget.multilevel import (
     plan_tiers,
     search_tiers,
 )
-from cupool.planning.budget.multilevel_moves import Move, SpanRef, TierMoves, TierState
+from cupool.planning.budget.multilevel_moves import Move, SpanRef, TierMoves
+from cupool.planning.budget.multilevel_state import TierState
 from cupool.planning.budget.multilevel_walk import Anchors, apply_move, moves_at
 from cupool.planning.budget.recipes import with_recompute_recipes
 from cupool.planning.budget.working_sets import KEPT_MEMBER
@@ -322,8 +324,9 @@ def _recounted_live(state) -> list[int]:
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.integers(0, 10_000), st.sampled_from((0.6, 0.75)), st.integers(0, 2 ** 32 - 1))
 def test_live_bytes_kept_across_copies_and_moves_are_those_of_the_spans(seed, fraction, walk):
-    """A state's ``live`` (its original's plus what it changed) is what its spans hold, along
-    random chains of moves, and the original's is unchanged by its copies' moves."""
+    """A state's ``live`` (its original's plus what it changed) and its residency columns
+    are what its spans hold, along random chains of moves, and the original's are unchanged
+    by its copies' moves."""
     import random
 
     import numpy as np
@@ -349,6 +352,71 @@ def test_live_bytes_kept_across_copies_and_moves_are_those_of_the_spans(seed, fr
             break
         child = apply_move(moves, parent, rng.choice(listed), report, waited)
         assert parent.live().tolist() == before == _recounted_live(parent)
+        _assert_columns_of_the_spans(parent)
         if child is not None:
             assert child.live().tolist() == _recounted_live(child)
+            _assert_columns_of_the_spans(child)
             states.append(child)
+
+
+def _assert_columns_of_the_spans(state) -> None:
+    """``state.columns()`` (kept across copies, the buffers owned since made again) holds
+    the rows made afresh from its spans."""
+    from cupool.planning.budget.span_table import Residencies
+
+    order = sorted(state.spans)
+    parts = [tuple(Residency(b, s.start, s.end, s.offset) for s in state.spans[b])
+             for b in order]
+    fresh = Residencies.of(order, {b: i for i, b in enumerate(order)}, parts, state.sizes)
+    kept = state.columns()
+    assert kept.position == fresh.position
+    for name in ("first", "buffer_ids", "starts", "ends", "lows", "highs"):
+        assert getattr(kept, name).tolist() == getattr(fresh, name).tolist(), name
+
+
+def test_residency_columns_kept_across_copies_follow_merged_and_moved_spans():
+    """A copy's columns are its original's with the buffers it owned made again: one whose
+    residencies merged (fewer rows, the later buffers' rows move up), one moved."""
+    trace = six_op_trace()
+    state = TierState(trace, six_op_swap_plan(trace))
+    state.plan()
+    _assert_columns_of_the_spans(state)
+    child = state.copy()
+    merged = child.own(1)
+    merged[0].end = merged[1].end
+    del merged[1]
+    child.own(2)[0].offset = 24
+    _assert_columns_of_the_spans(child)
+    assert child.columns().starts.tolist() == [0, 0, 1]
+    _assert_columns_of_the_spans(state)
+    grandchild = child.copy()  # the merged columns, kept, and one more edit on top
+    grandchild.own(0)[0].end = 5
+    _assert_columns_of_the_spans(grandchild)
+    _assert_columns_of_the_spans(child)
+
+
+_ACTIONS = st.lists(st.one_of(
+    st.builds(SwapOut, st.integers(0, 3), st.integers(0, 2)),
+    st.builds(SwapIn, st.integers(0, 3), st.integers(0, 2), st.integers(0, 2)),
+    st.builds(RecomputeAction, st.integers(0, 3), st.integers(0, 2))), max_size=12)
+
+
+@settings(max_examples=100, deadline=None)
+@given(_ACTIONS, _ACTIONS, st.booleans())
+def test_actions_are_found_and_dropped_as_list_scans_do(actions, others, huge):
+    """``_holds`` is ``in`` and ``_without`` drops what ``==`` matches, on the column of
+    buffer ids or (an id past 64 bits) by the scans: equal actions made apart, the same
+    object twice, kinds and buffers mixed."""
+    from cupool.planning.budget.multilevel_moves import _without
+    from cupool.planning.budget.multilevel_walk import _holds
+
+    if huge:
+        others = [*others, SwapOut(2 ** 64, 0)]
+    actions = actions + actions[:2] + [replace(a) for a in others[:3]]
+    for probe in [*actions, *others]:
+        assert _holds(actions, probe) == (probe in actions)
+    for k in range(len(others) + 1):
+        gone = tuple(others[:k]) + tuple(actions[k:k + 1])
+        assert _without(actions, gone) == [a for a in actions if a not in gone]
+        kept = _without(actions, gone)
+        assert all(any(a is b for b in actions) for a in kept)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from cupool.planning.budget import span_table
-from cupool.planning.budget.multilevel_moves import Span
+from cupool.planning.budget.multilevel_state import Span
 from cupool.planning.budget.span_table import SpanTable
 
 

@@ -43,7 +43,6 @@ say so).
 
 from __future__ import annotations
 
-import operator
 import random
 import time
 from collections import defaultdict
@@ -53,13 +52,14 @@ from typing import TYPE_CHECKING, NamedTuple
 from cupool.check import validate_plan
 from cupool.core.vocabulary import PAGEABLE, Plan, SolveStatus, SwapOut, Trace
 from cupool.errors import SolverError
-from cupool.planning.budget.multilevel_moves import TierMoves, TierState
+from cupool.planning.budget.multilevel_moves import TierMoves
+from cupool.planning.budget.multilevel_state import TierState
 from cupool.planning.budget.multilevel_walk import Anchors, apply_move, moves_at, waits
 from cupool.planning.budget.params import BudgetParams
 from cupool.planning.budget.result import BudgetResult
 
 if TYPE_CHECKING:
-    from cupool.sim.simulator import SimReport
+    from cupool.sim.simulator import IterationTimes
 
 
 @dataclass(frozen=True)
@@ -111,9 +111,6 @@ class TierParams:
             raise SolverError(f"max_evaluations (={self.max_evaluations}) must be >= 1")
 
 
-_START, _END = operator.itemgetter(4), operator.itemgetter(5)  # of a copy record
-
-
 class TierCost(NamedTuple):
     """What the search minimises, compared in this order: the simulated iteration, then
     the time the copies spend at their levels' bandwidths."""
@@ -123,21 +120,21 @@ class TierCost(NamedTuple):
 
 
 class Visited(NamedTuple):
-    """A state the search reached, with its cost and simulation."""
+    """A state the search reached, with its cost and simulated times."""
 
     cost: TierCost
     state: TierState
-    report: SimReport
+    report: IterationTimes
 
 
 class _Search:
     """The search's bookkeeping: simulations, validation, seeded move order, counters."""
 
     def __init__(self, trace: Trace, cost, params: TierParams):
-        from cupool.sim.simulator import simulate
+        from cupool.sim.simulator import time_iteration
 
         self.trace, self.cost, self.params = trace, cost, params
-        self._simulate, self.validate = simulate, validate_plan
+        self._time, self.validate = time_iteration, validate_plan
         self.moves = TierMoves(trace, cost)
         self.rng = random.Random(params.seed)
         self.tried = defaultdict(int)
@@ -147,10 +144,8 @@ class _Search:
 
     def visit(self, state: TierState) -> Visited:
         self.evaluations += 1
-        report = self._simulate(self.trace, state.plan(), self.cost, validate=False)
-        copies = report.copies  # (buffer, direction, bytes, queued, start, end)
-        read_write = sum(map(operator.sub, map(_END, copies), map(_START, copies)))
-        return Visited(TierCost(report.iteration_us, read_write), state, report)
+        times = self._time(self.trace, state.plan(), self.cost)
+        return Visited(TierCost(times.iteration_us, times.copying_us), state, times)
 
 
 def pinned_peak_bytes(trace: Trace, plan: Plan) -> int:
@@ -186,7 +181,7 @@ def _unsearched(trace: Trace, seed_plan: Plan, search, started: float) -> Plan:
     """``seed_plan`` as it is, with the search's ``stats``: a plan with ephemeral
     residencies (nested recomputes) is not searched, the moves edit residencies op by op
     and would cut a chain of recomputes."""
-    us = search._simulate(trace, seed_plan, search.cost, validate=False).iteration_us
+    us = search._time(trace, seed_plan, search.cost).iteration_us
     stats = {**seed_plan.stats, "seed_solver": seed_plan.solver, "seed_iteration_us": us,
              "iteration_us": us, "moves_tried": {}, "moves_accepted": {}, "evaluations": 0,
              "rejected_invalid": 0, "passes": 0,

@@ -1,8 +1,7 @@
-"""The moves of the multi-level search (:mod:`.multilevel`) and the mutable plan they edit.
-
-A :class:`TierState` is a plan taken apart: per buffer its residencies (:class:`Span`:
-ops and offset, mutable) and the action list. Each move of :class:`TierMoves` returns a
-changed copy of a state, or ``None`` when it does not apply or does not fit::
+"""The moves of the multi-level search (:mod:`.multilevel`) on the mutable plan of
+:mod:`.multilevel_state` (a :class:`~.multilevel_state.TierState`). Each move of
+:class:`TierMoves` returns a changed copy of a state, or ``None`` when it does not apply or
+does not fit::
 
     cancel_swap        swapped buffer stays on the device through its gap
     cancel_recompute   recomputed buffer stays on the device through its gap
@@ -15,292 +14,19 @@ changed copy of a state, or ``None`` when it does not apply or does not fit::
 
 When a move changes when a buffer is resident and its offset range is not free over the
 new ops, it and the residencies in its way that begin at or after the change are placed
-again by the allocation rules (:meth:`TierState.best_fit`, over the arrays of
+again by the allocation rules (:meth:`~.multilevel_state.TierState.best_fit`, over the arrays of
 :mod:`.span_table`), in start order.
 """
 
 from __future__ import annotations
 
-import itertools
-from collections import defaultdict
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import NamedTuple
 
 import numpy as np
 
-from cupool.core.vocabulary import (
-    PAGEABLE,
-    PINNED,
-    Plan,
-    RecomputeAction,
-    Residency,
-    SwapIn,
-    SwapOut,
-    Trace,
-)
-from cupool.planning.budget.engine.drops import mark_drops
-from cupool.planning.budget.span_table import Residencies, SpanTable, order_sizes
-
-
-@dataclass(slots=True)
-class Span:
-    """A residency being edited: on the device during ops ``[start, end)`` at ``offset``.
-    Spans are compared by identity where a search must skip the one it moves."""
-
-    start: int
-    end: int
-    offset: int
-
-
-class HostHold(NamedTuple):
-    """``nbytes`` held in host memory from op ``from_op`` to op ``to_op`` (exclusive)."""
-
-    from_op: int
-    to_op: int
-    nbytes: int
-
-
-class _Made(NamedTuple):
-    """A buffer's residencies as :meth:`TierState.plan` made them from ``spans`` (that
-    list object), and the arena bytes they reach."""
-
-    spans: list
-    residencies: tuple
-    arena_bytes: int
-
-
-class TierState:
-    """A mutable plan: ``spans[b]``, buffer ``b``'s residencies in op order, and
-    ``actions`` in plan order. ``template`` is the plan it came from (its other fields).
-
-    Copies share their buffers' span lists and :class:`Span` objects until one is edited:
-    a move takes :meth:`own` of a buffer's spans before it changes any of them (after a
-    copy, neither state owns a shared list). :meth:`plan` keeps each buffer's residencies
-    while its span list is the same object (``own`` forgets them). :meth:`live` is kept
-    until a buffer is owned; a copy's is its original's plus the change of the buffers it
-    owned since (their ops as they were then are kept)."""
-
-    def __init__(self, trace: Trace, plan: Plan):
-        self.trace = trace
-        self.n = trace.num_ops
-        self.budget = plan.capacity_bytes
-        self.sizes = {b.id: b.size for b in trace.buffers}
-        self.spans: dict[int, list[Span]] = defaultdict(list)
-        for r in plan.residencies:
-            self.spans[r.buffer_id].append(Span(r.start, r.end, r.offset))
-        for spans in self.spans.values():
-            spans.sort(key=lambda s: (s.start, s.end, s.offset))
-        self.actions = list(plan.actions)
-        self.template = plan
-        self._owned: set[int] = set(self.spans)
-        self._made: dict[int, _Made] = {}  # by buffer: its residencies, made by plan()
-        self._order: list[int] | None = None  # the buffers of spans, sorted, made by plan()
-        self._position: dict[int, int] = {}  # each buffer's index in _order
-        self._order_sizes: tuple[list, np.ndarray] | None = None  # an order, its sizes
-        # plan()'s residencies and arena bytes per buffer of _order (lists shared with
-        # copies, never edited), and the buffers owned since they were made
-        self._parts: tuple[list, list] | None = None
-        self._stale: set[int] = set()
-        self._live: np.ndarray | None = None  # live(), while no buffer was owned since
-        self._live_base: np.ndarray | None = None  # the original's live() at the copy
-        self._owned_ops: dict[int, list[tuple[int, int]]] = {}  # by buffer owned since
-
-    def copy(self) -> TierState:
-        other = object.__new__(TierState)
-        other.trace, other.n, other.budget, other.sizes = (self.trace, self.n, self.budget,
-                                                           self.sizes)
-        other.spans = defaultdict(list, self.spans)
-        other.actions = list(self.actions)
-        other.template = self.template
-        other._owned = set()
-        other._made = dict(self._made)
-        other._order, other._position = self._order, self._position
-        other._order_sizes = self._order_sizes
-        other._parts, other._stale = self._parts, set(self._stale)
-        other._live, other._live_base, other._owned_ops = None, self.live(), {}
-        self._owned = set()  # the lists are shared now: either state copies before editing
-        return other
-
-    def own(self, b: int) -> list[Span]:
-        """Buffer ``b``'s spans, copied first if this state still shares them."""
-        self._made.pop(b, None)
-        self._stale.add(b)
-        self._live = None
-        if self._live_base is not None and b not in self._owned_ops:
-            self._owned_ops[b] = [(s.start, s.end) for s in self.spans[b]]
-        if b not in self._owned:
-            self.spans[b] = [Span(s.start, s.end, s.offset) for s in self.spans[b]]
-            self._owned.add(b)
-        return self.spans[b]
-
-    def _residencies_of(self, b: int) -> _Made:
-        spans = self.spans[b]
-        made = self._made.get(b)
-        if made is None or made.spans is not spans:
-            size = self.sizes[b]
-            made = _Made(spans, tuple(Residency(b, s.start, s.end, s.offset) for s in spans),
-                         max((s.offset + size for s in spans), default=0))
-            self._made[b] = made
-        return made
-
-    def plan(self, solver: str = "tiers") -> Plan:
-        spans, cached = self.spans, self._made
-        # buffers are never removed from ``spans``: the same count means the same buffers
-        if self._order is None or len(self._order) != len(spans):
-            self._order = sorted(spans)
-            self._position = {b: i for i, b in enumerate(self._order)}
-            self._parts = None
-        if self._parts is None:
-            parts, arenas = [], []
-            for b in self._order:
-                made = cached.get(b)
-                if made is None or made.spans is not spans[b]:
-                    made = self._residencies_of(b)
-                parts.append(made.residencies)
-                arenas.append(made.arena_bytes)
-            self._parts = (parts, arenas)
-        elif self._stale:  # the buffers owned since: the others' residencies are as made
-            parts, arenas = list(self._parts[0]), list(self._parts[1])
-            for b in self._stale:
-                made = self._residencies_of(b)
-                i = self._position[b]
-                parts[i], arenas[i] = made.residencies, made.arena_bytes
-            self._parts = (parts, arenas)
-        self._stale = set()
-        parts, arenas = self._parts
-        residencies = tuple(itertools.chain.from_iterable(parts))
-        return replace(self.template, solver=solver, residencies=residencies,
-                       actions=mark_drops(self.trace, residencies, self.actions),
-                       arena_bytes=int(max(arenas, default=0)))
-
-    def live(self) -> np.ndarray:
-        """Bytes resident at each op (read only: the state keeps it)."""
-        if self._live is not None:
-            return self._live
-        if self._live_base is None:  # every residency
-            changed = [(self.sizes[b], spans, ()) for b, spans in self.spans.items()]
-        else:  # the buffers owned since the copy: in with their ops now, out with the old
-            changed = [(self.sizes[b], self.spans[b], old)
-                       for b, old in self._owned_ops.items()]
-        starts, ends, sizes = [], [], []
-        for size, spans, old in changed:
-            for span in spans:
-                starts.append(span.start)
-                ends.append(span.end)
-                sizes.append(size)
-            for start, end in old:
-                starts.append(start)
-                ends.append(end)
-                sizes.append(-size)
-        delta = np.zeros(self.n + 1, dtype=np.int64)
-        held = np.array(sizes, dtype=np.int64)
-        np.add.at(delta, np.array(starts, dtype=np.int64), held)
-        np.subtract.at(delta, np.array(ends, dtype=np.int64), held)
-        live = np.cumsum(delta[:-1])
-        if self._live_base is not None:
-            live += self._live_base
-        live.flags.writeable = False
-        self._live = live
-        return live
-
-    def index_at(self, b: int, start: int | None = None,
-                 containing: int | None = None) -> int | None:
-        """Index of ``b``'s residency that begins at ``start`` or holds op ``containing``."""
-        for k, s in enumerate(self.spans.get(b, ())):
-            if start is not None and s.start == start:
-                return k
-            if containing is not None and s.start <= containing < s.end:
-                return k
-        return None
-
-    # -- placement: best-fit smallest hole, at the edge next to the later-dying neighbour --
-    def fits_at(self, offset: int, size: int, start: int, end: int,
-                skip: list[tuple[int, Span]]) -> bool:
-        """``[offset, offset + size)`` is within the budget and free during ops
-        ``[start, end)`` of every residency but those of ``skip`` (buffer, span)."""
-        return self.table(skip).fits(offset, size, start, end, self.budget)
-
-    def best_fit(self, size: int, start: int, end: int,
-                 skip: list[tuple[int, Span]]) -> int | None:
-        """Best-fit smallest hole in ``[0, budget)`` free during ``[start, end)`` (of every
-        residency but those of ``skip``); inside it, the edge next to the neighbour that
-        dies later (``None`` if no hole fits)."""
-        return self.table(skip).best_fit(size, start, end, self.budget)
-
-    def table(self, skip: list[tuple[int, Span]]) -> SpanTable:
-        """Every residency but those of ``skip`` (``(buffer, span)`` pairs), as arrays."""
-        columns = self.columns()
-        return columns.table([self.row(columns, b, span) for b, span in skip])
-
-    def columns(self) -> Residencies:
-        """The residencies as columns, from those :meth:`plan` keeps."""
-        order, parts = self._parts_now()
-        position = (self._position if order is self._order
-                    else {b: i for i, b in enumerate(order)})
-        if self._order_sizes is None or self._order_sizes[0] is not order:
-            self._order_sizes = (order, order_sizes(order, self.sizes))
-        return Residencies.of(order, position, parts, self._order_sizes[1])
-
-    def row(self, columns: Residencies, b: int, span: Span) -> int:
-        """The row of ``columns`` (:meth:`columns`) holding ``span`` of buffer ``b``."""
-        return columns.row(b, next(k for k, s in enumerate(self.spans[b]) if s is span))
-
-    def _parts_now(self) -> tuple[list[int], list[tuple]]:
-        """The buffers in order and each one's residencies as its spans are now, kept
-        nowhere (a move may still edit the spans it owns): :meth:`plan`'s with the buffers
-        owned since made afresh."""
-        if self._parts is None or self._order is None or len(self._order) != len(self.spans):
-            order = sorted(self.spans)
-            return order, [self._fresh(b) for b in order]
-        parts = self._parts[0]
-        if self._stale:
-            parts = list(parts)
-            for b in self._stale:
-                parts[self._position[b]] = self._fresh(b)
-        return self._order, parts
-
-    def _fresh(self, b: int) -> tuple:
-        return tuple(Residency(b, s.start, s.end, s.offset) for s in self.spans[b])
-
-    def paired_swap_in(self, out: SwapOut) -> SwapIn | None:
-        """The swap-in that reads what ``out`` wrote: the buffer's first swap-in triggered
-        after it, else (across the iteration boundary) its earliest swap-in."""
-        b = out.buffer_id
-        ins = sorted((a for a in self.actions if a.buffer_id == b and isinstance(a, SwapIn)),
-                     key=lambda a: a.trigger_op)
-        later = [a for a in ins if a.trigger_op > out.after_op]
-        return later[0] if later else (ins[0] if ins else None)
-
-    def host_holds(self, level: str) -> list[HostHold]:
-        """Host copies at ``level``: from the swap-out's op to the swap-in's due op; a wrap
-        pair holds across the iteration boundary."""
-        outs: dict[int, list] = defaultdict(list)
-        ins: dict[int, list] = defaultdict(list)
-        for a in self.actions:
-            if isinstance(a, SwapOut) and a.level == level:
-                outs[a.buffer_id].append(a.after_op)
-            elif isinstance(a, SwapIn) and a.level == level:
-                ins[a.buffer_id].append(a.due_op)
-        out = []
-        for b, after_ops in outs.items():
-            dues = sorted(ins.get(b, ()))
-            for after in sorted(after_ops):
-                later = [d for d in dues if d > after]
-                if later:
-                    out.append(HostHold(after, later[0] + 1, self.sizes[b]))
-                else:  # wraps: held to the end and from op 0 to the first swap-in
-                    out.append(HostHold(after, self.n, self.sizes[b]))
-                    if dues:
-                        out.append(HostHold(0, dues[0] + 1, self.sizes[b]))
-        return out
-
-    def pinned_peak_bytes(self) -> int:
-        """Most bytes held in pinned host memory at one op."""
-        delta = np.zeros(self.n + 2, dtype=np.int64)
-        for hold in self.host_holds(PINNED):
-            delta[hold.from_op] += hold.nbytes
-            delta[min(hold.to_op, self.n + 1)] -= hold.nbytes
-        return int(np.cumsum(delta).max(initial=0))
+from cupool.core.vocabulary import PAGEABLE, PINNED, RecomputeAction, SwapIn, SwapOut, Trace
+from cupool.planning.budget.multilevel_state import TierState, naming, op_times
 
 
 def _without(actions: list, gone) -> list:
@@ -308,8 +34,18 @@ def _without(actions: list, gone) -> list:
     where the kind and buffer match)."""
     buffers = {g.buffer_id for g in gone}
     keys = {(type(g), g.buffer_id) for g in gone}
-    return [a for a in actions if a.buffer_id not in buffers
-            or (type(a), a.buffer_id) not in keys or a not in gone]
+    rows = naming(actions, buffers)
+    if rows is None:
+        return [a for a in actions if a.buffer_id not in buffers
+                or (type(a), a.buffer_id) not in keys or a not in gone]
+    dropped = [k for k in rows if (type(actions[k]), actions[k].buffer_id) in keys
+               and actions[k] in gone]
+    kept, begin = [], 0
+    for k in dropped:  # the runs between the dropped ones, copied as slices
+        kept += actions[begin:k]
+        begin = k + 1
+    kept += actions[begin:]
+    return kept
 
 
 class SpanRef(NamedTuple):
@@ -370,11 +106,10 @@ class TierMoves:
                                 strict=True):
             if row != own_row:
                 rows.setdefault(other_b, []).append(row)
-        for other_b in list(new.spans) if rows else ():
-            if other_b in rows:
-                others, first = new.own(other_b), columns.row(other_b, 0)
-                moving += [(others[row - first], new.sizes[other_b], row)
-                           for row in rows[other_b]]
+        for other_b in sorted(rows, key=new.listed().__getitem__):
+            others, first = new.own(other_b), columns.row(other_b, 0)
+            moving += [(others[row - first], new.sizes[other_b], row)
+                       for row in rows[other_b]]
         moving.sort(key=lambda item: (item[0].start, -item[1]))
         # the others stay where they are (their copies hold the same numbers); each moved
         # one joins them once placed
@@ -416,8 +151,8 @@ class TierMoves:
             return None
         k = nxt - 1
         prev = state.spans[b][k]
-        if any(isinstance(a, SwapOut) and a.buffer_id == b and prev.start <= a.after_op < prev.end
-               for a in state.actions):
+        if any(isinstance(a, SwapOut) and prev.start <= a.after_op < prev.end
+               for a in state.actions_of(b)):
             return None
         return self.replace_span(state, b, k, prev.start, state.spans[b][nxt].end, (action,))
 
@@ -428,7 +163,7 @@ class TierMoves:
         if not nxt:
             return None
         prev = state.spans[b][nxt - 1]
-        if any(isinstance(a, (SwapOut, SwapIn)) and a.buffer_id == b for a in state.actions):
+        if any(isinstance(a, (SwapOut, SwapIn)) for a in state.actions_of(b)):
             return None  # one kind of move per buffer keeps the pairing simple
         uses = [u for u in self.trace.buffer(b).uses if prev.start <= u < prev.end]
         after = max(uses) if uses else prev.end - 1
@@ -437,7 +172,7 @@ class TierMoves:
         due = action.before_op
         size = state.sizes[b]
         # trigger: the latest op that leaves the copy time to land before ``due`` starts
-        starts = [start for _dispatch, start, _end in report.op_times]
+        starts = op_times(report)[:, 1].tolist()
         need = self.cost.copy_us(size, "h2d")
         trigger = due
         while trigger - 1 >= prev.end and starts[due] - starts[trigger] < need:

@@ -14,35 +14,37 @@ from collections import defaultdict
 import numpy as np
 
 from cupool.core.vocabulary import RecomputeAction, SwapIn, SwapOut
-from cupool.planning.budget.multilevel_moves import Move, SpanRef, TierMoves, TierState
+from cupool.planning.budget.multilevel_moves import Move, SpanRef, TierMoves
+from cupool.planning.budget.multilevel_state import TierState, naming, op_times
 
 
 def waits(report) -> np.ndarray:
     """µs each op waited (for copies or bytes) after its dispatch, recomputes excluded."""
-    n = len(report.op_times)
-    recompute = np.zeros(n)
+    times = op_times(report)
+    recompute = np.zeros(len(times))
     count = len(report.recomputes)
     if count:  # summed per op in report order, as one loop would
         np.add.at(recompute, np.fromiter((r[1] for r in report.recomputes), np.int64, count),
                   np.fromiter((r[3] - r[2] for r in report.recomputes), np.float64, count))
-    times = np.fromiter(itertools.chain.from_iterable(report.op_times), np.float64,
-                        3 * n).reshape(n, 3)
     return np.maximum(times[:, 1] - times[:, 0] - recompute, 0.0)
 
 
 def _ops_covering(report, op: int, wait_us: float) -> int:
     """How many ops before ``op`` it takes (at simulated op times) to cover ``wait_us``."""
+    times = op_times(report)
     k, covered = op, 0.0
     while k > 0 and covered < wait_us:
         k -= 1
-        dispatch, _start, end = report.op_times[k]
-        covered += end - dispatch
+        covered += float(times[k, 2]) - float(times[k, 0])
     return op - k
 
 
 def _holds(actions: list, action) -> bool:
-    """``action in actions``: the same object looked for first (a scan that calls no
-    ``__eq__``), then an equal one."""
+    """``action in actions``: among the actions naming its buffer (:func:`naming`), else
+    the same object looked for first (a scan that calls no ``__eq__``), then an equal one."""
+    rows = naming(actions, (action.buffer_id,))
+    if rows is not None:
+        return any(actions[k] is action or actions[k] == action for k in rows)
     return any(map(operator.is_, actions, itertools.repeat(action))) or action in actions
 
 
