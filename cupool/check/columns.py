@@ -17,7 +17,7 @@ from __future__ import annotations
 import threading
 import weakref
 from dataclasses import dataclass
-from itertools import chain
+from itertools import chain, repeat
 from operator import attrgetter
 
 import numpy as np
@@ -208,28 +208,33 @@ def plan_columns(trace: Trace, plan: Plan) -> Columns | None:
 
 
 def _action_columns(of_trace, actions):
-    kinds = list(map(type, actions))
     code = {SwapOut: 0, SwapIn: 1, RecomputeAction: 2}
-    kind = np.array([code.get(k, 3) for k in kinds], dtype=np.int64)
+    kind = np.array(list(map(code.get, map(type, actions), repeat(3))), dtype=np.int64)
     if np.any(kind == 3):
         return None
-    ops = {SwapOut: attrgetter("after_op"), SwapIn: attrgetter("trigger_op"),
-           RecomputeAction: attrgetter("before_op")}
-    ids = _int64([a.buffer_id for a in actions])
-    op = _int64([ops[k](a) for a, k in zip(actions, kinds, strict=True)])
-    ins = kind == 1
-    due = _int64([a.due_op for a, k in zip(actions, kinds, strict=True) if k is SwapIn])
-    if ids is None or op is None or due is None:
+    ids = _int64(list(map(attrgetter("buffer_id"), actions)))
+    if ids is None:
         return None
     buffer = of_trace.positions(ids)
     if buffer is None:
         return None
-    due_column = np.zeros(kind.size, dtype=np.int64)
-    due_column[ins] = due
+    op, due = np.zeros(kind.size, dtype=np.int64), np.zeros(kind.size, dtype=np.int64)
     drop = np.zeros(kind.size, dtype=bool)
-    drop[kind == 0] = [bool(a.drop) for a, k in zip(actions, kinds, strict=True)
-                       if k is SwapOut]
-    return ActionColumns(kind, buffer, op, due_column, drop)
+    for value, name in enumerate(("after_op", "trigger_op", "before_op")):
+        at = np.flatnonzero(kind == value)
+        group = list(map(actions.__getitem__, at.tolist()))
+        column = _int64(list(map(attrgetter(name), group)))
+        if column is None:
+            return None
+        op[at] = column
+        if value == 0:
+            drop[at] = np.array(list(map(attrgetter("drop"), group)), dtype=bool)
+        if value == 1:
+            column = _int64(list(map(attrgetter("due_op"), group)))
+            if column is None:
+                return None
+            due[at] = column
+    return ActionColumns(kind, buffer, op, due, drop)
 
 
 def residencies_pass(columns: Columns) -> bool:

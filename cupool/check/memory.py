@@ -44,7 +44,7 @@ def check_memory(trace: Trace, plan: Plan, budget: int,
         return _check_rows(plan, budget, clock, _rows(trace, plan, clock))
     low = columns.offset
     high = low + columns.trace.size[columns.buffer]
-    start, end = _step_columns(trace, plan, columns, first_step, clock, recomputes)
+    start, end = _step_columns(trace, columns, first_step, clock, recomputes)
     resident = np.zeros(clock.at + 1, dtype=np.int64)
     np.add.at(resident, start, high - low)
     np.add.at(resident, end, low - high)
@@ -88,7 +88,7 @@ def _rows(trace, plan, clock):
     return rows
 
 
-def _step_columns(trace, plan, columns, first_step, clock, recomputes):
+def _step_columns(trace, columns, first_step, clock, recomputes):
     """The rows' first and end steps as columns: those of :func:`_rows`."""
     start = first_step[columns.start]
     end = first_step[columns.end]
@@ -97,13 +97,14 @@ def _step_columns(trace, plan, columns, first_step, clock, recomputes):
     by_key = np.argsort(keys, kind="stable")
     made = {}  # residency -> its recompute's place among those before its op
     count = defaultdict(int)  # op -> recomputes met so far before it
-    buffers = columns.actions.buffer
-    for at in recomputes:
-        op = plan.actions[at].before_op
-        key = int(buffers[at]) * span + op
-        found = int(np.searchsorted(keys, key, sorter=by_key))
-        if found < keys.size and keys[by_key[found]] == key:
-            made.setdefault(int(by_key[found]), count[op])  # the first, as list.index
+    actions = columns.actions
+    ops = actions.op[recomputes]
+    query = actions.buffer[recomputes] * span + ops
+    found = by_key[np.minimum(np.searchsorted(keys, query, sorter=by_key), keys.size - 1)]
+    for at, hit, op in zip(found.tolist(), (keys[found] == query).tolist(), ops.tolist(),
+                           strict=True):
+        if hit:
+            made.setdefault(at, count[op])  # the first, as list.index
         count[op] += 1
     for at, k in made.items():
         start[at] += k
