@@ -118,3 +118,28 @@ def test_compiled_walk_reads_overlapping_and_wrap_holes(kinds):
         for op in range(0, state.n, 3):
             assert walks.walk(state, tables, buffer_id, op) == walks.walk_python(
                 state, buffer_id, op), (buffer_id, op)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_compiled_state_caches_what_a_python_state_caches(seed):
+    """Two states, one walking in C (kept by ``walk_into``) and one in Python, through the
+    same evaluations and decisions: the same options, and the same walks cached under the
+    same keys of the same buffers."""
+    trace = with_recompute_recipes(lstm_trace(4, 2, seed=seed, hidden=64, vocab=128))
+    budget = int(trace.lower_bound_bytes() * 0.5)
+    compiled, python = (PlanState(trace, budget, GEN5, max_chain=4) for _ in range(2))
+    python._walk_tables = None
+    options = GreedyOptions(swap_weight=0.2, max_chain=4)
+    rng = random.Random(seed)
+    gaps = list(all_gaps(trace))
+    rng.shuffle(gaps)
+    for gap in gaps:
+        option = evaluate(compiled, gap, options)
+        assert option == evaluate(python, gap, options)
+        if option is not None and rng.random() < 0.5:
+            for state in (compiled, python):
+                apply_option(state, gap, option)
+                state.taken.add(gap)
+        assert compiled._walks == python._walks
+        assert compiled._walks_reading == python._walks_reading
+    assert compiled._walks and compiled.schedule.gaps

@@ -18,6 +18,10 @@
  * a recompute hole, 4 in a hole of another kind. `read` holds every buffer
  * whose residency the walk read, once each, in the order first read.
  *
+ * Tables.walk_into(walks, reading, <walk's arguments>) -> (swapped, cost_us, links): the
+ * same walk, kept as PlanState._chain_walk keeps it: walks[(buffer_id, op)] = the walk,
+ * and (buffer_id, op) added to the dict reading[x] for every buffer x read.
+ *
  * tests/planning/test_chain_walk.py compares it with the pure-Python walk.
  */
 #define PY_SSIZE_T_CLEAN
@@ -346,63 +350,134 @@ static PyObject *ints_tuple(const int64_t *items, Py_ssize_t n) {
     return out;
 }
 
-static PyObject *tables_walk(Tables *t, PyObject *args) {
+/* Runs the walk of `args` (walk's arguments from `first` on): -1 on error, else 0 with
+ * *none = 0 (cost in *cost) or 1 (cost_us None); the lists are left in t's vectors. */
+static int run_walk(Tables *t, PyObject *args, Py_ssize_t first, int *none, double *cost,
+                    long long *buffer_out, long long *op_out) {
     Walk w = {0};
     long long buffer_id, op, max_chain;
     w.t = t;
-    if (!PyArg_ParseTuple(args, "O!O!O!O!OOLLL", &PyList_Type, &w.op_us, &PyDict_Type,
-                          &w.transient, &PyDict_Type, &w.holes, &PyDict_Type, &w.hole_index,
-                          &w.hole_status, &w.state, &buffer_id, &op, &max_chain))
-        return NULL;
+    PyObject *rest = PyTuple_GetSlice(args, first, PyTuple_GET_SIZE(args));
+    if (!rest) return -1;
+    int parsed = PyArg_ParseTuple(rest, "O!O!O!O!OOLLL", &PyList_Type, &w.op_us, &PyDict_Type,
+                                  &w.transient, &PyDict_Type, &w.holes, &PyDict_Type,
+                                  &w.hole_index, &w.hole_status, &w.state, &buffer_id, &op,
+                                  &max_chain);
+    Py_DECREF(rest);
+    if (!parsed) return -1;
     if (buffer_id < 0 || buffer_id >= t->count) {
         PyErr_Format(PyExc_KeyError, "buffer %lld: no buffer id (0 .. %zd)", buffer_id,
                      t->count - 1);
-        return NULL;
+        return -1;
     }
     w.op = op;
     w.max_chain = max_chain;
     w.op_obj = PyLong_FromLongLong(op);
-    if (!w.op_obj) return NULL;
+    if (!w.op_obj) return -1;
     if (++t->stamp == 0) { /* wrapped: forget every mark */
         memset(t->seen_mark, 0, (size_t)t->count * sizeof(uint32_t));
         memset(t->read_mark, 0, (size_t)t->count * sizeof(uint32_t));
         t->stamp = 1;
     }
     t->links.len = t->swapped.len = t->read.len = 0;
-    double cost = 0.0;
-    int r = chain_cost(&w, buffer_id, 0, &cost);
+    *cost = 0.0;
+    int r = chain_cost(&w, buffer_id, 0, cost);
     Py_DECREF(w.op_obj);
-    if (r < 0) return NULL;
+    if (r < 0) return -1;
+    *none = r;
+    *buffer_out = buffer_id;
+    *op_out = op;
+    return 0;
+}
+
+/* (swapped, cost_us, links) of the walk just run, as a new tuple. */
+static PyObject *walk_tuple(Tables *t, int none, double cost) {
     PyObject *swapped = ints_tuple(t->swapped.items, t->swapped.len);
-    PyObject *read = ints_tuple(t->read.items, t->read.len);
     Py_ssize_t n_links = t->links.len / 2;
     PyObject *links = PyTuple_New(n_links);
-    PyObject *cost_obj = r ? Py_NewRef(Py_None) : PyFloat_FromDouble(cost);
-    if (!swapped || !read || !links || !cost_obj) goto fail;
+    PyObject *cost_obj = none ? Py_NewRef(Py_None) : PyFloat_FromDouble(cost);
+    PyObject *out = NULL;
+    if (!swapped || !links || !cost_obj) goto done;
     for (Py_ssize_t i = 0; i < n_links; i++) {
         PyObject *pair = ints_tuple(t->links.items + 2 * i, 2);
-        if (!pair) goto fail;
+        if (!pair) goto done;
         PyTuple_SET_ITEM(links, i, pair);
     }
-    PyObject *out = PyTuple_Pack(4, swapped, cost_obj, links, read);
-    Py_DECREF(swapped);
-    Py_DECREF(cost_obj);
-    Py_DECREF(links);
-    Py_DECREF(read);
-    return out;
-fail:
+    out = PyTuple_Pack(3, swapped, cost_obj, links);
+done:
     Py_XDECREF(swapped);
-    Py_XDECREF(read);
     Py_XDECREF(links);
     Py_XDECREF(cost_obj);
+    return out;
+}
+
+static PyObject *tables_walk(Tables *t, PyObject *args) {
+    int none;
+    double cost;
+    long long buffer_id, op;
+    if (run_walk(t, args, 0, &none, &cost, &buffer_id, &op)) return NULL;
+    PyObject *walk = walk_tuple(t, none, cost);
+    PyObject *read = ints_tuple(t->read.items, t->read.len);
+    PyObject *out = NULL;
+    if (walk && read)
+        out = PyTuple_Pack(4, PyTuple_GET_ITEM(walk, 0), PyTuple_GET_ITEM(walk, 1),
+                           PyTuple_GET_ITEM(walk, 2), read);
+    Py_XDECREF(walk);
+    Py_XDECREF(read);
+    return out;
+}
+
+/* walk_into(walks, reading, <walk's arguments>): the walk kept as described above. */
+static PyObject *tables_walk_into(Tables *t, PyObject *args) {
+    if (PyTuple_GET_SIZE(args) < 2 || !PyDict_Check(PyTuple_GET_ITEM(args, 0)) ||
+        !PyDict_Check(PyTuple_GET_ITEM(args, 1))) {
+        PyErr_SetString(PyExc_TypeError, "walk_into(walks, reading, ...): two dicts first");
+        return NULL;
+    }
+    PyObject *walks = PyTuple_GET_ITEM(args, 0), *reading = PyTuple_GET_ITEM(args, 1);
+    int none;
+    double cost;
+    long long buffer_id, op;
+    if (run_walk(t, args, 2, &none, &cost, &buffer_id, &op)) return NULL;
+    PyObject *walk = walk_tuple(t, none, cost);
+    if (!walk) return NULL;
+    PyObject *key = Py_BuildValue("(LL)", buffer_id, op);
+    if (!key || PyDict_SetItem(walks, key, walk) < 0) goto fail;
+    for (Py_ssize_t i = 0; i < t->read.len; i++) {
+        PyObject *x = PyLong_FromLongLong(t->read.items[i]);
+        if (!x) goto fail;
+        PyObject *keys = PyDict_GetItemWithError(reading, x); /* borrowed */
+        int failed;
+        if (keys) {
+            failed = PyDict_SetItem(keys, key, Py_None) < 0;
+        } else if (PyErr_Occurred()) {
+            failed = 1;
+        } else {
+            PyObject *made = PyDict_New();
+            failed = !made || PyDict_SetItem(made, key, Py_None) < 0 ||
+                     PyDict_SetItem(reading, x, made) < 0;
+            Py_XDECREF(made);
+        }
+        Py_DECREF(x);
+        if (failed) goto fail;
+    }
+    Py_DECREF(key);
+    return walk;
+fail:
+    Py_XDECREF(key);
+    Py_DECREF(walk);
     return NULL;
 }
 
 static PyMethodDef tables_methods[] = {
     {"walk", (PyCFunction)tables_walk, METH_VARARGS,
      "walk(op_us, transient, holes, hole_index, hole_status, state, buffer_id, op, "
-     "max_chain) -> "
-     "(swapped, cost_us, links, read): PlanState._chain_cost's walk (module comment)."},
+     "max_chain) -> (swapped, cost_us, links, read): walks.walk_python's walk (module "
+     "comment)."},
+    {"walk_into", (PyCFunction)tables_walk_into, METH_VARARGS,
+     "walk_into(walks, reading, op_us, transient, holes, hole_index, hole_status, state, "
+     "buffer_id, op, max_chain) -> (swapped, cost_us, links): the walk, kept in walks and "
+     "its key in reading under each buffer it read."},
     {NULL, NULL, 0, NULL},
 };
 

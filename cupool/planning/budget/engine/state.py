@@ -234,7 +234,12 @@ class PlanState:
         plain tuple with the fields of :class:`~.records.ChainWalk` (its links as plain
         ``(buffer_id, depth)`` tuples): nothing in it is tracked by the garbage collector,
         which otherwise walks thousands of cached walks at every full collection."""
-        swapped, cost, links, read = walks.walk(self, self._walk_tables, buffer_id, op)
+        tables = self._walk_tables
+        if tables is not None:  # compiled: walked and kept in one call
+            return tables.walk_into(self._walks, self._walks_reading, self._op_us,
+                                    self.transient, self.holes, self._hole_index,
+                                    walks.hole_status, self, buffer_id, op, self.max_chain)
+        swapped, cost, links, read = walks.walk_python(self, buffer_id, op)
         walk = (swapped, cost, links)
         key = (buffer_id, op)
         self._walks[key] = walk
