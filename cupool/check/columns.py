@@ -114,8 +114,9 @@ class Columns:
 
 
 def trace_columns(trace: Trace) -> TraceColumns | None:
-    """The :class:`TraceColumns` of ``trace``, or ``None`` when its ids repeat or a number
-    is not read as an int64 by NumPy (then the plain rules see the trace as it is)."""
+    """The :class:`TraceColumns` of ``trace``, or ``None`` when its ids repeat, a number
+    is not read as an int64 by NumPy, or a lifetime leaves ``[0, num_ops]`` (then the
+    plain rules see the trace as it is)."""
     with _kept_lock:
         for at, (ref, kept) in enumerate(_kept):
             if ref() is trace:
@@ -153,6 +154,8 @@ def _trace_columns(trace):
         return None
     ids, size, start, end = fields
     if np.abs(size).max() >= 2 ** 40:  # no sum of sizes or offsets leaves int64
+        return None
+    if start.min() < 0 or end.max() > trace.num_ops:  # ops index columns of num_ops + 1
         return None
     by_id = np.argsort(ids, kind="stable")
     sorted_ids = ids[by_id]

@@ -4,10 +4,10 @@ data, and every use sees valid data): which buffers pass them in one of two comm
 Most buffers of a large plan are either *plain* (one residency, named by no action) or
 make one *round trip* (produced, swapped out once, swapped back in once)::
 
-    op:        0   1   2   3   4   5   6   7
-    plain:     [===========================)        produced at op 0, resident to the end
-    round trip:    [=======)       [===========)    produced at op 1, out after op 2,
-                         ^ SwapOut         ^ due    in triggered at op 5, due at op 6
+    op:        0   1   2   3   4   5   6   7   8
+    plain:     [===============================)  produced at op 0, resident to the end
+    round trip:    [=======)       [===========)  produced at op 1, out after op 2,
+                       ^ SwapOut       ^ due      in triggered at op 5, due at op 6
 
 For those, the rules come down to a few comparisons of columns, done for all buffers at
 once. The screen is sound in the sense of :mod:`cupool.check.columns`: a buffer it clears
