@@ -8,9 +8,10 @@ import random
 import numpy as np
 import pytest
 
+from cupool.core.vocabulary import Residency
 from cupool.planning.budget import span_table
 from cupool.planning.budget.multilevel_state import Span
-from cupool.planning.budget.span_table import SpanTable
+from cupool.planning.budget.span_table import Residencies, SpanTable
 
 
 def loop_best_fit(spans, sizes, skip, size, start, end, budget):
@@ -126,6 +127,37 @@ def _same_answers(rng, grown: SpanTable, made: SpanTable, budget: int) -> None:
         offset = rng.randrange(-4, budget, 4)
         assert grown.fits(offset, size, start, end, budget) == made.fits(
             offset, size, start, end, budget)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_table_of_the_rows_during_some_ops_answers_within_them_as_the_whole(seed):
+    """``Residencies.table(skip, during)`` leaves out the rows sharing no op with
+    ``during``: asked about ops within it, best fit and fits answer as the table of every
+    row (but those of ``skip``)."""
+    rng = random.Random(seed)
+    for _ in range(60):
+        budget, sizes, spans = random_layout(rng)
+        order = sorted(spans)
+        parts = [tuple(Residency(b, s.start, s.end, s.offset) for s in spans[b])
+                 for b in order]
+        columns = Residencies.of(order, {b: i for i, b in enumerate(order)}, parts, sizes)
+        skip = rng.sample(range(len(columns.starts)), min(len(columns.starts), 2))
+        low = rng.randint(0, 18)
+        high = low + rng.randint(1, 8)
+        within = columns.table(skip, (low, high))
+        whole = columns.table(skip)
+        for _ in range(5):
+            start = rng.randint(low, high - 1)
+            end = rng.randint(start + 1, high)
+            size = rng.choice([4, 8, 12, 40])
+            expected = whole.best_fit_numpy(size, start, end, budget)
+            assert within.best_fit(size, start, end, budget) == expected
+            assert within.best_fit_numpy(size, start, end, budget) == expected
+            offset = rng.randrange(-4, budget, 4)
+            assert within.fits(offset, size, start, end, budget) == whole.fits(
+                offset, size, start, end, budget)
+            within.add(start, end, expected if expected is not None else 0, size)
+            whole.add(start, end, expected if expected is not None else 0, size)
 
 
 @pytest.mark.skipif(not span_table.COMPILED_AVAILABLE, reason="_spanfit is not built")

@@ -112,8 +112,10 @@ class TierMoves:
                        for row in rows[other_b]]
         moving.sort(key=lambda item: (item[0].start, -item[1]))
         # the others stay where they are (their copies hold the same numbers); each moved
-        # one joins them once placed
-        table = columns.table([row for _s, _size, row in moving])
+        # one joins them once placed; the table holds those sharing an op with a moved one
+        during = (min(s.start for s, _size, _row in moving),
+                  max(s.end for s, _size, _row in moving))
+        table = columns.table([row for _s, _size, row in moving], during)
         for s, s_size, _row in moving:
             offset = table.best_fit(s_size, s.start, s.end, new.budget)
             if offset is None:

@@ -165,12 +165,16 @@ class Residencies(NamedTuple):
     def row(self, buffer_id: int, index: int) -> int:
         return int(self.first[self.position[buffer_id]]) + index
 
-    def table(self, skip: list[int]) -> SpanTable:
+    def table(self, skip: list[int], during: tuple[int, int] | None = None) -> SpanTable:
         """The :class:`SpanTable` of every row but those of ``skip`` (a table answers the
-        same for its rows in any order)."""
+        same for its rows in any order); with ``during`` (ops ``[start, end)``), of those
+        sharing an op with it alone: a table asked only about ops within ``during`` answers
+        the same without the others."""
         columns = (self.starts, self.ends, self.lows, self.highs)
-        if skip:
+        if skip or during is not None:
             keep = np.ones(len(self.starts), dtype=bool)
             keep[skip] = False
+            if during is not None:
+                keep &= (self.starts < during[1]) & (during[0] < self.ends)
             columns = tuple(column[keep] for column in columns)
         return SpanTable.of_columns(*columns)
