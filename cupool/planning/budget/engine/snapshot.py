@@ -6,9 +6,9 @@ persistent swaps are the same) copies the state the first one planned instead of
 it again. The copy shares what every state of a trace shares read-only (the trace, the cost
 model, the trace's index: base intervals, buffers, sizes, recipes; the op durations) and
 copies what decisions change, down to immutable leaves (gaps, holes and copies are
-immutable tuples; their containers are copied), and starts the caches of chain walks
-empty. An attribute this module does not know is deep-copied: slower, never shared by
-mistake.
+immutable tuples; their containers are copied), and starts its caches (chain walks, hole
+indices) empty. An attribute this module does not know is deep-copied: slower, never
+shared by mistake.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ import copy
 import numpy as np
 
 from cupool.planning.budget.engine import copies
-from cupool.planning.budget.engine.records import HoleIndex
 from cupool.planning.budget.engine.schedule import Schedule
 from cupool.planning.budget.engine.state import PlanState
 
@@ -33,11 +32,11 @@ _FLAT = frozenset({"_copy_times", "h2d_copies", "taken", "_starts_list", "_over"
 _OF_CONTAINERS = frozenset({"holes", "transient", "pinned", "_pin_ops"})
 """Dicts of containers of immutable values: the dict and each container copied."""
 
-_CACHES = frozenset({"_walks", "_walks_reading"})
-"""The chain walks cached by (buffer, op) and their keys by buffer read: the copy starts
-them empty. A walk is a function of where buffers are resident, made again when asked,
-so the copy answers as the original does; copying the thousands a greedy caches (a dict
-of dicts) took most of a copy's time."""
+_CACHES = frozenset({"_walks", "_walks_reading", "_hole_index"})
+"""The chain walks cached by (buffer, op), their keys by buffer read, and each buffer's
+:class:`~.records.HoleIndex`: the copy starts them empty. Each is a function of the holes
+and residencies the copy does copy, made again when asked, so the copy answers as the
+original does; copying the thousands a greedy caches took most of a copy's time."""
 
 
 def copy_state(state: PlanState) -> PlanState:
@@ -52,9 +51,6 @@ def copy_state(state: PlanState) -> PlanState:
             copied = value.copy()
         elif name in _OF_CONTAINERS:  # of lists, dicts or sets
             copied = {key: inner.copy() for key, inner in value.items()}
-        elif name == "_hole_index":
-            copied = {key: HoleIndex(index.wrap, index.holes.copy(), index.starts.copy(),
-                                     index.disjoint) for key, index in value.items()}
         elif name == "schedule" and type(value) is Schedule:
             copied = Schedule({b: list(gaps) for b, gaps in value.gaps.items()},
                               list(value.chains))
