@@ -103,6 +103,10 @@ from cupool.check.quiet import quiet_buffers
 from cupool.check.report import VALID, ValidationReport, check_trace, failed
 from cupool.core.vocabulary import PERSISTENT, Plan, RecomputeAction, SwapIn, SwapOut, Trace
 
+SCREEN_FROM = 64
+"""Plans with at least this many residencies are screened (:mod:`cupool.check.columns`);
+smaller ones are checked one by one, which is faster for them (tens of microseconds)."""
+
 
 def _span(r):
     return f"[{r.start}, {r.end})"
@@ -120,7 +124,7 @@ def validate_swap_plan(trace: Trace, plan: Plan) -> ValidationReport:
     if plan.placements:
         return failed("placements", f"a swapping plan has residencies, not placements "
                                     f"(got {len(plan.placements)} placements)")
-    columns = plan_columns(trace, plan)
+    columns = plan_columns(trace, plan) if len(plan.residencies) >= SCREEN_FROM else None
     if columns is None or not residencies_pass(columns):
         report = _check_residencies(trace, plan)
         if not report.valid:

@@ -4,8 +4,8 @@ Each test breaks a valid plan in one way (a planner's plan for a small LSTM, or 
 written by hand) and states the report it must give: its rule, its message and its
 buffers. A large plan is checked mostly by screens over columns
 (:mod:`cupool.check.columns`, :mod:`cupool.check.quiet`, :func:`cupool.check.memory
-.may_overlap`); these cases make sure that whatever a screen clears, the report of a
-broken plan is the one the rules write.
+.may_overlap`); each case is validated with the screens and without them, so that
+whatever a screen clears, the report of a broken plan is the one the rules write.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cupool.check import validate_swap_plan
+from cupool.check import swapping, validate_swap_plan
 from cupool.check.memory import may_overlap
 from cupool.check.overlap import Occupancy, first_overlap
 from cupool.core.vocabulary import (
@@ -88,8 +88,22 @@ def _replaced(items, old, new):
     return tuple(new if x is old else x for x in items)
 
 
+def _validate(trace, plan):
+    """The report, which must be the same with the screens (a plan of any size) and
+    without them (every rule one by one)."""
+    saved = swapping.SCREEN_FROM
+    try:
+        swapping.SCREEN_FROM = 0
+        screened = validate_swap_plan(trace, plan)
+        swapping.SCREEN_FROM = 10 ** 9
+        assert validate_swap_plan(trace, plan) == screened
+    finally:
+        swapping.SCREEN_FROM = saved
+    return screened
+
+
 def _report(trace, plan, **change):
-    return validate_swap_plan(trace, dataclasses.replace(plan, **change))
+    return _validate(trace, dataclasses.replace(plan, **change))
 
 
 def _expect(report, rule, message, *buffers):
@@ -99,10 +113,32 @@ def _expect(report, rule, message, *buffers):
 
 def test_the_lstm_plan_is_valid_and_has_every_shape():
     trace, plan = _lstm()
-    assert validate_swap_plan(trace, plan)
+    assert _validate(trace, plan)
     assert len(_round_trips(trace, plan)) >= 10 and len(_plain(trace, plan)) >= 10
     assert _plain(trace, plan, PERSISTENT)
     assert any(isinstance(a, RecomputeAction) for a in plan.actions)
+
+
+def test_a_residency_past_its_lifetime_or_over_another():
+    trace, plan = _lstm()
+    n = trace.num_ops
+    buffer, only = next((b, r) for b, r in _plain(trace, plan)[4:]
+                        if b.end < n)
+    longer = dataclasses.replace(only, end=buffer.end + 1)
+    _expect(_report(trace, plan, residencies=_replaced(plan.residencies, only, longer)),
+            "lifetime", f"buffer {buffer.id}: residency [{only.start}, {buffer.end + 1}) must "
+            f"lie inside its lifetime [{buffer.start}, {buffer.end}) with start < end (only a "
+            f"temporary buffer with a recompute recipe may come back after it, or be "
+            f"ephemeral: start == end, after its first op and before op {n})", buffer.id)
+    buffer, first, second, _out, _back = _round_trips(trace, plan)[2]
+    early = dataclasses.replace(second, start=first.end - 1)
+    _expect(_report(trace, plan, residencies=_replaced(plan.residencies, second, early)),
+            "order", f"buffer {buffer.id}: residencies [{first.start}, {first.end}) and "
+            f"[{first.end - 1}, {second.end}) overlap in time or start at one op", buffer.id)
+    below = dataclasses.replace(second, offset=-8)
+    _expect(_report(trace, plan, residencies=_replaced(plan.residencies, second, below)),
+            "offset", f"buffer {buffer.id}: residency [{second.start}, {second.end}) offset "
+            f"(=-8) must be an integer >= 0", buffer.id)
 
 
 def test_a_dropped_residency():
@@ -273,11 +309,26 @@ def test_a_recompute_reading_a_round_trip_before_it_lands():
     plan = swap_plan(trace, [Residency(0, 0, 2, 0), Residency(0, 4, 8, 0),
                              Residency(1, 1, 3, 8), Residency(1, 5, 8, 8)],
                      [SwapOut(0, 0), SwapIn(0, 4, 5), RecomputeAction(1, 5)])
-    assert validate_swap_plan(trace, plan)
+    assert _validate(trace, plan)
     late = _replaced(plan.actions, plan.actions[1], SwapIn(0, 4, 6))
     _expect(_report(trace, plan, actions=late), "recompute",
             "buffer 1: recompute before op 5 re-runs op 1, whose input buffer 0 is swapped in "
             "due at op 6, after op 5", 1, 0)
+
+
+def test_a_recompute_chain_on_the_finer_clock():
+    """The chain of ``tests/check/test_swapping.py``: x1 recomputed (ephemeral) then x2
+    from it, before op 4; x2 put at x1's bytes clashes during x2's own recompute."""
+    from tests.check.test_swapping import _chain_plan, _chain_trace
+
+    trace = _chain_trace()
+    plan = _chain_plan(trace)
+    assert _validate(trace, plan)
+    x2 = next(r for r in plan.residencies if r.buffer_id == 2 and r.start == 4)
+    moved = _replaced(plan.residencies, x2, dataclasses.replace(x2, offset=8))
+    _expect(_report(trace, plan, residencies=moved), "overlap",
+            "op 4: buffer 1 (at [8, 24) from op 4) and buffer 2 (at [8, 24) from op 4) share "
+            "bytes [8, 24)", 1, 2)
 
 
 def test_overlap_and_budget_on_a_hand_plan():
@@ -308,7 +359,7 @@ def test_plans_the_columns_cannot_hold_go_through_the_plain_rules():
     # uses out of order (against the trace's contract): looked up one by one
     unsorted = trace_of([10.0] * 6, *trace.buffers[:2], Buffer(2, 16, 1, 3, (2, 1)))
     again = dataclasses.replace(plan, trace_digest=unsorted.digest())
-    assert validate_swap_plan(unsorted, again).valid
+    assert _validate(unsorted, again).valid
     shrunk = _replaced(again.residencies, again.residencies[3], Residency(2, 1, 2, 8))
     _expect(_report(unsorted, again, residencies=shrunk), "use",
             "buffer 2 is used at op 2 but not resident then (residencies [1, 2))", 2)
@@ -318,7 +369,7 @@ def test_plans_the_columns_cannot_hold_go_through_the_plain_rules():
 @given(trace_and_plan(), st.randoms(use_true_random=False))
 def test_random_plans_broken_by_a_removed_swap_out(case, rng):
     trace, plan, _cost = case
-    assert validate_swap_plan(trace, plan)
+    assert _validate(trace, plan)
     outs = [a for a in plan.actions if isinstance(a, SwapOut)]
     if not outs:
         return
