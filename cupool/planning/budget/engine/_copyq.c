@@ -22,7 +22,11 @@
  * queue inserts the copy again with the incremental walk of add, which computes the same
  * values (the walks give exactly what computing the caches afresh gives, and the queue is
  * the one from before), and then forgets the caches that were not computed before, so the
- * state is Python's in every case. Only queries may run between the two calls.
+ * state is Python's in every case. Only queries may run between the two calls. Where both
+ * caches were computed at set_aside, it logs the cached values its walk overwrites (and
+ * the copy's own), and put_back, when the copy goes back to the place it left with the
+ * queue unchanged since, writes them back instead of walking again: the arrays are then
+ * bit for bit what they were before set_aside, as Python's restore leaves its lists.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -39,6 +43,17 @@ typedef struct {
     double *finish, *tol, *after; /* caches; `after` is Python's _after */
     int finishes_valid;           /* Python: _finishes is not None */
     int tolerances_valid;         /* Python: _tol is not None (implies finishes_valid) */
+    /* The undo log of the last set_aside (see the file's comment): the cached values its
+     * walk overwrote, finish at [f_lo, f_lo + f_n) and tol, after at (t_hi - t_n, t_hi]
+     * (indices with the copy out), the copy (issue, length, due, finish, tol, after) and
+     * its index; valid while `logged` and no copy was added or removed since (`shifts`
+     * is still `logged_at`). */
+    double *log_finish, *log_tol, *log_after;
+    Py_ssize_t log_cap, f_lo, f_n, t_hi, t_n, aside_k;
+    double aside[6];
+    int logged;
+    unsigned long long shifts, logged_at; /* copies added or removed so far */
+    int logging; /* the walk running now records what it overwrites */
 } Queue;
 
 /* Python's max(a, b) and min(a, b) for two floats. */
@@ -62,8 +77,9 @@ static int reserve(Queue *q, Py_ssize_t need) {
     if (need <= q->cap) return 0;
     Py_ssize_t cap = q->cap ? 2 * q->cap : 64;
     if (cap < need) cap = need;
-    double **arrays[] = {&q->issue, &q->length, &q->due, &q->finish, &q->tol, &q->after};
-    for (size_t i = 0; i < 6; i++) {
+    double **arrays[] = {&q->issue, &q->length, &q->due, &q->finish, &q->tol, &q->after,
+                         &q->log_finish, &q->log_tol, &q->log_after};
+    for (size_t i = 0; i < 9; i++) {
         double *grown = PyMem_Realloc(*arrays[i], (size_t)cap * sizeof(double));
         if (!grown) { PyErr_NoMemory(); return -1; }
         *arrays[i] = grown;
@@ -81,6 +97,7 @@ static int shift_at(Queue *q, Py_ssize_t k, int by) {
     double *arrays[] = {q->issue, q->length, q->due, q->finish, q->tol, q->after};
     for (size_t i = 0; i < 6; i++) memmove(arrays[i] + from + by, arrays[i] + from, bytes);
     q->n += by;
+    q->shifts++;
     return 0;
 }
 #define open_slot(q, k) shift_at((q), (k), 1)
@@ -103,8 +120,16 @@ static void ensure_finishes(Queue *q) {
 static void tolerance_down(Queue *q, Py_ssize_t j, double after, Py_ssize_t stop_below) {
     const double *finish = q->finish, *issue = q->issue, *due = q->due;
     double *tol = q->tol, *afters = q->after;
+    if (q->logging) {
+        q->t_hi = j;
+        q->t_n = 0;
+    }
     while (j >= 0) {
         if (j < stop_below && afters[j] == after) return;
+        if (q->logging) {
+            q->log_tol[q->t_n] = tol[j];
+            q->log_after[q->t_n++] = afters[j];
+        }
         afters[j] = after;
         tol[j] = py_min(due[j] - finish[j], after);
         double before = j ? finish[j - 1] : 0.0;
@@ -133,6 +158,9 @@ static void changed(Queue *q, Py_ssize_t k, int inserted) {
     Py_ssize_t n = q->n, resync = n;
     double *finish = q->finish;
     double free_at = k ? finish[k - 1] : 0.0;
+    q->f_lo = k;
+    q->f_n = 0;
+    q->t_n = 0;
     for (Py_ssize_t j = k; j < n; j++) {
         free_at = py_max(free_at, q->issue[j]) + q->length[j];
         /* finish[j] holds the old finish of the copy now at j until it is written */
@@ -140,6 +168,7 @@ static void changed(Queue *q, Py_ssize_t k, int inserted) {
             resync = j;
             break;
         }
+        if (q->logging) q->log_finish[q->f_n++] = finish[j];
         finish[j] = free_at;
     }
     if (!q->tolerances_valid) return;
@@ -304,8 +333,9 @@ static PyObject *Queue_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 }
 
 static void Queue_dealloc(Queue *q) {
-    double *arrays[] = {q->issue, q->length, q->due, q->finish, q->tol, q->after};
-    for (size_t i = 0; i < 6; i++) PyMem_Free(arrays[i]);
+    double *arrays[] = {q->issue, q->length, q->due, q->finish, q->tol, q->after,
+                        q->log_finish, q->log_tol, q->log_after};
+    for (size_t i = 0; i < 9; i++) PyMem_Free(arrays[i]);
     Py_TYPE(q)->tp_free((PyObject *)q);
 }
 
@@ -353,8 +383,17 @@ static PyObject *Queue_set_aside(Queue *q, PyObject *copy) {
         PyErr_SetString(PyExc_IndexError, "list index out of range");
         return NULL;
     }
+    double own[6] = {v[0], v[1], v[2], q->finish[k], q->tol[k], q->after[k]};
     close_slot(q, k);
+    q->logging = caches == 2;
     changed(q, k, 0);
+    q->logging = 0;
+    q->logged = caches == 2;
+    if (q->logged) {
+        memcpy(q->aside, own, sizeof(own));
+        q->aside_k = k;
+        q->logged_at = q->shifts;
+    }
     return Py_BuildValue("(ni)", k, caches);
 }
 
@@ -369,8 +408,30 @@ static PyObject *Queue_put_back(Queue *q, PyObject *args) {
         PyErr_Format(PyExc_ValueError, "put_back: index (=%zd) must be >= 0", k);
         return NULL;
     }
+    int logged = q->logged && q->logged_at == q->shifts && caches == 2 && k == q->aside_k &&
+                 q->aside[0] == v[0] && q->aside[1] == v[1] && q->aside[2] == v[2] &&
+                 q->finishes_valid && q->tolerances_valid;
+    q->logged = 0;
     if (k < q->n && q->issue[k] == v[0]) {
         if (add_copy(q, v[0], v[1], v[2])) return NULL;
+        Py_RETURN_NONE;
+    }
+    if (logged && k <= q->n) { /* back where it was: the values from before, logged */
+        Py_ssize_t f_lo = q->f_lo, f_n = q->f_n, t_hi = q->t_hi, t_n = q->t_n;
+        if (open_slot(q, k)) return NULL;
+        q->issue[k] = v[0];
+        q->length[k] = v[1];
+        q->due[k] = v[2];
+        q->finish[k] = q->aside[3];
+        q->tol[k] = q->aside[4];
+        q->after[k] = q->aside[5];
+        for (Py_ssize_t i = 0; i < f_n; i++) q->finish[f_lo + i + 1] = q->log_finish[i];
+        for (Py_ssize_t i = 0; i < t_n; i++) {
+            Py_ssize_t j = t_hi - i;
+            if (j >= k) j++;
+            q->tol[j] = q->log_tol[i];
+            q->after[j] = q->log_after[i];
+        }
         Py_RETURN_NONE;
     }
     if (k > q->n) k = q->n;
@@ -517,6 +578,8 @@ static PyObject *Queue_setstate(Queue *q, PyObject *state) {
         if (item != Py_None && read_list(item, n, arrays[i])) return NULL;
     }
     q->n = n;
+    q->shifts++;
+    q->logged = 0;
     q->finishes_valid = finishes != Py_None;
     q->tolerances_valid = tol != Py_None;
     Py_RETURN_NONE;

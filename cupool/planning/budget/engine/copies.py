@@ -280,7 +280,10 @@ if _copyq is not None:
         ``lengths``, ``dues``, ``finishes()`` and ``tolerances()`` return new lists).
         ``set_aside``/``put_back`` put the copy back with ``add``'s incremental update,
         which gives the cached values Python restores, and then forgets the caches that were
-        not computed before, as Python's restore does; only queries may run between them."""
+        not computed before, as Python's restore does; where both caches were computed and
+        the copy goes back to the place it left, the values ``set_aside`` overwrote are
+        written back from its log instead (the same values, without the walk). Only
+        queries may run between them."""
 
         __slots__ = ()
 
