@@ -420,3 +420,27 @@ def test_actions_are_found_and_dropped_as_list_scans_do(actions, others, huge):
         assert _without(actions, gone) == [a for a in actions if a not in gone]
         kept = _without(actions, gone)
         assert all(any(a is b for b in actions) for a in kept)
+
+
+class _OtherOut(SwapOut):
+    """A subclass: anchored by its ``isinstance`` test."""
+
+
+@settings(max_examples=100, deadline=None)
+@given(_ACTIONS, st.booleans())
+def test_anchors_list_each_ops_actions_in_plan_order(actions, subclass):
+    """``Anchors.at`` (on columns of anchor ops) lists what the loop over every action
+    lists: the same objects, in plan order, an object listed twice as often as it occurs."""
+    from types import SimpleNamespace
+
+    from cupool.planning.budget.multilevel_walk import _by_anchor_op
+
+    actions = actions + actions[:2]
+    if subclass:
+        actions.append(_OtherOut(1, 1))
+    anchors = Anchors(SimpleNamespace(actions=actions))
+    by_op = _by_anchor_op(actions)
+    for op in range(-1, 4):
+        listed = anchors.at(op)
+        assert len(listed) == len(by_op.get(op, []))
+        assert all(a is b for a, b in zip(listed, by_op.get(op, []), strict=True))

@@ -16,6 +16,7 @@ import numpy as np
 from cupool.core.vocabulary import RecomputeAction, SwapIn, SwapOut
 from cupool.planning.budget.multilevel_moves import Move, SpanRef, TierMoves
 from cupool.planning.budget.multilevel_state import TierState, naming, op_times
+from cupool.sim.replay_input import by_kind, int_columns
 
 
 def waits(report) -> np.ndarray:
@@ -52,26 +53,39 @@ class Anchors:
     """A :class:`TierState`'s actions and residencies by the op :func:`moves_at` anchors
     their moves at (a swap-out after its op, a recompute and a swap-in at the op they are
     for, a residency at its start), each list in plan order: made once per state, not
-    once per op."""
+    once per op. The actions of the plan vocabulary's exact types are looked up on a
+    column of their anchor ops (:meth:`at`); a plan with other types is sorted by a loop."""
 
     def __init__(self, state: TierState) -> None:
-        self.actions: dict[int, list] = defaultdict(list)
-        for a in state.actions:
-            kind = type(a)  # the exact types first: a subclass takes the isinstance tests
-            if kind is SwapOut:
-                self.actions[a.after_op].append(a)
-            elif kind is SwapIn:
-                self.actions[a.due_op].append(a)
-            elif kind is RecomputeAction:
-                self.actions[a.before_op].append(a)
-            elif isinstance(a, SwapOut):
-                self.actions[a.after_op].append(a)
-            elif isinstance(a, RecomputeAction):
-                self.actions[a.before_op].append(a)
-            elif isinstance(a, SwapIn):
-                self.actions[a.due_op].append(a)
         self._state = state
+        self._actions = list(state.actions)  # as they are now
         self._spans: dict[int, list[SpanRef]] | None = None
+        self._columns: list[tuple[list, np.ndarray]] | None = None
+        self._by_op: dict[int, list] | None = None
+        kinds = by_kind(self._actions)  # swap-ins, swap-outs, recomputes
+        if kinds is not None:
+            try:
+                self._columns = [(objects, int_columns(objects, (name,))[0]) for objects, name
+                                 in zip(kinds, _ANCHOR_OPS, strict=True)]
+            except (OverflowError, TypeError, ValueError):  # an op past 64 bits
+                self._columns = None
+        if self._columns is None:
+            self._by_op = _by_anchor_op(self._actions)
+
+    def at(self, op: int) -> list:
+        """The actions anchored at ``op``, in plan order."""
+        if self._by_op is not None:
+            return self._by_op.get(op, [])
+        buffers = {objects[k].buffer_id for objects, ops in self._columns
+                   for k in np.flatnonzero(ops == op).tolist()}
+        if not buffers:
+            return []
+        actions = self._actions
+        rows = naming(actions, buffers)
+        if rows is None:
+            return _by_anchor_op(actions).get(op, [])
+        return [a for a in map(actions.__getitem__, rows)
+                if getattr(a, _ANCHOR_OP[type(a)]) == op]
 
     @property
     def spans(self) -> dict[int, list[SpanRef]]:
@@ -84,6 +98,31 @@ class Anchors:
         return self._spans
 
 
+_ANCHOR_OPS = ("due_op", "after_op", "before_op")  # of a swap-in, swap-out, recompute
+_ANCHOR_OP = {SwapIn: "due_op", SwapOut: "after_op", RecomputeAction: "before_op"}
+
+
+def _by_anchor_op(actions) -> dict[int, list]:
+    """``actions`` by anchor op, each list in plan order (a subclass of a kind by its
+    ``isinstance`` test)."""
+    by_op: dict[int, list] = defaultdict(list)
+    for a in actions:
+        kind = type(a)  # the exact types first: a subclass takes the isinstance tests
+        if kind is SwapOut:
+            by_op[a.after_op].append(a)
+        elif kind is SwapIn:
+            by_op[a.due_op].append(a)
+        elif kind is RecomputeAction:
+            by_op[a.before_op].append(a)
+        elif isinstance(a, SwapOut):
+            by_op[a.after_op].append(a)
+        elif isinstance(a, RecomputeAction):
+            by_op[a.before_op].append(a)
+        elif isinstance(a, SwapIn):
+            by_op[a.due_op].append(a)
+    return by_op
+
+
 def moves_at(state: TierState, op: int, report, waited: np.ndarray, link_moves: bool,
              level_moves: bool = True, anchors: Anchors | None = None) -> list[Move]:
     """Moves anchored at ``op``; ``link_moves`` adds those that only relieve the link
@@ -92,7 +131,7 @@ def moves_at(state: TierState, op: int, report, waited: np.ndarray, link_moves: 
     one."""
     anchors = anchors or Anchors(state)
     out = []
-    for a in anchors.actions.get(op, ()):
+    for a in anchors.at(op):
         if isinstance(a, SwapOut):
             if link_moves:
                 out.append(Move("cancel_swap", a))
