@@ -360,8 +360,8 @@ def test_live_bytes_kept_across_copies_and_moves_are_those_of_the_spans(seed, fr
 
 
 def _assert_columns_of_the_spans(state) -> None:
-    """``state.columns()`` (kept across copies, the buffers owned since made again) holds
-    the rows made afresh from its spans."""
+    """``state.columns()`` and ``state.plan()`` (kept across copies, the buffers owned since
+    made again) hold the residencies made afresh from its spans."""
     from cupool.planning.budget.span_table import Residencies
 
     order = sorted(state.spans)
@@ -372,6 +372,10 @@ def _assert_columns_of_the_spans(state) -> None:
     assert kept.position == fresh.position
     for name in ("first", "buffer_ids", "starts", "ends", "lows", "highs"):
         assert getattr(kept, name).tolist() == getattr(fresh, name).tolist(), name
+    plan = state.plan()  # its residencies kept across copies too
+    assert plan.residencies == tuple(r for part in parts for r in part)
+    assert plan.arena_bytes == max((r.offset + state.sizes[r.buffer_id]
+                                    for r in plan.residencies), default=0)
 
 
 def test_residency_columns_kept_across_copies_follow_merged_and_moved_spans():

@@ -50,6 +50,17 @@ class _Made(NamedTuple):
     arena_bytes: int
 
 
+class _Parts(NamedTuple):
+    """The residencies :meth:`TierState.plan` made, per buffer of its order (``parts``, and
+    the arena bytes each reaches, ``arenas``) and all of them in plan order (``flat``; those
+    of buffer ``order[i]`` from row ``first[i]``). Shared with copies, never edited."""
+
+    parts: list
+    arenas: np.ndarray
+    flat: list
+    first: np.ndarray
+
+
 class TierState:
     """A mutable plan: ``spans[b]``, buffer ``b``'s residencies in op order, and
     ``actions`` in plan order. ``template`` is the plan it came from (its other fields).
@@ -80,9 +91,9 @@ class TierState:
         self._order: list[int] | None = None  # the buffers of spans, sorted, made by plan()
         self._position: dict[int, int] = {}  # each buffer's index in _order
         self._order_sizes: tuple[list, np.ndarray] | None = None  # an order, its sizes
-        # plan()'s residencies and arena bytes per buffer of _order (lists shared with
-        # copies, never edited), and the buffers owned since they were made
-        self._parts: tuple[list, list] | None = None
+        # plan()'s residencies (shared with copies, never edited), and the buffers owned
+        # since they were made
+        self._parts: _Parts | None = None
         self._stale: set[int] = set()
         self._live: np.ndarray | None = None  # live(), while no buffer was owned since
         self._live_base: np.ndarray | None = None  # the original's live() at the copy
@@ -149,20 +160,30 @@ class TierState:
                     made = self._residencies_of(b)
                 parts.append(made.residencies)
                 arenas.append(made.arena_bytes)
-            self._parts = (parts, arenas)
+            counts = np.fromiter(map(len, parts), np.int64, len(parts))
+            self._parts = _Parts(parts, np.array(arenas, dtype=np.int64),
+                                 list(itertools.chain.from_iterable(parts)),
+                                 np.cumsum(counts) - counts)
         elif self._stale:  # the buffers owned since: the others' residencies are as made
-            parts, arenas = list(self._parts[0]), list(self._parts[1])
+            kept = self._parts
+            parts, arenas, flat, first = (list(kept.parts), kept.arenas.copy(), list(kept.flat),
+                                          kept.first)
             for b in self._stale:
                 made = self._residencies_of(b)
                 i = self._position[b]
+                low, count = int(first[i]), len(parts[i])
                 parts[i], arenas[i] = made.residencies, made.arena_bytes
-            self._parts = (parts, arenas)
+                flat[low:low + count] = made.residencies
+                if len(made.residencies) != count:  # the later buffers' rows move
+                    first = first.copy() if first is kept.first else first
+                    first[i + 1:] += len(made.residencies) - count
+            self._parts = _Parts(parts, arenas, flat, first)
         self._stale = set()
-        parts, arenas = self._parts
-        residencies = tuple(itertools.chain.from_iterable(parts))
+        residencies = tuple(self._parts.flat)
+        arenas = self._parts.arenas
         return replace(self.template, solver=solver, residencies=residencies,
                        actions=mark_drops(self.trace, residencies, self.actions),
-                       arena_bytes=int(max(arenas, default=0)))
+                       arena_bytes=int(arenas.max()) if len(arenas) else 0)
 
     def live(self) -> np.ndarray:
         """Bytes resident at each op (read only: the state keeps it)."""
@@ -297,7 +318,7 @@ class TierState:
         if self._parts is None or self._order is None or len(self._order) != len(self.spans):
             order = sorted(self.spans)
             return order, [self._fresh(b) for b in order]
-        parts = self._parts[0]
+        parts = self._parts.parts
         if self._stale:
             parts = list(parts)
             for b in self._stale:
