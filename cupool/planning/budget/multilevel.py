@@ -26,7 +26,8 @@ A move that changes when a buffer is resident *re-places the later steps*: when 
 is not free over the new span, it and the residencies in its way that begin at or after
 the step are placed again by the allocation rules (in start order); the move is dropped
 when they do not fit the budget. Each candidate plan is simulated
-(:func:`cupool.sim.simulate`); the cost of a state is ``(iteration_us, read_write_us)``
+(:func:`cupool.sim.simulator.time_iteration`: the times :func:`cupool.sim.simulate`
+reports); the cost of a state is ``(iteration_us, read_write_us)``
 where ``read_write_us`` is the total time of its copies at their levels' bandwidths.
 Between checkpoints (every ``checkpoint_ops`` ops) a move is accepted when it lowers the
 cost, or when it lowers the read/write time while the iteration stays within
