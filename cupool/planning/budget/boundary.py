@@ -97,7 +97,11 @@ from cupool.planning.budget.engine.placement import (
 )
 from cupool.planning.budget.engine.records import SwapWindow
 from cupool.planning.budget.engine.relief import persistent_floor
-from cupool.planning.budget.engine.residency import HEAD_OUT_OP, residency_intervals
+from cupool.planning.budget.engine.residency import (
+    HEAD_OUT_OP,
+    ResidencyInterval,
+    residency_intervals,
+)
 from cupool.planning.budget.engine.schedule import SWAP, Gap, IdleGap, Schedule, trace_index
 from cupool.planning.budget.engine.snapshot import copy_state
 from cupool.planning.budget.engine.state import PlanState
@@ -411,15 +415,17 @@ def bring_forward(state: PlanState, gaps: list[IdleGap], fill: float = PREFETCH_
 
 
 def _placeable(trace: Trace, state: PlanState, budget_bytes: int,
-               params: BudgetParams, cache: OffsetCache) -> bool:
-    """Whether the schedule's residencies get offsets within the budget (the first
-    solver, every stay across the boundary tied, then :func:`place_pairs_first_fit`).
-    The first solver's offsets are kept in ``cache``: when the schedule is kept, placing
-    it asks that solver first, for the same residencies."""
+               params: BudgetParams, cache: OffsetCache) -> list[ResidencyInterval] | None:
+    """The schedule's residencies when they get offsets within the budget (the first
+    solver, every stay across the boundary tied, then :func:`place_pairs_first_fit`),
+    else ``None``. The first solver's offsets are kept in ``cache``: when the schedule is
+    kept, placing it asks that solver first, for the same residencies."""
     intervals = residency_intervals(trace, state.schedule)
     first = cache.place_one(trace, intervals, budget_bytes, params.placement.offset_solver)
-    return ((first.offsets is not None and not first.untied)
-            or place_pairs_first_fit(trace, intervals, budget_bytes).offsets is not None)
+    if ((first.offsets is not None and not first.untied)
+            or place_pairs_first_fit(trace, intervals, budget_bytes).offsets is not None):
+        return intervals
+    return None
 
 
 class SharedWork:
@@ -476,7 +482,8 @@ def plan_boundary(trace, budget_bytes, cost, params: BudgetParams, started: floa
             if shared is not None:
                 shared.keep(key, state)
 
-        def decision(schedule, fullest: FullestOp, moved: int) -> Decision:
+        def decision(schedule, fullest: FullestOp, moved: int,
+                     intervals: list[ResidencyInterval] | None = None) -> Decision:
             if fullest.resident_bytes > internal:
                 return Decision(None, reason=f"boundary: op {fullest.op} still needs "
                                              f"{fullest.resident_bytes} bytes resident "
@@ -484,16 +491,18 @@ def plan_boundary(trace, budget_bytes, cost, params: BudgetParams, started: floa
             return Decision(schedule, {"persistent_gaps": taken, "target": variant.target,
                                        "eager_release": variant.eager,
                                        "brought_forward": moved,
-                                       "planned_recompute_us": state.recompute_us})
+                                       "planned_recompute_us": state.recompute_us},
+                            intervals=intervals)
 
         # bring_forward edits the schedule's gap lists in place: keep them as they were
         as_decided = decision(Schedule({b: list(gaps) for b, gaps in state.schedule.gaps.items()},
                                        list(state.schedule.chains)), fullest_op(state), 0)
         moved = bring_forward(state, persistent_gaps, variant.fill)
-        if moved and not _placeable(trace, state, budget_bytes, params, cache):
+        intervals = _placeable(trace, state, budget_bytes, params, cache) if moved else None
+        if moved and intervals is None:
             # copies brought forward can tie residencies into a knot no offsets untie
             return as_decided
-        return decision(state.schedule, fullest_op(state), moved)
+        return decision(state.schedule, fullest_op(state), moved, intervals)
 
     result = place_schedule(trace, budget_bytes, decide, "boundary", params.placement, started,
                             last_resort=place_pairs_first_fit, cache=cache)

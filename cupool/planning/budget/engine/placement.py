@@ -61,11 +61,14 @@ class Decision:
     schedule: the gaps taken off the device; ``None`` when the planner found no way to
       bring every op within the internal budget (``reason`` says which op it failed on).
     stats: planner-specific numbers recorded in the plan's ``stats``.
+    intervals: the schedule's residencies (:func:`~.residency.residency_intervals`) when
+      the planner made them already (``None``: :func:`place_schedule` makes them).
     """
 
     schedule: Schedule | None
     stats: dict = field(default_factory=dict)
     reason: str | None = None
+    intervals: list[ResidencyInterval] | None = None
 
 
 OFFSET_SOLVER_PARAMS = SolverParams(time_limit_s=2.0)
@@ -431,7 +434,8 @@ def place_schedule(trace: Trace, budget_bytes: int, decide, policy: str,
         if decision.schedule is None:
             reason = decision.reason or "the policy found no schedule within the budget"
             break
-        intervals = residency_intervals(trace, decision.schedule)
+        intervals = (decision.intervals if decision.intervals is not None
+                     else residency_intervals(trace, decision.schedule))
         peak = int(resident_bytes(trace, intervals).max()) if intervals else 0
         if peak > budget_bytes:
             reason = (f"policy left {peak} bytes resident at some op "
