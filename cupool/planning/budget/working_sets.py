@@ -54,6 +54,9 @@ MEMBER = "working sets (copies waited for)"
 KEPT_MEMBER = "working sets (persistent state kept where it fits)"
 """The variant that keeps the persistent buffers that fit beside every working set."""
 
+_LOW, _HIGH, _SLOT = 0, 1, 2
+"""The rows of :attr:`_Walk.columns`: the residents' offsets, ends and slots."""
+
 PREFETCH_LEAD = 2.0
 """A copy in may start up to this many times its own copy time before its use."""
 
@@ -171,9 +174,10 @@ class _Walk:
     """The device as a cache of byte ranges ``[0, capacity)``, walked op by op (module
     docstring); what it decides accumulates in ``residencies`` and ``actions``.
 
-    The residents are kept in address order as parallel lists (``lows``, ``highs``,
-    ``slots``); per-buffer numbers are arrays indexed by a buffer's slot (its index in the
-    trace), so that choosing a range to free is a few array operations."""
+    The residents are kept in address order as the first ``resident_count`` columns of
+    ``columns`` (rows :data:`_LOW`, :data:`_HIGH`, :data:`_SLOT`), shifted in place as
+    they come and go; per-buffer numbers are arrays indexed by a buffer's slot (its index
+    in the trace), so that choosing a range to free is a few array operations on views."""
 
     def __init__(self, trace: Trace, capacity: int, needs: dict[int, tuple[int, ...]],
                  skipped: set[int], cost) -> None:
@@ -184,9 +188,17 @@ class _Walk:
         self.slot = {b.id: k for k, b in enumerate(buffers)}
         self.ids = [b.id for b in buffers]
         self.size = np.array([b.size for b in buffers], dtype=np.int64)
-        self.copy_in_us = np.array([cost.copy_us(b.size, "h2d") for b in buffers])
-        self.copy_out_us = np.array([cost.copy_us(b.size, "d2h") for b in buffers])
+        self.sizes = self.size.tolist()
+        # an empty buffer may sit at the offset of another resident: its ends break the
+        # interleaved order _evict_for relies on, so such traces sort the candidate starts
+        self.any_empty = bool(np.any(self.size == 0))
+        distinct = set(self.sizes)  # a copy's time depends on its bytes alone
+        copy_in = {size: cost.copy_us(size, "h2d") for size in distinct}
+        copy_out = {size: cost.copy_us(size, "d2h") for size in distinct}
+        self.copy_in_us = np.array([copy_in[size] for size in self.sizes], dtype=np.float64)
+        self.copy_out_us = np.array([copy_out[size] for size in self.sizes], dtype=np.float64)
         self.persistent = np.array([b.kind == PERSISTENT for b in buffers], dtype=bool)
+        self.is_persistent = self.persistent.tolist()
         self.start_op = [b.start for b in buffers]
         self.write_ops = [frozenset(() if b.read_only else b.write_ops) for b in buffers]
         self.need_ops = [needs[b.id] for b in buffers]
@@ -207,14 +219,15 @@ class _Walk:
                                   side="right") - 1).tolist()
         for k, j, last in zip(slots, ops, latest, strict=True):
             self.needed_at[j].append(k)
-            t = max(last, 0 if self.persistent[k] else self.start_op[k] + 1)  # once made
+            t = max(last, 0 if self.is_persistent[k] else self.start_op[k] + 1)  # once made
             if t < j:
                 self.prefetch_from[t].append((j, k))
         self.pending: list[tuple[int, int]] = []
         self.gaps = _Gaps(capacity)
-        self.lows: list[int] = []   # offsets of the residents, ascending
-        self.highs: list[int] = []  # their ends
-        self.slots: list[int] = []  # their slots
+        self.columns = np.zeros((3, len(buffers) + 1), dtype=np.int64)
+        self.resident_count = 0
+        self.lows: list[int] = []  # columns[_LOW, :resident_count] as a list, to bisect
+        self.halves = np.arange(2 * len(buffers) + 2, dtype=np.int64) // 2
         self.offset: dict[int, int] = {}  # resident slot -> offset
         self.since: dict[int, int] = {}   # resident slot -> op its residency began
         self.entry: dict[int, int] = {}   # resident slot -> index of its SwapIn in actions
@@ -247,7 +260,7 @@ class _Walk:
         if i < len(ops):
             return ops[i]
         n = self.trace.num_ops
-        return ops[0] + n if self.persistent[k] else 2 * n
+        return ops[0] + n if self.is_persistent[k] else 2 * n
 
     def _last_need_before(self, k: int, t: int) -> int:
         ops = self.need_ops[k]
@@ -257,15 +270,19 @@ class _Walk:
     def _close_dead(self, t: int) -> None:
         n = self.trace.num_ops
         for k in self.needed_at[t - 1] if t else ():
-            if k in self.offset and not self.persistent[k] and self.next_need[k] >= 2 * n:
+            if k in self.offset and not self.is_persistent[k] and self.next_need[k] >= 2 * n:
                 self._leave(k, t)
 
     def _unlist(self, k: int) -> tuple[int, int]:
         """Take slot ``k`` off the residents; its residency's first op and offset."""
         offset = self.offset.pop(k)
+        m = self.resident_count
+        columns = self.columns
         i = bisect.bisect_left(self.lows, offset)
-        del self.lows[i], self.highs[i], self.slots[i]
-        self.gaps.give(offset, int(self.size[k]))
+        del self.lows[i]
+        columns[:, i:m - 1] = columns[:, i + 1:m]
+        self.resident_count = m - 1
+        self.gaps.give(offset, self.sizes[k])
         self.dirty[k] = False
         return self.since.pop(k), offset
 
@@ -281,17 +298,21 @@ class _Walk:
         end = last + 1 if final else t
         buffer_id = self.ids[k]
         self.residencies.append(Residency(buffer_id, begun, end, offset))
-        if self.persistent[k] or self.next_need[k] < 2 * self.trace.num_ops:
+        if self.is_persistent[k] or self.next_need[k] < 2 * self.trace.num_ops:
             self.actions.append(SwapOut(buffer_id, last))
 
     def _enter(self, k: int, t: int, offset: int, due: int | None = None) -> None:
         self.offset[k], self.since[k] = offset, t
+        m = self.resident_count
+        columns = self.columns
         i = bisect.bisect_left(self.lows, offset)
         self.lows.insert(i, offset)
-        self.highs.insert(i, offset + int(self.size[k]))
-        self.slots.insert(i, k)
-        self.gaps.take(offset, int(self.size[k]))
-        if not self.persistent[k] and self.start_op[k] == t:  # produced here
+        columns[:, i + 1:m + 1] = columns[:, i:m]
+        size = self.sizes[k]
+        columns[:, i] = (offset, offset + size, k)
+        self.resident_count = m + 1
+        self.gaps.take(offset, size)
+        if not self.is_persistent[k] and self.start_op[k] == t:  # produced here
             self.dirty[k] = True
         else:
             self.entry[k] = len(self.actions)
@@ -303,11 +324,12 @@ class _Walk:
         passed without room: into free bytes, or evicting only residents needed after ``j``
         (Belady's rule)."""
         waiting = []
+        sizes = self.sizes
         for j, k in sorted([*self.pending, *self.prefetch_from[t]],
-                           key=lambda item: (item[0], -self.size[item[1]], item[1])):
+                           key=lambda item: (item[0], -sizes[item[1]], item[1])):
             if j <= t or k in self.offset or self.next_need[k] != j:
                 continue  # come, resident, or needed sooner (its own entry serves that)
-            size = int(self.size[k])
+            size = sizes[k]
             offset = self._free_range(size)
             if offset is None:
                 offset = self._evict_for(size, t, before=j)
@@ -319,10 +341,11 @@ class _Walk:
 
     def _serve(self, t: int) -> None:
         needed = self.needed_at[t]
+        sizes = self.sizes
         missing = sorted((k for k in needed if k not in self.offset),
-                         key=lambda k: (-self.size[k], k))
+                         key=lambda k: (-sizes[k], k))
         for k in missing:
-            size = int(self.size[k])
+            size = sizes[k]
             offset = self._free_range(size)
             if offset is None:
                 offset = self._evict_for(size, t)
@@ -339,20 +362,34 @@ class _Walk:
         """Evict the cheapest residents from a range of ``size`` bytes holding nothing the
         op being walked needs (nor, with ``before``, anything needed at or before op
         ``before``); its offset, or ``None`` when every such range holds one."""
-        if size > self.capacity:
+        limit = self.capacity - size  # the highest start
+        if limit < 0:
             return None
-        lows = np.array(self.lows, dtype=np.int64)
-        highs = np.array(self.highs, dtype=np.int64)
-        slots = np.array(self.slots, dtype=np.int64)
+        m = self.resident_count
+        lows, highs, slots = self.columns[:, :m]
         blocked = self.pinned[slots]
         if before is not None:
             blocked = blocked | (self.next_need[slots] <= before)
         cost_us = self.copy_in_us[slots] + np.where(self.dirty[slots],
                                                     self.copy_out_us[slots], 0.0)
         weight = cost_us / np.maximum(1, self.next_need[slots] - t)
-        starts = np.sort(np.concatenate(([0, self.capacity - size], lows, highs)))
-        starts = starts[(starts >= 0) & (starts + size <= self.capacity)]
-        first = np.searchsorted(highs, starts, side="right")   # residents ending after a
+        # candidate starts a, ascending: 0, each resident's ends, the highest start; with
+        # the residents ending at or before each (those the range starting there spares)
+        if self.any_empty:
+            starts = np.sort(np.concatenate(([0, limit], lows, highs)))
+            starts = starts[starts <= limit]
+            first = np.searchsorted(highs, starts, side="right")
+        else:  # disjoint and not empty: 0 <= low < high <= next low, ..., and a low or a
+            # high at 2i + 1 or 2i + 2 in that order has i or i + 1 residents ending by it
+            below = int(highs.searchsorted(limit, side="right"))
+            cut = 1 + bisect.bisect_right(self.lows, limit) + below
+            starts = np.empty(2 * m + 2, dtype=np.int64)
+            starts[0] = 0
+            starts[1:-1:2], starts[2::2] = lows, highs
+            starts[cut] = limit
+            starts = starts[:cut + 1]
+            first = self.halves[:cut + 1].copy()
+            first[cut] = below
         past = np.searchsorted(lows, starts + size, side="left")  # ... starting before a+size
         blocked_sum = np.concatenate(([0], np.cumsum(blocked)))
         weight_sum = np.concatenate(([0.0], np.cumsum(weight)))
@@ -379,9 +416,10 @@ class _Walk:
             else:
                 self._leave(k, t)
         cursor = 0
-        for k in sorted(needed, key=lambda k: (-self.size[k], k)):
+        sizes = self.sizes
+        for k in sorted(needed, key=lambda k: (-sizes[k], k)):
             self._enter(k, t, cursor)
-            cursor += int(self.size[k])
+            cursor += sizes[k]
 
 
 def prefetch_earlier(trace: Trace, cost, residencies: list[Residency], actions: list
