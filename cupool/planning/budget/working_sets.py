@@ -426,32 +426,41 @@ def prefetch_earlier(trace: Trace, cost, residencies: list[Residency], actions: 
                      ) -> tuple[list[Residency], list]:
     """Each swap-in starts earlier where it can: its residency begins at the latest of the
     op its bytes are free from, its buffer's previous residency's end, and the op
-    :data:`PREFETCH_LEAD` copy times before its due op."""
+    :data:`PREFETCH_LEAD` copy times before its due op.
+
+    The last two bounds are known for every swap-in at once; only those they leave room
+    for look, in trigger order, at what the swap-ins moved before them left in their bytes.
+    A residency is found by its buffer and first op (unique: a buffer's residencies are
+    disjoint and not empty)."""
+    swap_ins = sorted((a for a in actions if isinstance(a, SwapIn)), key=lambda a: a.trigger_op)
+    if not swap_ins or not residencies:
+        return residencies, actions
     op_end = np.concatenate(([0.0], np.cumsum(cost.op_times(trace))))  # op k starts at [k]
     size = {b.id: b.size for b in trace.buffers}
+    span = trace.num_ops + 1  # a residency's key: buffer id * span + first op
+    buffer_ids = np.array([r.buffer_id for r in residencies], dtype=np.int64)
     lows = np.array([r.offset for r in residencies], dtype=np.int64)
     highs = lows + np.array([size[r.buffer_id] for r in residencies], dtype=np.int64)
     starts = np.array([r.start for r in residencies], dtype=np.int64)
     ends = np.array([r.end for r in residencies], dtype=np.int64)
-    index = {(r.buffer_id, r.start): k for k, r in enumerate(residencies)}
-    previous_end: dict[tuple[int, int], int] = {}
-    by_buffer: dict[int, list[Residency]] = {}
-    for r in residencies:
-        by_buffer.setdefault(r.buffer_id, []).append(r)
-    for spans in by_buffer.values():
-        spans.sort(key=lambda r: r.start)
-        for before, after in itertools.pairwise(spans):
-            previous_end[(after.buffer_id, after.start)] = before.end
+    order = np.argsort(buffer_ids * span + starts, kind="stable")
+    keys = (buffer_ids * span + starts)[order]
+    # each residency's buffer's previous residency's end (0 for its first)
+    previous_end = np.zeros(len(residencies), dtype=np.int64)
+    same = buffer_ids[order[1:]] == buffer_ids[order[:-1]]
+    previous_end[order[1:][same]] = ends[order[:-1][same]]
+    entering = np.array([a.buffer_id for a in swap_ins], dtype=np.int64)
+    trigger = np.array([a.trigger_op for a in swap_ins], dtype=np.int64)
+    due = np.array([a.due_op for a in swap_ins], dtype=np.int64)
+    index = order[np.searchsorted(keys, entering * span + trigger)]
+    copy_in = {s: cost.copy_us(s, "h2d") for s in {size[b] for b in entering.tolist()}}
+    lead = PREFETCH_LEAD * np.array([copy_in[size[b]] for b in entering.tolist()],
+                                    dtype=np.float64)
+    earliest = np.searchsorted(op_end, op_end[due] - lead, side="right") - 1
+    floors = np.maximum(np.maximum(earliest, previous_end[index]), 0)
     moved = {}
-    for action in sorted((a for a in actions if isinstance(a, SwapIn)),
-                         key=lambda a: a.trigger_op):
-        k = index[(action.buffer_id, action.trigger_op)]
-        t = action.trigger_op
-        lead = PREFETCH_LEAD * cost.copy_us(size[action.buffer_id], "h2d")
-        earliest = int(np.searchsorted(op_end, op_end[action.due_op] - lead, side="right")) - 1
-        floor = max(earliest, previous_end.get((action.buffer_id, t), 0), 0)
-        if floor >= t:
-            continue
+    for i in np.flatnonzero(floors < trigger).tolist():
+        k, t, floor = int(index[i]), int(trigger[i]), int(floors[i])
         clash = (lows < highs[k]) & (highs > lows[k]) & (starts < t)
         clash[k] = False
         floor = max(floor, int(ends[clash].max()) if np.any(clash) else 0)
@@ -461,15 +470,17 @@ def prefetch_earlier(trace: Trace, cost, residencies: list[Residency], actions: 
     if not moved:
         return residencies, actions
     out_residencies = list(residencies)
+    new_trigger = {}
     for k, start in moved.items():
-        out_residencies[k] = Residency(residencies[k].buffer_id, start, residencies[k].end,
-                                       residencies[k].offset)
+        r = residencies[k]
+        out_residencies[k] = Residency(r.buffer_id, start, r.end, r.offset)
+        new_trigger[(r.buffer_id, r.start)] = start
     out_actions = []
     for a in actions:
         if isinstance(a, SwapIn):
-            k = index[(a.buffer_id, a.trigger_op)]
-            if k in moved:
-                a = SwapIn(a.buffer_id, moved[k], a.due_op, a.level)
+            start = new_trigger.get((a.buffer_id, a.trigger_op))
+            if start is not None:
+                a = SwapIn(a.buffer_id, start, a.due_op, a.level)
         out_actions.append(a)
     return out_residencies, out_actions
 
