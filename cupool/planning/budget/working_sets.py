@@ -66,7 +66,6 @@ def needed_ops(trace: Trace) -> dict[int, tuple[int, ...]]:
     without recorded uses, its first op (it is produced there); a persistent one without
     uses, the op whose other needs are the fewest bytes (it must be resident somewhere)."""
     needs: dict[int, tuple[int, ...]] = {}
-    load = np.zeros(max(trace.num_ops, 1), dtype=np.int64)
     idle = []
     for b in trace.buffers:
         if b.uses:
@@ -75,9 +74,8 @@ def needed_ops(trace: Trace) -> dict[int, tuple[int, ...]]:
             needs[b.id] = (b.start,)
         else:
             idle.append(b)
-            continue
-        for op in needs[b.id]:
-            load[op] += b.size
+    load = np.zeros(max(trace.num_ops, 1), dtype=np.int64)
+    _add_needs(load, trace, needs)
     for b in idle:
         op = int(np.argmin(load))
         needs[b.id] = (op,)
@@ -89,10 +87,15 @@ def required_bytes(trace: Trace, needs: dict[int, tuple[int, ...]] | None = None
     """Bytes each op needs resident in any valid plan (:func:`needed_ops`)."""
     needs = needed_ops(trace) if needs is None else needs
     out = np.zeros(trace.num_ops, dtype=np.int64)
-    for b in trace.buffers:
-        for op in needs[b.id]:
-            out[op] += b.size
+    _add_needs(out, trace, needs)
     return out
+
+
+def _add_needs(load: np.ndarray, trace: Trace, needs: dict[int, tuple[int, ...]]) -> None:
+    """Add each buffer's bytes to ``load`` at every op it needs (those ``needs`` lists)."""
+    ops = [op for b in trace.buffers if b.id in needs for op in needs[b.id]]
+    sizes = [b.size for b in trace.buffers if b.id in needs for _op in needs[b.id]]
+    np.add.at(load, np.array(ops, dtype=np.int64), np.array(sizes, dtype=np.int64))
 
 
 def kept_persistent(trace: Trace, budget_bytes: int, cost,
