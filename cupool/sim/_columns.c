@@ -10,6 +10,9 @@
  * converts or raises as it always has. Objects whose class keeps the attribute in a
  * __slots__ member (the plan vocabulary's frozen dataclasses) are read from the slot, as
  * generic attribute lookup would read it, without the lookup.
+ *
+ * same(objects, name) tells whether one attribute is one object throughout; grouped(ops,
+ * num_ops) sorts rows by op (a counting sort), as replay_input groups each kind of row.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -140,7 +143,110 @@ fail:
     return NULL;
 }
 
+/* same(objects, name): (value,) when objects is not empty and attribute name of every
+ * object is one and the same object (a plan's actions all at one host level), else None
+ * (and the caller looks at the values in Python, which raises for a missing one). */
+static PyObject *same(PyObject *module, PyObject *args) {
+    PyObject *objects, *name;
+    if (!PyArg_ParseTuple(args, "OU:same", &objects, &name)) return NULL;
+    PyObject *items = PySequence_Fast(objects, "same: objects must be a sequence");
+    if (!items) return NULL;
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(items);
+    PyObject **objs = PySequence_Fast_ITEMS(items);
+    PyObject *names = PyTuple_Pack(1, name);
+    if (!names) {
+        Py_DECREF(items);
+        return NULL;
+    }
+    Slots slots = {NULL, {0}};
+    PyObject *first = NULL;
+    int one = count > 0;
+    for (Py_ssize_t i = 0; one && i < count; i++) {
+        PyTypeObject *type = Py_TYPE(objs[i]);
+        if (type != slots.type) find_slots(&slots, type, names, 1);
+        PyObject *value;
+        if (slots.offsets[0] >= 0) {
+            value = *(PyObject **)((char *)objs[i] + slots.offsets[0]);
+            Py_XINCREF(value);
+        } else {
+            value = PyObject_GetAttr(objs[i], name);
+        }
+        if (!value) {
+            one = 0;
+            if (PyErr_Occurred() && PyErr_ExceptionMatches(PyExc_MemoryError)) {
+                Py_XDECREF(first);
+                Py_DECREF(names);
+                Py_DECREF(items);
+                return NULL;
+            }
+            PyErr_Clear();
+        } else if (!first) {
+            first = value;
+        } else {
+            one = value == first;
+            Py_DECREF(value);
+        }
+    }
+    Py_DECREF(names);
+    Py_DECREF(items);
+    PyObject *result = one ? PyTuple_Pack(1, first) : Py_NewRef(Py_None);
+    Py_XDECREF(first);
+    return result;
+}
+
+/* grouped(ops, num_ops): the rows whose op (ops: a contiguous buffer of int64) is in
+ * [0, num_ops), ordered by op and within an op by row (a counting sort), as a bytearray of
+ * int64 row numbers, and first, num_ops + 1 int64 bounds (op i's rows are
+ * rows[first[i]:first[i + 1]]): what a stable argsort of ops gives, cut to those ops. */
+static PyObject *grouped(PyObject *module, PyObject *args) {
+    Py_buffer view;
+    Py_ssize_t num_ops;
+    if (!PyArg_ParseTuple(args, "y*n:grouped", &view, &num_ops)) return NULL;
+    if (view.len % 8 || num_ops < 0) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "grouped: ops must be int64 and num_ops >= 0");
+        return NULL;
+    }
+    Py_ssize_t count = view.len / 8;
+    const long long *ops = (const long long *)view.buf;
+    PyObject *first_block = PyByteArray_FromStringAndSize(NULL, (num_ops + 1) * 8);
+    if (!first_block) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    long long *first = (long long *)PyByteArray_AS_STRING(first_block);
+    memset(first, 0, (size_t)(num_ops + 1) * 8);
+    for (Py_ssize_t i = 0; i < count; i++)
+        if (ops[i] >= 0 && ops[i] < num_ops) first[ops[i] + 1]++;
+    for (Py_ssize_t i = 0; i < num_ops; i++) first[i + 1] += first[i];
+    PyObject *rows_block = PyByteArray_FromStringAndSize(NULL, first[num_ops] * 8);
+    long long *next = PyMem_Malloc(((size_t)num_ops + 1) * sizeof(long long));
+    if (!rows_block || !next) {
+        PyBuffer_Release(&view);
+        Py_DECREF(first_block);
+        Py_XDECREF(rows_block);
+        PyMem_Free(next);
+        return next ? NULL : PyErr_NoMemory();
+    }
+    long long *rows = (long long *)PyByteArray_AS_STRING(rows_block);
+    memcpy(next, first, (size_t)(num_ops + 1) * sizeof(long long));
+    for (Py_ssize_t i = 0; i < count; i++)
+        if (ops[i] >= 0 && ops[i] < num_ops) rows[next[ops[i]]++] = i;
+    PyMem_Free(next);
+    PyBuffer_Release(&view);
+    PyObject *result = PyTuple_Pack(2, rows_block, first_block);
+    Py_DECREF(rows_block);
+    Py_DECREF(first_block);
+    return result;
+}
+
 static PyMethodDef methods[] = {
+    {"grouped", grouped, METH_VARARGS,
+     "grouped(ops, num_ops) -> (rows, first): bytearrays of int64, the rows whose op is in "
+     "[0, num_ops) ordered by op (stable), and num_ops + 1 bounds per op."},
+    {"same", same, METH_VARARGS,
+     "same(objects, name) -> (value,) when every object's attribute name is one and the "
+     "same object, else None."},
     {"by_type", by_type, METH_VARARGS,
      "by_type(objects, types) -> tuple of one list per type (the objects of exactly that "
      "type, in order), or None when an object is of another type."},

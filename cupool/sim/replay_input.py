@@ -41,6 +41,7 @@ class BufferSizes:
     by_id: dict
     ids: np.ndarray | None
     sizes: np.ndarray | None
+    dense: bool = False  # ``ids`` are 0, 1, ..., so that id ``i``'s size is ``sizes[i]``
 
     @classmethod
     def of(cls, by_id: dict) -> BufferSizes:
@@ -50,11 +51,15 @@ class BufferSizes:
         except (OverflowError, TypeError, ValueError):
             return cls(by_id, None, None)
         order = np.argsort(ids, kind="stable")
-        return cls(by_id, ids[order], sizes[order])
+        ids = ids[order]
+        return cls(by_id, ids, sizes[order],
+                   bool(np.array_equal(ids, np.arange(len(ids), dtype=np.int64))))
 
     def each(self, ids: np.ndarray) -> np.ndarray:
         """The size of each buffer of ``ids`` (``by_id[id]``: a ``KeyError`` names an
         unknown one)."""
+        if self.dense and len(ids) and ids.min() >= 0 and ids.max() < len(self.sizes):
+            return self.sizes[ids]  # each id is its own row
         if self.ids is not None and len(self.ids):
             at = np.minimum(np.searchsorted(self.ids, ids), len(self.ids) - 1)
             if np.array_equal(self.ids[at], ids):
@@ -245,7 +250,16 @@ def replay_input(trace, residencies: tuple[Residency, ...], actions,
 
 def _grouped(ops: np.ndarray, num_ops: int) -> tuple[np.ndarray, np.ndarray]:
     """The rows whose op is in ``[0, num_ops)``, ordered by op (stable: plan order within
-    an op), and ``first``: op ``i``'s rows are ``rows[first[i]:first[i + 1]]``."""
+    an op), and ``first``: op ``i``'s rows are ``rows[first[i]:first[i + 1]]`` (a counting
+    sort where ``_columns`` is built, else :func:`_grouped_by_sorting`: the same rows)."""
+    if _columns is not None:
+        rows, first = _columns.grouped(np.ascontiguousarray(ops, np.int64), num_ops)
+        return np.frombuffer(rows, np.int64), np.frombuffer(first, np.int64)
+    return _grouped_by_sorting(ops, num_ops)
+
+
+def _grouped_by_sorting(ops: np.ndarray, num_ops: int) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_grouped` by a stable ``argsort``."""
     order = np.argsort(ops, kind="stable")
     first = np.zeros(num_ops + 1, np.int64)  # the rows before op i's: those of ops [0, i)
     np.cumsum(np.bincount(ops[(ops >= 0) & (ops < num_ops)], minlength=num_ops),
@@ -452,10 +466,14 @@ def _by_op_columns(num_ops, residencies, arrays: ResidencyArrays, actions, cost)
     if np.any(at >= len(keys)) or np.any(sorted_keys[np.minimum(at, len(keys) - 1)] != in_keys):
         return None
     entering = order[at]
-    if recomputes:
-        recompute_keys = [a.buffer_id * width + a.before_op for a in recomputes]
-        if not set(recompute_keys).isdisjoint(in_keys.tolist()):
-            return None
+    if np.any(sorted_keys[1:] == sorted_keys[:-1]):  # a key twice: every one of them
+        filled = ~np.isin(keys, in_keys)
+    else:  # each key once: the residencies the swap-ins enter are those of their keys
+        filled = np.ones(len(keys), dtype=bool)
+        filled[entering] = False
+    if recomputes and _swapped_in_recomputed(recomputes, width, in_keys, sorted_keys,
+                                             filled[order]):
+        return None
     at = np.searchsorted(sorted_keys, out_ids * width + afters, "right") - 1
     leaving = order[np.maximum(at, 0)]
     if np.any(at < 0) or np.any(ids[leaving] != out_ids) or np.any(afters >= ends[leaving]):
@@ -467,14 +485,29 @@ def _by_op_columns(num_ops, residencies, arrays: ResidencyArrays, actions, cost)
     nbytes = arrays.sizes[leaving]
     out_us = times.each(nbytes, D2H, outs, kept)
     dues = np.where((dues >= 0) & (dues < num_ops), dues, -1)
-    if np.any(sorted_keys[1:] == sorted_keys[:-1]):  # a key twice: every one of them
-        filled = ~np.isin(keys, in_keys)
-    else:  # each key once: the residencies the swap-ins enter are those of their keys
-        filled = np.ones(len(keys), dtype=bool)
-        filled[entering] = False
     return _ByOp(in_ids, triggers, dues, entering, in_us, out_ids[kept], afters[kept],
                  leaving, out_us, recomputes, filled, int(nbytes.max(initial=0)),
                  times.shortest())
+
+
+def _swapped_in_recomputed(recomputes, width, in_keys, sorted_keys, sorted_filled) -> bool:
+    """Whether a recompute enters a residency a swap-in enters: a recompute's key
+    ``buffer_id * width + before_op`` among ``in_keys`` (all of them keys of residencies,
+    ``sorted_keys``; a residency's key is among them where it is not filled:
+    ``sorted_filled``, in the order of ``sorted_keys``). Looked up in the sorted keys where
+    ``_columns`` reads the recomputes as ints whose keys fit 63 bits, else by a set of
+    Python ints."""
+    block = _columns.int_columns(recomputes, ("buffer_id", "before_op")) if _columns else None
+    if block is not None:
+        ids, befores = np.frombuffer(block, np.int64).reshape(2, len(recomputes))
+        limit = (1 << 62) // width
+        if (np.all((-limit < ids) & (ids < limit))
+                and np.all((befores > -(1 << 62)) & (befores < 1 << 62))):
+            keys = ids * width + befores  # exact: each below 2 ** 63 in size
+            at = np.minimum(np.searchsorted(sorted_keys, keys), len(sorted_keys) - 1)
+            return bool(np.any((sorted_keys[at] == keys) & ~sorted_filled[at]))
+    recompute_keys = [a.buffer_id * width + a.before_op for a in recomputes]
+    return not set(recompute_keys).isdisjoint(in_keys.tolist())
 
 
 _LEVEL = attrgetter("level")
@@ -505,6 +538,9 @@ class _CopyTimes:
              kept: np.ndarray | None = None) -> np.ndarray:
         """The copy time of each ``(nbytes[k], levels[k])``, as a ``float64`` column:
         ``levels`` those of ``actions``, or of those ``kept`` marks (one per row)."""
+        common = _columns.same(actions, "level") if _columns is not None else None
+        if common is not None:  # every action's level one object (the usual case)
+            return self._one_level(nbytes, direction, *common)
         distinct = set(map(_LEVEL, actions))
         if len(distinct) == 1:  # one level (the usual case; every kept row's too)
             return self._one_level(nbytes, direction, *distinct)

@@ -323,3 +323,60 @@ def test_by_type_splits_as_a_dict_of_lists_by_type_does(kinds):
         assert all(a is b for x, y in zip(found, python, strict=True)
                    for a, b in zip(x, y, strict=True))
     assert python is None or not {"subclass", "other"} & set(kinds)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(-3, 12), max_size=40), st.integers(0, 10))
+def test_grouped_counts_as_a_stable_argsort_sorts(ops, num_ops):
+    column = np.array(ops, np.int64)
+    rows, first = replay_input_module._grouped(column, num_ops)
+    sorted_rows, sorted_first = replay_input_module._grouped_by_sorting(column, num_ops)
+    assert rows.dtype == sorted_rows.dtype == first.dtype == sorted_first.dtype == np.int64
+    assert rows.tolist() == sorted_rows.tolist()
+    assert first.tolist() == sorted_first.tolist()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from(["pinned", "pageable", "copy", "missing"]), max_size=12))
+def test_same_is_one_object_throughout(levels):
+    """``(value,)`` exactly where every level is the one object; None where they differ,
+    where one is missing, and for no objects."""
+    copied = "".join(["pin", "ned"])  # equal to "pinned", another object
+    objects = [Row() if k == "missing" else Row(level=copied if k == "copy" else k)
+               for k in levels]
+    ids = {id(o.level) for o in objects if hasattr(o, "level")}
+    expected = ((objects[0].level,) if objects and len(ids) == 1 and "missing" not in levels
+                else None)
+    assert _columns.same(objects, "level") == expected
+    assert _columns.same([SwapIn(1, 0, 1), SwapIn(2, 0, 1)], "level") == ("pinned",)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 4), st.integers(0, 6)), min_size=1, max_size=12,
+                unique=True),
+       st.lists(st.booleans(), max_size=12),
+       st.lists(st.tuples(st.integers(-3, 2 ** 62), st.integers(-(2 ** 63), 2 ** 63 - 1)),
+                max_size=6),
+       st.lists(st.tuples(st.integers(0, 4), st.integers(-2, 8)), max_size=6))
+def test_recomputes_meet_swap_ins_as_the_set_of_keys_says(spans, entered, far, near):
+    """A recompute's key among the swap-ins' keys: the lookup in the sorted residency keys
+    says what a set of Python ints says (keys past 63 bits included)."""
+    width = 7
+    keys = np.array(sorted(b * width + s for b, s in spans), np.int64)
+    chosen = [k for k, e in zip(keys.tolist(), entered, strict=False) if e]
+    in_keys = np.array(chosen, np.int64)
+    filled = ~np.isin(keys, in_keys)
+    recomputes = [RecomputeAction(b, op) for b, op in far + near]
+    found = replay_input_module._swapped_in_recomputed(recomputes, width, in_keys, keys,
+                                                        filled)
+    expected = not {a.buffer_id * width + a.before_op for a in recomputes}.isdisjoint(chosen)
+    assert found == expected
+
+
+def test_dense_buffer_ids_are_looked_up_as_rows():
+    sizes = replay_input_module.BufferSizes.of({1: 10, 0: 30, 2: 20})
+    assert sizes.dense
+    assert sizes.each(np.array([2, 0, 0, 1])).tolist() == [20, 30, 30, 10]
+    with pytest.raises(KeyError, match="3"):  # an unknown id, as the dict says it
+        sizes.each(np.array([1, 3]))
+    assert not replay_input_module.BufferSizes.of({1: 10, 2: 20}).dense
