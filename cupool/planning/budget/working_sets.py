@@ -93,9 +93,12 @@ def required_bytes(trace: Trace, needs: dict[int, tuple[int, ...]] | None = None
 
 def _add_needs(load: np.ndarray, trace: Trace, needs: dict[int, tuple[int, ...]]) -> None:
     """Add each buffer's bytes to ``load`` at every op it needs (those ``needs`` lists)."""
-    ops = [op for b in trace.buffers if b.id in needs for op in needs[b.id]]
-    sizes = [b.size for b in trace.buffers if b.id in needs for _op in needs[b.id]]
-    np.add.at(load, np.array(ops, dtype=np.int64), np.array(sizes, dtype=np.int64))
+    listed = [(b.size, needs[b.id]) for b in trace.buffers if b.id in needs]
+    ops = np.fromiter(itertools.chain.from_iterable(ops for _size, ops in listed),
+                      dtype=np.int64)
+    sizes = np.repeat(np.array([size for size, _ops in listed], dtype=np.int64),
+                      [len(ops) for _size, ops in listed])
+    np.add.at(load, ops, sizes)
 
 
 def kept_persistent(trace: Trace, budget_bytes: int, cost,
@@ -185,7 +188,8 @@ class _Walk:
     def __init__(self, trace: Trace, capacity: int, needs: dict[int, tuple[int, ...]],
                  skipped: set[int], cost) -> None:
         self.trace, self.capacity, self.needs = trace, capacity, needs
-        n = trace.num_ops
+        n = self.num_ops = trace.num_ops
+        self.dead = 2 * n  # next_need of a temporary past its last need
         self.op_start = np.concatenate(([0.0], np.cumsum(cost.op_times(trace))))
         buffers = trace.buffers
         self.slot = {b.id: k for k, b in enumerate(buffers)}
@@ -203,14 +207,21 @@ class _Walk:
         self.persistent = np.array([b.kind == PERSISTENT for b in buffers], dtype=bool)
         self.is_persistent = self.persistent.tolist()
         self.start_op = [b.start for b in buffers]
-        self.write_ops = [frozenset(() if b.read_only else b.write_ops) for b in buffers]
+        write_ops = [frozenset(() if b.read_only else b.write_ops) for b in buffers]
         self.need_ops = [needs[b.id] for b in buffers]
         # the op each buffer is needed at next (from the op being walked on); a persistent
         # buffer past its last need this iteration: its first need in the next one
         self.next_need = np.array([ops[0] for ops in self.need_ops], dtype=np.int64)
-        self.dirty = np.zeros(len(buffers), dtype=bool)  # host copy stale (or absent)
+        # what evicting each costs: its copy back in, and out when its host copy is stale
+        # (or absent: dirty), as it is from when it is written or produced until it leaves
+        self.dirty_evict_us = self.copy_in_us + self.copy_out_us
+        self.evict_us = self.copy_in_us.copy()
         self.pinned = np.zeros(len(buffers), dtype=bool)  # needed by the op being walked
         self.needed_at: list[list[int]] = [[] for _ in range(n)]  # slots
+        self.written_at: list[list[int]] = [[] for _ in range(n)]  # those op t may write
+        # per op, the next need of each of needed_at's slots after it (this iteration or,
+        # persistent, the next; 2 * num_ops for a temporary past its last)
+        self.next_at: list[list[int]] = [[] for _ in range(n)]
         # prefetch_from[t]: (due op, slot) whose copy in should start by op t
         self.prefetch_from: list[list[tuple[int, int]]] = [[] for _ in range(n)]
         lead = PREFETCH_LEAD * self.copy_in_us
@@ -218,11 +229,18 @@ class _Walk:
         slots = [k for k in walked for _j in self.need_ops[k]]
         ops = [j for k in walked for j in self.need_ops[k]]
         # the last op that starts at least ``lead`` before each need, all at once
-        latest = (np.searchsorted(self.op_start, self.op_start[ops] - lead[slots],
-                                  side="right") - 1).tolist()
-        for k, j, last in zip(slots, ops, latest, strict=True):
+        latest = np.searchsorted(self.op_start, self.op_start[ops] - lead[slots],
+                                 side="right") - 1
+        made = np.array(self.start_op, dtype=np.int64)[slots] + 1
+        latest = np.maximum(latest, np.where(self.persistent[slots], 0, made))  # once made
+        after = np.where(self.persistent[slots], self.next_need[slots] + n, self.dead)
+        same = np.flatnonzero(np.diff(slots) == 0)  # ops lists each slot's needs in order
+        after[same] = np.asarray(ops, dtype=np.int64)[same + 1]
+        for k, j, t, next_op in zip(slots, ops, latest.tolist(), after.tolist(), strict=True):
             self.needed_at[j].append(k)
-            t = max(last, 0 if self.is_persistent[k] else self.start_op[k] + 1)  # once made
+            self.next_at[j].append(next_op)
+            if j in write_ops[k]:
+                self.written_at[j].append(k)
             if t < j:
                 self.prefetch_from[t].append((j, k))
         self.pending: list[tuple[int, int]] = []
@@ -239,31 +257,21 @@ class _Walk:
         self.evictions = self.repacks = 0
 
     def run(self) -> None:
-        n = self.trace.num_ops
+        n = self.num_ops
         for t in range(n):
             self._close_dead(t)
             needed = self.needed_at[t]
             self.pinned[needed] = True  # op t's: neither evicted for it nor for later ops
             self._serve(t)
-            for k in needed:
-                if t in self.write_ops[k]:
-                    self.dirty[k] = True
-                self.next_need[k] = self._need_after(k, t)
+            written = self.written_at[t]
+            if written:
+                self.evict_us[written] = self.dirty_evict_us[written]
+            self.next_need[needed] = self.next_at[t]
             self._prefetch(t)
             self.pinned[needed] = False
         for k in list(self.offset):
             self._leave(k, n, final=True)
         self.actions = [a for a in self.actions if a is not None]
-
-    def _need_after(self, k: int, t: int) -> int:
-        """The first op after ``t`` that needs slot ``k`` (this iteration or, persistent,
-        the next); ``2 * num_ops`` when none (a temporary that is dead)."""
-        ops = self.need_ops[k]
-        i = bisect.bisect_right(ops, t)
-        if i < len(ops):
-            return ops[i]
-        n = self.trace.num_ops
-        return ops[0] + n if self.is_persistent[k] else 2 * n
 
     def _last_need_before(self, k: int, t: int) -> int:
         ops = self.need_ops[k]
@@ -271,9 +279,9 @@ class _Walk:
         return ops[i - 1] if i else -1
 
     def _close_dead(self, t: int) -> None:
-        n = self.trace.num_ops
+        dead = self.dead
         for k in self.needed_at[t - 1] if t else ():
-            if k in self.offset and not self.is_persistent[k] and self.next_need[k] >= 2 * n:
+            if k in self.offset and not self.is_persistent[k] and self.next_need[k] >= dead:
                 self._leave(k, t)
 
     def _unlist(self, k: int) -> tuple[int, int]:
@@ -286,7 +294,7 @@ class _Walk:
         columns[:, i:m - 1] = columns[:, i + 1:m]
         self.resident_count = m - 1
         self.gaps.give(offset, self.sizes[k])
-        self.dirty[k] = False
+        self.evict_us[k] = self.copy_in_us[k]  # clean again
         return self.since.pop(k), offset
 
     def _leave(self, k: int, t: int, final: bool = False) -> None:
@@ -301,7 +309,7 @@ class _Walk:
         end = last + 1 if final else t
         buffer_id = self.ids[k]
         self.residencies.append(Residency(buffer_id, begun, end, offset))
-        if self.is_persistent[k] or self.next_need[k] < 2 * self.trace.num_ops:
+        if self.is_persistent[k] or self.next_need[k] < self.dead:
             self.actions.append(SwapOut(buffer_id, last))
 
     def _enter(self, k: int, t: int, offset: int, due: int | None = None) -> None:
@@ -312,11 +320,11 @@ class _Walk:
         self.lows.insert(i, offset)
         columns[:, i + 1:m + 1] = columns[:, i:m]
         size = self.sizes[k]
-        columns[:, i] = (offset, offset + size, k)
+        columns[_LOW, i], columns[_HIGH, i], columns[_SLOT, i] = offset, offset + size, k
         self.resident_count = m + 1
         self.gaps.take(offset, size)
         if not self.is_persistent[k] and self.start_op[k] == t:  # produced here
-            self.dirty[k] = True
+            self.evict_us[k] = self.dirty_evict_us[k]
         else:
             self.entry[k] = len(self.actions)
             self.actions.append(SwapIn(self.ids[k], t, t if due is None else due))
@@ -333,7 +341,7 @@ class _Walk:
             if j <= t or k in self.offset or self.next_need[k] != j:
                 continue  # come, resident, or needed sooner (its own entry serves that)
             size = sizes[k]
-            offset = self._free_range(size)
+            offset = self.gaps.best(size)
             if offset is None:
                 offset = self._evict_for(size, t, before=j)
             if offset is None:
@@ -349,17 +357,13 @@ class _Walk:
                          key=lambda k: (-sizes[k], k))
         for k in missing:
             size = sizes[k]
-            offset = self._free_range(size)
+            offset = self.gaps.best(size)  # the smallest free range, lowest on ties
             if offset is None:
                 offset = self._evict_for(size, t)
             if offset is None:
                 self._repack(t, needed)
                 return
             self._enter(k, t, offset)
-
-    def _free_range(self, size: int) -> int | None:
-        """The smallest free range holding ``size`` bytes (lowest address on ties)."""
-        return self.gaps.best(size)
 
     def _evict_for(self, size: int, t: int, before: int | None = None) -> int | None:
         """Evict the cheapest residents from a range of ``size`` bytes holding nothing the
@@ -373,9 +377,7 @@ class _Walk:
         blocked = self.pinned[slots]
         if before is not None:
             blocked = blocked | (self.next_need[slots] <= before)
-        cost_us = self.copy_in_us[slots] + np.where(self.dirty[slots],
-                                                    self.copy_out_us[slots], 0.0)
-        weight = cost_us / np.maximum(1, self.next_need[slots] - t)
+        weight = self.evict_us[slots] / np.maximum(1, self.next_need[slots] - t)
         # candidate starts a, ascending: 0, each resident's ends, the highest start; with
         # the residents ending at or before each (those the range starting there spares)
         if self.any_empty:
@@ -394,8 +396,10 @@ class _Walk:
             first = self.halves[:cut + 1].copy()
             first[cut] = below
         past = np.searchsorted(lows, starts + size, side="left")  # ... starting before a+size
-        blocked_sum = np.concatenate(([0], np.cumsum(blocked)))
-        weight_sum = np.concatenate(([0.0], np.cumsum(weight)))
+        blocked_sum = np.zeros(m + 1, dtype=np.int64)
+        np.cumsum(blocked, out=blocked_sum[1:])
+        weight_sum = np.zeros(m + 1, dtype=np.float64)
+        np.cumsum(weight, out=weight_sum[1:])
         ok = blocked_sum[past] - blocked_sum[first] == 0
         if not np.any(ok):
             return None
