@@ -133,7 +133,6 @@ class _Gaps:
 
     def __init__(self, capacity: int) -> None:
         self.by_size: list[tuple[int, int]] = []  # (size, start), ascending
-        self.starts: list[int] = []               # starts, ascending
         self.end_of: dict[int, int] = {}
         self.start_of: dict[int, int] = {}
         if capacity > 0:
@@ -141,23 +140,24 @@ class _Gaps:
 
     def _add(self, start: int, end: int) -> None:
         bisect.insort(self.by_size, (end - start, start))
-        bisect.insort(self.starts, start)
         self.end_of[start], self.start_of[end] = end, start
 
     def _remove(self, start: int) -> int:
         end = self.end_of.pop(start)
         del self.start_of[end]
         del self.by_size[bisect.bisect_left(self.by_size, (end - start, start))]
-        del self.starts[bisect.bisect_left(self.starts, start)]
         return end
 
     def best(self, size: int) -> int | None:
         i = bisect.bisect_left(self.by_size, (size, -1))
         return self.by_size[i][1] if i < len(self.by_size) else None
 
-    def take(self, offset: int, size: int) -> None:
-        """Mark ``[offset, offset + size)``, inside one free range, used."""
-        start = self.starts[bisect.bisect_right(self.starts, offset) - 1]
+    def take(self, offset: int, size: int, start: int | None = None) -> None:
+        """Mark ``[offset, offset + size)``, inside one free range, used: the one starting
+        at ``start`` when given (the caller knows it), else the last starting by ``offset``."""
+        if start is None:
+            starts = sorted(self.end_of)
+            start = starts[bisect.bisect_right(starts, offset) - 1]
         end = self._remove(start)
         if start < offset:
             self._add(start, offset)
@@ -192,7 +192,6 @@ class _Walk:
         self.dead = 2 * n  # next_need of a temporary past its last need
         self.op_start = np.concatenate(([0.0], np.cumsum(cost.op_times(trace))))
         buffers = trace.buffers
-        self.slot = {b.id: k for k, b in enumerate(buffers)}
         self.ids = [b.id for b in buffers]
         self.size = np.array([b.size for b in buffers], dtype=np.int64)
         self.sizes = self.size.tolist()
@@ -317,12 +316,15 @@ class _Walk:
         m = self.resident_count
         columns = self.columns
         i = bisect.bisect_left(self.lows, offset)
+        # the free range holding it begins where the resident before it ends (or at 0);
+        # an empty resident may break that, so with one the range is looked up
+        start = None if self.any_empty else int(columns[_HIGH, i - 1]) if i else 0
         self.lows.insert(i, offset)
         columns[:, i + 1:m + 1] = columns[:, i:m]
         size = self.sizes[k]
         columns[_LOW, i], columns[_HIGH, i], columns[_SLOT, i] = offset, offset + size, k
         self.resident_count = m + 1
-        self.gaps.take(offset, size)
+        self.gaps.take(offset, size, start)
         if not self.is_persistent[k] and self.start_op[k] == t:  # produced here
             self.evict_us[k] = self.dirty_evict_us[k]
         else:
@@ -395,16 +397,16 @@ class _Walk:
             starts = starts[:cut + 1]
             first = self.halves[:cut + 1].copy()
             first[cut] = below
-        past = np.searchsorted(lows, starts + size, side="left")  # ... starting before a+size
+        past = lows.searchsorted(starts + size)  # ... and those starting before a + size
         blocked_sum = np.zeros(m + 1, dtype=np.int64)
         np.cumsum(blocked, out=blocked_sum[1:])
         weight_sum = np.zeros(m + 1, dtype=np.float64)
         np.cumsum(weight, out=weight_sum[1:])
-        ok = blocked_sum[past] - blocked_sum[first] == 0
-        if not np.any(ok):
+        ok = blocked_sum[past] == blocked_sum[first]
+        if not ok.any():
             return None
         costs = np.where(ok, weight_sum[past] - weight_sum[first], np.inf)
-        best = int(np.argmin(costs))  # lowest address on ties
+        best = int(costs.argmin())  # lowest address on ties
         for k in slots[int(first[best]):int(past[best])].tolist():
             self._leave(k, t)
             self.evictions += 1
