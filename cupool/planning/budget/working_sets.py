@@ -54,9 +54,6 @@ MEMBER = "working sets (copies waited for)"
 KEPT_MEMBER = "working sets (persistent state kept where it fits)"
 """The variant that keeps the persistent buffers that fit beside every working set."""
 
-_LOW, _HIGH, _SLOT = 0, 1, 2
-"""The rows of :attr:`_Walk.columns`: the residents' offsets, ends and slots."""
-
 PREFETCH_LEAD = 2.0
 """A copy in may start up to this many times its own copy time before its use."""
 
@@ -180,10 +177,11 @@ class _Walk:
     """The device as a cache of byte ranges ``[0, capacity)``, walked op by op (module
     docstring); what it decides accumulates in ``residencies`` and ``actions``.
 
-    The residents are kept in address order as the first ``resident_count`` columns of
-    ``columns`` (rows :data:`_LOW`, :data:`_HIGH`, :data:`_SLOT`), shifted in place as
-    they come and go; per-buffer numbers are arrays indexed by a buffer's slot (its index
-    in the trace), so that choosing a range to free is a few array operations on views."""
+    The residents are kept in address order as the first ``resident_count`` entries of
+    three arrays (``low_column``, ``high_column``, ``slot_column``: offsets, ends, slots),
+    shifted in place through memoryviews of them as residents come and go; per-buffer
+    numbers are arrays indexed by a buffer's slot (its index in the trace), so that
+    choosing a range to free is a few array operations on views."""
 
     def __init__(self, trace: Trace, capacity: int, needs: dict[int, tuple[int, ...]],
                  skipped: set[int], cost) -> None:
@@ -221,6 +219,7 @@ class _Walk:
         # per op, the next need of each of needed_at's slots after it (this iteration or,
         # persistent, the next; 2 * num_ops for a temporary past its last)
         self.next_at: list[list[int]] = [[] for _ in range(n)]
+        self.last_at: list[list[int]] = [[] for _ in range(n)]  # temporaries' last needs
         # prefetch_from[t]: (due op, slot) whose copy in should start by op t
         self.prefetch_from: list[list[tuple[int, int]]] = [[] for _ in range(n)]
         lead = PREFETCH_LEAD * self.copy_in_us
@@ -238,15 +237,21 @@ class _Walk:
         for k, j, t, next_op in zip(slots, ops, latest.tolist(), after.tolist(), strict=True):
             self.needed_at[j].append(k)
             self.next_at[j].append(next_op)
+            if next_op == self.dead:
+                self.last_at[j].append(k)
             if j in write_ops[k]:
                 self.written_at[j].append(k)
             if t < j:
                 self.prefetch_from[t].append((j, k))
         self.pending: list[tuple[int, int]] = []
         self.gaps = _Gaps(capacity)
-        self.columns = np.zeros((3, len(buffers) + 1), dtype=np.int64)
+        self.low_column, self.high_column, self.slot_column = (
+            np.zeros(len(buffers) + 1, dtype=np.int64) for _ in range(3))
+        # the same bytes as sequences: a slice assignment is a memmove, an item a C long
+        self.columns = (memoryview(self.low_column), memoryview(self.high_column),
+                        memoryview(self.slot_column))
         self.resident_count = 0
-        self.lows: list[int] = []  # columns[_LOW, :resident_count] as a list, to bisect
+        self.lows: list[int] = []  # low_column[:resident_count] as a list, to bisect
         self.halves = np.arange(2 * len(buffers) + 2, dtype=np.int64) // 2
         self.offset: dict[int, int] = {}  # resident slot -> offset
         self.since: dict[int, int] = {}   # resident slot -> op its residency began
@@ -278,19 +283,18 @@ class _Walk:
         return ops[i - 1] if i else -1
 
     def _close_dead(self, t: int) -> None:
-        dead = self.dead
-        for k in self.needed_at[t - 1] if t else ():
-            if k in self.offset and not self.is_persistent[k] and self.next_need[k] >= dead:
+        for k in self.last_at[t - 1] if t else ():
+            if k in self.offset:
                 self._leave(k, t)
 
     def _unlist(self, k: int) -> tuple[int, int]:
         """Take slot ``k`` off the residents; its residency's first op and offset."""
         offset = self.offset.pop(k)
         m = self.resident_count
-        columns = self.columns
         i = bisect.bisect_left(self.lows, offset)
         del self.lows[i]
-        columns[:, i:m - 1] = columns[:, i + 1:m]
+        for column in self.columns:
+            column[i:m - 1] = column[i + 1:m]
         self.resident_count = m - 1
         self.gaps.give(offset, self.sizes[k])
         self.evict_us[k] = self.copy_in_us[k]  # clean again
@@ -314,15 +318,16 @@ class _Walk:
     def _enter(self, k: int, t: int, offset: int, due: int | None = None) -> None:
         self.offset[k], self.since[k] = offset, t
         m = self.resident_count
-        columns = self.columns
+        lows, highs, slots = self.columns
         i = bisect.bisect_left(self.lows, offset)
         # the free range holding it begins where the resident before it ends (or at 0);
         # an empty resident may break that, so with one the range is looked up
-        start = None if self.any_empty else int(columns[_HIGH, i - 1]) if i else 0
+        start = None if self.any_empty else highs[i - 1] if i else 0
         self.lows.insert(i, offset)
-        columns[:, i + 1:m + 1] = columns[:, i:m]
+        for column in self.columns:
+            column[i + 1:m + 1] = column[i:m]
         size = self.sizes[k]
-        columns[_LOW, i], columns[_HIGH, i], columns[_SLOT, i] = offset, offset + size, k
+        lows[i], highs[i], slots[i] = offset, offset + size, k
         self.resident_count = m + 1
         self.gaps.take(offset, size, start)
         if not self.is_persistent[k] and self.start_op[k] == t:  # produced here
@@ -375,7 +380,7 @@ class _Walk:
         if limit < 0:
             return None
         m = self.resident_count
-        lows, highs, slots = self.columns[:, :m]
+        lows, highs, slots = self.low_column[:m], self.high_column[:m], self.slot_column[:m]
         blocked = self.pinned[slots]
         if before is not None:
             blocked = blocked | (self.next_need[slots] <= before)
