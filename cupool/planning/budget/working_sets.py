@@ -215,10 +215,6 @@ class _Walk:
         self.evict_us = self.copy_in_us.copy()
         self.pinned = np.zeros(len(buffers), dtype=bool)  # needed by the op being walked
         self.needed_at: list[list[int]] = [[] for _ in range(n)]  # slots
-        self.written_at: list[list[int]] = [[] for _ in range(n)]  # those op t may write
-        # per op, the next need of each of needed_at's slots after it (this iteration or,
-        # persistent, the next; 2 * num_ops for a temporary past its last)
-        self.next_at: list[list[int]] = [[] for _ in range(n)]
         self.last_at: list[list[int]] = [[] for _ in range(n)]  # temporaries' last needs
         # prefetch_from[t]: (due op, slot) whose copy in should start by op t
         self.prefetch_from: list[list[tuple[int, int]]] = [[] for _ in range(n)]
@@ -234,15 +230,29 @@ class _Walk:
         after = np.where(self.persistent[slots], self.next_need[slots] + n, self.dead)
         same = np.flatnonzero(np.diff(slots) == 0)  # ops lists each slot's needs in order
         after[same] = np.asarray(ops, dtype=np.int64)[same + 1]
-        for k, j, t, next_op in zip(slots, ops, latest.tolist(), after.tolist(), strict=True):
+        written = np.zeros(len(slots), dtype=bool)
+        for i, (k, j, t, next_op) in enumerate(zip(slots, ops, latest.tolist(), after.tolist(),
+                                                   strict=True)):
             self.needed_at[j].append(k)
-            self.next_at[j].append(next_op)
             if next_op == self.dead:
                 self.last_at[j].append(k)
             if j in write_ops[k]:
-                self.written_at[j].append(k)
+                written[i] = True
             if t < j:
                 self.prefetch_from[t].append((j, k))
+        # the same per op as array views, for the walk's assignments: needed_at's slots;
+        # the next need of each after it (this iteration or, persistent, the next; 2 *
+        # num_ops for a temporary past its last); the slots it may write
+        by_op = np.argsort(np.asarray(ops, dtype=np.int64), kind="stable")
+        bounds = np.searchsorted(np.asarray(ops, dtype=np.int64)[by_op], np.arange(n + 1))
+        needed_slots = np.asarray(slots, dtype=np.int64)[by_op]
+        next_ops, written = after[by_op], written[by_op]
+        written_slots = needed_slots[written]
+        written_bounds = np.concatenate(([0], np.cumsum(written)))[bounds].tolist()
+        bounds = bounds.tolist()
+        self.needed_index = [needed_slots[a:b] for a, b in itertools.pairwise(bounds)]
+        self.next_at = [next_ops[a:b] for a, b in itertools.pairwise(bounds)]
+        self.written_at = [written_slots[a:b] for a, b in itertools.pairwise(written_bounds)]
         self.pending: list[tuple[int, int]] = []
         self.gaps = _Gaps(capacity)
         self.low_column, self.high_column, self.slot_column = (
@@ -264,12 +274,11 @@ class _Walk:
         n = self.num_ops
         for t in range(n):
             self._close_dead(t)
-            needed = self.needed_at[t]
+            needed = self.needed_index[t]
             self.pinned[needed] = True  # op t's: neither evicted for it nor for later ops
             self._serve(t)
             written = self.written_at[t]
-            if written:
-                self.evict_us[written] = self.dirty_evict_us[written]
+            self.evict_us[written] = self.dirty_evict_us[written]
             self.next_need[needed] = self.next_at[t]
             self._prefetch(t)
             self.pinned[needed] = False
