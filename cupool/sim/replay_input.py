@@ -233,19 +233,35 @@ def replay_input(trace, residencies: tuple[Residency, ...], actions,
     leaving = by_op.leaving[rows]
     swap_outs = SwapOutRows(first, by_op.out_ids[rows], leaving, arrays.sizes[leaving],
                             by_op.out_us[rows], arrays.lows[leaving], arrays.highs[leaving])
-    recompute_ids = [a.buffer_id for a in by_op.recomputes]
+    columns = _recompute_columns(by_op.recomputes, n)
+    recompute_ids = (columns[0].tolist() if columns is not None
+                     else [a.buffer_id for a in by_op.recomputes])
     durations = [op_us[recompute_ops[b]] if b in recompute_ops
                  else op_us[trace.buffer(b).recompute.op] for b in recompute_ids]
-    befores = [a.before_op if a.before_op in range(n) else -1 for a in by_op.recomputes]
-    rows, first = _grouped(np.array(befores, np.int64), n)
-    recomputes = RecomputeRows(first, np.array(recompute_ids, np.int64)[rows],
-                               np.array(durations, np.float64)[rows])
+    if columns is None:
+        columns = (np.array(recompute_ids, np.int64),
+                   np.array([a.before_op if a.before_op in range(n) else -1
+                             for a in by_op.recomputes], np.int64))
+    rows, first = _grouped(columns[1], n)
+    recomputes = RecomputeRows(first, columns[0][rows], np.array(durations, np.float64)[rows])
     rows, first = _grouped(np.where(by_op.filled, arrays.starts, -1), n)
     filled = FilledRows(first, arrays.lows[rows], arrays.highs[rows])
     host_ready = cost.host_ready(n, actions)
     return ReplayInput(sizes, op_us, residencies, arrays, swap_ins, due, recomputes,
                        swap_outs, filled, by_op.widest_swap_out, by_op.shortest_copy_us,
                        facts.ops_without_duration, op_us_nonnegative, host_ready)
+
+
+def _recompute_columns(recomputes: list, num_ops: int) -> tuple | None:
+    """The buffer of each recompute and the op it runs before (-1 outside ``[0,
+    num_ops)``), as ``int64`` columns read by ``_columns``; None where it is not built or
+    a value is not a 64-bit int (Python reads them, converting or raising as it does)."""
+    block = (_columns.int_columns(recomputes, ("buffer_id", "before_op"))
+             if _columns is not None else None)
+    if block is None:
+        return None
+    ids, befores = np.frombuffer(block, np.int64).reshape(2, len(recomputes))
+    return ids, np.where((befores >= 0) & (befores < num_ops), befores, -1)
 
 
 def _grouped(ops: np.ndarray, num_ops: int) -> tuple[np.ndarray, np.ndarray]:
@@ -446,19 +462,17 @@ def _by_op_columns(num_ops, residencies, arrays: ResidencyArrays, actions, cost)
     width = num_ops + 1
     ids, starts, ends = arrays.buffer_ids, arrays.starts, arrays.ends
     in_ids, triggers, dues = int_columns(ins, ("buffer_id", "trigger_op", "due_op"))
-    out_ids, afters = int_columns(outs, ("buffer_id", "after_op"))
-    every_id = np.concatenate([ids, in_ids, out_ids])
-    every_op = np.concatenate([starts, ends, triggers, afters])
-    if every_id.size and (every_id.min() < 0 or every_id.max() >= (1 << 62) // width):
-        return None
-    if every_op.size and (every_op.min() < 0 or every_op.max() > num_ops):
+    out_ids, afters, kept = _out_columns(outs)
+    if not (_within((ids, in_ids, out_ids), (1 << 62) // width)
+            and _within((starts, ends, triggers, afters), width)):
         return None
     if not len(ids):
         return None
     keys = ids * width + starts
     order = np.argsort(keys, kind="stable")  # equal keys stay in plan order
     sorted_keys = keys[order]
-    same_buffer = ids[order][1:] == ids[order][:-1]
+    sorted_ids = ids[order]
+    same_buffer = sorted_ids[1:] == sorted_ids[:-1]
     if np.any(same_buffer & (ends[order][:-1] > starts[order][1:])):
         return None  # a buffer's residencies overlap: more than one may hold an op
     in_keys = in_ids * width + triggers
@@ -480,7 +494,7 @@ def _by_op_columns(num_ops, residencies, arrays: ResidencyArrays, actions, cost)
         return None
     times = _CopyTimes(cost)
     in_us = times.each(arrays.sizes[entering], H2D, ins)
-    kept = _copied(outs)
+    kept = _copied(outs) if kept is None else kept
     leaving = leaving[kept]
     nbytes = arrays.sizes[leaving]
     out_us = times.each(nbytes, D2H, outs, kept)
@@ -488,6 +502,11 @@ def _by_op_columns(num_ops, residencies, arrays: ResidencyArrays, actions, cost)
     return _ByOp(in_ids, triggers, dues, entering, in_us, out_ids[kept], afters[kept],
                  leaving, out_us, recomputes, filled, int(nbytes.max(initial=0)),
                  times.shortest())
+
+
+def _within(columns, high) -> bool:
+    """Whether every value of every column is in ``[0, high)``."""
+    return all(not len(c) or (c.min() >= 0 and c.max() < high) for c in columns)
 
 
 def _swapped_in_recomputed(recomputes, width, in_keys, sorted_keys, sorted_filled) -> bool:
@@ -511,6 +530,19 @@ def _swapped_in_recomputed(recomputes, width, in_keys, sorted_keys, sorted_fille
 
 
 _LEVEL = attrgetter("level")
+
+
+def _out_columns(outs) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """The buffer and the op after which each swap-out runs, as ``int64`` columns, and which
+    copy (:func:`_copied`), read in one pass by ``_columns`` where every drop is an int (a
+    bool); else None for the last, left to :func:`_copied`."""
+    if _columns is not None:
+        block = _columns.int_columns(outs, ("buffer_id", "after_op", "drop"))
+        if block is not None:
+            ids, afters, drops = np.frombuffer(block, np.int64).reshape(3, len(outs))
+            return ids, afters, drops == 0
+    out_ids, afters = int_columns(outs, ("buffer_id", "after_op"))
+    return out_ids, afters, None
 
 
 def _copied(outs) -> np.ndarray:

@@ -380,3 +380,15 @@ def test_dense_buffer_ids_are_looked_up_as_rows():
     with pytest.raises(KeyError, match="3"):  # an unknown id, as the dict says it
         sizes.each(np.array([1, 3]))
     assert not replay_input_module.BufferSizes.of({1: 10, 2: 20}).dense
+
+
+def test_swap_outs_are_read_in_one_pass_where_every_drop_is_an_int():
+    outs = [SwapOut(3, 1), SwapOut(5, 2, drop=True), SwapOut(4, 0)]
+    ids, afters, kept = replay_input_module._out_columns(outs)
+    assert (ids.tolist(), afters.tolist(), kept.tolist()) == ([3, 5, 4], [1, 2, 0],
+                                                              [True, False, True])
+    assert kept.tolist() == replay_input_module._copied(outs).tolist()
+    odd = [SwapOut(3, 1), dataclasses.replace(SwapOut(5, 2), drop=None)]  # left to _copied
+    ids, afters, kept = replay_input_module._out_columns(odd)
+    assert (ids.tolist(), afters.tolist(), kept) == ([3, 5], [1, 2], None)
+    assert replay_input_module._copied(odd).tolist() == [True, True]
