@@ -1,7 +1,9 @@
 """The last resort's walk (:class:`~cupool.planning.budget.working_sets._Walk`) chooses the
 range to free from candidate starts it lays out in address order from its resident columns
 (0, each resident's low and high, the highest start) instead of sorting them; traces with
-an empty buffer sort them. Both ways must give the same walk, eviction for eviction."""
+an empty buffer sort them. Both ways must give the same walk, eviction for eviction. The
+walk's per-op tables (each needed slot's next need, the slots an op writes, the
+temporaries whose last need it is) are built once; they must say what the trace says."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cupool.check import validate_swap_plan
+from cupool.core.vocabulary import PERSISTENT
 from cupool.planning.budget.working_sets import (
     _Walk,
     kept_persistent,
@@ -57,3 +60,31 @@ def test_an_lstm_walk_evicts_the_same_either_way_and_its_plan_is_valid():
         plan = plan_working_sets(trace, budget, cost, QUICK, 0.0, keep).plan
         report = validate_swap_plan(trace, plan)
         assert report.valid, (report.rule, report.message)
+
+
+@settings(max_examples=40, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(trace=any_traces())
+def test_the_per_op_tables_say_what_the_trace_says(trace):
+    needs = needed_ops(trace)
+    walk = _Walk(trace, int(required_bytes(trace, needs).max()), needs, set(),
+                 COSTS["gen5"])
+    n = trace.num_ops
+    for t in range(n):
+        assert walk.needed_index[t].tolist() == walk.needed_at[t]
+        expected_next, expected_written, expected_last = [], [], []
+        for k in walk.needed_at[t]:
+            buffer = trace.buffers[k]
+            ops = needs[buffer.id]
+            later = [j for j in ops if j > t]
+            if later:
+                expected_next.append(later[0])
+            else:
+                expected_next.append(ops[0] + n if buffer.kind == PERSISTENT else 2 * n)
+                if buffer.kind != PERSISTENT:
+                    expected_last.append(k)
+            if not buffer.read_only and t in buffer.write_ops:
+                expected_written.append(k)
+        assert walk.next_at[t].tolist() == expected_next
+        assert walk.written_at[t].tolist() == expected_written
+        assert walk.last_at[t] == expected_last
