@@ -16,6 +16,7 @@ same plans give the same lists and the same plans fail the same way.
 from __future__ import annotations
 
 import itertools
+import math
 import weakref
 from bisect import bisect_right
 from collections import defaultdict
@@ -192,7 +193,8 @@ class ReplayInput:
     :class:`~cupool.sim.cost.CostModel` ``host_us_per_op``);
     ``widest_swap_out`` the most bytes one copy out copies; ``shortest_copy_us`` the
     shortest copy time (0 when there is no copy); ``ops_without_duration`` how many ops took
-    the cost model's default duration.
+    the cost model's default duration; ``ideal_us`` ``math.fsum(op_us)`` (None: not
+    added up yet).
     """
 
     sizes: dict
@@ -209,13 +211,14 @@ class ReplayInput:
     ops_without_duration: int
     op_us_nonnegative: bool
     host_ready: tuple = ()
+    ideal_us: float | None = None
 
 
 def replay_input(trace, residencies: tuple[Residency, ...], actions,
                  cost: CostModel) -> ReplayInput:
     """Sort ``actions`` by op the way the event replay does (same lookups, same ties)."""
     facts = _trace_facts(trace)
-    op_us, op_us_nonnegative = facts.op_us(trace, cost)
+    op_us, op_us_nonnegative, ideal = facts.op_us(trace, cost)
     recompute_ops, sizes = facts.recompute_ops, facts.sizes.by_id
     arrays = ResidencyArrays.of(residencies, facts.sizes)
     by_op = _by_op_columns(trace.num_ops, residencies, arrays, actions, cost)
@@ -249,7 +252,7 @@ def replay_input(trace, residencies: tuple[Residency, ...], actions,
     host_ready = cost.host_ready(n, actions)
     return ReplayInput(sizes, op_us, residencies, arrays, swap_ins, due, recomputes,
                        swap_outs, filled, by_op.widest_swap_out, by_op.shortest_copy_us,
-                       facts.ops_without_duration, op_us_nonnegative, host_ready)
+                       facts.ops_without_duration, op_us_nonnegative, host_ready, ideal)
 
 
 def _recompute_columns(recomputes: list, num_ops: int) -> tuple | None:
@@ -288,18 +291,20 @@ def _grouped_by_sorting(ops: np.ndarray, num_ops: int) -> tuple[np.ndarray, np.n
 class _TraceFacts:
     """What every replay of one trace reads: buffer sizes, the number of ops without a
     duration, the producing op of each buffer with a recompute recipe, and per cost
-    model default op duration: the ops' durations and whether each is ``>= 0``."""
+    model default op duration: the ops' durations, whether each is ``>= 0`` and their sum
+    (``math.fsum``)."""
 
     sizes: BufferSizes
     ops_without_duration: int
     recompute_ops: dict
     durations: dict
 
-    def op_us(self, trace, cost: CostModel) -> tuple[list, bool]:
+    def op_us(self, trace, cost: CostModel) -> tuple[list, bool, float]:
         found = self.durations.get(cost.default_op_us)
         if found is None:
             op_us = cost.op_times(trace)
-            found = self.durations[cost.default_op_us] = (op_us, all(d >= 0 for d in op_us))
+            found = self.durations[cost.default_op_us] = (op_us, all(d >= 0 for d in op_us),
+                                                          math.fsum(op_us))
         return found
 
 

@@ -158,7 +158,7 @@ def time_iteration(trace: Trace, plan: Plan, cost: CostModel | None = None) -> I
         last_op = float(op_times[-1, 2]) if len(op_times) else 0.0
         last_copy = float(spans[:, 1].max()) if len(spans) else last_op
         clock = _Clock.of_ends(data.op_us, times.recompute_us, last_op, last_copy,
-                               times.waited)
+                               times.waited, data.ideal_us)
         # added up one after the other, as ``sum`` adds the copies' times
         copying = (float(np.add.accumulate(spans[:, 1] - spans[:, 0])[-1]) if len(spans)
                    else 0)
@@ -215,7 +215,7 @@ def _direct(trace: Trace, plan: Plan, cost: CostModel) -> SimReport:
         return _Replay(trace, plan, cost, False).run()
     timeline = replay(data, trace.num_ops, cost.copy_engines_per_direction)
     clock = _Clock.of(data.op_us, timeline.recompute_us, timeline.op_times, timeline.copies,
-                      timeline.waited)
+                      timeline.waited, data.ideal_us)
     return SimReport(
         feasible=True, iteration_us=clock.iteration_us, ideal_us=clock.ideal_us,
         overhead=clock.overhead,
@@ -243,19 +243,21 @@ class _Clock:
     overhead: float
 
     @classmethod
-    def of(cls, op_us, recompute_us, op_times, copies, waited) -> _Clock:
+    def of(cls, op_us, recompute_us, op_times, copies, waited,
+           ideal: float | None = None) -> _Clock:
         """From the ops' durations, each recompute's duration, ``(dispatch, start, end)``
-        per op, the copies (their end at index 5) and each wait."""
+        per op, the copies (their end at index 5) and each wait (``ideal``: the durations
+        added up with ``math.fsum`` already, else None)."""
         last_op = op_times[-1][2] if op_times else 0.0
         return cls.of_ends(op_us, recompute_us, last_op,
-                           max(map(_END, copies), default=last_op), waited)
+                           max(map(_END, copies), default=last_op), waited, ideal)
 
     @classmethod
     def of_ends(cls, op_us, recompute_us, last_op: float, last_copy: float,
-                waited) -> _Clock:
+                waited, ideal: float | None = None) -> _Clock:
         """:meth:`of` given the end of the last op and the latest end of a copy (that of
         the last op where no copy ends later)."""
-        ideal = math.fsum(op_us)
+        ideal = math.fsum(op_us) if ideal is None else ideal
         recompute = math.fsum(recompute_us)
         # the latest end less last_op: subtracting one number keeps the order of the ends
         tail = max(0.0, last_copy - last_op)
