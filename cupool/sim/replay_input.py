@@ -259,8 +259,7 @@ def _recompute_columns(recomputes: list, num_ops: int) -> tuple | None:
     """The buffer of each recompute and the op it runs before (-1 outside ``[0,
     num_ops)``), as ``int64`` columns read by ``_columns``; None where it is not built or
     a value is not a 64-bit int (Python reads them, converting or raising as it does)."""
-    block = (_columns.int_columns(recomputes, ("buffer_id", "before_op"))
-             if _columns is not None else None)
+    block = _columns.int_columns(recomputes, ("buffer_id", "before_op")) if _columns else None
     if block is None:
         return None
     ids, befores = np.frombuffer(block, np.int64).reshape(2, len(recomputes))
@@ -538,9 +537,8 @@ _LEVEL = attrgetter("level")
 
 
 def _out_columns(outs) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-    """The buffer and the op after which each swap-out runs, as ``int64`` columns, and which
-    copy (:func:`_copied`), read in one pass by ``_columns`` where every drop is an int (a
-    bool); else None for the last, left to :func:`_copied`."""
+    """Each swap-out's buffer and op as ``int64`` columns, and which copy (:func:`_copied`;
+    read in the same pass by ``_columns`` where every drop is an int, else None)."""
     if _columns is not None:
         block = _columns.int_columns(outs, ("buffer_id", "after_op", "drop"))
         if block is not None:
