@@ -52,12 +52,14 @@ from dataclasses import replace
 from importlib import import_module
 
 from cupool.core.collector import collector_paused
+from cupool.core.trace_rules import check_trace
 from cupool.core.vocabulary import SolveStatus, Trace
 from cupool.errors import SolverError
 from cupool.planning.budget.engine.residency import check_working_sets, failed_plan
 from cupool.planning.budget.params import BudgetParams
 from cupool.planning.budget.recipes import DERIVED_RULE, has_recipes, with_recompute_recipes
 from cupool.planning.budget.result import BudgetResult
+from cupool.planning.budget.working_sets import idle_persistent_shortfall
 
 _REGISTRY = {
     "auto": ("cupool.planning.budget.auto", "plan_auto"),
@@ -101,6 +103,7 @@ def plan_with_budget(trace: Trace, budget_bytes: int, policy: str = "auto", cost
     function = get_policy(policy)
     if not isinstance(budget_bytes, int) or isinstance(budget_bytes, bool) or budget_bytes <= 0:
         raise SolverError(f"budget_bytes (={budget_bytes!r}) must be an integer > 0")
+    check_trace(trace)  # a trace built in Python met no reader: refuse what one would
     if cost is None:
         from cupool.sim.cost import cost_model
 
@@ -112,7 +115,8 @@ def plan_with_budget(trace: Trace, budget_bytes: int, policy: str = "auto", cost
 
     stats = {"recompute_recipes": "from the trace" if has_recipes(trace) else DERIVED_RULE,
              "ops_without_duration": ops_without_duration(trace)}
-    reason = check_working_sets(trace, budget_bytes)
+    reason = (check_working_sets(trace, budget_bytes)
+              or idle_persistent_shortfall(trace, budget_bytes))
     if reason is not None:
         plan = failed_plan(planned, budget_bytes, policy, started, SolveStatus.INFEASIBLE,
                            {**stats, "reason": reason})

@@ -98,6 +98,30 @@ def _add_needs(load: np.ndarray, trace: Trace, needs: dict[int, tuple[int, ...]]
     np.add.at(load, ops, sizes)
 
 
+def idle_persistent_shortfall(trace: Trace, budget_bytes: int) -> str | None:
+    """``"infeasible: op k needs N bytes resident ..."`` when a persistent buffer no op uses
+    cannot be resident beside any op's own working set within the budget, else ``None``.
+
+    Every buffer has a residency in any valid plan, so such a buffer is resident at one op
+    at least, beside that op's uses: op ``k``, whose uses are the fewest bytes, then needs
+    its uses and the largest such buffer. (Several of them may need more: see
+    :func:`needed_ops`, which places them one by one; this bound is the proved part.)"""
+    idle = [b for b in trace.buffers if b.kind == PERSISTENT and not b.uses]
+    if not idle:
+        return None
+    placed = {b.id for b in trace.buffers if b.uses or b.kind != PERSISTENT}
+    needs = {b_id: ops for b_id, ops in needed_ops(trace).items() if b_id in placed}
+    load = required_bytes(trace, needs)
+    k = int(np.argmin(load))
+    largest = max(idle, key=lambda b: b.size)
+    need = int(load[k]) + largest.size
+    if need <= budget_bytes:
+        return None
+    return (f"infeasible: op {k} needs {need} bytes resident (budget {budget_bytes} bytes): "
+            f"its uses' {int(load[k])} bytes, the fewest of any op, and persistent buffer "
+            f"{largest.id} ({largest.size} bytes), used by no op but resident at one op at least")
+
+
 def kept_persistent(trace: Trace, budget_bytes: int, cost,
                     needs: dict[int, tuple[int, ...]]) -> list[int]:
     """Persistent buffers that may stay on the device for the whole iteration: taken in
