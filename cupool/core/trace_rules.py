@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from itertools import pairwise
+from numbers import Integral
 
 from cupool.core.vocabulary import BUFFER_KINDS, PERSISTENT, Trace
 from cupool.errors import TraceFormatError
@@ -47,7 +48,7 @@ def check_trace(trace: Trace) -> None:
 
 def _check_buffer(b, num_ops: int) -> None:
     where = f"buffer {b.id}"
-    if not isinstance(b.id, int) or b.id < 0:
+    if isinstance(b.id, bool) or not isinstance(b.id, Integral) or b.id < 0:
         raise TraceFormatError(f"'id' (={b.id!r}) must be an integer >= 0", where)
     start, end = b.start, b.end
     if not 0 <= start < end <= num_ops:

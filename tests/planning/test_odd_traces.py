@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 from cupool.check import validate_plan
@@ -107,3 +108,13 @@ def test_a_persistent_buffer_no_op_uses_counts_beside_the_lightest_op():
         assert result.reason.startswith(
             "infeasible: op 0 needs 4160 bytes resident (budget 4159 bytes): its uses' 64 "
             "bytes, the fewest of any op, and persistent buffer 1 (4096 bytes)")
+
+
+def test_numpy_integers_are_ids_and_op_indices_as_python_ones_are():
+    trace = Trace("numpy", (Op("a", 1.0), Op("b", 2.0)),
+                  (Buffer(np.int64(3), 100, np.int64(0), np.int64(2), (0, 1)),
+                   Buffer(np.int32(4), 10, 1, 2, (1,))))
+    result = plan_with_budget(trace, 110, "auto", COSTS[0], QUICK)
+    assert result.feasible and validate_plan(result.trace, result.plan).valid
+    with pytest.raises(TraceFormatError, match=r"^buffer True: 'id' \(=True\) must be"):
+        plan_with_budget(Trace("bool", trace.ops, (Buffer(True, 10, 0, 2, (1,)),)), 110)
