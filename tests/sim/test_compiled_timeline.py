@@ -392,3 +392,18 @@ def test_swap_outs_are_read_in_one_pass_where_every_drop_is_an_int():
     ids, afters, kept = replay_input_module._out_columns(odd)
     assert (ids.tolist(), afters.tolist(), kept) == ([3, 5], [1, 2], None)
     assert replay_input_module._copied(odd).tolist() == [True, True]
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(0, 2 ** 40), max_size=30))
+def test_copy_times_per_size_are_those_of_numpys_unique_sizes(sizes):
+    """Each row's copy time, asked once per distinct size in ascending order."""
+    cost = cost_model(0.1)
+    nbytes = np.array(sizes, np.int64)
+    times = replay_input_module._CopyTimes(cost)
+    found = times._one_level(nbytes, D2H, "pinned")
+    unique = np.unique(nbytes)
+    expected = np.array([cost.copy_us(n, D2H) for n in unique.tolist()],
+                        np.float64)[np.searchsorted(unique, nbytes)]
+    assert found.dtype == np.float64 and found.tolist() == expected.tolist()
+    assert [key[0] for key in times.times] == unique.tolist()
