@@ -18,6 +18,10 @@ from numbers import Integral
 from cupool.core.vocabulary import BUFFER_KINDS, PERSISTENT, Trace
 from cupool.errors import TraceFormatError
 
+MAX_TOTAL_BYTES = (1 << 62) - 1
+"""The most bytes a trace's buffers may add up to: any sum of live sizes, any offset and any
+offset plus a size then stays below ``2**63`` (numpy's int64 columns would wrap past it)."""
+
 
 def check_trace(trace: Trace) -> None:
     """Raise :class:`TraceFormatError` when ``trace`` breaks a rule of the trace format."""
@@ -31,6 +35,11 @@ def check_trace(trace: Trace) -> None:
         if duration is not None and not (math.isfinite(duration) and duration >= 0):
             raise TraceFormatError(f"'duration_us' (={duration!r}) must be a finite number >= 0",
                                    f"op {index}")
+    total = sum(b.size for b in trace.buffers)
+    if total > MAX_TOTAL_BYTES:
+        raise TraceFormatError(f"the buffers' sizes add up to {total} bytes, more than "
+                               f"{MAX_TOTAL_BYTES} (2**62 - 1): planners add sizes and "
+                               f"offsets in 64-bit integers")
     seen: set[int] = set()
     for b in trace.buffers:
         _check_buffer(b, num_ops)

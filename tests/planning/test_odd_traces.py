@@ -84,6 +84,9 @@ MALFORMED = {
                         "buffer 0: write at op 1 is not one of its uses"),
     "NaN duration": (Trace("t", (Op("a", math.nan),), (Buffer(0, 100, 0, 1, (0,)),)),
                      "op 0: 'duration_us' (=nan) must be a finite number >= 0"),
+    "sizes past 64 bits": (Trace("t", OPS, (Buffer(0, 1 << 62, 0, 3, (0, 2)),
+                                             Buffer(1, 1 << 62, 1, 2, (1,)))),
+                           "the buffers' sizes add up to 9223372036854775808 bytes, more than"),
     "no ops": (Trace("t", (), ()), "the trace has no ops"),
     "no buffers": (Trace("t", OPS, ()), "the trace has no buffers"),
 }
