@@ -22,10 +22,8 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 from enum import Enum
-from numbers import Integral
 
 from cupool.core.liveness import peak_live_bytes
-from cupool.errors import TraceFormatError
 
 PERSISTENT = "persistent"
 TEMPORARY = "temporary"
@@ -90,11 +88,6 @@ class Buffer:
     writes: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
-        size = self.size
-        if isinstance(size, bool) or not isinstance(size, Integral) or size <= 0:
-            # the readers refuse it too; a trace built in Python meets this check
-            raise TraceFormatError(f"size (={size!r}) must be an integer > 0 (bytes)",
-                                   f"buffer {self.id}")
         uses = self.uses
         if self.kind != PERSISTENT and uses and uses[0] > self.start:
             object.__setattr__(self, "uses", (self.start, *uses))
