@@ -121,3 +121,15 @@ def test_numpy_integers_are_ids_and_op_indices_as_python_ones_are():
     assert result.feasible and validate_plan(result.trace, result.plan).valid
     with pytest.raises(TraceFormatError, match=r"^buffer True: 'id' \(=True\) must be"):
         plan_with_budget(Trace("bool", trace.ops, (Buffer(True, 10, 0, 2, (1,)),)), 110)
+
+
+def test_one_op_holds_every_persistent_buffer_no_op_uses():
+    trace = Trace("idle2", (Op("a"),), (Buffer(0, 64, 0, 1, (0,)),
+                                        Buffer(1, 1000, 0, 1, (), PERSISTENT),
+                                        Buffer(2, 3000, 0, 1, (), PERSISTENT, writes=())))
+    assert int(required_bytes(trace).max()) == 4064
+    result = plan_with_budget(trace, 4063, "auto", COSTS[2], QUICK)
+    assert result.plan.status == SolveStatus.INFEASIBLE
+    assert result.reason.startswith("infeasible: op 0 needs 4064 bytes resident (budget 4063 "
+                                    "bytes): the ops' uses (64 bytes over all ops) and the 2 ")
+    _plans_from_the_floor_up(trace)

@@ -99,13 +99,16 @@ def _add_needs(load: np.ndarray, trace: Trace, needs: dict[int, tuple[int, ...]]
 
 
 def idle_persistent_shortfall(trace: Trace, budget_bytes: int) -> str | None:
-    """``"infeasible: op k needs N bytes resident ..."`` when a persistent buffer no op uses
-    cannot be resident beside any op's own working set within the budget, else ``None``.
+    """``"infeasible: op k needs N bytes resident ..."`` when the persistent buffers no op
+    uses cannot be resident beside the ops' own working sets within the budget, else
+    ``None``.
 
-    Every buffer has a residency in any valid plan, so such a buffer is resident at one op
-    at least, beside that op's uses: op ``k``, whose uses are the fewest bytes, then needs
-    its uses and the largest such buffer. (Several of them may need more: see
-    :func:`needed_ops`, which places them one by one; this bound is the proved part.)"""
+    Every buffer has a residency in any valid plan, so each such buffer is resident at one
+    op at least, beside that op's uses. Two bounds follow: op ``k``, whose uses are the
+    fewest bytes, holding the largest of them; and the average op, when their bytes and
+    every op's uses are spread over the ops (with one op: all of them at op 0). (Several
+    of them may need more: :func:`needed_ops` places them one by one; these bounds are the
+    proved part.)"""
     idle = [b for b in trace.buffers if b.kind == PERSISTENT and not b.uses]
     if not idle:
         return None
@@ -115,11 +118,20 @@ def idle_persistent_shortfall(trace: Trace, budget_bytes: int) -> str | None:
     k = int(np.argmin(load))
     largest = max(idle, key=lambda b: b.size)
     need = int(load[k]) + largest.size
-    if need <= budget_bytes:
+    if need > budget_bytes:
+        return (f"infeasible: op {k} needs {need} bytes resident (budget {budget_bytes} "
+                f"bytes): its uses' {int(load[k])} bytes, the fewest of any op, and persistent "
+                f"buffer {largest.id} ({largest.size} bytes), used by no op but resident at "
+                f"one op at least")
+    idle_bytes = sum(b.size for b in idle)
+    total = int(load.sum()) + idle_bytes
+    average = -(-total // trace.num_ops)
+    if average <= budget_bytes:
         return None
-    return (f"infeasible: op {k} needs {need} bytes resident (budget {budget_bytes} bytes): "
-            f"its uses' {int(load[k])} bytes, the fewest of any op, and persistent buffer "
-            f"{largest.id} ({largest.size} bytes), used by no op but resident at one op at least")
+    who = "op 0 needs" if trace.num_ops == 1 else f"one of the {trace.num_ops} ops needs at least"
+    return (f"infeasible: {who} {average} bytes resident (budget {budget_bytes} bytes): the "
+            f"ops' uses ({int(load.sum())} bytes over all ops) and the {len(idle)} persistent "
+            f"buffers no op uses ({idle_bytes} bytes), each resident at one op at least")
 
 
 def kept_persistent(trace: Trace, budget_bytes: int, cost,
