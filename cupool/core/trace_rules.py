@@ -35,17 +35,17 @@ def check_trace(trace: Trace) -> None:
         if duration is not None and not (math.isfinite(duration) and duration >= 0):
             raise TraceFormatError(f"'duration_us' (={duration!r}) must be a finite number >= 0",
                                    f"op {index}")
-    total = sum(b.size for b in trace.buffers)
-    if total > MAX_TOTAL_BYTES:
-        raise TraceFormatError(f"the buffers' sizes add up to {total} bytes, more than "
-                               f"{MAX_TOTAL_BYTES} (2**62 - 1): planners add sizes and "
-                               f"offsets in 64-bit integers")
     seen: set[int] = set()
     for b in trace.buffers:
         _check_buffer(b, num_ops)
         if b.id in seen:
             raise TraceFormatError(f"duplicate buffer id (={b.id})", f"buffer {b.id}")
         seen.add(b.id)
+    total = sum(b.size for b in trace.buffers)
+    if total > MAX_TOTAL_BYTES:
+        raise TraceFormatError(f"the buffers' sizes add up to {total} bytes, more than "
+                               f"{MAX_TOTAL_BYTES} (2**62 - 1): planners add sizes and "
+                               f"offsets in 64-bit integers")
     for b in trace.buffers:
         if b.recompute is not None:
             for input_id in b.recompute.inputs:
@@ -59,6 +59,9 @@ def _check_buffer(b, num_ops: int) -> None:
     where = f"buffer {b.id}"
     if isinstance(b.id, bool) or not isinstance(b.id, Integral) or b.id < 0:
         raise TraceFormatError(f"'id' (={b.id!r}) must be an integer >= 0", where)
+    size = b.size
+    if isinstance(size, bool) or not isinstance(size, Integral) or size <= 0:
+        raise TraceFormatError(f"size (={size!r}) must be an integer > 0 (bytes)", where)
     start, end = b.start, b.end
     if not 0 <= start < end <= num_ops:
         raise TraceFormatError(f"lifetime [{start}, {end}) must satisfy 0 <= start < end <= "

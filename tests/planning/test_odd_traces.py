@@ -87,6 +87,10 @@ MALFORMED = {
     "sizes past 64 bits": (Trace("t", OPS, (Buffer(0, 1 << 62, 0, 3, (0, 2)),
                                              Buffer(1, 1 << 62, 1, 2, (1,)))),
                            "the buffers' sizes add up to 9223372036854775808 bytes, more than"),
+    "0-byte buffer": (Trace("t", OPS, (Buffer(0, 100, 0, 3, (0, 2)), Buffer(1, 0, 1, 2, (1,)))),
+                      "buffer 1: size (=0) must be an integer > 0 (bytes)"),
+    "fractional size": (Trace("t", OPS, (Buffer(0, 2.5, 0, 3, (0, 2)),)),
+                        "buffer 0: size (=2.5) must be an integer > 0 (bytes)"),
     "no ops": (Trace("t", (), ()), "the trace has no ops"),
     "no buffers": (Trace("t", OPS, ()), "the trace has no buffers"),
 }
