@@ -4,7 +4,7 @@ Python.
 The readers (:mod:`cupool.io.trace_v1`, the MiniMalloc CSV reader) refuse a document that
 breaks a rule, but a trace built from :class:`Op` and :class:`Buffer` directly meets no
 reader: a use past the last op or a buffer ending after it would otherwise surface as an
-``IndexError`` deep inside a planner. :func:`check_trace` raises the same
+``IndexError`` deep inside a planner. :func:`check_trace_format` raises the same
 :class:`~cupool.errors.TraceFormatError` the reader would, naming the op or buffer and the
 bad value. It reads every field once: linear in ops, buffers and uses.
 """
@@ -23,7 +23,7 @@ MAX_TOTAL_BYTES = (1 << 62) - 1
 offset plus a size then stays below ``2**63`` (numpy's int64 columns would wrap past it)."""
 
 
-def check_trace(trace: Trace) -> None:
+def check_trace_format(trace: Trace) -> None:
     """Raise :class:`TraceFormatError` when ``trace`` breaks a rule of the trace format."""
     num_ops = trace.num_ops
     if num_ops == 0:

@@ -52,7 +52,7 @@ from dataclasses import replace
 from importlib import import_module
 
 from cupool.core.collector import collector_paused
-from cupool.core.trace_rules import check_trace
+from cupool.core.trace_rules import check_trace_format
 from cupool.core.vocabulary import SolveStatus, Trace
 from cupool.errors import SolverError
 from cupool.planning.budget.engine.residency import check_working_sets, failed_plan
@@ -103,7 +103,7 @@ def plan_with_budget(trace: Trace, budget_bytes: int, policy: str = "auto", cost
     function = get_policy(policy)
     if not isinstance(budget_bytes, int) or isinstance(budget_bytes, bool) or budget_bytes <= 0:
         raise SolverError(f"budget_bytes (={budget_bytes!r}) must be an integer > 0")
-    check_trace(trace)  # a trace built in Python met no reader: refuse what one would
+    check_trace_format(trace)  # a trace built in Python met no reader: refuse what one would
     if cost is None:
         from cupool.sim.cost import cost_model
 
