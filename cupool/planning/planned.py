@@ -18,6 +18,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 from cupool.check import ValidationReport, validate_plan
+from cupool.core.trace_rules import check_trace_format
 from cupool.core.vocabulary import Plan, SolveStatus, Trace
 from cupool.planning.static import plan as static_plan
 
@@ -83,8 +84,11 @@ def make_plan(trace: Trace, budget_bytes: int | None = None, *, policy: str | No
     (:class:`~cupool.planning.budget.BudgetParams`: 1, none; 0, automatic). Without one,
     static ``solver`` places every buffer within ``budget_bytes`` with ``solver_params``;
     except that below the trace's lower bound, where no static plan exists, solver
-    ``"auto"`` hands over to the budget planner's ``auto`` policy.
+    ``"auto"`` hands over to the budget planner's ``auto`` policy. A trace that breaks the
+    format's rules (built in Python, so no reader checked it) raises
+    :class:`~cupool.errors.TraceFormatError` naming the op or buffer.
     """
+    check_trace_format(trace)
     below_bound = budget_bytes is not None and budget_bytes < trace.lower_bound_bytes()
     if policy is None and solver == "auto" and below_bound:
         policy = "auto"

@@ -14,6 +14,7 @@ import pytest
 from cupool.check import validate_plan
 from cupool.core.vocabulary import PERSISTENT, Buffer, Op, Recompute, SolveStatus, Trace
 from cupool.errors import TraceFormatError
+from cupool.planning import make_plan
 from cupool.planning.budget import BudgetParams, plan_with_budget
 from cupool.planning.budget.working_sets import required_bytes
 from cupool.sim import cost_model
@@ -101,6 +102,14 @@ def test_a_trace_built_in_python_breaking_the_format_is_refused_by_name(case):
     trace, message = MALFORMED[case]
     with pytest.raises(TraceFormatError) as error:
         plan_with_budget(trace, 1000, "auto", COSTS[0], QUICK)
+    assert str(error.value).startswith(message)
+
+
+@pytest.mark.parametrize("case", sorted(MALFORMED))
+def test_make_plan_refuses_it_too_without_a_budget(case):
+    trace, message = MALFORMED[case]
+    with pytest.raises(TraceFormatError) as error:
+        make_plan(trace)  # a static plan: no budget planner is asked
     assert str(error.value).startswith(message)
 
 
