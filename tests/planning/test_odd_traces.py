@@ -146,3 +146,17 @@ def test_one_op_holds_every_persistent_buffer_no_op_uses():
     assert result.reason.startswith("infeasible: op 0 needs 4064 bytes resident (budget 4063 "
                                     "bytes): the ops' uses (64 bytes over all ops) and the 2 ")
     _plans_from_the_floor_up(trace)
+
+
+def test_unused_persistent_buffers_are_spread_largest_first():
+    # two ops using 10 bytes each; unused persistent buffers of 5, 5 and 10 bytes: 10 on
+    # one op and 5 + 5 on the other is a floor of 20 (in the trace's order it was 25, and
+    # budgets 20-24 got no plan)
+    trace = Trace("idle3", (Op("a", 10.0), Op("b", 10.0)),
+                  (Buffer(0, 10, 0, 1, (0,)), Buffer(1, 10, 1, 2, (1,)),
+                   Buffer(2, 5, 0, 2, (), PERSISTENT), Buffer(3, 5, 0, 2, (), PERSISTENT),
+                   Buffer(4, 10, 0, 2, (), PERSISTENT)))
+    assert required_bytes(trace).tolist() == [20, 20]
+    assert plan_with_budget(trace, 19, "auto", COSTS[0], QUICK).plan.status == \
+        SolveStatus.INFEASIBLE
+    _plans_from_the_floor_up(trace)

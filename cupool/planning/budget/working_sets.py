@@ -61,7 +61,8 @@ PREFETCH_LEAD = 2.0
 def needed_ops(trace: Trace) -> dict[int, tuple[int, ...]]:
     """Per buffer, the ops it must be resident at in any valid plan: its uses; a temporary
     without recorded uses, its first op (it is produced there); a persistent one without
-    uses, the op whose other needs are the fewest bytes (it must be resident somewhere)."""
+    uses, the op whose needs are the fewest bytes when it is placed, the largest such
+    buffer first (it must be resident somewhere)."""
     needs: dict[int, tuple[int, ...]] = {}
     idle = []
     for b in trace.buffers:
@@ -73,7 +74,10 @@ def needed_ops(trace: Trace) -> dict[int, tuple[int, ...]]:
             idle.append(b)
     load = np.zeros(max(trace.num_ops, 1), dtype=np.int64)
     _add_needs(load, trace, needs)
-    for b in idle:
+    # largest first, each on the lightest op (the longest-processing-time rule: with two
+    # ops of 10 bytes and idle buffers of 5, 5 and 10 bytes, the trace's order gives a
+    # fullest op of 25 bytes, this order 20)
+    for b in sorted(idle, key=lambda b: (-b.size, b.id)):
         op = int(np.argmin(load))
         needs[b.id] = (op,)
         load[op] += b.size
