@@ -135,3 +135,27 @@ def test_a_head_plan_replays_byte_exact_on_the_emulated_device():
     assert result.member == HEAD_VARIANT.name
     _results, stats = replay_on_emulated(result.trace, result.plan)
     assert stats["bytes.d2h"] > 0 and stats["bytes.h2d"] > 0
+
+
+def test_a_head_gap_beside_another_gap_of_the_same_buffer_gives_disjoint_residencies():
+    # buffer 9 used at ops 3 and 6: off in the head [2, 3) and again between its uses
+    # [4, 5); its residencies are home [0, 2), [3, 4) and [5, 8), each entered once
+    from cupool.check import validate_plan
+    from cupool.planning.budget.engine.placement import Decision, PlacementParams, place_schedule
+
+    ops = tuple(Op(f"op{i}", duration_us=10.0) for i in range(8))
+    trace = Trace("head-and-gap", ops, (Buffer(1, 1024, 1, 6, (1, 5)),
+                                        Buffer(9, 4096, 0, 8, (3, 6), kind=PERSISTENT,
+                                               writes=(6,))))
+    schedule = Schedule()
+    schedule.add(Gap(9, 6, 3, SWAP, resident_until=2, resident_from=3))
+    schedule.add(Gap(9, 3, 6, SWAP, resident_until=4, resident_from=5))
+    intervals = [r for r in residency_intervals(trace, schedule) if r.buffer_id == 9]
+    assert intervals == [ResidencyInterval(9, 0, 2), ResidencyInterval(9, 3, 4),
+                         ResidencyInterval(9, 5, 8)]
+    assert list(actions_of(trace, schedule)) == [SwapOut(9, HEAD_OUT_OP), SwapIn(9, 3, 3),
+                                                 SwapOut(9, 3), SwapIn(9, 5, 6)]
+    result = place_schedule(trace, 5120, lambda internal: Decision(schedule), "greedy",
+                            PlacementParams("greedy-size", 1), time.perf_counter())
+    assert result.feasible
+    assert validate_plan(result.trace, result.plan).valid

@@ -74,7 +74,12 @@ def residency_intervals(trace: Trace, schedule: Schedule) -> list[ResidencyInter
         gaps = sorted(taken[b.id], key=lambda g: g.prev_use) if b.id in taken else []
         wrap = [g for g in gaps if g.wraps]
         tail = None
-        if wrap and wrap[0].resident_from >= wrap[0].resident_until:
+        if wrap and wrap[0].head:
+            # copied out in the iteration's head: home [0, until), back from ``from``
+            # (before the first use) through the buffer's other gaps to its end
+            out.append(ResidencyInterval(b.id, start, wrap[0].resident_until))
+            start = wrap[0].resident_from
+        elif wrap and wrap[0].resident_from >= wrap[0].resident_until:
             # back in the iteration's tail, for the next one: home [0, until), [from, n)
             tail = ResidencyInterval(b.id, wrap[0].resident_from, end)
             end = wrap[0].resident_until
