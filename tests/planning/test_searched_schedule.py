@@ -49,12 +49,12 @@ def test_the_search_returns_validated_plans_no_slower_than_its_start(seed, fract
     assert again.iteration_us < start.simulation.iteration_us
 
 
-def test_the_search_finds_a_faster_plan_on_a_checkpointed_step():
-    trace = small_step(3)
+def test_the_search_finds_a_faster_plan_on_a_small_step():
+    trace = small_step(5)
     budget = int(0.75 * trace.lower_bound_bytes())
-    start = plan_with_budget(trace, budget, "auto", GEN4, SMALL)
+    start = plan_with_budget(trace, budget, "auto", GEN4, SMALL)  # the last resort's plan
     searched = search_schedule(start.trace, start.plan, start.simulation.iteration_us, budget,
-                               GEN4, replace(SMALL, schedule_evaluations=40))
+                               GEN4, replace(SMALL, schedule_evaluations=100))
     assert searched.result is not None
     assert validate_plan(start.trace, searched.result.plan).valid
     assert searched.simulation.iteration_us < start.simulation.iteration_us

@@ -27,8 +27,16 @@ working set, chosen by copy time saved per byte: they stay on the device.
 Then each copy in starts earlier where its bytes are already free (at most about twice
 its own copy time ahead of its use; earlier copies would queue ahead of more urgent ones
 on the FIFO engine): the copies that the walk made wait are overlapped with the ops
-before them where the memory allows. ``auto`` validates and simulates the plan like any
-member's, refines it the same way, and keeps it only when it is the fastest.
+before them where the memory allows.
+
+The repacks copy buffers out and back in only to move their bytes, and at a budget as
+small as the largest working set they come at the tightest op. So on traces of at most
+:data:`PLACED_MAX_BUFFERS` buffers the ops are also walked counting bytes alone, by each
+of a few eviction rules, and those walks' residencies placed afterwards by the static
+offset solvers (:mod:`.working_sets_placed`); the plan that simulates fastest is the
+member's (``stats["byte_walk"]`` names the rules of a byte walk's). ``auto`` validates
+and simulates the plan like any member's, refines it the same way, and keeps it only when
+it is the fastest.
 """
 
 from __future__ import annotations
@@ -44,6 +52,12 @@ from cupool.planning.budget.engine.drops import mark_drops
 from cupool.planning.budget.engine.residency import failed_plan, in_execution_order
 from cupool.planning.budget.params import BudgetParams
 from cupool.planning.budget.result import BudgetResult
+from cupool.planning.budget.working_set_needs import (  # the walk's inputs, also read here
+    idle_persistent_shortfall,
+    kept_persistent,
+    needed_ops,
+    required_bytes,
+)
 
 POLICY = "working-sets"
 """The plans' ``solver``."""
@@ -54,114 +68,14 @@ MEMBER = "working sets (copies waited for)"
 KEPT_MEMBER = "working sets (persistent state kept where it fits)"
 """The variant that keeps the persistent buffers that fit beside every working set."""
 
+PLACED_MAX_BUFFERS = 200
+"""Traces of at most this many buffers are also walked counting bytes alone, their
+residencies placed afterwards (:mod:`.working_sets_placed`): a static offset problem of
+every residency, a few milliseconds on a trace of 70 buffers and 90 residencies, where
+the exact search grows far faster on large ones."""
+
 PREFETCH_LEAD = 2.0
 """A copy in may start up to this many times its own copy time before its use."""
-
-
-def needed_ops(trace: Trace) -> dict[int, tuple[int, ...]]:
-    """Per buffer, the ops it must be resident at in any valid plan: its uses; a temporary
-    without recorded uses, its first op (it is produced there); a persistent one without
-    uses, the op whose needs are the fewest bytes when it is placed, the largest such
-    buffer first (it must be resident somewhere)."""
-    needs: dict[int, tuple[int, ...]] = {}
-    idle = []
-    for b in trace.buffers:
-        if b.uses:
-            needs[b.id] = tuple(sorted(set(b.uses)))
-        elif b.kind != PERSISTENT:
-            needs[b.id] = (b.start,)
-        else:
-            idle.append(b)
-    load = np.zeros(max(trace.num_ops, 1), dtype=np.int64)
-    _add_needs(load, trace, needs)
-    # largest first, each on the lightest op (the longest-processing-time rule: with two
-    # ops of 10 bytes and idle buffers of 5, 5 and 10 bytes, the trace's order gives a
-    # fullest op of 25 bytes, this order 20)
-    for b in sorted(idle, key=lambda b: (-b.size, b.id)):
-        op = int(np.argmin(load))
-        needs[b.id] = (op,)
-        load[op] += b.size
-    return needs
-
-
-def required_bytes(trace: Trace, needs: dict[int, tuple[int, ...]] | None = None) -> np.ndarray:
-    """Bytes each op needs resident in any valid plan (:func:`needed_ops`)."""
-    needs = needed_ops(trace) if needs is None else needs
-    out = np.zeros(trace.num_ops, dtype=np.int64)
-    _add_needs(out, trace, needs)
-    return out
-
-
-def _add_needs(load: np.ndarray, trace: Trace, needs: dict[int, tuple[int, ...]]) -> None:
-    """Add each buffer's bytes to ``load`` at every op it needs (those ``needs`` lists)."""
-    listed = [(b.size, needs[b.id]) for b in trace.buffers if b.id in needs]
-    ops = np.fromiter(itertools.chain.from_iterable(ops for _size, ops in listed),
-                      dtype=np.int64)
-    sizes = np.repeat(np.array([size for size, _ops in listed], dtype=np.int64),
-                      [len(ops) for _size, ops in listed])
-    np.add.at(load, ops, sizes)
-
-
-def idle_persistent_shortfall(trace: Trace, budget_bytes: int) -> str | None:
-    """``"infeasible: op k needs N bytes resident ..."`` when the persistent buffers no op
-    uses cannot be resident beside the ops' own working sets within the budget, else
-    ``None``.
-
-    Every buffer has a residency in any valid plan, so each such buffer is resident at one
-    op at least, beside that op's uses. Two bounds follow: op ``k``, whose uses are the
-    fewest bytes, holding the largest of them; and the average op, when their bytes and
-    every op's uses are spread over the ops (with one op: all of them at op 0). (Several
-    of them may need more: :func:`needed_ops` places them one by one; these bounds are the
-    proved part.)"""
-    idle = [b for b in trace.buffers if b.kind == PERSISTENT and not b.uses]
-    if not idle:
-        return None
-    placed = {b.id for b in trace.buffers if b.uses or b.kind != PERSISTENT}
-    needs = {b_id: ops for b_id, ops in needed_ops(trace).items() if b_id in placed}
-    load = required_bytes(trace, needs)
-    k = int(np.argmin(load))
-    largest = max(idle, key=lambda b: b.size)
-    need = int(load[k]) + largest.size
-    if need > budget_bytes:
-        return (f"infeasible: op {k} needs {need} bytes resident (budget {budget_bytes} "
-                f"bytes): its uses' {int(load[k])} bytes, the fewest of any op, and persistent "
-                f"buffer {largest.id} ({largest.size} bytes), used by no op but resident at "
-                f"one op at least")
-    idle_bytes = sum(b.size for b in idle)
-    total = int(load.sum()) + idle_bytes
-    average = -(-total // trace.num_ops)
-    if average <= budget_bytes:
-        return None
-    who = "op 0 needs" if trace.num_ops == 1 else f"one of the {trace.num_ops} ops needs at least"
-    return (f"infeasible: {who} {average} bytes resident (budget {budget_bytes} bytes): the "
-            f"ops' uses ({int(load.sum())} bytes over all ops) and the {len(idle)} persistent "
-            f"buffers no op uses ({idle_bytes} bytes), each resident at one op at least")
-
-
-def kept_persistent(trace: Trace, budget_bytes: int, cost,
-                    needs: dict[int, tuple[int, ...]]) -> list[int]:
-    """Persistent buffers that may stay on the device for the whole iteration: taken in
-    order of copy time per byte saved (a copy in per run of consecutive needs), each while
-    every op's other needs still fit beside those taken."""
-    required = required_bytes(trace, needs).astype(np.float64)
-    scored = []
-    for b in trace.buffers:
-        if b.kind != PERSISTENT:
-            continue
-        ops = needs[b.id]
-        runs = 1 + sum(1 for a, c in itertools.pairwise(ops) if c > a + 1)
-        scored.append((-runs * cost.copy_us(b.size, "h2d") / b.size, b.size, b.id))
-    kept, kept_bytes = [], 0
-    room = budget_bytes - required  # what each op leaves free beside its working set
-    for _score, size, buffer_id in sorted(scored):
-        used = np.zeros(trace.num_ops, dtype=bool)
-        used[list(needs[buffer_id])] = True
-        # ops that use it need it anyway; the others lose its bytes
-        if np.all(room - np.where(used, 0, size) >= 0):
-            room -= np.where(used, 0, size)
-            kept.append(buffer_id)
-            kept_bytes += size
-    return kept
 
 
 class _Gaps:
@@ -396,10 +310,7 @@ class _Walk:
                            key=lambda item: (item[0], -sizes[item[1]], item[1])):
             if j <= t or k in self.offset or self.next_need[k] != j:
                 continue  # come, resident, or needed sooner (its own entry serves that)
-            size = sizes[k]
-            offset = self.gaps.best(size)
-            if offset is None:
-                offset = self._evict_for(size, t, before=j)
+            offset = self._room(sizes[k], t, before=j)
             if offset is None:
                 waiting.append((j, k))
             else:
@@ -412,14 +323,18 @@ class _Walk:
         missing = sorted((k for k in needed if k not in self.offset),
                          key=lambda k: (-sizes[k], k))
         for k in missing:
-            size = sizes[k]
-            offset = self.gaps.best(size)  # the smallest free range, lowest on ties
-            if offset is None:
-                offset = self._evict_for(size, t)
+            offset = self._room(sizes[k], t)
             if offset is None:
                 self._repack(t, needed)
                 return
             self._enter(k, t, offset)
+
+    def _room(self, size: int, t: int, before: int | None = None) -> int | None:
+        """The offset of ``size`` free bytes for op ``t`` (or, with ``before``, a copy in
+        due at op ``before``): the smallest free range, lowest on ties, else one freed by
+        :meth:`_evict_for`; ``None`` when none can be."""
+        offset = self.gaps.best(size)
+        return self._evict_for(size, t, before) if offset is None else offset
 
     def _evict_for(self, size: int, t: int, before: int | None = None) -> int | None:
         """Evict the cheapest residents from a range of ``size`` bytes holding nothing the
@@ -567,19 +482,59 @@ def plan_working_sets(trace: Trace, budget_bytes: int, cost, params: BudgetParam
     kept_bytes = sum(trace.buffer(b).size for b in kept)
     walk = _Walk(trace, budget_bytes - kept_bytes, needs, set(kept), cost)
     walk.run()
-    top = budget_bytes - kept_bytes
-    residencies = list(walk.residencies)
+    stats = {"evictions": walk.evictions, "repacks": walk.repacks,
+             "kept_persistent": len(kept), "kept_persistent_bytes": kept_bytes}
+    plan = _plan(trace, budget_bytes, cost, kept, walk.residencies, walk.actions, started,
+                 stats)
+    if len(trace.buffers) <= PLACED_MAX_BUFFERS:
+        plan = _fastest_byte_walk(trace, budget_bytes, cost, kept, needs, plan, started, stats)
+    return BudgetResult(plan, trace, POLICY)
+
+
+def _fastest_byte_walk(trace: Trace, budget_bytes: int, cost, kept: list[int],
+                       needs: dict[int, tuple[int, ...]], plan: Plan, started: float,
+                       stats: dict) -> Plan:
+    """The fastest of ``plan`` (the range walk's) and the byte walks' plans by each of
+    :data:`~.working_sets_placed.RULES`, their residencies placed afterwards
+    (:mod:`.working_sets_placed`: no repacks), on the simulator's clock."""
+    from cupool.planning.budget.working_sets_placed import RULES, placed_walk
+    from cupool.sim.simulator import time_iteration
+
+    fastest = time_iteration(trace, plan, cost).iteration_us
+    capacity = budget_bytes - stats["kept_persistent_bytes"]
+    for rules in RULES:
+        placed = placed_walk(trace, capacity, needs, set(kept), cost, rules)
+        if placed is None:
+            continue
+        other = _plan(trace, budget_bytes, cost, kept, placed.residencies, placed.actions,
+                      started, {**stats, "evictions": placed.evictions, "repacks": 0,
+                                "byte_walk": rules.label()})
+        iteration_us = time_iteration(trace, other, cost).iteration_us
+        if iteration_us < fastest:
+            plan, fastest = other, iteration_us
+    return plan
+
+
+def _plan(trace: Trace, budget_bytes: int, cost, kept: list[int],
+          walked: list[Residency], walked_actions: list, started: float,
+          stats: dict) -> Plan:
+    """The plan of a walk's residencies and actions within the cache's bytes, the ``kept``
+    persistent buffers above them, copies in started earlier where their bytes are free."""
+    top = budget_bytes - sum(trace.buffer(b).size for b in kept)
+    residencies = list(walked)
     for buffer_id in kept:
         residencies.append(Residency(buffer_id, 0, trace.num_ops, top))
         top += trace.buffer(buffer_id).size
-    residencies, actions = prefetch_earlier(trace, cost, residencies, walk.actions)
+    residencies, actions = prefetch_earlier(trace, cost, residencies, walked_actions)
     residencies.sort(key=lambda r: (r.buffer_id, r.start))
     actions = mark_drops(trace, residencies, in_execution_order(actions))
     size = {b.id: b.size for b in trace.buffers}
     arena = max((r.offset + size[r.buffer_id] for r in residencies), default=0)
-    stats = {"evictions": walk.evictions, "repacks": walk.repacks,
-             "kept_persistent": len(kept), "kept_persistent_bytes": kept_bytes}
-    plan = Plan(trace.name, trace.digest(), POLICY, SolveStatus.FEASIBLE, int(arena),
+    return Plan(trace.name, trace.digest(), POLICY, SolveStatus.FEASIBLE, int(arena),
                 trace.lower_bound_bytes(), (), time.perf_counter() - started, budget_bytes,
                 stats, tuple(residencies), tuple(actions))
-    return BudgetResult(plan, trace, POLICY)
+
+
+__all__ = ["KEPT_MEMBER", "MEMBER", "PLACED_MAX_BUFFERS", "POLICY", "PREFETCH_LEAD",
+           "idle_persistent_shortfall", "kept_persistent", "needed_ops", "plan_working_sets",
+           "prefetch_earlier", "required_bytes"]
