@@ -8,7 +8,9 @@ A recompute's time ``r_j`` counts its producer plus a share of the inputs the pr
 already freed (:func:`recompute_us`: those must be rematerialized too). At one op ``i``
 the bound knows more: a buffer off the device there and recomputed before its next use
 is recomputed after op ``i``, so every input freed by op ``i + 1`` must be rematerialized
-for it (:meth:`BufferArrays.chain_us`, priced by :func:`remat_us`).
+for it (:meth:`BufferArrays.chain_us`), each rematerialization shared only among the
+recomputes that can charge it at that op (:mod:`cupool.sim.chain_shares`; priced over
+every reader, as :func:`remat_us` does, it would be sound but looser).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from cupool.core.vocabulary import HOST_LEVELS, PERSISTENT, TEMPORARY, Trace
+from cupool.sim.chain_shares import OuterPrices, RecipeGraph, local_chains, outer_chains
 from cupool.sim.cost import D2H, H2D
 
 
@@ -53,7 +56,7 @@ class BufferArrays:
                 self.used_at[u].append(index)
         # every (buffer, use) as one sorted key, for vectorized next-use lookups
         self.n = n
-        self._chains(trace, remat_us(trace, op_us))
+        self._chains(trace, op_us)
         owners = np.repeat(np.arange(len(buffers), dtype=np.int64),
                            [len(b.uses) for b in buffers])
         uses = np.fromiter((u for b in buffers for u in b.uses), dtype=np.int64,
@@ -64,13 +67,12 @@ class BufferArrays:
             if b.kind == TEMPORARY:
                 self.born_temporary[b.start].append(index)
 
-    def _chains(self, trace, remat) -> None:
+    def _chains(self, trace, op_us) -> None:
         """Every (buffer, temporary recipe input) pair, sorted by ``owner * (n + 2) + input
-        end`` (``chain_keys``), with the input's size and its share (over its readers,
-        :func:`recompute_us`) of its producer's time and of the rest of :func:`remat_us`."""
+        end`` (``chain_keys``), with the input and its end and size; and the recipes as a
+        :class:`~cupool.sim.chain_shares.RecipeGraph`, which prices the chains at one op."""
         buffers, stride = trace.buffers, self.n + 2
         index = {b.id: k for k, b in enumerate(buffers)}
-        readers = _readers(trace)
         owners, inputs = [], []
         for k, b in enumerate(buffers):
             if b.recompute is None:
@@ -79,30 +81,37 @@ class BufferArrays:
                 if x != b.id and trace.buffer(x).kind != PERSISTENT:
                     owners.append(k)
                     inputs.append(index[x])
+        by_reader: list[list[int]] = [[] for _ in buffers]
+        for owner, x in zip(owners, inputs, strict=True):
+            by_reader[owner].append(x)
+        rank = np.empty(len(buffers), dtype=np.int64)
+        rank[sorted(range(len(buffers)), key=lambda k: (buffers[k].start, k))] = np.arange(
+            len(buffers))
+        self.graph = RecipeGraph(by_reader, [b.end for b in buffers], rank.tolist(),
+                                 self.producer_us.tolist())
         owners = np.array(owners, dtype=np.int64)
         inputs = np.array(inputs, dtype=np.int64)
         ends = np.array([buffers[x].end for x in inputs], dtype=np.int64)
         keys = owners * stride + np.minimum(ends, self.n + 1)
         order = np.argsort(keys, kind="stable")
         self.chain_keys, inputs, ends = keys[order], inputs[order], ends[order]
-        share = 1.0 / np.array([readers[buffers[x].id] for x in inputs], dtype=np.float64)
-        self.chain_end, self.chain_size = ends, self.size[inputs]
-        self.chain_producer = self.producer_us[inputs] * share
-        with np.errstate(invalid="ignore"):  # inf - inf: no recipe, blocked below
-            self.chain_rest = np.where(np.isinf(remat[inputs]), 0.0,
-                                       (remat[inputs] - self.producer_us[inputs]) * share)
-        self.chain_blocked = np.isinf(remat[inputs])
+        self.chain_input, self.chain_end, self.chain_size = inputs, ends, self.size[inputs]
+        reader_ends = np.array([buffers[r].end for r in owners[order]], dtype=np.int64)
+        self.outer = OuterPrices(np.sort(inputs * stride + np.minimum(reader_ends, self.n + 1)),
+                                 remat_us(trace, op_us), self.producer_us, self.n)
 
     def chain_us(self, candidates, i: int, room: float) -> tuple[np.ndarray, np.ndarray]:
         """Each candidate's chain at op ``i``: its share of rematerializing the temporary
         inputs of its recipe that the program freed by op ``i + 1`` (``end <= i + 1``): a
         recompute after op ``i`` reads them after their lifetime, so each comes back only
-        by a recompute of its own. Returned as ``(late, anywhere)``: ``late`` the producers
-        of the inputs whose rematerialization runs after op ``i`` -- alive at op ``i``
-        (``end == i + 1``, so rematerialized at op ``i + 1`` or later) or larger than
-        ``room`` (the budget beyond what op ``i`` must hold: rematerialized before op ``i``
-        and read after it, it would be resident at op ``i``) --, ``anywhere`` the rest
-        (``inf`` in both when an input has no recipe)."""
+        by a recompute of its own, shared only among the readers that charge it there
+        (:func:`~cupool.sim.chain_shares.local_chains`; ``candidates`` are buffers pending
+        at op ``i``, neither used there nor born there). Returned as ``(late, anywhere)``:
+        ``late`` the producers of the inputs whose rematerialization runs after op ``i``
+        -- alive at op ``i`` (``end == i + 1``, so rematerialized at op ``i + 1`` or later)
+        or larger than ``room`` (the budget beyond what op ``i`` must hold: rematerialized
+        before op ``i`` and read after it, it would be resident at op ``i``) --,
+        ``anywhere`` the rest (``inf`` in both when an input has no recipe)."""
         stride = self.n + 2
         candidates = np.asarray(candidates, dtype=np.int64)
         low = np.searchsorted(self.chain_keys, candidates * stride, side="left")
@@ -116,11 +125,11 @@ class BufferArrays:
         pair = np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
         pair += np.repeat(low, counts)
         after = (self.chain_end[pair] == i + 1) | (self.chain_size[pair] > room)
-        producer = self.chain_producer[pair]
-        blocked = np.bincount(owner, self.chain_blocked[pair], len(candidates)) > 0
-        producer = np.where(self.chain_blocked[pair], 0.0, producer)
-        late = np.bincount(owner, np.where(after, producer, 0.0), len(candidates))
-        anywhere = np.bincount(owner, np.where(after, 0.0, producer) + self.chain_rest[pair],
+        local = (local_chains(self.graph, self.chain_input[pair])
+                 or outer_chains(self.outer, self.chain_input[pair], i))
+        blocked = np.bincount(owner, local.blocked, len(candidates)) > 0
+        late = np.bincount(owner, np.where(after, local.producer, 0.0), len(candidates))
+        anywhere = np.bincount(owner, np.where(after, 0.0, local.producer) + local.rest,
                                len(candidates))
         return np.where(blocked, np.inf, late), np.where(blocked, np.inf, anywhere)
 

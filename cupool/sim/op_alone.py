@@ -66,8 +66,10 @@ recipe with ``x.end <= i + 1`` is dead at ``r``, so the validator's [recompute] 
 it only in a rematerialization (a residency starting at ``r' >= x.end``, or ephemeral at
 ``r``), entered by a recompute of ``x`` before op ``r'``, whose own freed inputs recurse
 (:func:`~cupool.sim.bound_inputs.remat_us`: those with ``y.end <= x.end``). ``c_j`` is
-the sum of these inputs' charges, each split over its readers: no chain buffer is a
-candidate (a candidate is alive and unused at ``i``, so its ``end >= i + 2``), so over any
+the sum of these inputs' charges, each split over its readers that charge it at op ``i``
+(the candidates and the chains' rematerializations that read it,
+:mod:`cupool.sim.chain_shares`): no chain buffer is a candidate (a candidate is alive and
+unused at ``i``, so its ``end >= i + 2``), so over any
 set of recomputed candidates the charges sum to at most the compute of the distinct
 rematerializations they force. But ``r'`` may lie at or before ``i``: then that
 rematerialization delays the start of op ``i`` instead of the time after it, and its

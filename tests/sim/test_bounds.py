@@ -180,6 +180,38 @@ def test_inputs_freed_by_the_op_after_the_peak_are_charged_to_a_recompute():
     assert 0.2 < bound.overhead <= simulated.overhead
 
 
+def test_a_rematerialization_is_shared_only_among_the_recomputes_that_charge_it():
+    """op:  0    1    2    3    4      (10 us each), budget 3100 bytes
+    X:  [============)             op 0 makes X (1000 B), last used by op 2
+    A:       [===================) op 1 makes A (2000 B) from X, uses 1 and 4
+    D:            [==)             op 2 makes D (100 B) from X, used there only
+    C:                 [===)       3000 B, use 3: A is off the device at op 3
+    Two recipes read X, so each is charged half of X's rematerialization per buffer. At
+    op 3 only A can be recomputed (D is dead, and no chain reaches it): A's recompute
+    after op 3 pays X's rematerialization whole, 20 us. Copies take 100 us per 1000 B."""
+    link = cost_model(0.01)
+    trace = trace_of([10.0] * 5, Buffer(0, 1000, 0, 3, (0, 2), recompute=Recompute(0)),
+                     Buffer(1, 2000, 1, 5, (1, 4), recompute=Recompute(1, (0,))),
+                     Buffer(2, 3000, 3, 4, (3,)),
+                     Buffer(3, 100, 2, 3, (2,), recompute=Recompute(2, (0,))))
+    from cupool.sim.bound_inputs import BufferArrays, recompute_us
+    assert list(recompute_us(trace, [10.0] * 5)) == [10.0, 10.0, math.inf, 15.0]
+    arrays = BufferArrays(trace, link)
+    late, anywhere = arrays.chain_us(np.array([1]), 3, 100.0)
+    assert (list(late), list(anywhere)) == ([10.0], [0.0])  # all of X, after op 3
+    remat = swap_plan(trace, [Residency(0, 0, 3, 2000), Residency(0, 4, 5, 2000),
+                              Residency(1, 1, 3, 0), Residency(1, 4, 5, 0),
+                              Residency(2, 3, 4, 0), Residency(3, 2, 3, 3000)],
+                      [RecomputeAction(0, 4), RecomputeAction(1, 4)], budget=3100)
+    report = validate_plan(trace, remat)
+    assert report.valid, report.message
+    simulated = simulate(trace, remat, link)
+    assert simulated.overhead == pytest.approx(0.4)
+    bound = overhead_lower_bound(trace, 3100, link)
+    # halving X's price (10 + 5 us for 1900 of A's 2000 bytes) would stay below 0.29
+    assert 0.35 < bound.overhead <= simulated.overhead
+
+
 def test_a_recompute_at_an_op_is_priced_at_least_per_buffer():
     """At every op, each candidate's recompute (producer, chain rematerialized after the
     op, chain anywhere) costs at least its per-buffer price: the inputs freed by op
@@ -193,8 +225,9 @@ def test_a_recompute_at_an_op_is_priced_at_least_per_buffer():
         trace = with_recompute_recipes(trace)
         arrays = BufferArrays(trace, SLOW)
         for i in range(0, trace.num_ops, max(1, trace.num_ops // 12)):
-            alive = np.flatnonzero((arrays.pend_first <= i) & (i <= arrays.pend_last)
-                                   & ~arrays.persistent)
+            alive = (arrays.pend_first <= i) & (i <= arrays.pend_last) & ~arrays.persistent
+            alive[arrays.used_at[i] + arrays.born_temporary[i]] = False  # the candidates
+            alive = np.flatnonzero(alive)
             late, anywhere = arrays.chain_us(alive, i, 0.0)
             per_op = arrays.producer_us[alive] + late + anywhere
             old = arrays.recompute[alive]
@@ -205,6 +238,40 @@ def test_a_recompute_at_an_op_is_priced_at_least_per_buffer():
             assert np.allclose(np.nan_to_num(late_all + rest, posinf=-1.0),
                                np.nan_to_num(late + anywhere, posinf=-1.0))
     assert stricter > 0
+
+
+def test_a_chain_at_an_op_costs_at_least_its_share_over_every_reader():
+    """At every op, each (candidate, freed input) pair's price: shared among the readers
+    that charge the input there (the chains walked) >= shared over the candidates and the
+    readers freed by then (the chains not walked) >= shared over every reader."""
+    from cupool.planning.budget.recipes import with_recompute_recipes
+    from cupool.planning.shapes import near_budget_trace
+    from cupool.sim.bound_inputs import BufferArrays, _readers, remat_us
+    from cupool.sim.chain_shares import local_chains, outer_chains
+    stricter = [0, 0]
+    for trace in [near_budget_trace(0), near_budget_trace(1),
+                  *(load_trace(path) for path in TRACES[:2])]:
+        trace = with_recompute_recipes(trace)
+        arrays = BufferArrays(trace, SLOW)
+        remat = remat_us(trace, SLOW.op_times(trace))
+        readers = _readers(trace)
+        ids = [b.id for b in trace.buffers]
+        for i in range(0, trace.num_ops, max(1, trace.num_ops // 10)):
+            alive = (arrays.pend_first <= i) & (i <= arrays.pend_last)
+            alive[arrays.used_at[i] + arrays.born_temporary[i]] = False
+            inputs = np.array([x for j in np.flatnonzero(alive) for x in arrays.graph.inputs[j]
+                               if arrays.graph.end[x] <= i + 1], dtype=np.int64)
+            if not len(inputs):
+                continue
+            every = np.array([remat[x] / readers[ids[x]] for x in inputs])
+            outer = outer_chains(arrays.outer, inputs, i)
+            local = local_chains(arrays.graph, inputs, limit=len(trace.buffers))
+            prices = [np.where(c.blocked, np.inf, c.producer + c.rest) for c in (outer, local)]
+            for lower, higher, k in ((every, prices[0], 0), (prices[0], prices[1], 1)):
+                assert np.all((higher >= lower * (1 - 1e-12)) | np.isinf(higher)), trace.name
+                stricter[k] += int((higher > lower * (1 + 1e-9)).sum())
+            assert local_chains(arrays.graph, inputs, limit=0) is None
+    assert min(stricter) > 0
 
 
 def test_bad_budget_is_named():
