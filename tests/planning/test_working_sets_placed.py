@@ -1,6 +1,7 @@
 """The last resort's byte walk (:mod:`cupool.planning.budget.working_sets_placed`): it keeps
 at most the cache's bytes resident at every op whatever its rules, its placed residencies
-make validated plans, and at the largest working set of the near-budget shape (where the
+make validated plans, a buffer evicted before its next use is copied in early again
+where the rules say so, and at the largest working set of the near-budget shape (where the
 range walk repacks at the tightest op) the member's plan is a byte walk's and faster than
 the range walk's alone."""
 
@@ -14,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cupool.check import validate_plan
+from cupool.core.vocabulary import SwapIn
 from cupool.planning.budget import working_sets
 from cupool.planning.budget.working_sets import (
     kept_persistent,
@@ -21,7 +23,7 @@ from cupool.planning.budget.working_sets import (
     plan_working_sets,
     required_bytes,
 )
-from cupool.planning.budget.working_sets_placed import RULES, ByteWalk, placed_walk
+from cupool.planning.budget.working_sets_placed import RULES, ByteRules, ByteWalk, placed_walk
 from cupool.planning.shapes import near_budget_trace
 from cupool.sim import cost_model, simulate
 from tests.planning.test_always_a_plan import COSTS, QUICK, _budget, any_traces
@@ -79,3 +81,20 @@ def test_at_the_tightest_op_the_byte_walk_beats_the_range_walk(monkeypatch):
     assert ranges.plan.stats["repacks"] > 0
     assert (simulate(trace, result.plan, GEN5).iteration_us
             < simulate(trace, ranges.plan, GEN5).iteration_us)
+
+
+def test_a_buffer_evicted_before_its_next_use_is_copied_in_early_when_requeued():
+    # near-budget-1 at half its lower bound: buffer 0 (312 MiB) is resident when its copy
+    # in would have been due to start, and leaves after; op 19 reads it again
+    trace = near_budget_trace(1)
+    budget = int(0.5 * trace.lower_bound_bytes())
+    needs = needed_ops(trace)
+    triggers = {}
+    for requeue in (False, True):
+        walk = ByteWalk(trace, budget, needs, set(), cost_model("gen4"),
+                        ByteRules(1.0, False, requeue))
+        walk.run()
+        triggers[requeue] = [a.trigger_op for a in walk.actions
+                             if isinstance(a, SwapIn) and a.buffer_id == 0]
+    assert triggers[False] == [19]
+    assert len(triggers[True]) == 1 and triggers[True][0] < 19

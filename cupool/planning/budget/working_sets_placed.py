@@ -22,9 +22,12 @@ A resident's cost of eviction is the range walk's (its copy back in, and out unl
 clean, over the ops until it is needed), per byte it frees; the :class:`ByteRules` add
 what the range walk does not see: a dirty resident whose copy out (after its last use,
 behind the copies out before it on the link) would not be done when the op runs stalls
-that op, so that stall may count too, and copies in ahead of their ops may be kept from
-evicting dirty residents at all (they then wait for bytes freed otherwise). Which rules
-give the fastest plan depends on the trace and the link, so
+that op, so that stall may count too; copies in ahead of their ops may be kept from
+evicting dirty residents at all (they then wait for bytes freed otherwise); a buffer
+evicted before its next use may be copied in early again (the range walk lets the moment
+pass while it was resident); and the copies in waiting may be served by the latest time
+each can start, in that order, as the FIFO copy engine will. Which rules give the fastest
+plan depends on the trace and the link, so
 :func:`~.working_sets.plan_working_sets` walks with each of :data:`RULES` and keeps the
 fastest plan.
 
@@ -53,27 +56,40 @@ a safety cap, by the clock."""
 
 @dataclass(frozen=True)
 class ByteRules:
-    """How the byte walk chooses residents to evict.
+    """How the byte walk chooses residents to evict and copies in to start early.
 
     stall_weight: µs of eviction cost per µs the op being walked would wait for a dirty
       resident's copy out (estimated on the ideal timeline, copies out one after another
       on the link); 0: not counted.
     prefetch_evicts_dirty: whether a copy in ahead of its op may evict a dirty resident
       (``False``: only clean ones, whose bytes are free at once).
+    requeue: a buffer evicted before its next use is copied in early for it like any
+      other (``False``: only where its lead falls after the eviction; the range walk's
+      rule).
+    latest_start_first: the copies in waiting to start early are taken by the latest time
+      each may start on the ideal timeline (its op's start less its copy), and one that
+      finds no room holds back those after it (a FIFO copy engine serves them in that
+      order); ``False``: by their ops, the largest first, each into the room it finds.
     """
 
     stall_weight: float = 0.0
     prefetch_evicts_dirty: bool = True
+    requeue: bool = False
+    latest_start_first: bool = False
 
     def label(self) -> str:
         return (f"stall weight {self.stall_weight:g}, prefetch evicts "
-                f"{'any' if self.prefetch_evicts_dirty else 'clean'}")
+                f"{'any' if self.prefetch_evicts_dirty else 'clean'}"
+                f"{', requeued' if self.requeue else ''}"
+                f"{', latest start first' if self.latest_start_first else ''}")
 
 
-RULES = (ByteRules(), ByteRules(1.0, False))
-"""The rules the byte walks run with: on the near-budget shapes of
-``bench/always_plan.py`` each gave the fastest plan of some cells (the other two mixes
-of these rules none)."""
+RULES = (ByteRules(), ByteRules(0.0, True, True, True), ByteRules(1.0, True, False, True),
+         ByteRules(1.0, False, True, False))
+"""The rules the byte walks run with: of the 16 mixes of these rules (stall weight 0 or
+1), the four whose fastest plan was closest to the fastest of all on the near-budget
+shapes of ``bench/always_plan.py`` at every fraction and on both links (raw plans,
+before ``auto`` refines them)."""
 
 
 class ByteWalk(_Walk):
@@ -86,11 +102,14 @@ class ByteWalk(_Walk):
         self.rules = rules
         self.used = 0
         self.link_free_us = 0.0  # when the copies out the walk issued are done (estimated)
+        self.requeued: list[tuple[int, int]] = []
 
     def _leave(self, k: int, t: int, final: bool = False) -> None:
         if not final and self._dirty(k) and self.next_need[k] < self.dead:
             self.link_free_us = self._copied_out_us(k, t)
         super()._leave(k, t, final)
+        if self.rules.requeue and not final and t < self.next_need[k] < self.num_ops:
+            self.requeued.append((int(self.next_need[k]), k))
 
     def _dirty(self, k: int) -> bool:
         return bool(self.evict_us[k] > self.copy_in_us[k])
@@ -160,6 +179,26 @@ class ByteWalk(_Walk):
 
     _room = _evict_for  # no ranges: free bytes are all there is
 
+    def _prefetch(self, t: int) -> None:
+        self.pending += self.requeued
+        self.requeued = []
+        if not self.rules.latest_start_first:
+            super()._prefetch(t)
+            return
+        latest = {(j, k): self.op_start[j] - self.copy_in_us[k]
+                  for j, k in [*self.pending, *self.prefetch_from[t]]}
+        waiting, held_back = [], False
+        for j, k in sorted(latest, key=lambda item: (latest[item], item[0], item[1])):
+            if j <= t or k in self.offset or self.next_need[k] != j:
+                continue  # come, resident, or needed sooner (its own entry serves that)
+            offset = None if held_back else self._room(self.sizes[k], t, before=j)
+            if offset is None:
+                waiting.append((j, k))
+                held_back = True
+            else:
+                self._enter(k, t, offset, due=j)
+        self.pending = waiting
+
 
 class PlacedWalk(NamedTuple):
     """The byte walk's residencies with their offsets, its actions (swap-ins cancelled
@@ -189,3 +228,4 @@ def placed_walk(trace: Trace, capacity: int, needs: dict[int, tuple[int, ...]],
                                                 strict=True)]
             return PlacedWalk(residencies, walk.actions, walk.evictions)
     return None
+
