@@ -43,6 +43,11 @@ uses / across the iteration boundary only when the budget still does not hold.
   :data:`~.boundary.HEAD_VARIANT`: that state stays on the device across the boundary,
   is copied out after op 0 and back in a chain of copies that ends by its updates, and
   the greedy plans the rest;
+- on traces of at most ``params.wait_max_buffers`` buffers whose persistent state the step
+  may write and is idle across the boundary, ``greedy`` at each finite weight of
+  ``params.swap_weights`` with its copies across the boundary moved where compute hides
+  them (:mod:`.boundary_copies`: copies out that end the step into the next iteration's
+  head, late copies in into the previous one's tail), only where one moved;
 - after those, on traces of at most ``params.search_max_gaps`` idle gaps, a local
   search over the gaps the greedy must take (:mod:`.searched_gaps`: persistent state
   copied out early is dropped later, clean);
@@ -221,6 +226,11 @@ def members(trace, budget_bytes, cost, params: BudgetParams,
         persistent_over,
         plan_boundary,
     )
+    from cupool.planning.budget.boundary_copies import (
+        MEMBER_SUFFIX,
+        dirty_across_boundary,
+        plan_greedy_head,
+    )
     from cupool.planning.budget.capuchin import plan_capuchin
     from cupool.planning.budget.chain import find_chain
     from cupool.planning.budget.classic import plan_on_demand, plan_vdnn
@@ -284,6 +294,12 @@ def members(trace, budget_bytes, cost, params: BudgetParams,
             trace, budget_bytes, cost, params, started, 0.0, SEARCHED_CLASSES)),
                 Member(LONGER_MEMBER, lambda started: plan_stream(
                     trace, budget_bytes, cost, params, started, 0.0, SEARCHED_LONGER))]
+    if len(trace.buffers) <= params.wait_max_buffers and dirty_across_boundary(trace):
+        out += [Member(f"greedy(swap_weight={w:g}, {MEMBER_SUFFIX})",
+                       lambda started, w=w: plan_greedy_head(
+                           trace, budget_bytes, cost, params, started,
+                           greedy_options(params, w)))
+                for w in params.swap_weights if math.isfinite(w)]
     if searchable(trace, params):  # small traces only: a local search of greedy runs
         out += [Member(SEARCHED_GAPS_MEMBER, policy(plan_searched_gaps))]
     return out
