@@ -21,7 +21,7 @@ highest is taken (``details["method"]`` names it) and the overhead bound is
   the iteration;
 - the same relaxation solved exactly for the ops of most excess
   (:mod:`cupool.sim.op_alone_lp`, ``"lp"``, with SciPy), with what happens after the op
-  stated in order;
+  stated in order, and the largest candidates moved whole where few are large;
 - the whole iteration's memory-time (:mod:`cupool.sim.memory_time`, ``"memory-time"``,
   with SciPy): the arena holds ``budget * T`` byte-µs, and a copy in flight holds its whole
   buffer for as long as it runs (streamed weights pay for their copies' memory as well as
@@ -58,7 +58,14 @@ from cupool.sim.bound_inputs import BufferArrays, recompute_us
 from cupool.sim.cost import CostModel, cost_model
 from cupool.sim.memory_time import memory_time_bound_us
 from cupool.sim.op_alone import TAIL_QUANTILES, THRESHOLD_QUANTILES, OpBound
-from cupool.sim.op_alone_lp import LP_DUE_OPS, LP_OPS, LP_THRESHOLDS, LP_TOLERANCE, lp_value
+from cupool.sim.op_alone_lp import (
+    LP_DUE_OPS,
+    LP_OPS,
+    LP_THRESHOLDS,
+    LP_TOLERANCE,
+    WHOLE_BUFFERS,
+    lp_value,
+)
 from cupool.sim.peaks import Peak, choose_peaks, several_peaks_bound_us
 from cupool.sim.windows import windows_bound
 
@@ -142,7 +149,7 @@ def overhead_lower_bound(trace: Trace, budget_bytes: int, cost: CostModel | None
     lp_ops = list(dict.fromkeys([int(i) for i in ops[:LP_OPS]]
                                 + ([best[1]] if best[1] is not None else [])))
     for i in lp_ops:
-        value = lp_value(op_bound(i), prefix)
+        value = lp_value(op_bound(i), prefix, WHOLE_BUFFERS)
         if value is None:
             break
         method = "lp"

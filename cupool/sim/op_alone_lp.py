@@ -29,9 +29,23 @@ after ``i``. Optimizer state used once per step is the case it is for: off the d
 a mid-step peak, it is copied in after the peak, updated, and copied out after the update
 (or copied out before the peak, when it stayed on the device across the boundary): the
 step runs both copies in turn, where the dual search's weighted sums let them overlap.
+
+**Whole buffers.** A plan moves whole buffers: one off the device at op ``i`` is off
+entirely, and its next residency is entered one way (a swap-in or a recompute), so of its
+options exactly one holds all of its bytes, or none does. Fractions let the program copy
+part of a large buffer while the compute before op ``i`` hides it and recompute the rest
+after, a plan no schedule has. Where one of at most :data:`MILP_CANDIDATES` candidates
+holds a tenth of the excess or more, the :data:`WHOLE_BUFFERS` largest take their options
+whole (a mixed-integer program, HiGHS' branch and bound, at most :data:`MILP_SECONDS`);
+it states only what every plan satisfies, so its optimum is still a bound, and the
+solver's proven bound on it (``mip_dual_bound``, its optimum when it finishes) is used.
 """
 
 from __future__ import annotations
+
+import contextlib
+import os
+import sys
 
 import numpy as np
 
@@ -46,6 +60,45 @@ LP_THRESHOLDS = 8
 """Release thresholds (byte quantiles) the LP states its copy-out rows for."""
 LP_DUE_OPS = 8
 """Ops (byte quantiles of next uses) the LP states its in-order rows for, per kind."""
+
+
+WHOLE_BUFFERS = 12
+"""The largest candidates whose options the program takes whole (0 or 1 of the buffer)."""
+MILP_CANDIDATES = 200
+"""Ops with more candidates keep the fractional program (the integral one gained nothing on
+the training traces of over a thousand buffers, and cost seconds there)."""
+MILP_SECONDS = 2.0
+"""HiGHS' time limit for one op's program with whole buffers; past it, its proven bound."""
+
+
+@contextlib.contextmanager
+def _stdout_muted():
+    """File descriptor 1 pointed at the null device for the duration: HiGHS' branch and
+    bound prints diagnostic lines from C++ straight to it, whatever its options say."""
+    sys.stdout.flush()
+    try:
+        saved = os.dup(1)
+        null = os.open(os.devnull, os.O_WRONLY)
+    except OSError:
+        yield
+        return
+    try:
+        os.dup2(null, 1)
+        yield
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+        os.close(null)
+
+
+def _whole_candidates(sizes, need: float, whole: int) -> np.ndarray:
+    """The ``whole`` largest candidates, when there are at most :data:`MILP_CANDIDATES`
+    and the largest holds a tenth of ``need`` or more (smaller ones barely move the
+    fractional optimum)."""
+    if (whole <= 0 or not len(sizes) or len(sizes) > MILP_CANDIDATES
+            or sizes.max() < 0.1 * need):
+        return np.zeros(0, dtype=np.int64)
+    return np.argsort(-sizes, kind="stable")[:whole]
 
 
 def _due_ops(next_use, sizes, tail) -> list[int]:
@@ -66,7 +119,7 @@ def _due_ops(next_use, sizes, tail) -> list[int]:
     return sorted(ops)
 
 
-def lp_value(ob: OpBound, prefix) -> float | None:
+def lp_value(ob: OpBound, prefix, whole: int = 0) -> float | None:
     """The exact minimum of op ``ob.i``'s relaxation (module docstring: every inequality
     at once, instead of the weighted sums the dual search mixes them by), or ``None`` when
     SciPy is missing or HiGHS does not report an optimum. Variables: bytes of each
@@ -75,8 +128,8 @@ def lp_value(ob: OpBound, prefix) -> float | None:
     a persistent buffer kept across the boundary, charged before op i instead of in the
     tail); ``A`` the start of op i, ``B`` the time after it, ``T`` the iteration."""
     try:
-        from scipy.optimize import linprog
-        from scipy.sparse import coo_matrix
+        from scipy.optimize import Bounds, LinearConstraint, linprog, milp
+        from scipy.sparse import coo_matrix, diags
     except ImportError:
         return None
     m = len(ob.sizes)
@@ -174,11 +227,32 @@ def lp_value(ob: OpBound, prefix) -> float | None:
     objective = np.zeros(columns)
     objective[t_col] = 1.0
     matrix = coo_matrix((vals, (rows, cols)), shape=(len(rhs), columns)).tocsr()
-    result = linprog(objective, A_ub=matrix, b_ub=np.array(rhs),
-                     bounds=np.column_stack([lower, upper]), method="highs")
-    if result.status != 0:
+    chosen = _whole_candidates(ob.sizes, ob.need, whole)
+    if not len(chosen):
+        result = linprog(objective, A_ub=matrix, b_ub=np.array(rhs),
+                         bounds=np.column_stack([lower, upper]), method="highs")
+        if result.status != 0:
+            return None
+        return float(result.fun) * (1.0 - LP_TOLERANCE)
+    # each chosen candidate's options as whole-buffer switches: its columns rescaled from
+    # bytes to the fraction of the buffer, and that fraction 0 or 1
+    scale = np.ones(columns)
+    integral = np.zeros(columns)
+    for offset in (r_, e_, l_, h_):
+        scale[offset + chosen] = ob.sizes[chosen]
+        integral[offset + chosen] = 1
+    matrix = matrix @ diags(scale)
+    upper = np.where(integral > 0, np.minimum(upper / scale, 1.0), upper)
+    with _stdout_muted():
+        result = milp(objective, constraints=LinearConstraint(matrix, -np.inf, np.array(rhs)),
+                      integrality=integral, bounds=Bounds(lower, upper),
+                      options={"time_limit": MILP_SECONDS, "presolve": False})
+    dual = result.get("mip_dual_bound")
+    if result.status not in (0, 1) or dual is None or not np.isfinite(dual):
         return None
-    return float(result.fun) * (1.0 - LP_TOLERANCE)
+    # the solver's proven bound on the optimum (its optimum when it finished, the best it
+    # proved when its time ran out)
+    return float(dual) * (1.0 - LP_TOLERANCE)
 
 
 __all__ = ["LP_DUE_OPS", "LP_OPS", "LP_THRESHOLDS", "LP_TOLERANCE", "lp_value"]

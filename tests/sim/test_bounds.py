@@ -120,7 +120,7 @@ def test_recompute_makes_the_bound_cheaper():
     assert bound.overhead <= report.overhead + 1e-12
 
 
-def test_freed_inputs_are_charged_to_a_recompute():
+def test_freed_inputs_are_charged_to_a_recompute(monkeypatch):
     """op:  0    1    2    3      (10 us each), budget 2000 bytes
     X:  [=======)              op 0 makes X (1000 B), freed after op 1
     A:       [==============)  op 1 makes A from X (recipe: op 1, inputs X), uses 1 and 3
@@ -129,7 +129,7 @@ def test_freed_inputs_are_charged_to_a_recompute():
     (op 0 again), so a recompute of A costs 20 us, not 10. Swapping a fraction x of A
     instead costs 13x out (after op 1, before op 2) and 13x in (after op 2, before op 3,
     which then runs): T >= 20 + 13x + 10 + max(10 + 20(1 - x), 13x + 10), least at
-    x = 20/33: 1840/33 us."""
+    x = 20/33: 1840/33 us. A moves whole, though: x = 0 (60 us, the plan's) or 1 (66 us)."""
     trace = trace_of([10.0] * 4, Buffer(0, 1000, 0, 2, (0, 1), recompute=Recompute(0)),
                      Buffer(1, 1000, 1, 4, (1, 3), recompute=Recompute(1, (0,))),
                      Buffer(2, 2000, 2, 3, (2,)))
@@ -146,7 +146,11 @@ def test_freed_inputs_are_charged_to_a_recompute():
     bound = overhead_lower_bound(trace, 2000, SLOW)
     assert bound.overhead <= simulated.overhead
     if bound.details["method"] == "lp":
-        assert bound.details["bound_us"] == pytest.approx(1840.0 / 33.0, rel=1e-4)
+        assert bound.details["bound_us"] == pytest.approx(60.0, rel=1e-4)
+        import cupool.sim.bounds as bounds
+        monkeypatch.setattr(bounds, "WHOLE_BUFFERS", 0)
+        fractions = overhead_lower_bound(trace, 2000, SLOW)
+        assert fractions.details["bound_us"] == pytest.approx(1840.0 / 33.0, rel=1e-4)
     else:  # the dual search charges the copy in against op 3 (590/11 us)
         assert bound.details["bound_us"] == pytest.approx(590.0 / 11.0, rel=1e-4)
     # a rematerialization must be entered by a recompute, never by nothing or a swap-in
@@ -210,6 +214,37 @@ def test_a_rematerialization_is_shared_only_among_the_recomputes_that_charge_it(
     bound = overhead_lower_bound(trace, 3100, link)
     # halving X's price (10 + 5 us for 1900 of A's 2000 bytes) would stay below 0.29
     assert 0.35 < bound.overhead <= simulated.overhead
+
+
+def test_a_buffer_off_the_device_moves_whole():
+    """The hand trace above at 0.1 GB/s (2000 B copies in 23 us). At op 3, 1900 of A's 2000
+    bytes must be off the device. In fractions, the cheapest mix copies part of A out while
+    op 2 runs and back while op 4 does, and recomputes the rest (50 + 10.3 us); a plan has
+    A off whole, recomputed (20 us after op 3: the plan's 0.4) or swapped (out after op 1
+    ends, 23 us: op 3 starts at 43; in after op 3, 23 us: op 4 at 76)."""
+    from cupool.sim.bound_inputs import BufferArrays
+    from cupool.sim.op_alone import OpBound
+    from cupool.sim.op_alone_lp import lp_value
+    link = cost_model(0.1)
+    trace = trace_of([10.0] * 5, Buffer(0, 1000, 0, 3, (0, 2), recompute=Recompute(0)),
+                     Buffer(1, 2000, 1, 5, (1, 4), recompute=Recompute(1, (0,))),
+                     Buffer(2, 3000, 3, 4, (3,)),
+                     Buffer(3, 100, 2, 3, (2,), recompute=Recompute(2, (0,))))
+    arrays = BufferArrays(trace, link)
+    prefix = np.concatenate([[0.0], np.cumsum(link.op_times(trace))])
+    candidates = np.array([1])
+    op = OpBound(arrays, prefix, link.op_times(trace), 1, 3, candidates, 1900.0,
+                 arrays.next_uses(candidates, 3), 0.0, 100.0)
+    assert lp_value(op, prefix) == pytest.approx(60.3, abs=0.01)
+    assert lp_value(op, prefix, whole=1) == pytest.approx(70.0, rel=1e-5)
+    remat = swap_plan(trace, [Residency(0, 0, 3, 2000), Residency(0, 4, 5, 2000),
+                              Residency(1, 1, 3, 0), Residency(1, 4, 5, 0),
+                              Residency(2, 3, 4, 0), Residency(3, 2, 3, 3000)],
+                      [RecomputeAction(0, 4), RecomputeAction(1, 4)], budget=3100)
+    assert validate_plan(trace, remat).valid
+    assert simulate(trace, remat, link).overhead == pytest.approx(0.4)
+    bound = overhead_lower_bound(trace, 3100, link)
+    assert bound.overhead == pytest.approx(0.4, rel=1e-5) and bound.details["method"] == "lp"
 
 
 def test_a_recompute_at_an_op_is_priced_at_least_per_buffer():
@@ -501,13 +536,18 @@ def test_a_whole_copy_waits_where_a_fraction_would_fit(monkeypatch):
     (30 us per copy), used at op 2; budget 2250 bytes: 750 bytes of W off the device at
     op 0. Per op, half of W's copy fits the 10 us of op 1 but for 5 us: 35 us. W is off
     whole, though: its copy starts after op 0 and op 2 waits 20 us for it (50 us). The
-    several-peaks program states the wait per unit of W off (20 us x 1/2): 40 us."""
+    several-peaks program states the wait per unit of W off (20 us x 1/2): 40 us; the
+    op's own program with W moved whole, the plan's 50 us."""
     pytest.importorskip("scipy")
     import cupool.sim.bounds as bounds
 
     link = cost_model(0.05, latency_us=0.0)
     trace = trace_of([10.0] * 3, Buffer(0, 1500, 0, 3, (2,), PERSISTENT, writes=()),
                      Buffer(1, 1500, 0, 1, (0,)), Buffer(2, 100, 1, 2, (1,)))
+    whole = overhead_lower_bound(trace, 2250, link)
+    assert whole.details["method"] == "lp"
+    assert whole.details["bound_us"] == pytest.approx(50.0, rel=1e-5)
+    monkeypatch.setattr(bounds, "WHOLE_BUFFERS", 0)
     bound = overhead_lower_bound(trace, 2250, link)
     assert bound.details["method"] == "several-peaks"
     assert bound.details["bound_us"] == pytest.approx(40.0, rel=1e-5)
@@ -519,7 +559,7 @@ def test_a_whole_copy_waits_where_a_fraction_would_fit(monkeypatch):
     assert report.valid, report.message
     simulated = simulate(trace, streamed, link)
     assert simulated.iteration_us == pytest.approx(50.0)
-    assert bound.overhead <= simulated.overhead
+    assert bound.overhead <= whole.overhead <= simulated.overhead
     monkeypatch.setattr(bounds, "several_peaks_bound_us", lambda *args: None)
     assert overhead_lower_bound(trace, 2250, link).details["bound_us"] == pytest.approx(
         35.0, rel=1e-5)
@@ -532,7 +572,8 @@ def test_weights_streamed_through_several_peaks_are_copied_once_each(monkeypatch
     needs overlap the other ops but for 5 us (65 us). Across the peaks, the weight the
     next op reads is off only if that op waits for its copy, so every weight is off at
     some peak and copied in once: 75 us of link, or waits. The relaxation of the several
-    peaks' program lies between (70 us); the planner's plan is no faster than it."""
+    peaks' program lies between (70 us), and so does one op's program with whole weights
+    (70 us); the planner's plan is no faster than it."""
     pytest.importorskip("scipy")
     import cupool.sim.bounds as bounds
 
@@ -540,6 +581,9 @@ def test_weights_streamed_through_several_peaks_are_copied_once_each(monkeypatch
     weights = [Buffer(b, 1000, 0, 6, (2 * b,), PERSISTENT, writes=()) for b in range(3)]
     peaks = [Buffer(3 + b, 3000, 2 * b + 1, 2 * b + 2, (2 * b + 1,)) for b in range(3)]
     trace = trace_of([10.0] * 6, *weights, *peaks)
+    assert overhead_lower_bound(trace, 4000, link).details["bound_us"] == pytest.approx(
+        70.0, rel=1e-5)
+    monkeypatch.setattr(bounds, "WHOLE_BUFFERS", 0)
     bound = overhead_lower_bound(trace, 4000, link)
     assert bound.details["method"] == "several-peaks"
     assert bound.details["bound_us"] == pytest.approx(70.0, rel=1e-5)
