@@ -102,3 +102,17 @@ def test_auto_lists_the_members_and_returns_a_valid_plan():
     result = plan_with_budget(trace, budget, "auto", GEN5)
     assert result.feasible and validate_plan(trace, result.plan).valid
     assert any(MEMBER_SUFFIX in name for name in result.plan.stats["candidates"])
+
+
+def test_gaps_whose_copies_out_still_end_the_step_are_kept_and_planned_around():
+    trace, budget = _small()
+    params = BudgetParams()
+    options = GreedyOptions(swap_weight=0.2)
+    result = plan_greedy_head(trace, budget, GEN5, params, time.perf_counter(), options)
+    assert result.feasible and result.plan.stats["boundary_gaps_kept"] >= 1
+    assert validate_plan(trace, result.plan).valid
+    kept = simulate(trace, result.plan, GEN5)
+    greedy = plan_greedy_with(trace, budget, GEN5, params, time.perf_counter(), options)
+    plain = simulate(trace, greedy.plan, GEN5)
+    assert kept.iteration_us - kept.op_times[-1][2] <= 1e-6  # no copy out ends the step
+    assert kept.iteration_us < plain.iteration_us

@@ -47,7 +47,9 @@ uses / across the iteration boundary only when the budget still does not hold.
   may write and is idle across the boundary, ``greedy`` at each finite weight of
   ``params.swap_weights`` with its copies across the boundary moved where compute hides
   them (:mod:`.boundary_copies`: copies out that end the step into the next iteration's
-  head, late copies in into the previous one's tail), only where one moved;
+  head, late copies in into the previous one's tail, the gaps whose copies out still
+  end the step kept on the device and the greedy run again), only where that changed
+  the greedy's schedule;
 - after those, on traces of at most ``params.search_max_gaps`` idle gaps, a local
   search over the gaps the greedy must take (:mod:`.searched_gaps`: persistent state
   copied out early is dropped later, clean);

@@ -215,7 +215,7 @@ def free_time(state: PlanState, gap: IdleGap) -> float:
 
 
 def run_greedy(trace: Trace, budget_bytes: int, cost, options: GreedyOptions,
-               hot_ops: tuple[int, ...] = ()) -> PlanState:
+               hot_ops: tuple[int, ...] = (), excluded: frozenset = frozenset()) -> PlanState:
     """Take gaps off the device until every op fits ``budget_bytes`` (or nothing helps).
 
     Temporary buffers first; persistent ones (their gaps between uses and across the
@@ -230,18 +230,24 @@ def run_greedy(trace: Trace, budget_bytes: int, cost, options: GreedyOptions,
     ``hot_ops`` (ops a previous run could not bring under the budget) are served first,
     in the given order, each by the cheapest gaps that free bytes *at that op*, before the
     link and the recompute inputs are spent on easier ops (:func:`run_repaired`).
+    The idle gaps in ``excluded`` (:class:`~.schedule.IdleGap` s) stay on the device.
     """
+
+    def gaps(include_persistent: bool) -> list[IdleGap]:
+        found = candidate_gaps(trace, include_persistent)
+        return [g for g in found if g not in excluded] if excluded else found
+
     state = PlanState(trace, budget_bytes, cost, max_chain=options.max_chain,
                       late_trigger=options.late_trigger, lazy_release=options.lazy_release)
     if options.segments:
         apply_batches(state, options.segments, options.split)
     if hot_ops:
-        everything = candidate_gaps(trace, options.offload_persistent)
+        everything = gaps(options.offload_persistent)
         for op in hot_ops:
             hot_op_pass(state, op, everything, options)
-    passes = [candidate_gaps(trace, False)]
+    passes = [gaps(False)]
     if options.offload_persistent:
-        passes.append(candidate_gaps(trace, True))
+        passes.append(gaps(True))
     if options.wait_for_copies:
         # one pass over every gap: a persistent gap's swap on time is taken before a
         # temporary's waited one
@@ -259,19 +265,22 @@ def run_greedy(trace: Trace, budget_bytes: int, cost, options: GreedyOptions,
 
 
 def run_repaired(trace: Trace, budget_bytes: int, cost, options: GreedyOptions,
-                 rounds: int = 2, max_hot: int = 8) -> PlanState:
+                 rounds: int = 2, max_hot: int = 8,
+                 excluded: frozenset = frozenset()) -> PlanState:
     """:func:`run_greedy`, repaired: while some op stays over the budget, run again with
     the ops left over (most excess first, accumulated over the rounds) as ``hot_ops``.
-    Returns the first state that fits, else the last one."""
+    Returns the first state that fits, else the last one. ``excluded``: as in
+    :func:`run_greedy`."""
     hot: list[int] = []
-    state = run_greedy(trace, budget_bytes, cost, options)
+    state = run_greedy(trace, budget_bytes, cost, options, excluded=excluded)
     for _round in range(rounds):
         over = np.flatnonzero(state.live > budget_bytes)
         if not len(over):
             break
         worst = over[np.argsort(-state.live[over], kind="stable")]
         hot += [int(op) for op in worst if int(op) not in hot][:max_hot]
-        state = run_greedy(trace, budget_bytes, cost, options, hot_ops=tuple(hot))
+        state = run_greedy(trace, budget_bytes, cost, options, hot_ops=tuple(hot),
+                           excluded=excluded)
     return state
 
 
