@@ -161,17 +161,16 @@ class ByteWalk(_Walk):
             return cost
 
         weights = {k: weight(k) for k in movable}
-        movable.sort(key=lambda k: (weights[k] / max(1, sizes[k]), k))
-        chosen, freed = [], 0
-        for k in movable:
-            if freed >= missing:
-                break
-            chosen.append(k)
-            freed += sizes[k]
-        for k in sorted(chosen, key=lambda k: (-weights[k], k)):
-            if freed - sizes[k] >= missing:
-                chosen.remove(k)
-                freed -= sizes[k]
+        chosen = _cheapest(movable, weights, sizes, missing)
+        if rules.stall_weight:
+            # a stall is paid once whatever the bytes: per byte, a large dirty resident
+            # looks cheap; the residents that stall no op may be cheaper in all
+            prompt = [k for k in movable if not (self._dirty(k) and self._copied_out_us(k, t)
+                                                 > self.op_start[t])]
+            if sum(sizes[k] for k in prompt) >= missing:
+                other = _cheapest(prompt, weights, sizes, missing)
+                if sum(weights[k] for k in other) < sum(weights[k] for k in chosen):
+                    chosen = other
         for k in chosen:
             self._leave(k, t)
             self.evictions += 1
@@ -198,6 +197,23 @@ class ByteWalk(_Walk):
             else:
                 self._enter(k, t, offset, due=j)
         self.pending = waiting
+
+
+def _cheapest(movable: list[int], weights: dict[int, float], sizes: list[int],
+              missing: int) -> list[int]:
+    """Residents of ``movable`` holding ``missing`` bytes at least, the cheapest per byte
+    first, then those not needed for the bytes given back (the dearest first)."""
+    chosen, freed = [], 0
+    for k in sorted(movable, key=lambda k: (weights[k] / max(1, sizes[k]), k)):
+        if freed >= missing:
+            break
+        chosen.append(k)
+        freed += sizes[k]
+    for k in sorted(chosen, key=lambda k: (-weights[k], k)):
+        if freed - sizes[k] >= missing:
+            chosen.remove(k)
+            freed -= sizes[k]
+    return chosen
 
 
 class PlacedWalk(NamedTuple):
