@@ -85,9 +85,11 @@ it applies Capuchin's feedback to it (:mod:`.feedback`: late swap-ins triggered 
 re-validated, kept only when faster), and finally improves it by the local search of
 :mod:`.multilevel` without its pageable level (``params.refine_evaluations`` simulations;
 never worse: only faster plans that pass the validator are kept; deterministic: bounded by
-the count, not the clock). When the searched streaming member wins, the best of the other
-members is refined too and the faster refined plan kept (ties: the other's), so that member
-can only make ``auto`` faster. So is the best plan of another family of members (greedy,
+the count, not the clock), and moves the copies out across the boundary that end the step
+into the next iteration's head where that is faster (:mod:`.head_copies`). When the
+searched streaming member wins, the best of the other members is refined too and the
+faster refined plan kept (ties: the other's), so that member can only make ``auto``
+faster. So is the best plan of another family of members (greedy,
 capuchin, stream, boundary, ...) when it comes within :data:`NEAR_TIE` of the best of the
 others: which of two plans that close but made differently refines further is not known
 before refining both (ties: the one refined first). Last, on traces of at most
@@ -123,6 +125,7 @@ from cupool.planning.budget.engine.greedy import (
 from cupool.planning.budget.engine.placement import Decision, OffsetCache, place_schedule
 from cupool.planning.budget.engine.waits import waited_us
 from cupool.planning.budget.feedback import refine_triggers
+from cupool.planning.budget.head_copies import copies_out_in_head
 from cupool.planning.budget.parallel import (
     MemberOutcome,
     PlanningInputs,
@@ -394,7 +397,8 @@ class Refined(NamedTuple):
 
 def refine(trace, best: BudgetResult, cost, params: BudgetParams) -> Refined:
     """Capuchin's feedback, then (``params.refine_evaluations``) the local search of
-    :mod:`.multilevel`, on a member's plan; never slower than it."""
+    :mod:`.multilevel` and the copies out that end the step moved into the next one's
+    head (:mod:`.head_copies`), on a member's plan; never slower than it."""
     from cupool.sim.simulator import simulate
 
     refined_triggers = refine_triggers(trace, best.plan, cost, best.simulation)
@@ -413,6 +417,10 @@ def refine(trace, best: BudgetResult, cost, params: BudgetParams) -> Refined:
         refined = {"refine_evaluations": tier_stats["evaluations"],
                    "refine_moves": tier_stats["moves_accepted"],
                    "refine_gain_us": tier_stats["seed_iteration_us"] - tier_stats["iteration_us"]}
+        headed = copies_out_in_head(trace, plan, cost, sim)
+        if headed.moved:
+            plan, sim = replace(headed.plan, stats={**plan.stats}), headed.simulation
+            refined["copies_out_in_head"] = headed.moved
     return Refined(plan, sim, refined)
 
 
