@@ -121,8 +121,8 @@ def copies_out_in_head(trace: Trace, plan: Plan, cost, simulation) -> HeadCopies
     persistent = {b.id for b in trace.buffers if b.kind == PERSISTENT}
     best, tried = unchanged, set()
     while True:  # again while a move was kept: the queue behind it is shorter now
-        order = [b for b in _tail_copies(best.simulation) if b in persistent and b not in tried
-                 and _offloaded(best.plan, b)]
+        offloaded = _offloaded(best.plan, persistent)
+        order = [b for b in _tail_copies(best.simulation) if b in offloaded and b not in tried]
         before = best.moved
         for buffer_id in order[:MAX_TRIES - len(tried)]:
             tried.add(buffer_id)
@@ -146,10 +146,12 @@ def _tail_copies(simulation) -> list[int]:
     return sorted(ends, key=lambda b: (-ends[b], b))
 
 
-def _offloaded(plan: Plan, buffer_id: int) -> bool:
-    """Whether the buffer begins the iteration on the host (its first residency starts
-    after op 0)."""
-    return min(r.start for r in plan.residencies if r.buffer_id == buffer_id) > 0
+def _offloaded(plan: Plan, persistent: set[int]) -> set[int]:
+    """The ``persistent`` buffers that begin the iteration on the host (no residency
+    starts at op 0)."""
+    at_zero = {r.buffer_id for r in plan.residencies if r.start == 0}
+    return {r.buffer_id for r in plan.residencies
+            if r.buffer_id in persistent and r.buffer_id not in at_zero}
 
 
 def _in_head(trace: Trace, plan: Plan, buffer_id: int) -> list[Plan]:
