@@ -10,6 +10,7 @@ from cupool.planning.budget import plan_with_budget
 from cupool.planning.budget.auto import plan_greedy_with
 from cupool.planning.budget.boundary_copies import (
     MEMBER_SUFFIX,
+    WAIT_SWAP_WEIGHTS,
     _copies_in,
     _copies_out,
     dirty_across_boundary,
@@ -116,3 +117,13 @@ def test_gaps_whose_copies_out_still_end_the_step_are_kept_and_planned_around():
     plain = simulate(trace, greedy.plan, GEN5)
     assert kept.iteration_us - kept.op_times[-1][2] <= 1e-6  # no copy out ends the step
     assert kept.iteration_us < plain.iteration_us
+
+
+def test_with_copies_waited_for_the_plan_is_valid():
+    trace, budget = _small(40, 0.5)
+    options = GreedyOptions(swap_weight=WAIT_SWAP_WEIGHTS[0], wait_for_copies=True)
+    result = plan_greedy_head(trace, budget, GEN5, BudgetParams(), time.perf_counter(),
+                              options)
+    assert result.feasible and validate_plan(trace, result.plan).valid
+    stats = result.plan.stats
+    assert stats["boundary_copies_moved"] + stats["boundary_gaps_kept"] >= 1

@@ -49,7 +49,8 @@ uses / across the iteration boundary only when the budget still does not hold.
   them (:mod:`.boundary_copies`: copies out that end the step into the next iteration's
   head, late copies in into the previous one's tail, the gaps whose copies out still
   end the step kept on the device and the greedy run again), only where that changed
-  the greedy's schedule;
+  the greedy's schedule; and so with copies waited for, at
+  :data:`~.boundary_copies.WAIT_SWAP_WEIGHTS`;
 - after those, on traces of at most ``params.search_max_gaps`` idle gaps, a local
   search over the gaps the greedy must take (:mod:`.searched_gaps`: persistent state
   copied out early is dropped later, clean);
@@ -233,6 +234,7 @@ def members(trace, budget_bytes, cost, params: BudgetParams,
     )
     from cupool.planning.budget.boundary_copies import (
         MEMBER_SUFFIX,
+        WAIT_SWAP_WEIGHTS,
         dirty_across_boundary,
         plan_greedy_head,
     )
@@ -305,6 +307,11 @@ def members(trace, budget_bytes, cost, params: BudgetParams,
                            trace, budget_bytes, cost, params, started,
                            greedy_options(params, w)))
                 for w in params.swap_weights if math.isfinite(w)]
+        out += [Member(f"greedy(swap_weight={w:g}, copies waited for, {MEMBER_SUFFIX})",
+                       lambda started, w=w: plan_greedy_head(
+                           trace, budget_bytes, cost, params, started,
+                           greedy_options(params, w, wait_for_copies=True)))
+                for w in WAIT_SWAP_WEIGHTS]
     if searchable(trace, params):  # small traces only: a local search of greedy runs
         out += [Member(SEARCHED_GAPS_MEMBER, policy(plan_searched_gaps))]
     return out

@@ -41,7 +41,8 @@ one offset)::
 
 Unlike :mod:`.head_copies`, which moves copies out on a placed plan's offsets, this
 works on the schedule and places it afresh. ``auto`` runs it (:data:`MEMBER_SUFFIX`) at
-each finite weight of ``params.swap_weights``, on traces whose persistent state the
+each finite weight of ``params.swap_weights`` (and with copies waited for at
+:data:`WAIT_SWAP_WEIGHTS`), on traces whose persistent state the
 step may write and that is idle across the boundary (:func:`dirty_across_boundary`); it
 finds a plan only where it moved a copy and the moved schedule packs.
 
@@ -84,6 +85,13 @@ from cupool.planning.budget.stream import place_exact
 MEMBER_SUFFIX = "boundary copies moved"
 """The last option in the names of ``auto``'s members planned here."""
 
+WAIT_SWAP_WEIGHTS = (0.2,)
+"""The weights at which ``auto`` also runs this with the greedy's copies waited for
+(:mod:`.engine.waits`). Only one: ``auto`` refines its best plans, and a member whose
+plan is best before refining can displace one that refines further (with 0, 0.02 and 1
+too, the 40-layer pass without ``writes`` at 70% on Gen4 went from 124.8% to 142.3%;
+with 0.2 alone, 50% on Gen5 went from 65.8% to 63.7% and no cell got slower)."""
+
 EXCLUDE_ROUNDS = 2
 """Times :func:`plan_greedy_head` runs the greedy again with the wrap gaps whose copies
 out still end the step kept on the device (the greedy then frees those bytes elsewhere,
@@ -93,6 +101,14 @@ TAIL_TRIES = 4
 """Tail ops :func:`late_copies_in_tail` tries per late copy in, latest first: an earlier
 one holds the bytes longer, but where the latest does not pack into offsets, one a little
 earlier sometimes does."""
+
+TAIL_EVALUATIONS = 12
+"""Tail ops whose copies in :func:`late_copies_in_tail` estimates per late copy in (each
+estimate queues every copy in of the schedule: on a 450-buffer trace with many late copies,
+an unbounded scan cost seconds)."""
+
+TAIL_GAPS = 16
+"""Late copies in :func:`late_copies_in_tail` considers, earliest use first."""
 
 
 def dirty_across_boundary(trace: Trace) -> bool:
@@ -149,9 +165,10 @@ def late_copies_in_head(state: PlanState, fits=None) -> Schedule:
 
 def late_copies_in_tail(state: PlanState, schedule: Schedule, fits=None) -> Schedule:
     """``schedule`` with its late copies in across the boundary moved into the previous
-    iteration's tail (module docstring, step 2), earliest use first, each at the latest
-    of at most :data:`TAIL_TRIES` tail ops where the schedule still ``fits`` (as in
-    :func:`late_copies_in_head`)."""
+    iteration's tail (module docstring, step 2), earliest use first (at most
+    :data:`TAIL_GAPS`), each at the latest of at most :data:`TAIL_TRIES` tail ops where
+    the schedule still ``fits`` (as in :func:`late_copies_in_head`), among at most
+    :data:`TAIL_EVALUATIONS` whose copies in are estimated."""
     fits = fits or (lambda trial: _fits_budget(state, trial))
     n = state.n
     lateness, copies = _copies_in(state, schedule)
@@ -159,9 +176,16 @@ def late_copies_in_tail(state: PlanState, schedule: Schedule, fits=None) -> Sche
                    if late_us > 0 and g.wraps and not g.head
                    and g.resident_from < g.resident_until),
                   key=lambda g: (g.next_use, g.buffer_id))
-    for gap in late:
-        tries = 0
+    last_start = float(state.start_us[n - 1])
+    for gap in late[:TAIL_GAPS]:
+        tries = evaluations = 0
+        in_us = state.copy_times(gap.buffer_id)[1]
         for trigger in range(n - 1, gap.resident_until - 1, -1):
+            if last_start - float(state.start_us[trigger]) < in_us - 1e-9:
+                continue  # not even an idle link lands it by the last op
+            evaluations += 1
+            if evaluations > TAIL_EVALUATIONS:
+                break
             tail = Gap(gap.buffer_id, gap.prev_use, gap.next_use, SWAP, gap.resident_until,
                        trigger)
             trial = _copy(schedule, gap, tail)
