@@ -86,8 +86,7 @@ it applies Capuchin's feedback to it (:mod:`.feedback`: late swap-ins triggered 
 re-validated, kept only when faster), and finally improves it by the local search of
 :mod:`.multilevel` without its pageable level (``params.refine_evaluations`` simulations;
 never worse: only faster plans that pass the validator are kept; deterministic: bounded by
-the count, not the clock), and moves the copies out across the boundary that end the step
-into the next iteration's head where that is faster (:mod:`.head_copies`). When the
+the count, not the clock). When the
 searched streaming member wins, the best of the other members is refined too and the
 faster refined plan kept (ties: the other's), so that member can only make ``auto``
 faster. So is the best plan of another family of members (greedy,
@@ -101,7 +100,10 @@ only when faster (the member's name then ends in ``, schedule searched``). The l
 resort's plan is searched where no member found a plan; where it beat the members' best
 plan only once refined, that plan is searched instead and the faster of the two kept
 (ties: the last resort's): on the near-budget shapes of ``bench/always_plan.py`` the
-members' plans searched further, and one search keeps ``auto``'s time.
+members' plans searched further, and one search keeps ``auto``'s time. Last of all, the
+copies out across the boundary that end the step move into the next iteration's head
+where that is faster (:mod:`.head_copies`; after the search, which reads a plan back only
+with each persistent buffer's copies at the boundary).
 ``BudgetResult.candidates`` lists every member's overhead or why it has none.
 
 ``segments-ga`` is not a member: on the shared traces it never beat the greedy (it migrates
@@ -404,8 +406,7 @@ class Refined(NamedTuple):
 
 def refine(trace, best: BudgetResult, cost, params: BudgetParams) -> Refined:
     """Capuchin's feedback, then (``params.refine_evaluations``) the local search of
-    :mod:`.multilevel` and the copies out that end the step moved into the next one's
-    head (:mod:`.head_copies`), on a member's plan; never slower than it."""
+    :mod:`.multilevel`, on a member's plan; never slower than it."""
     from cupool.sim.simulator import simulate
 
     refined_triggers = refine_triggers(trace, best.plan, cost, best.simulation)
@@ -424,11 +425,19 @@ def refine(trace, best: BudgetResult, cost, params: BudgetParams) -> Refined:
         refined = {"refine_evaluations": tier_stats["evaluations"],
                    "refine_moves": tier_stats["moves_accepted"],
                    "refine_gain_us": tier_stats["seed_iteration_us"] - tier_stats["iteration_us"]}
-        headed = copies_out_in_head(trace, plan, cost, sim)
-        if headed.moved:
-            plan, sim = replace(headed.plan, stats={**plan.stats}), headed.simulation
-            refined["copies_out_in_head"] = headed.moved
     return Refined(plan, sim, refined)
+
+
+def _headed(trace, refined: Refined, cost) -> Refined:
+    """``refined`` with the copies out that end the step moved into the next iteration's
+    head (:mod:`.head_copies`), where that is faster; last of all, because the schedule
+    search reads a plan back only with every persistent buffer's copies at the
+    boundary."""
+    headed = copies_out_in_head(trace, refined.plan, cost, refined.simulation)
+    if not headed.moved:
+        return refined
+    return Refined(replace(headed.plan, stats={**refined.plan.stats}), headed.simulation,
+                   {**refined.stats, "copies_out_in_head": headed.moved})
 
 
 def member_outcomes(trace, budget_bytes, cost, params: BudgetParams, listed: list[Member],
@@ -491,7 +500,7 @@ def _choose(trace, selection: Selection, budget_bytes, cost, params: BudgetParam
         refined = refine(trace, last_resort, cost, params)
         best, refined = schedule_searched(trace, last_resort, refined, budget_bytes, cost,
                                           params, refine)
-        return _chosen(trace, best, refined, selection, started)
+        return _chosen(trace, best, refined, selection, started, cost, params)
     if best is None:
         reason = ("auto: no member found a plan within the budget ("
                   + "; ".join(selection.reasons) + ")")
@@ -545,12 +554,15 @@ def _choose(trace, selection: Selection, budget_bytes, cost, params: BudgetParam
         searched = schedule_searched(trace, *beaten, budget_bytes, cost, params, refine)
         if searched[1].simulation.iteration_us < refined.simulation.iteration_us:
             best, refined = searched
-    return _chosen(trace, best, refined, selection, started)
+    return _chosen(trace, best, refined, selection, started, cost, params)
 
 
 def _chosen(trace, best: BudgetResult, refined: Refined, selection: Selection,
-            started: float) -> BudgetResult:
-    """``auto``'s result: member ``best``'s plan as refined."""
+            started: float, cost, params: BudgetParams) -> BudgetResult:
+    """``auto``'s result: member ``best``'s plan as refined, its copies out that end the
+    step moved into the next iteration's head where that is faster."""
+    if params.refine_evaluations:
+        refined = _headed(trace, refined, cost)
     plan, sim = refined.plan, refined.simulation
     report = selection.report
     stats = {**plan.stats, "member": best.member, "simulated_overhead": sim.overhead,
