@@ -32,7 +32,8 @@ taken (first improvement); at a local optimum it restarts from its best schedule
 :data:`KICK_MOVES` random moves, and a climb ends after :data:`STALL_PLACEMENTS`
 placements without a faster plan; a second climb (:data:`CLIMBS`) starts from the plan's
 own schedule again, the moves in another order, within
-``BudgetParams.schedule_evaluations`` placed schedules in all (deterministic: bounded by
+``BudgetParams.schedule_evaluations`` placed schedules in all and
+:data:`REPAIRS_PER_PLACEMENT` times as many repaired candidates (deterministic: bounded by
 counts, not the clock). Each evaluation is
 a placement and a simulation, so ``auto`` runs it only on traces of at most
 ``BudgetParams.schedule_max_buffers`` buffers.
@@ -79,6 +80,10 @@ near-budget shapes' gains come within the first 400 placements), or after
 few moves are all tried long before)."""
 STALL_PER_MOVE = 2
 IDLE_ROUNDS = 3
+REPAIRS_PER_PLACEMENT = 2
+"""Candidate schedules the search may build and repair, per placement it may make: where
+most repaired candidates were placed before, a search would otherwise rebuild them for
+rounds on end (tens of seconds on a 74-buffer trace) without placing a new one."""
 """A climb also ends after this many rounds in a row (every move of its schedule, then a
 kick) that placed no schedule not placed before: a small trace's neighbourhood is used up."""
 MIN_OVERHEAD = 0.01
@@ -170,6 +175,14 @@ class _Evaluator:
         self.trace, self.budget, self.cost = trace, budget_bytes, cost
         self.placement = PlacementParams(params.offset_solver, 1)
         self.seen: dict[frozenset, tuple[float, BudgetResult | None, object]] = {}
+        self.max_chain = params.max_chain
+        self.repairs = 0
+        self.repair_limit = REPAIRS_PER_PLACEMENT * params.schedule_evaluations
+
+    def repaired(self, schedule: Schedule) -> Schedule | None:
+        """:func:`_repaired` of ``schedule`` within the budget, counted."""
+        self.repairs += 1
+        return _repaired(self.trace, schedule, self.budget, self.max_chain)
 
     def __call__(self, schedule: Schedule) -> tuple[float, BudgetResult | None, object]:
         from cupool.sim.simulator import simulate
@@ -436,7 +449,8 @@ def _climb(trace: Trace, budget_bytes: int, params: BudgetParams, evaluate, best
 
     def spent() -> bool:
         placed = len(evaluate.seen)
-        return placed >= limit or placed - found_at >= stall
+        return (placed >= limit or placed - found_at >= stall
+                or evaluate.repairs >= evaluate.repair_limit)
 
     idle = 0  # rounds in a row that placed nothing new
     for _round in range(limit):  # a round that places nothing new still ends
@@ -449,7 +463,7 @@ def _climb(trace: Trace, budget_bytes: int, params: BudgetParams, evaluate, best
         for move in moves:
             if spent():
                 return
-            candidate = _repaired(trace, _with(current, move), budget_bytes, params.max_chain)
+            candidate = evaluate.repaired(_with(current, move))
             if candidate is None:
                 continue
             value, result, sim = evaluate(candidate)
@@ -462,13 +476,13 @@ def _climb(trace: Trace, budget_bytes: int, params: BudgetParams, evaluate, best
             idle = 0
             continue
         idle = idle + 1 if len(evaluate.seen) == placed else 0
-        current = _kicked(trace, best.schedule, budget_bytes, params.max_chain, rng)
+        current = _kicked(trace, best.schedule, evaluate, rng)
         if current is None or spent():
             return
         current_value = evaluate(current)[0]
 
 
-def _kicked(trace: Trace, schedule: Schedule, budget_bytes: int, max_chain: int,
+def _kicked(trace: Trace, schedule: Schedule, evaluate: _Evaluator,
             rng: random.Random) -> Schedule | None:
     """``schedule`` after :data:`KICK_MOVES` random moves, each repaired (``None``: no move
     could be repaired)."""
@@ -476,7 +490,7 @@ def _kicked(trace: Trace, schedule: Schedule, budget_bytes: int, max_chain: int,
         moves = _moves(trace, schedule)
         rng.shuffle(moves)
         for move in moves:
-            candidate = _repaired(trace, _with(schedule, move), budget_bytes, max_chain)
+            candidate = evaluate.repaired(_with(schedule, move))
             if candidate is not None:
                 schedule = candidate
                 break
