@@ -38,17 +38,14 @@ after, a plan no schedule has. Where one of at most :data:`MILP_CANDIDATES` cand
 holds a tenth of the excess or more, the :data:`WHOLE_BUFFERS` largest take their options
 whole (a mixed-integer program, HiGHS' branch and bound, at most :data:`MILP_SECONDS`);
 it states only what every plan satisfies, so its optimum is still a bound, and the
-solver's proven bound on it (``mip_dual_bound``, its optimum when it finishes) is used.
+solver's proven bound on it is used (:mod:`cupool.sim.highs`).
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
-import sys
-
 import numpy as np
 
+from cupool.sim.highs import milp_dual_bound
 from cupool.sim.op_alone import OpBound
 
 LP_OPS = 12
@@ -69,26 +66,6 @@ MILP_CANDIDATES = 200
 the training traces of over a thousand buffers, and cost seconds there)."""
 MILP_SECONDS = 2.0
 """HiGHS' time limit for one op's program with whole buffers; past it, its proven bound."""
-
-
-@contextlib.contextmanager
-def _stdout_muted():
-    """File descriptor 1 pointed at the null device for the duration: HiGHS' branch and
-    bound prints diagnostic lines from C++ straight to it, whatever its options say."""
-    sys.stdout.flush()
-    try:
-        saved = os.dup(1)
-        null = os.open(os.devnull, os.O_WRONLY)
-    except OSError:
-        yield
-        return
-    try:
-        os.dup2(null, 1)
-        yield
-    finally:
-        os.dup2(saved, 1)
-        os.close(saved)
-        os.close(null)
 
 
 def _whole_candidates(sizes, need: float, whole: int) -> np.ndarray:
@@ -128,7 +105,7 @@ def lp_value(ob: OpBound, prefix, whole: int = 0) -> float | None:
     a persistent buffer kept across the boundary, charged before op i instead of in the
     tail); ``A`` the start of op i, ``B`` the time after it, ``T`` the iteration."""
     try:
-        from scipy.optimize import Bounds, LinearConstraint, linprog, milp
+        from scipy.optimize import linprog
         from scipy.sparse import coo_matrix, diags
     except ImportError:
         return None
@@ -243,15 +220,9 @@ def lp_value(ob: OpBound, prefix, whole: int = 0) -> float | None:
         integral[offset + chosen] = 1
     matrix = matrix @ diags(scale)
     upper = np.where(integral > 0, np.minimum(upper / scale, 1.0), upper)
-    with _stdout_muted():
-        result = milp(objective, constraints=LinearConstraint(matrix, -np.inf, np.array(rhs)),
-                      integrality=integral, bounds=Bounds(lower, upper),
-                      options={"time_limit": MILP_SECONDS, "presolve": False})
-    dual = result.get("mip_dual_bound")
-    if result.status not in (0, 1) or dual is None or not np.isfinite(dual):
+    dual = milp_dual_bound(objective, matrix, rhs, lower, upper, integral, MILP_SECONDS)
+    if dual is None:
         return None
-    # the solver's proven bound on the optimum (its optimum when it finished, the best it
-    # proved when its time ran out)
     return float(dual) * (1.0 - LP_TOLERANCE)
 
 
