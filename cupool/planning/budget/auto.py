@@ -499,7 +499,7 @@ def _choose(trace, selection: Selection, budget_bytes, cost, params: BudgetParam
             return None
         refined = refine(trace, last_resort, cost, params)
         best, refined = schedule_searched(trace, last_resort, refined, budget_bytes, cost,
-                                          params, refine)
+                                          params, refine, capped=True)
         return _chosen(trace, best, refined, selection, started, cost, params)
     if best is None:
         reason = ("auto: no member found a plan within the budget ("
@@ -551,7 +551,8 @@ def _choose(trace, selection: Selection, budget_bytes, cost, params: BudgetParam
         best, refined = schedule_searched(trace, best, refined, budget_bytes, cost, params,
                                           refine)
     else:  # the members' best searched, the last resort's refined plan where still faster
-        searched = schedule_searched(trace, *beaten, budget_bytes, cost, params, refine)
+        searched = schedule_searched(trace, *beaten, budget_bytes, cost, params, refine,
+                                     capped=True)
         if searched[1].simulation.iteration_us < refined.simulation.iteration_us:
             best, refined = searched
     return _chosen(trace, best, refined, selection, started, cost, params)

@@ -32,8 +32,8 @@ taken (first improvement); at a local optimum it restarts from its best schedule
 :data:`KICK_MOVES` random moves, and a climb ends after :data:`STALL_PLACEMENTS`
 placements without a faster plan; a second climb (:data:`CLIMBS`) starts from the plan's
 own schedule again, the moves in another order, within
-``BudgetParams.schedule_evaluations`` placed schedules in all and
-:data:`REPAIRS_PER_PLACEMENT` times as many repaired candidates (deterministic: bounded by
+``BudgetParams.schedule_evaluations`` placed schedules in all (and, capped,
+:data:`REPAIRS_PER_PLACEMENT` times as many repaired candidates; deterministic: bounded by
 counts, not the clock). Each evaluation is
 a placement and a simulation, so ``auto`` runs it only on traces of at most
 ``BudgetParams.schedule_max_buffers`` buffers.
@@ -41,6 +41,7 @@ a placement and a simulation, so ``auto`` runs it only on traces of at most
 
 from __future__ import annotations
 
+import math
 import random
 import time
 from dataclasses import dataclass, replace
@@ -81,9 +82,8 @@ few moves are all tried long before)."""
 STALL_PER_MOVE = 2
 IDLE_ROUNDS = 3
 REPAIRS_PER_PLACEMENT = 2
-"""Candidate schedules the search may build and repair, per placement it may make: where
-most repaired candidates were placed before, a search would otherwise rebuild them for
-rounds on end (tens of seconds on a 74-buffer trace) without placing a new one."""
+"""Candidate schedules a capped search may build and repair, per placement it may make
+(:func:`schedule_searched`)."""
 """A climb also ends after this many rounds in a row (every move of its schedule, then a
 kick) that placed no schedule not placed before: a small trace's neighbourhood is used up."""
 MIN_OVERHEAD = 0.01
@@ -171,13 +171,15 @@ class _Move:
 class _Evaluator:
     """Places and simulates schedules, each once (keyed by its set of gaps)."""
 
-    def __init__(self, trace: Trace, budget_bytes: int, cost, params: BudgetParams) -> None:
+    def __init__(self, trace: Trace, budget_bytes: int, cost, params: BudgetParams,
+                 capped: bool = False) -> None:
         self.trace, self.budget, self.cost = trace, budget_bytes, cost
         self.placement = PlacementParams(params.offset_solver, 1)
         self.seen: dict[frozenset, tuple[float, BudgetResult | None, object]] = {}
         self.max_chain = params.max_chain
         self.repairs = 0
-        self.repair_limit = REPAIRS_PER_PLACEMENT * params.schedule_evaluations
+        self.repair_limit = (REPAIRS_PER_PLACEMENT * params.schedule_evaluations if capped
+                             else math.inf)
 
     def repaired(self, schedule: Schedule) -> Schedule | None:
         """:func:`_repaired` of ``schedule`` within the budget, counted."""
@@ -393,14 +395,14 @@ def _opened(idle: IdleGap, op: int, over: np.ndarray, n: int) -> Gap:
 
 
 def search_schedule(trace: Trace, plan: Plan, iteration_us: float, budget_bytes: int, cost,
-                    params: BudgetParams) -> Searched:
+                    params: BudgetParams, capped: bool = False) -> Searched:
     """The fastest plan the search finds from ``plan`` (simulated at ``iteration_us``), or
     ``Searched(None, ...)`` when none beats it or no schedule gives ``plan`` back
     (:func:`schedule_of`). The plan is placed, not validated: the caller validates it."""
     start = schedule_of(trace, plan)
     if start is None:
         return Searched(None, None, 0)
-    evaluate = _Evaluator(trace, budget_bytes, cost, params)
+    evaluate = _Evaluator(trace, budget_bytes, cost, params, capped)
     rng = random.Random(params.seed)
     limit = params.schedule_evaluations
     stall = min(STALL_PLACEMENTS, STALL_PER_MOVE * len(_moves(trace, start)))
@@ -505,7 +507,8 @@ chosen plan faster."""
 
 
 def schedule_searched(trace: Trace, best: BudgetResult, refined, budget_bytes: int, cost,
-                      params: BudgetParams, refine) -> tuple[BudgetResult, object]:
+                      params: BudgetParams, refine,
+                      capped: bool = False) -> tuple[BudgetResult, object]:
     """``auto``'s chosen plan (member ``best``'s, as ``refined``: a
     :class:`~.auto.Refined`) improved by the search over its schedule and refined again
     (``refine``: :func:`~.auto.refine`), when that is faster and passes the validator; else
@@ -513,7 +516,11 @@ def schedule_searched(trace: Trace, best: BudgetResult, refined, budget_bytes: i
     ``params.schedule_max_buffers`` buffers and ``params.schedule_max_gaps`` idle gaps, on
     plans at least :data:`MIN_OVERHEAD` over the ideal iteration (the last resort's
     included: at the near-budget shapes' largest working set it found plans 5-12 points
-    faster)."""
+    faster). ``capped``: the search builds at most :data:`REPAIRS_PER_PLACEMENT` repaired
+    candidates per placement it may make (``auto`` caps the searches it makes because of
+    the last resort: on a persistent-heavy step's largest working set one rebuilt placed
+    candidates for tens of seconds and found nothing; uncapped, the members' plans of an
+    inference step without ``writes`` searched 40-75 points faster)."""
     if (len(trace.buffers) > params.schedule_max_buffers or not params.schedule_evaluations
             or refined.simulation.overhead < MIN_OVERHEAD
             or len(trace_index(trace).gaps) > params.schedule_max_gaps):
@@ -521,7 +528,7 @@ def schedule_searched(trace: Trace, best: BudgetResult, refined, budget_bytes: i
     from cupool.check import validate_plan
 
     searched = search_schedule(trace, refined.plan, refined.simulation.iteration_us,
-                               budget_bytes, cost, params)
+                               budget_bytes, cost, params, capped)
     if searched.result is None or not validate_plan(trace, searched.result.plan).valid:
         return best, refined
     entry = BudgetResult(searched.result.plan, trace, best.policy,
