@@ -61,6 +61,7 @@ from cupool.planning.budget.engine.greedy import GreedyOptions, fullest_op, run_
 from cupool.planning.budget.engine.placement import (
     FALLBACK_OFFSET_SOLVERS,
     Decision,
+    PlacedOffsets,
     place,
     place_schedule,
     repair_placement,
@@ -312,5 +313,14 @@ def plan_greedy_head(trace, budget_bytes, cost, params: BudgetParams, started: f
                                    "boundary_gaps_kept": kept,
                                    "planned_recompute_us": state.recompute_us})
 
+    tried = []
+
+    def exact_once(trace, intervals, budget_bytes):
+        """The exact solver as the last resort of the first round that needs one only."""
+        if tried:
+            return PlacedOffsets(None, 0)
+        tried.append(True)
+        return place_exact(trace, intervals, budget_bytes)
+
     return place_schedule(trace, budget_bytes, decide, "greedy", params.placement, started,
-                          last_resort=place_exact)
+                          last_resort=exact_once)
