@@ -19,8 +19,10 @@ latest copy out first, at up to three offsets free over the tail and op 0 (the l
 residency's, the lowest, and the one free in the head the longest: the longer the bytes
 are held there, the less the next resident waits for the copy out), the fastest kept. A
 change is kept only when the plan still passes the independent validator and simulates
-faster, so a plan is never made slower. ``auto`` runs it on each plan it refines
-(:func:`~.auto.refine`), on traces of at most :data:`MAX_BUFFERS` buffers.
+faster, so a plan is never made slower. ``auto`` runs it last of all, on the plan it
+keeps (after the schedule search of :mod:`.searched_schedule`, which reads a plan back
+only with each persistent buffer's copies at the boundary), on traces of at most
+:data:`MAX_BUFFERS` buffers.
 
 On the 4-layer recurrent step of ``bench/always_plan.py`` (gradients zeroed by the last
 four ops, every copy 50-100 µs) it takes 0.6-2 points of simulated overhead off ``auto``'s

@@ -81,11 +81,11 @@ near-budget shapes' gains come within the first 400 placements), or after
 few moves are all tried long before)."""
 STALL_PER_MOVE = 2
 IDLE_ROUNDS = 3
+"""A climb also ends after this many rounds in a row (every move of its schedule, then a
+kick) that placed no schedule not placed before: a small trace's neighbourhood is used up."""
 REPAIRS_PER_PLACEMENT = 2
 """Candidate schedules a capped search may build and repair, per placement it may make
 (:func:`schedule_searched`)."""
-"""A climb also ends after this many rounds in a row (every move of its schedule, then a
-kick) that placed no schedule not placed before: a small trace's neighbourhood is used up."""
 MIN_OVERHEAD = 0.01
 """Plans closer to the ideal iteration than this are not searched (on the test suite's
 small traces such plans were never made faster, at 1-8 s each)."""
@@ -415,7 +415,7 @@ def search_schedule(trace: Trace, plan: Plan, iteration_us: float, budget_bytes:
         if placed >= limit:
             break
         run = _Best(start, value, result, sim)
-        _climb(trace, budget_bytes, params, evaluate, run, rng, limit, stall)
+        _climb(trace, evaluate, run, rng, limit, stall)
         best.offer(run.schedule, run.value, run.result, run.simulation)
         if len(evaluate.seen) == placed:
             break
@@ -441,8 +441,8 @@ class _Best:
         return False
 
 
-def _climb(trace: Trace, budget_bytes: int, params: BudgetParams, evaluate, best: _Best,
-           rng: random.Random, limit: int, stall: int) -> None:
+def _climb(trace: Trace, evaluate: _Evaluator, best: _Best, rng: random.Random, limit: int,
+           stall: int) -> None:
     """First improvement from the best schedule, every move in a seeded random order,
     restarted by :func:`_kicked` at a local optimum, until ``limit`` schedules are placed,
     ``stall`` without a faster one, or :data:`IDLE_ROUNDS` rounds none."""
