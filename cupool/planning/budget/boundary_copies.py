@@ -59,12 +59,11 @@ import heapq
 from cupool.core.vocabulary import PERSISTENT, Trace
 from cupool.planning.budget.engine.greedy import GreedyOptions, fullest_op, run_repaired
 from cupool.planning.budget.engine.placement import (
-    FALLBACK_OFFSET_SOLVERS,
     Decision,
     PlacedOffsets,
-    place,
     place_schedule,
     repair_placement,
+    solvers_place,
 )
 from cupool.planning.budget.engine.residency import (
     HEAD_OUT_OP,
@@ -256,9 +255,7 @@ def _packs(trace, schedule: Schedule, budget_bytes: int, params: BudgetParams) -
     intervals = residency_intervals(trace, schedule)
     if resident_bytes(trace, intervals).max(initial=0) > budget_bytes:
         return False
-    solvers = dict.fromkeys((params.placement.offset_solver, *FALLBACK_OFFSET_SOLVERS))
-    return (any(place(trace, intervals, budget_bytes, solver).offsets is not None
-                for solver in solvers)
+    return (solvers_place(trace, intervals, budget_bytes, params.placement.offset_solver)
             or repair_placement(trace, schedule, intervals, budget_bytes, None, False)[0]
             is not None)
 

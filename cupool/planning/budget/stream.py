@@ -68,12 +68,12 @@ from cupool.planning.budget.engine.greedy import (
     fullest_op,
 )
 from cupool.planning.budget.engine.placement import (
-    FALLBACK_OFFSET_SOLVERS,
     OFFSET_SOLVER_PARAMS,
     Decision,
     PlacedOffsets,
     place,
     place_schedule,
+    solvers_place,
 )
 from cupool.planning.budget.engine.records import SwapWindow
 from cupool.planning.budget.engine.residency import residency_intervals, resident_bytes
@@ -492,10 +492,7 @@ def _packs(trace, state: PlanState, budget_bytes: int, params: BudgetParams) -> 
     intervals = residency_intervals(trace, state.schedule)
     if resident_bytes(trace, intervals).max(initial=0) > budget_bytes:
         return False
-    solvers = dict.fromkeys((params.placement.offset_solver, *FALLBACK_OFFSET_SOLVERS))
-    # any of them placing means place_schedule's ladder places too: the quickest first
-    return (any(place(trace, intervals, budget_bytes, solver).offsets is not None
-                for solver in sorted(solvers, key=lambda name: name != "greedy-breadth"))
+    return (solvers_place(trace, intervals, budget_bytes, params.placement.offset_solver)
             or place_exact(trace, intervals, budget_bytes).offsets is not None)
 
 

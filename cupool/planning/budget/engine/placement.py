@@ -251,6 +251,16 @@ FALLBACK_OFFSET_SOLVERS = ("best-fit", "greedy-breadth")
 residencies within the budget, before re-planning for a smaller internal budget."""
 
 
+def solvers_place(trace: Trace, intervals: list[ResidencyInterval], budget_bytes: int,
+                  offset_solver: str) -> bool:
+    """Whether ``offset_solver`` or one of :data:`FALLBACK_OFFSET_SOLVERS` (the ladder
+    :func:`place_schedule` climbs) places ``intervals`` within ``budget_bytes``; any of
+    them placing means the ladder places too, so the quickest are tried first."""
+    solvers = dict.fromkeys((offset_solver, *FALLBACK_OFFSET_SOLVERS))
+    return any(place(trace, intervals, budget_bytes, solver).offsets is not None
+               for solver in sorted(solvers, key=lambda name: name != "greedy-breadth"))
+
+
 class OffsetCache:
     """Offsets already found for a set of residencies within a budget, so that planners of
     one trace that decide the same schedule (``auto``'s members often do) solve its offset
