@@ -32,7 +32,10 @@ highest is taken (``details["method"]`` names it) and the overhead bound is
 - windows of ops (:mod:`cupool.sim.windows`, ``"windows"``): the bytes off the device at op
   ``k`` and used again by op ``m`` cross the link between the two ops (those written after
   ``k`` and off the device at ``m`` likewise), what the ops between cannot hide of it is
-  stalled, and the stalls of disjoint windows add up.
+  stalled, and the stalls of disjoint windows add up;
+- on short steps, the whole iteration at once (:mod:`cupool.sim.slots`, ``"slots"``, with
+  SciPy): the slot between two ops each copy and recompute starts in, whole, the copies
+  sharing the engines and the waits between ops.
 
 They read the same per-buffer numbers (:class:`~cupool.sim.bound_inputs.BufferArrays`; a
 recompute's cost :func:`~cupool.sim.bound_inputs.recompute_us`).
@@ -67,6 +70,7 @@ from cupool.sim.op_alone_lp import (
     lp_value,
 )
 from cupool.sim.peaks import Peak, choose_peaks, several_peaks_bound_us
+from cupool.sim.slots import slots_bound_us
 from cupool.sim.windows import windows_bound
 
 
@@ -173,6 +177,11 @@ def overhead_lower_bound(trace: Trace, budget_bytes: int, cost: CostModel | None
     if ideal + windows.stall_us > best[0]:
         best = (ideal + windows.stall_us, None, None, None, None)
         method = "windows"
+    slots = slots_bound_us(trace, arrays, op_us, cost.copy_engines_per_direction,
+                           budget_bytes, excess)
+    if slots is not None and slots > best[0]:
+        best = (slots, None, None, None, None)
+        method = "slots"
     bound_us, op, mu, lam, _split = best
     overhead = max(0.0, bound_us / ideal - 1.0) if ideal > 0 else 0.0
     details.update(bound_us=bound_us, op=op, mu=mu, lam=lam, ops_examined=len(ops),
@@ -192,6 +201,10 @@ def overhead_lower_bound(trace: Trace, budget_bytes: int, cost: CostModel | None
                   f"and used by the other (or written by one and off at the other) must "
                   f"cross the link: at least {bound_us - ideal:.1f} us beyond the ideal "
                   f"{ideal:.1f} us")
+    elif method == "slots":
+        reason = (f"the {n} ops' copies and recomputes, each started in one slot between two "
+                  f"ops and sharing the link's engines, leave at least "
+                  f"{bound_us - ideal:.1f} us beyond the ideal {ideal:.1f} us")
     elif op is None:
         reason = "no op forces copies or recomputation beyond what overlaps compute"
     else:

@@ -39,19 +39,23 @@ def _stdout_muted():
 
 
 def milp_dual_bound(objective, matrix, rhs, lower, upper, integral,
-                    seconds: float) -> float | None:
+                    seconds: float, node_limit: int | None = None) -> float | None:
     """The proven lower bound on ``min objective @ x`` subject to ``matrix @ x <= rhs``,
-    ``lower <= x <= upper`` and ``x[integral]`` integer, found within ``seconds``; ``None``
-    when HiGHS proves none (no solution, or an error)."""
+    ``lower <= x <= upper`` and ``x[integral]`` integer, found within ``seconds`` (and
+    ``node_limit`` branch-and-bound nodes, when given); ``None`` when HiGHS proves none (no
+    solution, or an error)."""
     from scipy.optimize import Bounds, LinearConstraint, milp
 
     with _stdout_muted():
         result = milp(objective, constraints=LinearConstraint(matrix, -np.inf, np.asarray(rhs)),
                       integrality=np.asarray(integral, dtype=np.float64),
                       bounds=Bounds(lower, upper),
-                      options={"time_limit": seconds, "presolve": False})
+                      options={"time_limit": seconds, "presolve": False,
+                               **({} if node_limit is None else {"node_limit": node_limit})})
     dual = result.get("mip_dual_bound")
-    if result.status not in (0, 1) or dual is None or not np.isfinite(dual):
+    # SciPy reports HiGHS' node limit as an unrecognized status (4); its bound stands
+    stopped = node_limit is not None and result.status == 4 and "limit" in result.message
+    if (result.status not in (0, 1) and not stopped) or dual is None or not np.isfinite(dual):
         return None
     return float(dual)
 

@@ -143,11 +143,15 @@ def test_freed_inputs_are_charged_to_a_recompute(monkeypatch):
     assert report.valid, report.message
     simulated = simulate(trace, remat, SLOW)
     assert simulated.recompute_us == 20.0 and simulated.overhead == pytest.approx(0.5)
+    # the whole iteration's program finds the plan's 60 us: A moves whole
+    assert overhead_lower_bound(trace, 2000, SLOW).details["bound_us"] == pytest.approx(
+        60.0, rel=1e-5)
+    import cupool.sim.bounds as bounds
+    monkeypatch.setattr(bounds, "slots_bound_us", lambda *args: None)
     bound = overhead_lower_bound(trace, 2000, SLOW)
     assert bound.overhead <= simulated.overhead
     if bound.details["method"] == "lp":
         assert bound.details["bound_us"] == pytest.approx(60.0, rel=1e-4)
-        import cupool.sim.bounds as bounds
         monkeypatch.setattr(bounds, "WHOLE_BUFFERS", 0)
         fractions = overhead_lower_bound(trace, 2000, SLOW)
         assert fractions.details["bound_us"] == pytest.approx(1840.0 / 33.0, rel=1e-4)
@@ -216,7 +220,7 @@ def test_a_rematerialization_is_shared_only_among_the_recomputes_that_charge_it(
     assert 0.35 < bound.overhead <= simulated.overhead
 
 
-def test_a_buffer_off_the_device_moves_whole():
+def test_a_buffer_off_the_device_moves_whole(monkeypatch):
     """The hand trace above at 0.1 GB/s (2000 B copies in 23 us). At op 3, 1900 of A's 2000
     bytes must be off the device. In fractions, the cheapest mix copies part of A out while
     op 2 runs and back while op 4 does, and recomputes the rest (50 + 10.3 us); a plan has
@@ -243,6 +247,9 @@ def test_a_buffer_off_the_device_moves_whole():
                       [RecomputeAction(0, 4), RecomputeAction(1, 4)], budget=3100)
     assert validate_plan(trace, remat).valid
     assert simulate(trace, remat, link).overhead == pytest.approx(0.4)
+    assert overhead_lower_bound(trace, 3100, link).overhead == pytest.approx(0.4, rel=1e-5)
+    import cupool.sim.bounds as bounds
+    monkeypatch.setattr(bounds, "slots_bound_us", lambda *args: None)  # the op alone's
     bound = overhead_lower_bound(trace, 3100, link)
     assert bound.overhead == pytest.approx(0.4, rel=1e-5) and bound.details["method"] == "lp"
 
@@ -351,7 +358,7 @@ def test_bound_never_exceeds_a_valid_plans_overhead(case):
     assert simulated.peak_bytes <= plan_.capacity_bytes
 
 
-def test_recomputes_before_the_last_use_delay_the_copy_out_of_offloaded_state():
+def test_recomputes_before_the_last_use_delay_the_copy_out_of_offloaded_state(monkeypatch):
     """op:  0    1    2    3    4      (2, then 10 us each: ideal 42 us), budget 1000 B,
     26 us per 1000-byte copy
     W:  persistent 1000 B used only at op 4 (optimizer state): off the device at ops 1
@@ -373,6 +380,10 @@ def test_recomputes_before_the_last_use_delay_the_copy_out_of_offloaded_state():
     trace = trace_of([2.0, 10.0, 10.0, 10.0, 10.0], Buffer(0, 1000, 0, 5, (4,), PERSISTENT),
                      Buffer(1, 1000, 0, 3, (0, 2), recompute=Recompute(0)),
                      Buffer(2, 1000, 1, 2, (1,)))
+    assert overhead_lower_bound(trace, 1000, link).details["bound_us"] == pytest.approx(
+        86.0, rel=1e-5)  # the whole iteration's program finds the plan's time too
+    import cupool.sim.bounds as bounds
+    monkeypatch.setattr(bounds, "slots_bound_us", lambda *args: None)
     bound = overhead_lower_bound(trace, 1000, link)
     assert bound.details["method"] == "memory-time"
     assert bound.details["bound_us"] == pytest.approx(86.0, rel=1e-5)
@@ -544,6 +555,11 @@ def test_a_whole_copy_waits_where_a_fraction_would_fit(monkeypatch):
     link = cost_model(0.05, latency_us=0.0)
     trace = trace_of([10.0] * 3, Buffer(0, 1500, 0, 3, (2,), PERSISTENT, writes=()),
                      Buffer(1, 1500, 0, 1, (0,)), Buffer(2, 100, 1, 2, (1,)))
+    # the whole iteration's program finds the plan's 50 us too: W's copy cannot start
+    # while op 0 holds P (the two exceed the budget), so it starts after op 0
+    assert overhead_lower_bound(trace, 2250, link).details["bound_us"] == pytest.approx(
+        50.0, rel=1e-5)
+    monkeypatch.setattr(bounds, "slots_bound_us", lambda *args: None)
     whole = overhead_lower_bound(trace, 2250, link)
     assert whole.details["method"] == "lp"
     assert whole.details["bound_us"] == pytest.approx(50.0, rel=1e-5)
