@@ -96,3 +96,33 @@ def test_auto_runs_it_only_on_small_traces():
     assert SCHEDULE_SEARCHED not in skipped.member
     assert "schedule_evaluations" not in skipped.plan.stats
     assert searched.simulation.iteration_us <= skipped.simulation.iteration_us
+
+
+def test_state_copied_out_in_the_head_or_back_in_the_tail_reads_back_and_is_searched():
+    """A 7-op inference pass: weight 1 (used by op 1 only) leaves after op 1 and comes back
+    from op 6, for the next iteration (brought back in the tail); weight 11 (op 6) leaves
+    after op 0 and comes back from op 4 (taken in the head). Both read back as the wrap
+    gaps that make them, so the search can move them (within their forms: a move that
+    turned one into the other would leave a copy out without a residency to copy)."""
+    from cupool.planning.budget.engine.placement import Decision, PlacementParams, place_schedule
+    from cupool.planning.budget.engine.schedule import SWAP, Gap, Schedule
+    from cupool.planning.shapes import inference_trace
+
+    trace = inference_trace(0, layers=6)
+    budget = trace.lower_bound_bytes()
+    gaps = [Gap(1, 1, 1, SWAP, 2, 6), Gap(11, 6, 6, SWAP, 1, 4)]
+    assert not gaps[0].head and gaps[1].head
+    schedule = Schedule({1: [gaps[0]], 11: [gaps[1]]})
+    placed = place_schedule(trace, budget, lambda internal: Decision(schedule),
+                            "hand", PlacementParams(), 0.0)
+    assert placed.feasible and "placement_repair" not in placed.plan.stats
+    assert validate_plan(trace, placed.plan).valid
+    again = schedule_of(trace, placed.plan)
+    assert again is not None and again.gaps == schedule.gaps
+    start = simulate(trace, placed.plan, GEN4)
+    searched = search_schedule(trace, placed.plan, start.iteration_us, budget, GEN4,
+                               replace(SMALL, schedule_evaluations=60))
+    assert searched.evaluations > 0
+    if searched.result is not None:
+        assert validate_plan(trace, searched.result.plan).valid
+        assert searched.simulation.iteration_us < start.iteration_us

@@ -104,8 +104,9 @@ def schedule_of(trace: Trace, plan: Plan) -> Schedule | None:
     """The schedule that gives ``plan``'s residencies and actions back
     (:func:`~.engine.residency.residency_intervals`, the triggers of its swap-ins), or
     ``None`` for a plan no schedule makes here: a static plan, copies through another host
-    level than pinned memory, ephemeral residencies, persistent state taken off in the
-    iteration's head or brought back in its tail."""
+    level than pinned memory, ephemeral residencies. Persistent state taken off in the
+    iteration's head or brought back in its tail is a wrap gap of those forms
+    (:class:`~.engine.schedule.Gap`)."""
     if not plan.residencies or any(getattr(a, "level", PINNED) != PINNED for a in plan.actions):
         return None
     if any(r.end <= r.start for r in plan.residencies):
@@ -121,6 +122,11 @@ def schedule_of(trace: Trace, plan: Plan) -> Schedule | None:
         buffer = trace.buffer(buffer_id)
         held.sort(key=lambda r: r.start)
         uses = [[u for u in buffer.uses if r.start <= u < r.end] for r in held]
+        boundary = _boundary_form(trace, buffer, held, uses)
+        if boundary is not None:  # its unused stay at either end is the wrap gap's
+            gap, keep = boundary
+            schedule.add(gap)
+            held, uses = [held[k] for k in keep], [uses[k] for k in keep]
         for r, used in zip(held, uses, strict=True):
             if not used:  # a chain recompute: re-made for one op that reads it
                 if r.end - r.start != 1 or (buffer_id, r.start) not in remade:
@@ -130,8 +136,8 @@ def schedule_of(trace: Trace, plan: Plan) -> Schedule | None:
         uses = [used for used in uses if used]
         if not held:
             continue
-        if buffer.kind == PERSISTENT and (held[0].start > 0
-                                          or (buffer_id, 0) in triggered):
+        if buffer.kind == PERSISTENT and boundary is None and (
+                held[0].start > 0 or (buffer_id, 0) in triggered):
             schedule.add(Gap(buffer_id, uses[-1][-1], uses[0][0], SWAP, held[-1].end,
                              held[0].start))
         for k in range(1, len(held)):
@@ -148,6 +154,23 @@ def schedule_of(trace: Trace, plan: Plan) -> Schedule | None:
             or len(remade) != schedule.count(RECOMPUTE) + len(schedule.chains)):
         return None
     return schedule
+
+
+def _boundary_form(trace: Trace, buffer, held: list, uses: list) -> tuple[Gap, list] | None:
+    """A persistent buffer's wrap gap taken in the iteration's head (a first stay from op 0
+    without uses: copied out after op 0, back for its first use) or brought back in its
+    tail (a last stay to the iteration's end without uses), with the indices of the stays
+    that remain; ``None`` for neither."""
+    if buffer.kind != PERSISTENT or len(held) < 2 or not buffer.uses:
+        return None
+    first, last = min(buffer.uses), max(buffer.uses)
+    if not uses[0] and held[0].start == 0 and uses[1]:  # the head
+        return (Gap(buffer.id, last, first, SWAP, held[0].end, held[1].start),
+                list(range(1, len(held))))
+    if not uses[-1] and held[-1].end == trace.num_ops and uses[-2]:  # the tail
+        return (Gap(buffer.id, last, first, SWAP, held[-2].end, held[-1].start),
+                list(range(len(held) - 1)))
+    return None
 
 
 class Searched(NamedTuple):
@@ -252,7 +275,13 @@ def _gap_moves(trace: Trace, idle: IdleGap, gap: Gap | None) -> list[_Move]:
     out = [_Move(gap, None)]
     if gap.mode != SWAP:
         return out
-    if gap.wraps:
+    if gap.head:  # copied out after op 0, back by its first use
+        froms = range(gap.resident_until, gap.next_use + 1)
+        untils = range(1, gap.resident_from + 1)
+    elif gap.wraps and gap.resident_from >= gap.resident_until:  # back in the tail
+        froms = range(gap.resident_until, n)
+        untils = range(gap.prev_use + 1, gap.resident_from + 1)
+    elif gap.wraps:
         froms, untils = range(0, gap.next_use + 1), range(gap.prev_use + 1, n + 1)
     else:
         froms = range(gap.resident_until, gap.next_use + 1)
