@@ -133,6 +133,14 @@ class BufferArrays:
                                len(candidates))
         return np.where(blocked, np.inf, late), np.where(blocked, np.inf, anywhere)
 
+    def pending_bytes(self) -> np.ndarray:
+        """The bytes pending at each op: every persistent buffer, and each temporary one
+        from its start to its last use (module :mod:`cupool.sim.bounds`)."""
+        pending = np.zeros(self.n + 1)
+        np.add.at(pending, self.pend_first, self.size)
+        np.add.at(pending, self.pend_last + 1, -self.size)
+        return np.cumsum(pending)[:self.n]
+
     def next_uses(self, candidates, i: int) -> np.ndarray:
         """Each candidate's first use after op ``i`` (``n`` when none)."""
         stride = self.n + 1

@@ -108,10 +108,7 @@ def overhead_lower_bound(trace: Trace, budget_bytes: int, cost: CostModel | None
                                 f"({details['lower_bound_bytes']} bytes): a static plan has "
                                 f"no overhead", details)
     arrays = BufferArrays(trace, cost)
-    pending = np.zeros(n + 1)
-    np.add.at(pending, arrays.pend_first, arrays.size)
-    np.add.at(pending, arrays.pend_last + 1, -arrays.size)
-    pending = np.cumsum(pending)[:n]
+    pending = arrays.pending_bytes()
     must = [set(arrays.used_at[i]) | set(arrays.born_temporary[i]) for i in range(n)]
     must_bytes = [int(sum(arrays.size[j] for j in must[i])) for i in range(n)]
     for i in range(n):

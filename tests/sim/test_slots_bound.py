@@ -3,7 +3,6 @@ copy and recompute starts in (:mod:`cupool.sim.slots`)."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from cupool.check import validate_plan
@@ -20,11 +19,7 @@ pytest.importorskip("scipy")
 
 def _slots_us(trace, budget, cost):
     arrays = BufferArrays(trace, cost)
-    n = trace.num_ops
-    pending = np.zeros(n + 1)
-    np.add.at(pending, arrays.pend_first, arrays.size)
-    np.add.at(pending, arrays.pend_last + 1, -arrays.size)
-    excess = np.cumsum(pending)[:n] - budget
+    excess = arrays.pending_bytes() - budget
     return slots_bound_us(trace, arrays, cost.op_times(trace),
                           cost.copy_engines_per_direction, budget, excess)
 

@@ -34,11 +34,7 @@ def _windows_stall_us(trace, budget, cost):
     import numpy as np
 
     arrays = BufferArrays(trace, cost)
-    n = trace.num_ops
-    pending = np.zeros(n + 1)
-    np.add.at(pending, arrays.pend_first, arrays.size)
-    np.add.at(pending, arrays.pend_last + 1, -arrays.size)
-    excess = np.cumsum(pending)[:n] - budget
+    excess = arrays.pending_bytes() - budget
 
     def candidates_at(i):
         alive = (arrays.pend_first <= i) & (i <= arrays.pend_last)
