@@ -162,7 +162,7 @@ class _Slots:
         if terms:
             self.p.row(terms, bound)
 
-    def off_column(self, buffer: int, op: int, size: float) -> int:
+    def off_column(self, op: int, size: float) -> int:
         column = self.p.column(1.0, False)
         self.off[op].append((column, size))
         return column
@@ -272,7 +272,7 @@ class _Slots:
                 self.timed(column, a_out, p + 1, e, self.d2h)
             self.one_of(outs)
         for i in range(p + 1, u):
-            off = self.off_column(k, i, size)
+            off = self.off_column(i, size)
             self.link(off, copies, recomputes, i, size)
             if dirty:
                 self.saved_by(off, outs, i, tuple(recomputes.values()))
@@ -307,12 +307,12 @@ class _Slots:
                 self.timed(column, a_out, 0, e, self.d2h)
             self.one_of(head_out)
         for i in range(first):
-            off = self.off_column(k, i, size)
+            off = self.off_column(i, size)
             self.link(off, head_in, {}, i, size)
             if written:
                 self.saved_by(off, head_out, i, (began,))
         for i in range(last + 1, n):
-            off = self.off_column(k, i, size)
+            off = self.off_column(i, size)
             self.link(off, tail_in, {}, i, size, (began,))
             if last_write is not None:
                 self.saved_by(off, tail_out, i)
