@@ -86,10 +86,9 @@ it applies Capuchin's feedback to it (:mod:`.feedback`: late swap-ins triggered 
 re-validated, kept only when faster), and finally improves it by the local search of
 :mod:`.multilevel` without its pageable level (``params.refine_evaluations`` simulations;
 never worse: only faster plans that pass the validator are kept; deterministic: bounded by
-the count, not the clock). When the
-searched streaming member wins, the best of the other members is refined too and the
-faster refined plan kept (ties: the other's), so that member can only make ``auto``
-faster. So is the best plan of another family of members (greedy,
+the count, not the clock). When the searched streaming member wins, the best of the other
+members is refined too and the faster refined plan kept (ties: the other's), so that member
+can only make ``auto`` faster. So is the best plan of another family of members (greedy,
 capuchin, stream, boundary, ...) when it comes within :data:`NEAR_TIE` of the best of the
 others: which of two plans that close but made differently refines further is not known
 before refining both (ties: the one refined first). Last, on traces of at most
@@ -102,8 +101,8 @@ plan only once refined, that plan is searched instead and the faster of the two 
 (ties: the last resort's): on the near-budget shapes of ``bench/always_plan.py`` the
 members' plans searched further, and one search keeps ``auto``'s time. Last of all, the
 copies out across the boundary that end the step move into the next iteration's head
-where that is faster (:mod:`.head_copies`; after the search, which reads a plan back only
-with each persistent buffer's copies at the boundary).
+where that is faster (:mod:`.head_copies`; after the search, whose moves re-time a wrap
+gap within its form but never turn a copy out that ends the step into one in the head).
 ``BudgetResult.candidates`` lists every member's overhead or why it has none.
 
 ``segments-ga`` is not a member: on the shared traces it never beat the greedy (it migrates
@@ -304,16 +303,14 @@ def members(trace, budget_bytes, cost, params: BudgetParams,
                 Member(LONGER_MEMBER, lambda started: plan_stream(
                     trace, budget_bytes, cost, params, started, 0.0, SEARCHED_LONGER))]
     if len(trace.buffers) <= params.wait_max_buffers and dirty_across_boundary(trace):
-        out += [Member(f"greedy(swap_weight={w:g}, {MEMBER_SUFFIX})",
-                       lambda started, w=w: plan_greedy_head(
+        variants = ([(w, False) for w in params.swap_weights if math.isfinite(w)]
+                    + [(w, True) for w in WAIT_SWAP_WEIGHTS])
+        out += [Member(f"greedy(swap_weight={w:g}, {'copies waited for, ' if wait else ''}"
+                       f"{MEMBER_SUFFIX})",
+                       lambda started, w=w, wait=wait: plan_greedy_head(
                            trace, budget_bytes, cost, params, started,
-                           greedy_options(params, w)))
-                for w in params.swap_weights if math.isfinite(w)]
-        out += [Member(f"greedy(swap_weight={w:g}, copies waited for, {MEMBER_SUFFIX})",
-                       lambda started, w=w: plan_greedy_head(
-                           trace, budget_bytes, cost, params, started,
-                           greedy_options(params, w, wait_for_copies=True)))
-                for w in WAIT_SWAP_WEIGHTS]
+                           greedy_options(params, w, wait_for_copies=wait)))
+                for w, wait in variants]
     if searchable(trace, params):  # small traces only: a local search of greedy runs
         out += [Member(SEARCHED_GAPS_MEMBER, policy(plan_searched_gaps))]
     return out
@@ -430,9 +427,9 @@ def refine(trace, best: BudgetResult, cost, params: BudgetParams) -> Refined:
 
 def _headed(trace, refined: Refined, cost) -> Refined:
     """``refined`` with the copies out that end the step moved into the next iteration's
-    head (:mod:`.head_copies`), where that is faster; last of all, because the schedule
-    search reads a plan back only with every persistent buffer's copies at the
-    boundary."""
+    head (:mod:`.head_copies`), where that is faster; last of all, on the plan ``auto``
+    keeps (the schedule search re-times a wrap gap within its form, never into the
+    head)."""
     headed = copies_out_in_head(trace, refined.plan, cost, refined.simulation)
     if not headed.moved:
         return refined

@@ -20,8 +20,9 @@ residency's, the lowest, and the one free in the head the longest: the longer th
 are held there, the less the next resident waits for the copy out), the fastest kept. A
 change is kept only when the plan still passes the independent validator and simulates
 faster, so a plan is never made slower. ``auto`` runs it last of all, on the plan it
-keeps (after the schedule search of :mod:`.searched_schedule`, which reads a plan back
-only with each persistent buffer's copies at the boundary), on traces of at most
+keeps (after the schedule search of :mod:`.searched_schedule`, whose moves re-time a
+wrap gap within its form but never move a copy out that ends the step into the head), on
+traces of at most
 :data:`MAX_BUFFERS` buffers.
 
 On the 4-layer recurrent step of ``bench/always_plan.py`` (gradients zeroed by the last
