@@ -16,13 +16,19 @@ plan, and writes ``bench/results/swap_diagnosis.json`` with, per cell:
   and temporary buffers, against the deficit; the link time those copies take;
 - where the time goes in its simulation: the wait before op 0 (data offloaded across the
   iteration boundary brought back with no compute to hide behind), the copy-out tail after
-  the last op, recompute, and the ops with the longest waits with the copies that ended
-  inside each wait.
+  the last op, recompute, the waits split by whether a copy in ran during them (the link
+  was the limit) or not (copies issued late or waiting for bytes: the schedule was), the
+  number of copies each way, and the ops with the longest waits with the copies that
+  ended inside each wait.
+
+``bench/always_plan_diagnose.py`` takes the misses of ``bench/always_plan.py`` apart the same
+way (:func:`take_apart`).
 """
 
 from __future__ import annotations
 
 import argparse
+import bisect
 import json
 import sys
 import time
@@ -78,19 +84,58 @@ def waits(trace, sim, top: int = TOP_WAITS) -> list[dict]:
     return out
 
 
-def diagnose(row: dict) -> dict:
-    """Re-plan one cell with ``auto`` and take its simulation apart (module docstring)."""
-    named = {t.name: t for t in bench_traces((row.get("kind", "train"),), lstm=_lstm(row))}
-    if row["trace"] not in named:
-        raise SystemExit(f"{row['trace']}: not one of bench/swap.py's traces")
-    trace = named[row["trace"]].load()
-    cost = cost_model(row["link"])
-    budget = row["budget_bytes"]
-    bound = overhead_lower_bound(trace, budget, cost)
-    result = plan_with_budget(trace, budget, "auto", cost)
-    out = {"trace": row["trace"], "kind": row.get("kind", "train"),
-           "fraction": row["fraction"], "link": row["link"], "budget_bytes": budget,
-           "deficit_bytes": trace.lower_bound_bytes() - budget,
+def _union(spans) -> list[list[float]]:
+    """The union of ``(start, end)`` spans, as disjoint ``[start, end]`` in order."""
+    out: list[list[float]] = []
+    for start, end in sorted(spans):
+        if end <= start:
+            continue
+        if out and start <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], end)
+        else:
+            out.append([start, end])
+    return out
+
+
+def _covered(busy: list[list[float]], low: float, high: float) -> float:
+    """How much of ``[low, high]`` the disjoint, ordered spans ``busy`` cover."""
+    i = max(0, bisect.bisect_right([b[0] for b in busy], low) - 1)
+    total = 0.0
+    while i < len(busy) and busy[i][0] < high:
+        total += max(0.0, min(high, busy[i][1]) - max(low, busy[i][0]))
+        i += 1
+    return total
+
+
+def stall_split(sim) -> dict:
+    """The compute stream's waits between ops (recomputes left out) split by whether an
+    H2D copy ran during them: ``stall_link_busy_us`` (the link carried copies the ops could
+    not hide: fewer or smaller copies would help) and ``stall_link_idle_us`` (no copy in
+    ran: the copies waited for were issued late or waited for bytes still in use or being
+    copied out: a different schedule would help); with the copies each way counted."""
+    h2d = _union((c[4], c[5]) for c in sim.copies if c[1] == "h2d")
+    recomputing = _union((r[2], r[3]) for r in sim.recomputes)
+    waited = overlapped = 0.0
+    previous_end = 0.0
+    for _dispatch, start, end in sim.op_times:
+        if start > previous_end:  # the gap less its recomputes, piece by piece
+            cursor = previous_end
+            for low, high in [*([r for r in recomputing if r[1] > previous_end
+                                 and r[0] < start]), [start, start]]:
+                if low > cursor:
+                    waited += low - cursor
+                    overlapped += _covered(h2d, cursor, low)
+                cursor = max(cursor, high)
+        previous_end = end
+    return {"stall_link_busy_us": overlapped, "stall_link_idle_us": waited - overlapped,
+            "h2d_copies": sum(1 for c in sim.copies if c[1] == "h2d"),
+            "d2h_copies": sum(1 for c in sim.copies if c[1] == "d2h")}
+
+
+def take_apart(trace, budget: int, cost, result, bound) -> dict:
+    """What ``result`` (``auto``'s, on ``trace`` at ``budget``) does and where its time
+    goes, beside ``bound`` (:func:`~cupool.sim.overhead_lower_bound`'s)."""
+    out = {"deficit_bytes": trace.lower_bound_bytes() - budget,
            "persistent_bytes": sum(b.size for b in trace.buffers if b.kind == PERSISTENT),
            "ops": trace.num_ops, "bound": bound.overhead,
            "bound_op": bound.details.get("op"),
@@ -106,7 +151,23 @@ def diagnose(row: dict) -> dict:
             "iteration_us": sim.iteration_us, "stall_us": sim.stall_us,
             "recompute_us": sim.recompute_us, "wait_before_op0_us": sim.op_times[0][1],
             "tail_us": sim.iteration_us - last_end,
-            **copied_bytes(result.trace, sim), "waits": waits(result.trace, sim)}
+            **copied_bytes(result.trace, sim), **stall_split(sim),
+            "waits": waits(result.trace, sim)}
+
+
+def diagnose(row: dict) -> dict:
+    """Re-plan one cell with ``auto`` and take its simulation apart (module docstring)."""
+    named = {t.name: t for t in bench_traces((row.get("kind", "train"),), lstm=_lstm(row))}
+    if row["trace"] not in named:
+        raise SystemExit(f"{row['trace']}: not one of bench/swap.py's traces")
+    trace = named[row["trace"]].load()
+    cost = cost_model(row["link"])
+    budget = row["budget_bytes"]
+    bound = overhead_lower_bound(trace, budget, cost)
+    result = plan_with_budget(trace, budget, "auto", cost)
+    return {"trace": row["trace"], "kind": row.get("kind", "train"),
+            "fraction": row["fraction"], "link": row["link"], "budget_bytes": budget,
+            **take_apart(trace, budget, cost, result, bound)}
 
 
 def _lstm(row: dict) -> str:
@@ -118,7 +179,8 @@ def _lstm(row: dict) -> str:
 def describe(d: dict) -> str:
     """One cell's diagnosis in a few lines."""
     mb = 1e6
-    head = (f"{d['trace']} {round(d['fraction'] * 100)}% {d['link']}: deficit "
+    budget = d.get("budget") or f"{round(d['fraction'] * 100)}%"
+    head = (f"{d['trace']} {budget} {d['link']}: deficit "
             f"{d['deficit_bytes'] / mb:.1f} MB ({d['deficit_link_us']:.0f} us over the link "
             f"one way) of which persistent {d['persistent_bytes'] / mb:.1f} MB in the trace; "
             f"bound {100 * d['bound']:.1f}% at op {d['bound_op']}/{d['ops']} (off there "
@@ -130,6 +192,9 @@ def describe(d: dict) -> str:
              f"{d['iteration_us']:.0f} us = wait before op 0 {d['wait_before_op0_us']:.0f} + "
              f"stalls {d['stall_us']:.0f} in all + recompute {d['recompute_us']:.0f}; "
              f"copy-out tail after the last op {d['tail_us']:.0f} us",
+             f"  stalls while a copy in ran {d['stall_link_busy_us']:.0f} us, with the "
+             f"link idle {d['stall_link_idle_us']:.0f} us; {d['h2d_copies']} copies in, "
+             f"{d['d2h_copies']} out",
              f"  copied H2D {d['h2d_persistent'] / mb:.1f} MB persistent + "
              f"{d['h2d_temporary'] / mb:.1f} MB temporary ({d['h2d_busy_us']:.0f} us), D2H "
              f"{d['d2h_persistent'] / mb:.1f} MB persistent + {d['d2h_temporary'] / mb:.1f} "
