@@ -17,11 +17,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
 
 from always_plan import SHAPES, budgets, run_info
-from swap_diagnose import describe, take_apart
+from swap_diagnose import take_apart, write_diagnoses
 
 from cupool.planning.budget import plan_with_budget
 from cupool.sim import overhead_lower_bound
@@ -65,16 +64,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     results = json.loads(args.results.read_text())
     rows = misses(results, [w for w in args.only.split(",") if w])
-    info = run_info()
-    began = time.perf_counter()
-    cells = []
-    for row in rows:
-        cells.append(diagnose(row))
-        print(describe(cells[-1]), flush=True)
-    info["seconds"] = round(time.perf_counter() - began, 1)
-    args.out.write_text(json.dumps({"always_plan_run": results.get("run"), "run": info,
-                                    "cells": cells}, indent=1, default=str) + "\n")
-    print(f"wrote {args.out}")
+    write_diagnoses(rows, diagnose, run_info(), args.out,
+                    {"always_plan_run": results.get("run")})
     return 0
 
 

@@ -209,6 +209,20 @@ def describe(d: dict) -> str:
     return "\n".join(lines)
 
 
+def write_diagnoses(rows: list[dict], diagnose, info: dict, out: Path, header: dict) -> None:
+    """Diagnose each of ``rows`` with ``diagnose``, print each as :func:`describe` does, and
+    write ``header``, ``info`` (the run, with its seconds) and the cells to ``out``."""
+    began = time.perf_counter()
+    cells = []
+    for row in rows:
+        cells.append(diagnose(row))
+        print(describe(cells[-1]), flush=True)
+    info["seconds"] = round(time.perf_counter() - began, 1)
+    out.write_text(json.dumps({**header, "run": info, "cells": cells}, indent=1, default=str)
+                   + "\n")
+    print(f"wrote {out}")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--swap", type=Path, default=RESULTS / "swap.json")
@@ -221,15 +235,8 @@ def main(argv=None) -> int:
     swap = json.loads(args.swap.read_text())
     rows = misses(swap, [k for k in args.kinds.split(",") if k],
                   [w for w in args.only.split(",") if w])
-    info = run_info(quick=False)
-    began = time.perf_counter()
-    cells = []
-    for row in rows:
-        cells.append(diagnose(row))
-        print(describe(cells[-1]), flush=True)
-    info["seconds"] = round(time.perf_counter() - began, 1)
-    args.out.write_text(json.dumps({"swap_run": swap.get("run"), "run": info,
-                                    "cells": cells}, indent=1) + "\n")
+    write_diagnoses(rows, diagnose, run_info(quick=False), args.out,
+                    {"swap_run": swap.get("run")})
     return 0
 
 
