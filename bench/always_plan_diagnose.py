@@ -19,7 +19,7 @@ import json
 import sys
 from pathlib import Path
 
-from always_plan import SHAPES, budgets, run_info
+from always_plan import SHAPES, WORKING_SET, budgets, run_info
 from swap_diagnose import take_apart, write_diagnoses
 
 from cupool.planning.budget import plan_with_budget
@@ -44,8 +44,13 @@ def diagnose(row: dict) -> dict:
     if shape is None or row["link"] not in shape.links:
         raise SystemExit(f"{row['shape']} {row['link']}: not a cell of bench/always_plan.py")
     trace = shape.make()
-    budget = dict(budgets(trace, [float(row["budget"].rstrip("%")) / 100]
-                          if row["budget"].endswith("%") else []))[row["budget"]]
+    label = row["budget"]
+    fractions = [float(label[:-1]) / 100] if label[:-1].isdigit() and label[-1] == "%" else []
+    budget = dict(budgets(trace, fractions)).get(label)
+    if budget is None:
+        raise SystemExit(f"{row['shape']}: budget {label!r} is not a cell of "
+                         f"bench/always_plan.py (expected a percentage such as '70%' or "
+                         f"'{WORKING_SET}')")
     cost = shape.links[row["link"]]
     result = plan_with_budget(trace, budget, "auto", cost)
     bound = overhead_lower_bound(result.trace, budget, cost)

@@ -53,3 +53,10 @@ def test_a_diagnosed_cell_accounts_for_its_stalls():
     assert (cell["stall_link_busy_us"] + cell["stall_link_idle_us"] + cell["tail_us"]
             ) == pytest.approx(cell["stall_us"], rel=1e-9)
     assert cell["h2d_copies"] > 0 and cell["overhead"] >= cell["bound"]
+
+
+def test_a_row_of_another_benchmark_is_refused_by_name():
+    with pytest.raises(SystemExit, match=r"budget '0\.7' is not a cell"):
+        always_plan_diagnose.diagnose(_row("near-budget-0", "0.7", "gen4", 0.02))
+    with pytest.raises(SystemExit, match=r"not a cell of bench/always_plan\.py"):
+        always_plan_diagnose.diagnose(_row("resnet50", "70%", "gen4", 0.02))
