@@ -104,6 +104,7 @@ import numpy as np
 
 from cupool.core.units import parse_budget
 from cupool.errors import CupoolError
+from cupool.planning.budget import BudgetParams
 from cupool.program.calls import OpCaller
 from cupool.program.errors import (
     PlanningFailedError,
@@ -175,9 +176,13 @@ class Session:
     docstring; default: on for the emulated device, off on a GPU); ``warmup``: how many
     first iterations run passively before the one that is recorded and planned from
     (default: 1 on a GPU, whose first iteration compiles kernels and starts libraries, so
-    its op durations hold one-off costs up to seconds; 0 on the emulated device). A
-    device object may be given instead of a kind (the caller keeps owning it). Use as a
-    context manager or call :meth:`close`.
+    its op durations hold one-off costs up to seconds; 0 on the emulated device);
+    ``plan_params``: the ``auto`` planner's :class:`~cupool.planning.budget.BudgetParams`
+    (default: its defaults; e.g. ``workers=0`` plans a large program's members in parallel,
+    ``schedule_evaluations=0`` skips the search over the chosen plan's schedule, which on a
+    small program takes most of the planning time). A device object may be given instead
+    of a kind (the caller keeps owning it). Use as a context manager or call
+    :meth:`close`.
 
     State: ``reports`` (a :class:`StepReport` per iteration run), ``budget_bytes`` (once
     resolved), ``peak_bytes`` (the recorded program's peak), ``trace`` (the recorded trace,
@@ -196,12 +201,16 @@ class Session:
     def __init__(self, budget, *, device="auto", link="gen5", on_change: str = "record",
                  check_writes: bool | None = None, feedback: bool = True,
                  measure_link: bool = True, measure_overhead: bool | None = None,
-                 warmup: int | None = None) -> None:
+                 warmup: int | None = None, plan_params: BudgetParams | None = None) -> None:
         if on_change not in ON_CHANGE:
             raise ProgramError(f"on_change (={on_change!r}) must be one of {ON_CHANGE}")
         if warmup is not None and (isinstance(warmup, bool) or not isinstance(warmup, int)
                                    or warmup < 0):
             raise ProgramError(f"warmup (={warmup!r}) must be an int >= 0 or None")
+        if plan_params is not None and not isinstance(plan_params, BudgetParams):
+            raise ProgramError(f"plan_params (={plan_params!r}) must be a "
+                               f"cupool.planning.budget.BudgetParams or None")
+        self._plan_params = plan_params
         self.cost = cost_model(link)
         self._budget = budget
         if not (isinstance(budget, str) and budget.strip().endswith("%")):
@@ -417,7 +426,8 @@ class Session:
         set fits the budget: the program checked it before running)."""
         self.planned = None
         try:
-            planned = plan_program(self.trace, self.budget_bytes, self.cost)
+            planned = plan_program(self.trace, self.budget_bytes, self.cost,
+                                   self._plan_params)
             reason = (None if planned.fits and planned.check.valid else
                       planned.reason or f"invalid plan: {planned.check.message}")
         except CupoolError as exc:

@@ -192,3 +192,26 @@ def test_the_budget_is_whole_units_of_the_pool():
     assert session.budget_bytes == 1_000_000 - 1_000_000 % 512
     assert all(0 < r.device_peak_bytes <= r.budget_bytes == session.budget_bytes
                for r in reports)
+
+
+def test_the_planner_takes_the_sessions_plan_params(reference):
+    """``plan_params`` reach ``auto``: without refining (``refine_evaluations=0``) the plan
+    says nothing of a refine, which the default plan does; training is unchanged."""
+    from cupool.planning.budget import BudgetParams
+
+    plain = BudgetParams(refine_evaluations=0, schedule_evaluations=0)
+    stats = {}
+    for name, params in (("default", None), ("plain", plain)):
+        with cupool.Session("50%", device="emulated", plan_params=params) as session:
+            losses, trained = example("mlp_sgd").train(session, STEPS)
+            stats[name] = session.planned.plan.stats
+        assert losses == reference[0]
+        assert all(np.array_equal(trained[k], v) for k, v in reference[1].items())
+    assert "refine_evaluations" in stats["default"]
+    assert "refine_evaluations" not in stats["plain"]
+
+
+@pytest.mark.parametrize("bad", [{"workers": 2}, "auto", 0])
+def test_bad_plan_params_are_refused(bad):
+    with pytest.raises(cupool.program.ProgramError, match=r"plan_params \(=.*\) must be a "):
+        cupool.Session("50%", device="emulated", plan_params=bad)
