@@ -45,7 +45,7 @@ def test_the_diagnosis_takes_misses_and_cells_without_a_validated_plan():
 
 
 def test_a_diagnosed_cell_accounts_for_its_stalls():
-    cell = always_plan_diagnose.diagnose(_row("near-budget-0", "90%", "gen4", 0.02))
+    cell = always_plan_diagnose.diagnose(_row("persistent-heavy", "90%", "gen5", 0.0))
     assert cell["status"] == "feasible" and cell["budget_bytes"] > 0
     assert cell["fraction"] == pytest.approx(0.9, abs=1e-6)
     # every stall is a wait before an op (op 0's too: the link busy or idle) or the tail
