@@ -93,7 +93,7 @@ def test_a_budget_below_one_ops_working_set_is_refused_before_anything_runs():
 def test_a_planning_failure_raises_and_never_falls_back_to_passive_steps(monkeypatch):
     """Where planning fails though every working set fits (a bug), the recording step's
     results stand and each step that records says why; none runs passively in silence."""
-    def failing(trace, budget_bytes, cost):
+    def failing(trace, budget_bytes, cost, params=None):
         raise cupool.errors.SolverError("no solver today")
 
     model = Recurrent(0, time=4)
