@@ -13,6 +13,7 @@ import pytest
 
 import cupool
 from cupool.devices.faults import Fault, FaultyDevice
+from cupool.planning.budget import BudgetParams
 from cupool.program import EngineFailedError
 from tests.bench_modules import load_bench
 
@@ -25,7 +26,10 @@ def matrix_programs():
 
 
 @pytest.mark.parametrize("name", ["mlp_sgd", "generated"])
-def test_every_cell_of_the_fault_matrix_meets_its_targets(matrix_programs, name):
+def test_every_cell_of_the_fault_matrix_meets_its_targets(matrix_programs, name, monkeypatch):
+    # what a fault leaves behind does not depend on how fast the plan is: planned without
+    # the schedule search, each cell takes about a sixth of the time
+    monkeypatch.setattr(faults, "PLAN_PARAMS", BudgetParams(schedule_evaluations=0))
     program = matrix_programs[name]
     counts = faults.clean_counts(program)
     references = {0: faults.reference_states(program, 0),
