@@ -25,8 +25,10 @@ from cupool.sim.cost import D2H, H2D
 class BufferArrays:
     """Per-buffer arrays of ``trace`` under ``cost``, by buffer index (the order of
     ``trace.buffers``): sizes, kinds, lifetimes, first and last uses and writes, the copy
-    costs per byte each way, each buffer's recompute time (:func:`recompute_us`) and the
-    buffers each op uses; :meth:`next_uses` looks up next uses for many at once."""
+    costs per byte each way, each buffer's recompute time (:func:`recompute_us`), the
+    buffers each op uses and those it must hold (``must``: what it uses and the
+    temporaries it makes, ``must_bytes`` their bytes); :meth:`next_uses` looks up next
+    uses for many at once."""
 
     def __init__(self, trace, cost):
         n = trace.num_ops
@@ -66,6 +68,10 @@ class BufferArrays:
         for index, b in enumerate(buffers):
             if b.kind == TEMPORARY:
                 self.born_temporary[b.start].append(index)
+        # what each op itself holds: the buffers it uses and the temporaries it makes
+        self.must = [set(self.used_at[i]) | set(self.born_temporary[i]) for i in range(n)]
+        self.must_bytes = np.array([int(sum(self.size[j] for j in held)) for held in self.must],
+                                   dtype=np.int64)
 
     def _chains(self, trace, op_us) -> None:
         """Every (buffer, temporary recipe input) pair, sorted by ``owner * (n + 2) + input

@@ -109,10 +109,9 @@ def overhead_lower_bound(trace: Trace, budget_bytes: int, cost: CostModel | None
                                 f"no overhead", details)
     arrays = BufferArrays(trace, cost)
     pending = arrays.pending_bytes()
-    must = [set(arrays.used_at[i]) | set(arrays.born_temporary[i]) for i in range(n)]
-    must_bytes = [int(sum(arrays.size[j] for j in must[i])) for i in range(n)]
+    must = arrays.must
     for i in range(n):
-        needed = must_bytes[i]
+        needed = int(arrays.must_bytes[i])
         if needed > budget_bytes:
             details.update(op=i, must_resident_bytes=needed)
             return Bound(False, math.inf, f"infeasible: op {i} needs {needed} bytes resident "
@@ -136,7 +135,7 @@ def overhead_lower_bound(trace: Trace, budget_bytes: int, cost: CostModel | None
         candidates = candidates_at(i)
         return OpBound(arrays, prefix, op_us, cost.copy_engines_per_direction, i,
                         candidates, float(excess[i]), arrays.next_uses(candidates, i),
-                        head_room, float(budget_bytes - must_bytes[i]))
+                        head_room, float(budget_bytes - arrays.must_bytes[i]))
 
     for i in ops:
         i = int(i)

@@ -120,8 +120,7 @@ class _Slots:
                  excess: np.ndarray):
         self.trace, self.arrays, self.engines = trace, arrays, engines
         self.budget = budget_bytes
-        self.must = [float(arrays.size[list({*arrays.used_at[i], *arrays.born_temporary[i]})]
-                           .sum()) for i in range(trace.num_ops)]
+        self.must = arrays.must_bytes
         self.n = n = trace.num_ops
         self.d = np.asarray(op_us, dtype=np.float64)
         self.prefix = np.concatenate([[0.0], np.cumsum(self.d)])
