@@ -14,9 +14,16 @@ from cupool.errors import SolverError
 from cupool.io import load_trace
 from cupool.io.plan_json import plan_to_document
 from cupool.planning.budget import BudgetParams, plan_with_budget
+from cupool.planning.budget.auto import Member, boundary_members
 from cupool.planning.budget.parallel import (
     PARALLEL_MIN_BUFFERS,
+    PlanningInputs,
+    Raised,
+    WorkerTraceback,
+    _settle,
+    member_tasks,
     outcomes_in_order,
+    plan_in_workers,
     worker_count,
 )
 from cupool.planning.synthetic import lstm_trace
@@ -134,3 +141,79 @@ def test_a_plan_at_the_ideal_iteration_ends_the_search():
     assert all(report[m] == f"not planned: {sequential['member']} already runs the ideal "
                f"iteration (overhead 0)" for m in members[kept + 1:])
     assert planned(trace, 0.9, 2) == sequential
+
+
+def test_members_that_follow_another_share_its_task():
+    names = ["a", "b", "c", "d"]
+    assert member_tasks([None, None, "a", "c"], names) == [[0, 2, 3], [1]]
+    assert member_tasks([None] * 4, names) == [[0], [1], [2], [3]]
+    with pytest.raises(SolverError, match="member 'b' follows 'c', which is not a member "
+                                          "listed before it"):
+        member_tasks([None, "c", None, None], names)
+
+
+def test_the_split_boundary_variant_follows_the_first():
+    """The one pair of variants whose greedy state is shared on the large LSTM traces is
+    planned in one worker: the split variant after the first variant."""
+    from cupool.planning.budget.boundary import VARIANTS
+    from cupool.sim import cost_model
+
+    trace = lstm_trace(20, 2, seed=0)
+    listed = boundary_members(trace, int(trace.lower_bound_bytes() * 0.5),
+                              cost_model("gen5"), BudgetParams())
+    follows = {member.name: member.follows for member in listed}
+    split = next(v for v in VARIANTS if v.split)
+    assert follows[split.name] == VARIANTS[0].name
+    assert [f for name, f in follows.items() if name != split.name] == [None] * 5
+
+
+def test_a_task_hands_each_member_its_own_outcome_or_error():
+    futures = [Future(), Future(), Future()]
+    done = _future(["first's", Raised(ValueError("second's"), "Traceback: in the worker"),
+                    Raised(ValueError("second's"), "Traceback: in the worker")])
+    futures[2].cancel()  # the caller stopped before the third
+    _settle([0, 1, 2], futures, done)
+    assert futures[0].result() == "first's"
+    error = futures[1].exception()
+    assert isinstance(error, ValueError) and str(error) == "second's"
+    assert isinstance(error.__cause__, WorkerTraceback)
+    assert "in the worker" in str(error.__cause__)
+    assert futures[2].cancelled()
+    dead = [Future(), Future()]
+    _settle([0, 1], dead, _future(error=BrokenProcessPool("terminated abruptly")))
+    assert all(isinstance(f.exception(), BrokenProcessPool) for f in dead)
+    cancelled = Future()
+    cancelled.cancel()
+    unstarted = [Future()]
+    _settle([0], unstarted, cancelled)
+    assert unstarted[0].cancelled()
+
+
+def _planned_or_raising(trace, budget_bytes, cost, params, cache):
+    """Members for :func:`test_member_raising_after_the_one_it_follows`: ``a`` and ``b``
+    plan on demand, ``c`` (after ``a``, in its worker) raises."""
+    def on_demand(started):
+        return plan_with_budget(trace, budget_bytes, "on-demand", cost)
+
+    def raising(started):
+        raise ValueError("c cannot plan")
+
+    return [Member("a", on_demand), Member("b", on_demand),
+            Member("c", raising, follows="a")]
+
+
+def test_member_raising_after_the_one_it_follows():
+    """In a worker a member that follows another raises after that one planned: the other
+    keeps its outcome, and the error is raised at the member that raised."""
+    from cupool.sim import cost_model
+
+    trace = lstm_trace(4, 1, seed=0)
+    inputs = PlanningInputs(trace, trace.lower_bound_bytes(), cost_model("gen5"),
+                            BudgetParams())
+    outcomes = plan_in_workers(_planned_or_raising, inputs, ["a", "b", "c"], 2,
+                               [None, None, "a"])
+    assert [next(outcomes).name, next(outcomes).name] == ["a", "b"]
+    with pytest.raises(ValueError, match="c cannot plan") as raised:
+        next(outcomes)
+    assert isinstance(raised.value.__cause__, WorkerTraceback)
+    assert "raising" in str(raised.value.__cause__)

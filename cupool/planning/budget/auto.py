@@ -217,11 +217,15 @@ def plan_greedy(trace, budget_bytes, cost, params: BudgetParams, started: float)
 
 
 class Member(NamedTuple):
-    """One of ``auto``'s planners: its name in ``candidates`` and how to run it (given the
-    time its planning starts)."""
+    """One of ``auto``'s planners: its name in ``candidates``, how to run it (given the
+    time its planning starts) and the member it ``follows``, if any: one listed before it
+    whose work, left in the process, it often continues from; in worker processes
+    (:mod:`.parallel`) it is planned right after that one, in the same worker. Either
+    way its plan is the same: ``follows`` only saves time."""
 
     name: str
     run: Callable[[float], BudgetResult]
+    follows: str | None = None
 
 
 def members(trace, budget_bytes, cost, params: BudgetParams,
@@ -337,6 +341,7 @@ def boundary_members(trace, budget_bytes, cost, params: BudgetParams) -> list[Me
     """:mod:`.boundary` in each of its variants when persistent state with what an op uses
     does not fit the budget at some op (:func:`~.boundary.persistent_over`), else none."""
     from cupool.planning.budget.boundary import (
+        FOLLOWS,
         VARIANTS,
         SharedWork,
         persistent_over,
@@ -347,7 +352,8 @@ def boundary_members(trace, budget_bytes, cost, params: BudgetParams) -> list[Me
         return []
     shared = SharedWork()  # the variants' offsets and greedy states
     return [Member(variant.name, lambda started, variant=variant: plan_boundary(
-                trace, budget_bytes, cost, params, started, variant, shared))
+                trace, budget_bytes, cost, params, started, variant, shared),
+                   None if variant not in FOLLOWS else FOLLOWS[variant].name)
             for variant in VARIANTS]
 
 
@@ -445,7 +451,8 @@ def member_outcomes(trace, budget_bytes, cost, params: BudgetParams, listed: lis
     workers = worker_count(params, trace, len(listed))
     if workers > 1:
         yield from plan_in_workers(batch, PlanningInputs(trace, budget_bytes, cost, params),
-                                   [member.name for member in listed], workers)
+                                   [member.name for member in listed], workers,
+                                   [member.follows for member in listed])
         return
     for member in listed:
         yield judge(trace, member.name, member.run(time.perf_counter()), cost, judged)

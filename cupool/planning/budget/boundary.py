@@ -163,6 +163,13 @@ VARIANTS = (Variant("working"), Variant("live"), Variant("working", eager=True),
 """The variants ``auto`` runs when persistent state must leave the device
 (:func:`persistent_over`), in the order that breaks ties."""
 
+FOLLOWS = {VARIANTS[5]: VARIANTS[0]}
+"""Variants whose greedy often starts where another's did, each with that other: where
+the state updated first is also the largest (an LSTM's layers), the split variant takes
+the persistent gaps the first variant takes, so its greedy continues from a copy of that
+variant's (:class:`SharedWork`), which only a variant planned in the same process can
+do. ``auto`` plans the two in one worker process (:mod:`.parallel`)."""
+
 HEAD_VARIANT = Variant("live", head=True)
 """The variant ``auto`` runs when persistent state fits but the step does not: the state
 idle across the boundary (optimizer state between its updates) copied out in the

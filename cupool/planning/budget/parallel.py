@@ -10,7 +10,9 @@ outcomes in member order exactly as it combines those of members planned in its 
 process, validating the plans it relies on: the plan, ``candidates`` and the member chosen
 do not depend on the number of workers. The greedy members a worker
 plans share that worker's :class:`~.engine.placement.OffsetCache` (an exact cache: a member
-planned in another worker solves its offsets again, which costs time only).
+planned in another worker solves its offsets again, which costs time only). A member that
+``follows`` another (it continues from work that one leaves in its process) is planned
+right after it, in the same worker: the two are one task (:func:`member_tasks`).
 
 Workers are started with ``spawn``: ``fork`` is unsafe in a process that uses CUDA, and the
 planner runs inside such programs. An exception a member raises in a worker is raised again
@@ -26,10 +28,12 @@ import os
 import pickle
 import tempfile
 import time
+import traceback
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import Future, InvalidStateError, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING
 
 from cupool.check import validate_plan
@@ -161,6 +165,77 @@ def _plan_member(index: int) -> MemberOutcome:
                      _worker["judged"])
 
 
+class WorkerTraceback(Exception):
+    """The traceback, in the worker, of an exception a member raised there: the
+    exception raised again in the parent has it as its cause."""
+
+
+@dataclass(frozen=True)
+class Raised:
+    """What a task returns for a member that raised: the exception and its traceback in
+    the worker (formatted)."""
+
+    error: Exception
+    traceback: str
+
+
+def _plan_task(indices: list[int]) -> list[MemberOutcome | Raised]:
+    """The members ``indices`` planned in turn: each one's outcome, or once one raises,
+    what it raised, for it and for every member after it (none of those is read: the
+    parent raises at the first member in order that raised)."""
+    out: list[MemberOutcome | Raised] = []
+    for index in indices:
+        try:
+            out.append(_plan_member(index))
+        except Exception as exc:
+            raised = Raised(exc, traceback.format_exc())
+            return out + [raised] * (len(indices) - len(out))
+    return out
+
+
+def member_tasks(follows: Sequence[str | None], names: Sequence[str]) -> list[list[int]]:
+    """The members grouped into tasks, in member order: a member whose ``follows`` names
+    an earlier member joins that member's task, after it; every other member is a task of
+    its own. A ``follows`` naming no earlier member is refused."""
+    task_of: dict[str, list[int]] = {}
+    tasks: list[list[int]] = []
+    for index, (name, leader) in enumerate(zip(names, follows, strict=True)):
+        if leader is None:
+            task = [index]
+            tasks.append(task)
+        elif leader in task_of:
+            task = task_of[leader]
+            task.append(index)
+        else:
+            raise SolverError(f"auto: member {name!r} follows {leader!r}, which is not a "
+                              f"member listed before it")
+        task_of[name] = task
+    return tasks
+
+
+def _settle(task: list[int], futures: Sequence[Future], done: Future) -> None:
+    """Hand the outcomes of ``task`` (its future ``done``) to its members' ``futures``,
+    those not cancelled meanwhile (the caller stopped early)."""
+    if done.cancelled():
+        for index in task:
+            futures[index].cancel()
+        return
+    error = done.exception()
+    outcomes = [error] * len(task) if error is not None else done.result()
+    for index, outcome in zip(task, outcomes, strict=True):
+        member = futures[index]
+        try:
+            if isinstance(outcome, BaseException):  # the worker died: the task's fate
+                member.set_exception(outcome)
+            elif isinstance(outcome, Raised):
+                outcome.error.__cause__ = WorkerTraceback(outcome.traceback)
+                member.set_exception(outcome.error)
+            else:
+                member.set_result(outcome)
+        except InvalidStateError:  # cancelled by the caller
+            pass
+
+
 def outcomes_in_order(futures: Sequence[Future], names: Sequence[str]) -> Iterator[MemberOutcome]:
     """The outcomes of ``futures`` (member ``names[i]``'s is ``futures[i]``), in member order,
     each as soon as it and those before it are done. The first member in order that raised
@@ -183,11 +258,15 @@ def outcomes_in_order(futures: Sequence[Future], names: Sequence[str]) -> Iterat
 
 
 def plan_in_workers(build: Build, inputs: PlanningInputs, names: Sequence[str],
-                    workers: int) -> Iterator[MemberOutcome]:
+                    workers: int,
+                    follows: Sequence[str | None] | None = None) -> Iterator[MemberOutcome]:
     """The members ``build`` lists (named ``names``, in that order), each planned and judged
-    in one of ``workers`` spawned processes; their outcomes in member order
-    (:func:`outcomes_in_order`: closing this generator cancels the members not started and
-    waits for those running)."""
+    in one of ``workers`` spawned processes, those that follow another (``follows[i]``: the
+    name of the member member ``i`` follows, or ``None``) right after it in its process
+    (:func:`member_tasks`); their outcomes in member order (:func:`outcomes_in_order`:
+    closing this generator cancels the members not started and waits for those
+    running)."""
+    tasks = member_tasks([None] * len(names) if follows is None else follows, names)
     context = multiprocessing.get_context("spawn")
     # the inputs go through a file: what a spawned process is started with is written to a
     # pipe it reads while starting, and a write larger than the pipe holds would wait
@@ -198,5 +277,12 @@ def plan_in_workers(build: Build, inputs: PlanningInputs, names: Sequence[str],
             pickle.dump((build, inputs), file, protocol=pickle.HIGHEST_PROTOCOL)
         with ProcessPoolExecutor(max_workers=workers, mp_context=context,
                                  initializer=_start_worker, initargs=(inputs_path,)) as pool:
-            futures = [pool.submit(_plan_member, index) for index in range(len(names))]
-            yield from outcomes_in_order(futures, names)
+            futures: list[Future] = [Future() for _ in names]
+            submitted = [pool.submit(_plan_task, task) for task in tasks]
+            for task, done in zip(tasks, submitted, strict=True):
+                done.add_done_callback(partial(_settle, task, futures))
+            try:
+                yield from outcomes_in_order(futures, names)
+            finally:
+                for done in submitted:
+                    done.cancel()
