@@ -38,20 +38,34 @@ def _stdout_muted():
         os.close(null)
 
 
+INFEASIBLE = 2
+"""SciPy's ``milp`` status for a program HiGHS found infeasible."""
+
+
 def milp_dual_bound(objective, matrix, rhs, lower, upper, integral,
                     seconds: float, node_limit: int | None = None) -> float | None:
     """The proven lower bound on ``min objective @ x`` subject to ``matrix @ x <= rhs``,
     ``lower <= x <= upper`` and ``x[integral]`` integer, found within ``seconds`` (and
     ``node_limit`` branch-and-bound nodes, when given); ``None`` when HiGHS proves none (no
-    solution, or an error)."""
+    solution, or an error). A program HiGHS calls infeasible without presolve is solved
+    again with it."""
     from scipy.optimize import Bounds, LinearConstraint, milp
 
-    with _stdout_muted():
-        result = milp(objective, constraints=LinearConstraint(matrix, -np.inf, np.asarray(rhs)),
-                      integrality=np.asarray(integral, dtype=np.float64),
-                      bounds=Bounds(lower, upper),
-                      options={"time_limit": seconds, "presolve": False,
-                               **({} if node_limit is None else {"node_limit": node_limit})})
+    def solve(presolve: bool):
+        with _stdout_muted():
+            return milp(objective, constraints=LinearConstraint(matrix, -np.inf,
+                                                                np.asarray(rhs)),
+                        integrality=np.asarray(integral, dtype=np.float64),
+                        bounds=Bounds(lower, upper),
+                        options={"time_limit": seconds, "presolve": presolve,
+                                 **({} if node_limit is None else {"node_limit": node_limit})})
+
+    result = solve(False)
+    if result.status == INFEASIBLE:
+        # without presolve HiGHS has called programs infeasible that a valid plan meets
+        # (the slots program of a near-budget step at its largest working set: fixed to
+        # that plan's waits, it is feasible); presolved, it solves them
+        result = solve(True)
     dual = result.get("mip_dual_bound")
     # SciPy reports HiGHS' node limit as an unrecognized status (4); its bound stands
     stopped = node_limit is not None and result.status == 4 and "limit" in result.message

@@ -53,14 +53,26 @@ x.end``): each producer re-run at least once in the iteration for all of them, c
 the sum of ``g`` (``C_o >= d_o`` times its runs in each slot, ``>= d_o`` when re-made for
 a chain; ``sum C_o <= sum g``).
 
+**A recompute's memory.** Before op ``t`` its recomputes run one step each, and every
+residency that holds op ``t`` holds its bytes from the first of those steps, unless a
+recompute enters it (then from that recompute's step). So while the producer of ``k``
+runs in ``g_t``, the device holds the pending bytes not off at ``tau_t`` less those
+recomputed in ``g_t`` (``R_t``, at most all of them, ``k`` included), plus ``k`` itself
+and the temporary inputs of its producer freed by then (re-made, or kept from an earlier
+re-make: each must be resident at that step), which no pending count includes; with the
+recompute switched on that must fit the budget. An input that cannot be re-made there (a
+persistent one, or a temporary without a recipe) holds op ``t``: it is not off at
+``tau_t``.
+
 Every valid plan gives values in {0, 1} to these switches (off, copy slots, recompute
 slots) meeting every row, so the least ``T`` the program admits is a bound; fractions of
 the ``off`` switches only lower it. HiGHS' proven bound after at most :data:`NODE_LIMIT`
 branch-and-bound nodes (or :data:`SECONDS`) is used, less :data:`TOLERANCE`.
 
-What it ignores (so it may be loose): fragmentation; the memory of a recompute's inputs
-and of chains while they run; copies a plan makes twice inside one gap (counted once);
-the order copies queue in on an engine.
+What it ignores (so it may be loose): fragmentation; the memory of a chain's deeper
+links while they run, and of a recompute's inputs that are pending but off; copies a
+plan makes twice inside one gap (counted once); the order copies queue in on an
+engine.
 """
 
 from __future__ import annotations
@@ -133,6 +145,10 @@ class _Slots:
         self.runs: dict[tuple[int, int], int] = {}         # (op, slot) -> column
         self.remade: dict[int, int] = {}                   # op -> column (a chain re-run)
         self.needed: dict[int, int] = {}                   # temporary -> column (re-made)
+        self.off_of: dict[tuple[int, int], int] = {}       # (buffer index, op) -> column
+        # slot -> (column, buffer index, its bytes, its producer's freed inputs' bytes),
+        # one per recompute that may run in that slot
+        self.recompute_bytes: dict[int, list[tuple[int, int, float, float]]] = {}
         self.index = {b.id: k for k, b in enumerate(trace.buffers)}
 
     # -- time -------------------------------------------------------------------------
@@ -166,9 +182,11 @@ class _Slots:
         if terms:
             self.p.row(terms, bound)
 
-    def off_column(self, op: int, size: float) -> int:
+    def off_column(self, op: int, size: float, k: int) -> int:
+        """Buffer ``k`` (``size`` bytes) off at ``tau_op``."""
         column = self.p.column(1.0, False)
         self.off[op].append((column, size))
+        self.off_of[k, op] = column
         return column
 
     def link(self, off: int, copies: dict, recomputes: dict, op: int, size: float,
@@ -234,12 +252,55 @@ class _Slots:
         if buffer.recompute is None:
             return {}
         out = {}
+        size = float(self.arrays.size[k])
         for t in range(first, due + 1):
             out[t] = column = self.p.column()
             self.p.row([(column, 1.0), (self.run(buffer.recompute.op, t), -1.0)], 0.0)
-            for x in self._freed_inputs(buffer, t):
+            freed = self._freed_inputs(buffer, t)
+            for x in freed:
                 self.p.row([(column, 1.0), (self.remake(x), -1.0)], 0.0)
+            inputs = sum(float(self.arrays.size[x]) for x in freed)
+            self.recompute_bytes.setdefault(t, []).append((column, k, size, inputs))
         return out
+
+    def held_inputs(self, k: int, t: int) -> list[int]:
+        """The inputs of ``k``'s producer that must hold op ``t`` when it runs in ``g_t``:
+        persistent ones, and temporaries pending at ``t`` without a recipe (a recompute
+        reads an input resident at its op, or re-made just before it, which only a
+        temporary with a recipe can be)."""
+        out = []
+        for x in set(self.trace.buffers[k].recompute.inputs):
+            j = self.index[x]
+            other = self.trace.buffers[j]
+            if j != k and (other.kind == PERSISTENT or (
+                    other.recompute is None and other.start <= t < other.end)):
+                out.append(j)
+        return out
+
+    def recompute_memory_rows(self) -> None:
+        """A recompute in ``g_t`` reads inputs that hold op ``t`` (:meth:`held_inputs`:
+        none of them off at ``tau_t``) and fits beside what is resident then (module
+        docstring, *A recompute's memory*): ``Y_t`` is at most the bytes off at
+        ``tau_t``, ``R_t`` at most those recomputed in ``g_t``, and ``pending_t - Y_t -
+        R_t + (size + freed inputs) * switch <= budget`` for each recompute that reads a
+        freed input."""
+        for t, recomputes in sorted(self.recompute_bytes.items()):
+            if t >= self.n:
+                continue
+            for column, k, _size, _inputs in recomputes:
+                for j in self.held_inputs(k, t):
+                    if (j, t) in self.off_of:  # not off where the recompute reads it
+                        self.p.row([(self.off_of[j, t], 1.0), (column, 1.0)], 1.0)
+            if not any(inputs > 0 for _c, _k, _s, inputs in recomputes):
+                continue
+            off = self.p.column(sum(s for _c, s in self.off[t]), False)
+            self.p.row([(off, 1.0)] + [(c, -s) for c, s in self.off[t]], 0.0)
+            remade = self.p.column(sum(s for _c, _k, s, _inputs in recomputes), False)
+            self.p.row([(remade, 1.0)] + [(c, -s) for c, _k, s, _inputs in recomputes], 0.0)
+            for column, _k, size, inputs in recomputes:
+                if inputs > 0:
+                    self.p.row([(off, -1.0), (remade, -1.0), (column, size + inputs)],
+                               -float(self.excess[t]))
 
     def compute_rows(self) -> None:
         by_slot: dict[int, list] = {}
@@ -276,7 +337,7 @@ class _Slots:
                 self.timed(column, a_out, p + 1, e, self.d2h)
             self.one_of(outs)
         for i in range(p + 1, u):
-            off = self.off_column(i, size)
+            off = self.off_column(i, size, k)
             self.link(off, copies, recomputes, i, size)
             if dirty:
                 self.saved_by(off, outs, i, tuple(recomputes.values()))
@@ -311,12 +372,12 @@ class _Slots:
                 self.timed(column, a_out, 0, e, self.d2h)
             self.one_of(head_out)
         for i in range(first):
-            off = self.off_column(i, size)
+            off = self.off_column(i, size, k)
             self.link(off, head_in, {}, i, size)
             if written:
                 self.saved_by(off, head_out, i, (began,))
         for i in range(last + 1, n):
-            off = self.off_column(i, size)
+            off = self.off_column(i, size, k)
             self.link(off, tail_in, {}, i, size, (began,))
             if last_write is not None:
                 self.saved_by(off, tail_out, i)
@@ -349,6 +410,7 @@ class _Slots:
                 return False
         for i in np.flatnonzero(self.excess > 0):
             self.p.row([(c, -s) for c, s in self.off[i]], -float(self.excess[i]))
+        self.recompute_memory_rows()
         self.compute_rows()
         self.engine_rows()
         return self.p.nonzeros() <= MAX_NONZEROS

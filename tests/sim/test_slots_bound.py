@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from cupool.check import validate_plan
-from cupool.core.vocabulary import PERSISTENT, Buffer
+from cupool.core.vocabulary import PERSISTENT, Buffer, Recompute
 from cupool.planning.budget import plan_with_budget
 from cupool.planning.shapes import near_budget_trace, recurrent_trace
 from cupool.sim import cost_model, overhead_lower_bound, simulate
@@ -70,3 +70,62 @@ def test_the_bound_is_the_same_every_time_and_absent_beyond_its_size():
                     Buffer(1, 100, 1, 2, (1,)))
     assert _slots_us(long, 150, link) is None
     assert _slots_us(trace, trace.lower_bound_bytes(), link) is None  # no excess
+
+
+def _recompute_or_swap_trace():
+    """op:   0   1   2   3   4   5        (10 us each)
+    X 0: [=======)                  40 B, uses 0, 1; recipe: op 0
+    K 1:     [===============)      100 B, uses 1, 4; recipe: op 1 from X
+    B 2:         [=======)          60 B, uses 2, 3
+    C 3:             [=======)      30 B, uses 3, 4
+
+    K must be off at ops 2 and 3. Recomputed before op 4 it needs X re-made beside it
+    and C: 170 bytes at that step; before op 3 the step holds B, C and K (190)."""
+    return trace_of([10.0] * 6,
+                    Buffer(0, 40, 0, 2, (0, 1), recompute=Recompute(0, ())),
+                    Buffer(1, 100, 1, 5, (1, 4), recompute=Recompute(1, (0,))),
+                    Buffer(2, 60, 2, 4, (2, 3)),
+                    Buffer(3, 30, 3, 5, (3, 4)))
+
+
+@pytest.mark.parametrize(("budget", "recomputed"), [(150, False), (170, True)])
+def test_a_recompute_holds_its_freed_inputs_beside_what_is_resident(budget, recomputed,
+                                                                    monkeypatch):
+    """At 170 bytes K's recompute (re-running op 0 for X, then op 1: 20 us) fits and the
+    bound is that plan's; at 150 it does not, so K is copied out and back (30 us of
+    latency each way, neither hidden): the bound rises from the recompute's 33% to the
+    swap's 100.3%, the on-demand plan's own overhead. Without the rows that hold a
+    recompute's inputs, the program would keep the recompute at 150 too."""
+    import cupool.sim.slots as slots
+
+    cost = cost_model(1.0, latency_us=30.0, pageable_latency_us=30.0)
+    trace = _recompute_or_swap_trace()
+    result = plan_with_budget(trace, budget, "auto", cost)
+    assert validate_plan(result.trace, result.plan).valid
+    simulated = simulate(result.trace, result.plan, cost)
+    assert any(type(a).__name__ == "RecomputeAction" for a in result.plan.actions) is recomputed
+    bound = overhead_lower_bound(result.trace, budget, cost)
+    assert bound.details["method"] == "slots"
+    assert bound.overhead <= simulated.overhead + 1e-9
+    assert bound.overhead == pytest.approx(simulated.overhead, abs=1e-3)  # tight here
+    monkeypatch.setattr(slots._Slots, "recompute_memory_rows", lambda self: None)
+    without = overhead_lower_bound(result.trace, budget, cost)
+    assert without.overhead == pytest.approx(1 / 3, abs=1e-3)
+
+
+def test_a_program_highs_calls_infeasible_without_presolve_is_solved_with_it():
+    """The slots program of near-budget-1 at its largest working set on Gen4 has the
+    waits of every valid plan among its solutions; HiGHS without presolve calls it
+    infeasible, so :func:`~cupool.sim.highs.milp_dual_bound` solves it again presolved:
+    a bound, under ``auto``'s plan."""
+    from cupool.planning.budget.working_sets import required_bytes
+
+    link = cost_model("gen4")
+    trace = near_budget_trace(1)
+    budget = int(required_bytes(trace).max())
+    result = plan_with_budget(trace, budget, "auto", link)
+    assert validate_plan(result.trace, result.plan).valid
+    simulated = simulate(result.trace, result.plan, link)
+    slots = _slots_us(result.trace, budget, link)
+    assert slots is not None
+    assert simulated.ideal_us * 1.5 < slots <= simulated.iteration_us
