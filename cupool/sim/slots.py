@@ -293,6 +293,8 @@ class _Slots:
                         self.p.row([(self.off_of[j, t], 1.0), (column, 1.0)], 1.0)
             if not any(inputs > 0 for _c, _k, _s, inputs in recomputes):
                 continue
+            # bounded by what they can add up to: left unbounded, HiGHS called programs
+            # infeasible that a valid plan meets
             off = self.p.column(sum(s for _c, s in self.off[t]), False)
             self.p.row([(off, 1.0)] + [(c, -s) for c, s in self.off[t]], 0.0)
             remade = self.p.column(sum(s for _c, _k, s, _inputs in recomputes), False)

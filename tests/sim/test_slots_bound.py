@@ -112,20 +112,3 @@ def test_a_recompute_holds_its_freed_inputs_beside_what_is_resident(budget, reco
     without = overhead_lower_bound(result.trace, budget, cost)
     assert without.overhead == pytest.approx(1 / 3, abs=1e-3)
 
-
-def test_a_program_highs_calls_infeasible_without_presolve_is_solved_with_it():
-    """The slots program of near-budget-1 at its largest working set on Gen4 has the
-    waits of every valid plan among its solutions; HiGHS without presolve calls it
-    infeasible, so :func:`~cupool.sim.highs.milp_dual_bound` solves it again presolved:
-    a bound, under ``auto``'s plan."""
-    from cupool.planning.budget.working_sets import required_bytes
-
-    link = cost_model("gen4")
-    trace = near_budget_trace(1)
-    budget = int(required_bytes(trace).max())
-    result = plan_with_budget(trace, budget, "auto", link)
-    assert validate_plan(result.trace, result.plan).valid
-    simulated = simulate(result.trace, result.plan, link)
-    slots = _slots_us(result.trace, budget, link)
-    assert slots is not None
-    assert simulated.ideal_us * 1.5 < slots <= simulated.iteration_us
