@@ -118,7 +118,7 @@ def overhead_lower_bound(trace: Trace, budget_bytes: int, cost: CostModel | None
                                           f"(budget {budget_bytes})", details)
     excess = pending - budget_bytes
     # a persistent buffer kept on the device across the boundary is resident at op 0
-    head_room = budget_bytes - sum(float(arrays.size[j]) for j in must[0]) if n else 0.0
+    head_room = budget_bytes - float(arrays.must_bytes[0]) if n else 0.0
     ops = [i for i in np.argsort(-excess, kind="stable") if excess[i] > 0]
     if max_ops is not None:
         ops = ops[:max_ops]
