@@ -67,9 +67,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--budget", help="capacity: bytes, 4GiB, or 70%% of the lower bound")
     p.add_argument("--time-limit", type=positive_seconds, help="seconds for search solvers")
     p.add_argument("--seed", type=non_negative_int, default=0)
-    p.add_argument("--workers", type=non_negative_int, default=1,
-                   help="processes the auto budget policy plans its members in (1: none; "
-                   "0: one per CPU on traces of 2000+ buffers; the plan is the same)")
+    p.add_argument("--workers", type=non_negative_int, default=0,
+                   help="processes the auto budget policy plans its members in (default "
+                   "0: one per CPU on traces of 2000+ buffers, else 1: this one only; "
+                   "the plan is the same)")
     p.add_argument("--out", help="write the plan: PLAN.json (plan format) or PLAN.csv")
     p.add_argument("--read-only-state", action="store_true",
                    help="the step never writes persistent buffers (inference): those "
@@ -92,9 +93,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the step never writes persistent buffers (inference): those "
                    "whose writes the trace does not say are read-only")
     s.add_argument("--seed", type=non_negative_int, default=0)
-    s.add_argument("--workers", type=non_negative_int, default=1,
-                   help="processes the auto budget policy plans its members in (1: none; "
-                   "0: one per CPU on traces of 2000+ buffers; the plan is the same)")
+    s.add_argument("--workers", type=non_negative_int, default=0,
+                   help="processes the auto budget policy plans its members in (default "
+                   "0: one per CPU on traces of 2000+ buffers, else 1: this one only; "
+                   "the plan is the same)")
     s.add_argument("--json", action="store_true")
 
     r = commands.add_parser("replay", help="run the swap runtime for a trace on a device and "

@@ -217,3 +217,81 @@ def test_member_raising_after_the_one_it_follows():
         next(outcomes)
     assert isinstance(raised.value.__cause__, WorkerTraceback)
     assert "raising" in str(raised.value.__cause__)
+
+
+def _on_demand_members(trace, budget_bytes, cost, params, cache):
+    """Four members planning on demand, for :func:`test_this_process_plans_beside_a_worker`."""
+    def on_demand(started):
+        return plan_with_budget(trace, budget_bytes, "on-demand", cost)
+
+    return [Member(name, on_demand) for name in "abcd"]
+
+
+def test_this_process_plans_beside_a_worker():
+    """With ``local``, the tasks are shared between this process and one spawned worker,
+    each taking the next task when free; the outcomes still come in member order, those
+    before ``start`` left out, and an error this process hits is raised at its member."""
+    import time as clock
+
+    from cupool.planning.budget.parallel import judge
+    from cupool.sim import cost_model
+
+    trace = lstm_trace(4, 1, seed=0)
+    cost = cost_model("gen5")
+    budget = trace.lower_bound_bytes()
+    inputs = PlanningInputs(trace, budget, cost, BudgetParams())
+    listed = _on_demand_members(trace, budget, cost, BudgetParams(), None)
+    here = []
+
+    def local(index):
+        here.append(index)
+        clock.sleep(0.2)  # the worker takes tasks meanwhile
+        member = listed[index]
+        return judge(trace, member.name, member.run(0.0), cost, {})
+
+    outcomes = list(plan_in_workers(_on_demand_members, inputs, list("abcd"), 2, None, 1,
+                                    local))
+    assert [outcome.name for outcome in outcomes] == ["b", "c", "d"]
+    assert all(outcome.feasible for outcome in outcomes)
+    assert here and set(here) < {1, 2, 3}  # some planned here, the others in the worker
+
+    def failing(index):
+        if index == 2:
+            raise ValueError("c cannot plan here")
+        return local(index)
+
+    outcomes = plan_in_workers(_on_demand_members, inputs, list("abcd"), 2, None, 0, failing)
+    assert [next(outcomes).name, next(outcomes).name] == ["a", "b"]
+    with pytest.raises(ValueError, match="c cannot plan here"):
+        next(outcomes)
+
+
+def test_members_ranked_first_are_planned_before_any_worker(monkeypatch):
+    """``auto``'s ranked members (:func:`~cupool.planning.budget.auto.members`) are planned
+    in the calling process; workers plan only the members after them, and only when the
+    search goes on past them."""
+    from cupool.planning.budget import auto
+    from cupool.planning.budget.recipes import with_recompute_recipes
+    from cupool.sim import cost_model
+
+    calls = []
+    real = auto.plan_in_workers
+
+    def spy(build, inputs, names, workers, follows, start, local):
+        calls.append((len(names), workers, start, local is not None))
+        return real(build, inputs, names, workers, follows, start, local)
+
+    monkeypatch.setattr(auto, "plan_in_workers", spy)
+    trace = lstm_trace(20, 2, seed=0)
+    fraction = 0.5
+    assert planned(trace, fraction, 2)["status"] == "feasible"
+    budget = int(trace.lower_bound_bytes() * fraction)
+    ranked = auto.members(with_recompute_recipes(trace), budget, cost_model("gen5"),
+                          BudgetParams(), None)
+    assert len(calls) == 1
+    total, workers, start, local = calls[0]
+    assert (workers, start, local) == (2, len(ranked), True) and total > start
+    calls.clear()
+    path = next(p for p in bundled_traces() if p.name.startswith("resnet50_infer_b8"))
+    assert planned(load_trace(path), 0.9, 2)["status"] == "feasible"  # ideal at once
+    assert calls == []

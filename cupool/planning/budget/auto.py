@@ -80,8 +80,10 @@ take off the device there (copies in landing on time, or, with covering late tri
 copies out landed) exceed the budget (:func:`~.engine.greedy.out_of_reach`; its reason in
 ``candidates`` says so). The
 members (all but the first-fit last resort) are planned, checked and simulated in
-``params.workers`` worker processes on a large trace (:mod:`.parallel`); their outcomes are
-combined in member order (:class:`Selection`), so the plan is the same for any count. Then
+``params.workers`` processes on a large trace (:mod:`.parallel`: the members of
+:func:`members` in the calling process first, the rest in it and the workers it spawns);
+their outcomes are combined in member order (:class:`Selection`), so the plan is the same
+for any count. Then
 it applies Capuchin's feedback to it (:mod:`.feedback`: late swap-ins triggered earlier,
 re-validated, kept only when faster), and finally improves it by the local search of
 :mod:`.multilevel` without its pageable level (``params.refine_evaluations`` simulations;
@@ -444,18 +446,27 @@ def _headed(trace, refined: Refined, cost) -> Refined:
 
 
 def member_outcomes(trace, budget_bytes, cost, params: BudgetParams, listed: list[Member],
-                    judged: dict) -> Iterator[MemberOutcome]:
-    """The outcomes of ``listed`` (:func:`batch`'s members), in rank order: planned in
-    :func:`~.parallel.worker_count` worker processes when that is over 1, else here one by
-    one (``judged``: :func:`~.parallel.judge`'s)."""
-    workers = worker_count(params, trace, len(listed))
+                    judged: dict, in_process: int = 0) -> Iterator[MemberOutcome]:
+    """The outcomes of ``listed`` (:func:`batch`'s members), in rank order (``judged``:
+    :func:`~.parallel.judge`'s): the first ``in_process`` planned here one by one, then the
+    rest by :func:`~.parallel.worker_count` processes when that is over 1 (this one and
+    workers it spawns), else here too. The members ``auto`` ranks first often reach the
+    ideal iteration, which ends the search, in less time than a worker takes to start."""
+
+    def here(index: int) -> MemberOutcome:
+        member = listed[index]
+        return judge(trace, member.name, member.run(time.perf_counter()), cost, judged)
+
+    for index in range(min(in_process, len(listed))):
+        yield here(index)
+    workers = worker_count(params, trace, len(listed) - in_process)
     if workers > 1:
         yield from plan_in_workers(batch, PlanningInputs(trace, budget_bytes, cost, params),
                                    [member.name for member in listed], workers,
-                                   [member.follows for member in listed])
+                                   [member.follows for member in listed], in_process, here)
         return
-    for member in listed:
-        yield judge(trace, member.name, member.run(time.perf_counter()), cost, judged)
+    for index in range(in_process, len(listed)):
+        yield here(index)
 
 
 def plan_auto(trace, budget_bytes, cost, params: BudgetParams, started: float) -> BudgetResult:
@@ -469,7 +480,7 @@ def plan_auto(trace, budget_bytes, cost, params: BudgetParams, started: float) -
     listed = [*ranked_members, *boundary_members(trace, budget_bytes, cost, params),
               *working_set_members(trace, budget_bytes, cost, params)]
     found = False
-    outcomes = member_outcomes(trace, budget_bytes, cost, params, listed, judged)
+    outcomes = member_outcomes(trace, budget_bytes, cost, params, listed, judged, ranked)
     for rank, outcome in enumerate(outcomes):
         selection.add(rank, outcome)
         if rank == ranked - 1:

@@ -12,7 +12,12 @@ do not depend on the number of workers. The greedy members a worker
 plans share that worker's :class:`~.engine.placement.OffsetCache` (an exact cache: a member
 planned in another worker solves its offsets again, which costs time only). A member that
 ``follows`` another (it continues from work that one leaves in its process) is planned
-right after it, in the same worker: the two are one task (:func:`member_tasks`).
+right after it, in the same process: the two are one task (:func:`member_tasks`).
+
+The parent plans too: the tasks are handed out in member order to whichever process is free
+first (:class:`TaskQueue`), the parent taking one whenever the next outcome it needs is not
+done yet, and a thread per worker keeping that worker busy. A worker is sent one task at a
+time, so none waits in a worker's queue while another process is idle.
 
 Workers are started with ``spawn``: ``fork`` is unsafe in a process that uses CUDA, and the
 planner runs inside such programs. An exception a member raises in a worker is raised again
@@ -27,13 +32,13 @@ import multiprocessing
 import os
 import pickle
 import tempfile
+import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, InvalidStateError, ProcessPoolExecutor
+from concurrent.futures import Future, InvalidStateError, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
-from functools import partial
 from typing import TYPE_CHECKING
 
 from cupool.check import validate_plan
@@ -236,14 +241,19 @@ def _settle(task: list[int], futures: Sequence[Future], done: Future) -> None:
             pass
 
 
-def outcomes_in_order(futures: Sequence[Future], names: Sequence[str]) -> Iterator[MemberOutcome]:
+def outcomes_in_order(futures: Sequence[Future], names: Sequence[str],
+                      meanwhile: Callable[[Future], None] | None = None,
+                      ) -> Iterator[MemberOutcome]:
     """The outcomes of ``futures`` (member ``names[i]``'s is ``futures[i]``), in member order,
-    each as soon as it and those before it are done. The first member in order that raised
-    raises its exception again; one whose worker died raises a :class:`SolverError` naming
-    it. Either way, and when the caller stops early (closes the generator), the futures not
-    yet started are cancelled."""
+    each as soon as it and those before it are done (``meanwhile(future)``, when given, is
+    called before waiting for each: work this process does until that one is done). The
+    first member in order that raised raises its exception again; one whose worker died
+    raises a :class:`SolverError` naming it. Either way, and when the caller stops early
+    (closes the generator), the futures not yet started are cancelled."""
     try:
         for name, future in zip(names, futures, strict=True):
+            if meanwhile is not None:
+                meanwhile(future)
             try:
                 yield future.result()
             except BrokenProcessPool as exc:
@@ -257,16 +267,85 @@ def outcomes_in_order(futures: Sequence[Future], names: Sequence[str]) -> Iterat
         raise
 
 
+class TaskQueue:
+    """The tasks (:func:`member_tasks`) not taken yet, handed out in member order to
+    whichever process is free first; once closed, none."""
+
+    def __init__(self, tasks: Sequence[list[int]]) -> None:
+        self._tasks = list(tasks)
+        self._next = 0
+        self._lock = threading.Lock()
+
+    def take(self) -> list[int] | None:
+        """The next task, or ``None``: none left, or the queue is closed."""
+        with self._lock:
+            if self._next >= len(self._tasks):
+                return None
+            self._next += 1
+            return self._tasks[self._next - 1]
+
+    def close(self) -> None:
+        """Hand out no more tasks."""
+        with self._lock:
+            self._next = len(self._tasks)
+
+
+def _feed(pool: ProcessPoolExecutor, queue: TaskQueue, futures: Sequence[Future]) -> None:
+    """Keep one worker process busy: each task taken from ``queue`` is planned there, and
+    its outcomes handed to its members' ``futures``, until none is left."""
+    while (task := queue.take()) is not None:
+        try:
+            done = pool.submit(_plan_task, task)
+        except Exception as exc:  # the pool takes no more work (a worker died): nor do they
+            done = Future()
+            done.set_exception(exc)
+        wait([done])
+        _settle(task, futures, done)
+
+
+def plan_here(task: list[int], futures: Sequence[Future],
+              local: Callable[[int], MemberOutcome]) -> None:
+    """The members of ``task`` planned in this process (``local(i)``: member ``i``'s
+    outcome), in turn, as :func:`_plan_task` plans them in a worker: once one raises, its
+    error is every later member's of the task too."""
+    for k, index in enumerate(task):
+        try:
+            outcome = local(index)
+        except Exception as exc:
+            for rest in task[k:]:
+                futures[rest].set_exception(exc)
+            return
+        futures[index].set_result(outcome)
+
+
 def plan_in_workers(build: Build, inputs: PlanningInputs, names: Sequence[str],
-                    workers: int,
-                    follows: Sequence[str | None] | None = None) -> Iterator[MemberOutcome]:
-    """The members ``build`` lists (named ``names``, in that order), each planned and judged
-    in one of ``workers`` spawned processes, those that follow another (``follows[i]``: the
-    name of the member member ``i`` follows, or ``None``) right after it in its process
-    (:func:`member_tasks`); their outcomes in member order (:func:`outcomes_in_order`:
-    closing this generator cancels the members not started and waits for those
-    running)."""
-    tasks = member_tasks([None] * len(names) if follows is None else follows, names)
+                    workers: int, follows: Sequence[str | None] | None = None,
+                    start: int = 0, local: Callable[[int], MemberOutcome] | None = None,
+                    ) -> Iterator[MemberOutcome]:
+    """The members ``build`` lists (named ``names``, in that order) from ``start`` on (those
+    before it are planned elsewhere), each planned and judged by one of ``workers``
+    processes: spawned ones, and this process too when ``local`` is given (``local(i)``:
+    member ``i``'s outcome, planned here; ``workers - 1`` are spawned then). Whichever
+    process is free first takes the next task in member order (:class:`TaskQueue`); a
+    member that follows another (``follows[i]``: the name of the member member ``i``
+    follows, or ``None``) is planned right after it in its process (:func:`member_tasks`;
+    one following a member before ``start`` starts its own task). Their outcomes come in
+    member order (:func:`outcomes_in_order`, this process planning tasks while the next
+    outcome is not done): closing this generator hands out no more tasks and waits for
+    those running."""
+    tasks = [[index for index in task if index >= start] for task in
+             member_tasks([None] * len(names) if follows is None else follows, names)]
+    queue = TaskQueue([task for task in tasks if task])
+    spawned = max(1, workers - 1 if local is not None else workers)
+    futures: list[Future] = [Future() for _ in names]
+
+    def meanwhile(future: Future) -> None:
+        while local is not None and not future.done():
+            task = queue.take()
+            if task is None:
+                return
+            plan_here(task, futures, local)
+
     context = multiprocessing.get_context("spawn")
     # the inputs go through a file: what a spawned process is started with is written to a
     # pipe it reads while starting, and a write larger than the pipe holds would wait
@@ -275,14 +354,16 @@ def plan_in_workers(build: Build, inputs: PlanningInputs, names: Sequence[str],
         inputs_path = os.path.join(folder, "inputs.pickle")
         with open(inputs_path, "wb") as file:
             pickle.dump((build, inputs), file, protocol=pickle.HIGHEST_PROTOCOL)
-        with ProcessPoolExecutor(max_workers=workers, mp_context=context,
+        with ProcessPoolExecutor(max_workers=spawned, mp_context=context,
                                  initializer=_start_worker, initargs=(inputs_path,)) as pool:
-            futures: list[Future] = [Future() for _ in names]
-            submitted = [pool.submit(_plan_task, task) for task in tasks]
-            for task, done in zip(tasks, submitted, strict=True):
-                done.add_done_callback(partial(_settle, task, futures))
+            feeders = [threading.Thread(target=_feed, args=(pool, queue, futures),
+                                        name=f"cupool-auto-feed-{k}", daemon=True)
+                       for k in range(spawned)]
+            for feeder in feeders:
+                feeder.start()
             try:
-                yield from outcomes_in_order(futures, names)
+                yield from outcomes_in_order(futures[start:], names[start:], meanwhile)
             finally:
-                for done in submitted:
-                    done.cancel()
+                queue.close()
+                for feeder in feeders:
+                    feeder.join()

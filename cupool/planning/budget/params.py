@@ -62,14 +62,18 @@ class BudgetParams:
       algorithm; the mutation rate grows linearly over the generations.
     small_fraction: ``segments-ga`` merges the smallest buffers into one static region
       whose peak is at most this fraction of the budget.
-    workers: processes ``auto`` plans its members in (:mod:`.parallel`); the plan is the
-      same for any count. 1 (the default): none, every member in the calling process; 0:
-      automatic, one per usable CPU (at most one per member) when the trace has at least
-      :data:`~.parallel.PARALLEL_MIN_BUFFERS` buffers, else 1; more: that many. Workers
-      pay on large traces with idle cores (each costs about a second to start and redoes
-      the placements the members would share in one process). They are started with
-      ``spawn`` (safe in a CUDA program): a script that plans at its top level needs the
-      ``if __name__ == "__main__":`` guard, as any script using ``multiprocessing`` does.
+    workers: processes ``auto`` plans its members in (:mod:`.parallel`): the calling
+      process and ``workers - 1`` it spawns; the plan is the same for any count. 1 (the
+      default): every member in the calling process; 0: automatic, one per usable CPU (at
+      most one per member) when the trace has at least
+      :data:`~.parallel.PARALLEL_MIN_BUFFERS` buffers, else 1; more: that many. The
+      members ranked first are planned in the calling process before any worker starts
+      (they often end the search at once); the rest, where the search goes on, go to
+      whichever process is free first. Workers pay on large traces with idle cores (each
+      costs about a second to start and redoes the placements the members would share in
+      one process). They are started with ``spawn`` (safe in a CUDA program): a script
+      that plans at its top level needs the ``if __name__ == "__main__":`` guard, as any
+      script using ``multiprocessing`` does.
     """
 
     seed: int = 0
