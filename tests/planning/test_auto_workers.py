@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import json
 from concurrent.futures import Future
-from concurrent.futures.process import BrokenProcessPool
 
 import pytest
 
@@ -19,6 +18,7 @@ from cupool.planning.budget.parallel import (
     PARALLEL_MIN_BUFFERS,
     PlanningInputs,
     Raised,
+    WorkerStopped,
     WorkerTraceback,
     _settle,
     member_tasks,
@@ -94,7 +94,7 @@ def _future(result=None, error: BaseException | None = None) -> Future:
 
 def test_dead_worker_names_its_member_and_cancels_the_rest():
     pending = Future()
-    futures = [_future("first"), _future(error=BrokenProcessPool("terminated abruptly")),
+    futures = [_future("first"), _future(error=WorkerStopped("terminated abruptly")),
                pending]
     with pytest.raises(SolverError, match=r"member 'second' stopped before it finished"):
         list(outcomes_in_order(futures, ["first", "second", "third"]))
@@ -180,8 +180,8 @@ def test_a_task_hands_each_member_its_own_outcome_or_error():
     assert "in the worker" in str(error.__cause__)
     assert futures[2].cancelled()
     dead = [Future(), Future()]
-    _settle([0, 1], dead, _future(error=BrokenProcessPool("terminated abruptly")))
-    assert all(isinstance(f.exception(), BrokenProcessPool) for f in dead)
+    _settle([0, 1], dead, _future(error=WorkerStopped("terminated abruptly")))
+    assert all(isinstance(f.exception(), WorkerStopped) for f in dead)
     cancelled = Future()
     cancelled.cancel()
     unstarted = [Future()]
@@ -266,10 +266,10 @@ def test_this_process_plans_beside_a_worker():
         next(outcomes)
 
 
-def test_members_ranked_first_are_planned_before_any_worker(monkeypatch):
+def test_members_ranked_first_are_planned_in_the_calling_process(monkeypatch):
     """``auto``'s ranked members (:func:`~cupool.planning.budget.auto.members`) are planned
-    in the calling process; workers plan only the members after them, and only when the
-    search goes on past them."""
+    in the calling process, one by one; workers plan only the members after them, starting
+    once they are planned, or at once where persistent state must leave the device."""
     from cupool.planning.budget import auto
     from cupool.planning.budget.recipes import with_recompute_recipes
     from cupool.sim import cost_model
@@ -277,21 +277,96 @@ def test_members_ranked_first_are_planned_before_any_worker(monkeypatch):
     calls = []
     real = auto.plan_in_workers
 
-    def spy(build, inputs, names, workers, follows, start, local):
-        calls.append((len(names), workers, start, local is not None))
-        return real(build, inputs, names, workers, follows, start, local)
+    def spy(build, inputs, names, workers, follows, start, local, first=None):
+        calls.append((len(names), workers, start, local is not None, first))
+        return real(build, inputs, names, workers, follows, start, local, first)
 
     monkeypatch.setattr(auto, "plan_in_workers", spy)
-    trace = lstm_trace(20, 2, seed=0)
-    fraction = 0.5
-    assert planned(trace, fraction, 2)["status"] == "feasible"
-    budget = int(trace.lower_bound_bytes() * fraction)
-    ranked = auto.members(with_recompute_recipes(trace), budget, cost_model("gen5"),
-                          BudgetParams(), None)
-    assert len(calls) == 1
-    total, workers, start, local = calls[0]
-    assert (workers, start, local) == (2, len(ranked), True) and total > start
+    cost = cost_model("gen5")
+    path = next(p for p in bundled_traces() if p.name.startswith("resnet50_train_b32_fp32"))
+    trace = load_trace(path)  # persistent state fits: no boundary variant
+    budget = int(trace.lower_bound_bytes() * 0.7)
+    assert not auto.boundary_members(trace, budget, cost, BudgetParams())
+    assert planned(trace, 0.7, 2)["status"] == "feasible"
+    ranked = auto.members(with_recompute_recipes(trace), budget, cost, BudgetParams(), None)
+    assert len(calls) == 1  # the workers start once the ranked members are planned
+    total, workers, start, local, first = calls[0]
+    assert (workers, start, local, first) == (2, len(ranked), True, None) and total > start
     calls.clear()
-    path = next(p for p in bundled_traces() if p.name.startswith("resnet50_infer_b8"))
-    assert planned(load_trace(path), 0.9, 2)["status"] == "feasible"  # ideal at once
-    assert calls == []
+    trace = lstm_trace(20, 2, seed=0)  # persistent state must leave: at once
+    budget = int(trace.lower_bound_bytes() * 0.5)
+    assert auto.boundary_members(trace, budget, cost, BudgetParams())
+    assert planned(trace, 0.5, 2)["status"] == "feasible"
+    ranked = auto.members(with_recompute_recipes(trace), budget, cost, BudgetParams(), None)
+    assert len(calls) == 1
+    total, workers, start, local, first = calls[0]
+    assert (workers, start, local, first) == (2, len(ranked), True, 0) and total > start
+
+
+def _sleeping_members(trace, budget_bytes, cost, params, cache):
+    """Members for :func:`test_stopping_early_kills_a_busy_worker`: ``b`` sleeps 6 s, then
+    writes the file ``CUPOOL_TEST_MARKER`` names."""
+    def on_demand(started):
+        return plan_with_budget(trace, budget_bytes, "on-demand", cost)
+
+    def sleeping(started):
+        import os
+        import time as clock
+
+        clock.sleep(6)
+        with open(os.environ["CUPOOL_TEST_MARKER"], "w") as marker:
+            marker.write("b finished")
+        return on_demand(started)
+
+    return [Member("a", on_demand), Member("b", sleeping), Member("c", on_demand)]
+
+
+def test_stopping_early_kills_a_busy_worker(tmp_path, monkeypatch):
+    """Closing the outcomes (``auto`` found a plan at the ideal iteration) does not wait for
+    a member a worker is still planning: the worker is killed, and the member never ends."""
+    import time as clock
+
+    marker = tmp_path / "b-finished"
+    monkeypatch.setenv("CUPOOL_TEST_MARKER", str(marker))
+
+    from cupool.planning.budget.parallel import judge
+    from cupool.sim import cost_model
+
+    trace = lstm_trace(4, 1, seed=0)
+    cost = cost_model("gen5")
+    inputs = PlanningInputs(trace, trace.lower_bound_bytes(), cost, BudgetParams())
+    listed = _sleeping_members(trace, trace.lower_bound_bytes(), cost, BudgetParams(), None)
+
+    def local(index):
+        clock.sleep(3.0)  # the worker starts "b" meanwhile
+        member = listed[index]
+        return judge(trace, member.name, member.run(0.0), cost, {})
+
+    outcomes = plan_in_workers(_sleeping_members, inputs, ["a", "b", "c"], 2, None, 1,
+                               local, 0)
+    assert next(outcomes).name == "a"  # planned here, "b" went to the worker
+    outcomes.close()
+    clock.sleep(8)  # "b" would have written its marker by now, had its worker lived
+    assert not marker.exists()
+
+
+def _dying_members(trace, budget_bytes, cost, params, cache):
+    """A member whose worker process ends while planning it."""
+    def dying(started):
+        import os
+
+        os._exit(3)
+
+    return [Member("a", dying), Member("b", dying)]
+
+
+def test_a_worker_that_dies_names_its_member():
+    from cupool.sim import cost_model
+
+    trace = lstm_trace(4, 1, seed=0)
+    inputs = PlanningInputs(trace, trace.lower_bound_bytes(), cost_model("gen5"),
+                            BudgetParams())
+    with pytest.raises(SolverError, match=r"member 'a' stopped before it finished \(the "
+                                          r"worker process stopped before it finished "
+                                          r"\(exit code 3\)\)"):
+        list(plan_in_workers(_dying_members, inputs, ["a", "b"], 1))

@@ -446,20 +446,27 @@ def _headed(trace, refined: Refined, cost) -> Refined:
 
 
 def member_outcomes(trace, budget_bytes, cost, params: BudgetParams, listed: list[Member],
-                    judged: dict, in_process: int = 0) -> Iterator[MemberOutcome]:
+                    judged: dict, in_process: int = 0,
+                    workers_at_once: bool = False) -> Iterator[MemberOutcome]:
     """The outcomes of ``listed`` (:func:`batch`'s members), in rank order (``judged``:
-    :func:`~.parallel.judge`'s): the first ``in_process`` planned here one by one, then the
-    rest by :func:`~.parallel.worker_count` processes when that is over 1 (this one and
-    workers it spawns), else here too. The members ``auto`` ranks first often reach the
-    ideal iteration, which ends the search, in less time than a worker takes to start."""
+    :func:`~.parallel.judge`'s): the first ``in_process`` planned here one by one, the rest
+    by :func:`~.parallel.worker_count` processes when that is over 1 (this one and workers
+    it spawns), else here too. The members ``auto`` ranks first often reach the ideal
+    iteration, which ends the search, in less time than a worker takes to start: the
+    workers start once they are planned, or ``workers_at_once``, while they are."""
 
     def here(index: int) -> MemberOutcome:
         member = listed[index]
         return judge(trace, member.name, member.run(time.perf_counter()), cost, judged)
 
+    workers = worker_count(params, trace, len(listed) - in_process)
+    if workers > 1 and workers_at_once:
+        yield from plan_in_workers(batch, PlanningInputs(trace, budget_bytes, cost, params),
+                                   [member.name for member in listed], workers,
+                                   [member.follows for member in listed], in_process, here, 0)
+        return
     for index in range(min(in_process, len(listed))):
         yield here(index)
-    workers = worker_count(params, trace, len(listed) - in_process)
     if workers > 1:
         yield from plan_in_workers(batch, PlanningInputs(trace, budget_bytes, cost, params),
                                    [member.name for member in listed], workers,
@@ -477,10 +484,13 @@ def plan_auto(trace, budget_bytes, cost, params: BudgetParams, started: float) -
     ranked = len(ranked_members)  # the boundary variants and the last resort follow
     # what the workers list (:func:`batch`), the members made once: listing them looks
     # for the trace's chain (:func:`~.chain.find_chain`), seconds on a 13k-buffer trace
-    listed = [*ranked_members, *boundary_members(trace, budget_bytes, cost, params),
-              *working_set_members(trace, budget_bytes, cost, params)]
+    boundary = boundary_members(trace, budget_bytes, cost, params)
+    listed = [*ranked_members, *boundary, *working_set_members(trace, budget_bytes, cost, params)]
     found = False
-    outcomes = member_outcomes(trace, budget_bytes, cost, params, listed, judged, ranked)
+    # where persistent state must leave the device (boundary variants), the members ranked
+    # first seldom reach the ideal iteration and the variants take longest
+    outcomes = member_outcomes(trace, budget_bytes, cost, params, listed, judged, ranked,
+                               bool(boundary))
     for rank, outcome in enumerate(outcomes):
         selection.add(rank, outcome)
         if rank == ranked - 1:

@@ -1,12 +1,12 @@
 """``auto``'s members in worker processes: the same plan, sooner on a large trace.
 
-Each worker gets the planning inputs once (:class:`PlanningInputs`, with the function that
-lists the members, pickled once to a temporary file that the pool's initializer reads); it
-lists the members itself (a member is a closure, which does not pickle) and plans and
-simulates the members it is sent, each named by its index in that list.
-What comes back is plain data (:class:`MemberOutcome`: the plan, why there is none and the
-simulation; not the trace, which the parent already holds), and the parent combines the
-outcomes in member order exactly as it combines those of members planned in its own
+Each worker (:class:`Worker`) gets the planning inputs once (:class:`PlanningInputs`, with
+the function that lists the members, pickled once to a temporary file it reads when it
+starts); it lists the members itself (a member is a closure, which does not pickle) and
+plans and simulates the members it is sent over its pipe, each named by its index in that
+list. What comes back is plain data (:class:`MemberOutcome`: the plan, why there is none
+and the simulation; not the trace, which the parent already holds), and the parent combines
+the outcomes in member order exactly as it combines those of members planned in its own
 process, validating the plans it relies on: the plan, ``candidates`` and the member chosen
 do not depend on the number of workers. The greedy members a worker
 plans share that worker's :class:`~.engine.placement.OffsetCache` (an exact cache: a member
@@ -23,11 +23,14 @@ Workers are started with ``spawn``: ``fork`` is unsafe in a process that uses CU
 planner runs inside such programs. An exception a member raises in a worker is raised again
 in the parent (same class and message; the first in member order, as in process); a worker
 that dies (killed, out of memory, a script without its ``__main__`` guard) raises a
-:class:`~cupool.errors.SolverError` naming the member. The pool is always shut down.
+:class:`~cupool.errors.SolverError` naming the member. The workers always end with the
+search: idle ones are told so, and when the search ends early (a plan at the ideal
+iteration, an error) those still planning are killed, not waited for.
 """
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import pickle
@@ -36,8 +39,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, InvalidStateError, ProcessPoolExecutor, wait
-from concurrent.futures.process import BrokenProcessPool
+from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -170,6 +172,59 @@ def _plan_member(index: int) -> MemberOutcome:
                      _worker["judged"])
 
 
+def _serve(connection, inputs_path: str) -> None:
+    """A worker process: plans each task it receives (:func:`_plan_task`) and sends back
+    its outcomes, until it receives ``None``."""
+    _start_worker(inputs_path)
+    while (task := connection.recv()) is not None:
+        out = _plan_task(task)
+        try:
+            connection.send(out)
+        except Exception as exc:  # an outcome or error that does not pickle
+            error = SolverError(f"auto: the outcome of members {task} could not be sent "
+                                f"back from their worker process ({exc})")
+            connection.send([Raised(error, traceback.format_exc())] * len(task))
+
+
+class WorkerStopped(Exception):
+    """A worker process ended (was killed, ran out of memory, could not start) before it
+    sent back the outcomes of the task it was planning."""
+
+
+class Worker:
+    """One spawned process planning the tasks it is sent, one at a time
+    (:func:`_serve`)."""
+
+    def __init__(self, context, inputs_path: str, name: str) -> None:
+        self._connection, child = context.Pipe()
+        self.process = context.Process(target=_serve, args=(child, inputs_path), name=name,
+                                       daemon=True)
+        self.process.start()
+        child.close()
+
+    def plan(self, task: list[int]) -> list[MemberOutcome | Raised]:
+        """The outcomes of ``task``'s members, planned in this worker (:func:`_plan_task`);
+        :class:`WorkerStopped` when the process ends first."""
+        try:
+            self._connection.send(task)
+            return self._connection.recv()
+        except (EOFError, OSError) as exc:
+            self.process.join(1.0)
+            raise WorkerStopped(f"the worker process stopped before it finished (exit "
+                                f"code {self.process.exitcode})") from exc
+
+    def stop(self, now: bool) -> None:
+        """End the process: ``now``, killed in what it plans; else once it has read that
+        there is no more work (it is idle)."""
+        if now:
+            self.process.terminate()
+        else:
+            with contextlib.suppress(OSError):  # else it has ended already
+                self._connection.send(None)
+        self.process.join()
+        self._connection.close()
+
+
 class WorkerTraceback(Exception):
     """The traceback, in the worker, of an exception a member raised there: the
     exception raised again in the parent has it as its cause."""
@@ -242,21 +297,21 @@ def _settle(task: list[int], futures: Sequence[Future], done: Future) -> None:
 
 
 def outcomes_in_order(futures: Sequence[Future], names: Sequence[str],
-                      meanwhile: Callable[[Future], None] | None = None,
+                      meanwhile: Callable[[int], None] | None = None,
                       ) -> Iterator[MemberOutcome]:
     """The outcomes of ``futures`` (member ``names[i]``'s is ``futures[i]``), in member order,
-    each as soon as it and those before it are done (``meanwhile(future)``, when given, is
-    called before waiting for each: work this process does until that one is done). The
+    each as soon as it and those before it are done (``meanwhile(i)``, when given, is
+    called before waiting for ``futures[i]``: work this process does until it is done). The
     first member in order that raised raises its exception again; one whose worker died
     raises a :class:`SolverError` naming it. Either way, and when the caller stops early
     (closes the generator), the futures not yet started are cancelled."""
     try:
-        for name, future in zip(names, futures, strict=True):
+        for position, (name, future) in enumerate(zip(names, futures, strict=True)):
             if meanwhile is not None:
-                meanwhile(future)
+                meanwhile(position)
             try:
                 yield future.result()
-            except BrokenProcessPool as exc:
+            except WorkerStopped as exc:
                 raise SolverError(f"auto: the worker process planning member {name!r} stopped "
                                   f"before it finished ({exc}); a script that plans at its "
                                   f"top level needs the if __name__ == '__main__': guard, "
@@ -290,17 +345,19 @@ class TaskQueue:
             self._next = len(self._tasks)
 
 
-def _feed(pool: ProcessPoolExecutor, queue: TaskQueue, futures: Sequence[Future]) -> None:
-    """Keep one worker process busy: each task taken from ``queue`` is planned there, and
-    its outcomes handed to its members' ``futures``, until none is left."""
+def _feed(worker: Worker, queue: TaskQueue, futures: Sequence[Future]) -> None:
+    """Keep ``worker`` busy: each task taken from ``queue`` is planned there, and its
+    outcomes handed to its members' ``futures``, until none is left or the worker stopped
+    (the members of the task it was planning then fail with :class:`WorkerStopped`)."""
     while (task := queue.take()) is not None:
+        done = Future()
         try:
-            done = pool.submit(_plan_task, task)
-        except Exception as exc:  # the pool takes no more work (a worker died): nor do they
-            done = Future()
+            done.set_result(worker.plan(task))
+        except WorkerStopped as exc:
             done.set_exception(exc)
-        wait([done])
         _settle(task, futures, done)
+        if done.exception() is not None:
+            return
 
 
 def plan_here(task: list[int], futures: Sequence[Future],
@@ -321,26 +378,35 @@ def plan_here(task: list[int], futures: Sequence[Future],
 def plan_in_workers(build: Build, inputs: PlanningInputs, names: Sequence[str],
                     workers: int, follows: Sequence[str | None] | None = None,
                     start: int = 0, local: Callable[[int], MemberOutcome] | None = None,
-                    ) -> Iterator[MemberOutcome]:
-    """The members ``build`` lists (named ``names``, in that order) from ``start`` on (those
-    before it are planned elsewhere), each planned and judged by one of ``workers``
-    processes: spawned ones, and this process too when ``local`` is given (``local(i)``:
-    member ``i``'s outcome, planned here; ``workers - 1`` are spawned then). Whichever
-    process is free first takes the next task in member order (:class:`TaskQueue`); a
-    member that follows another (``follows[i]``: the name of the member member ``i``
-    follows, or ``None``) is planned right after it in its process (:func:`member_tasks`;
-    one following a member before ``start`` starts its own task). Their outcomes come in
-    member order (:func:`outcomes_in_order`, this process planning tasks while the next
-    outcome is not done): closing this generator hands out no more tasks and waits for
-    those running."""
+                    first: int | None = None) -> Iterator[MemberOutcome]:
+    """The members ``build`` lists (named ``names``, in that order) from ``start`` on, each
+    planned and judged by one of ``workers`` processes: spawned ones, and this process too
+    when ``local`` is given (``local(i)``: member ``i``'s outcome, planned here;
+    ``workers - 1`` are spawned then). Whichever process is free first takes the next task
+    in member order (:class:`TaskQueue`); a member that follows another (``follows[i]``:
+    the name of the member member ``i`` follows, or ``None``) is planned right after it in
+    its process (:func:`member_tasks`; one following a member before ``start`` starts its
+    own task). With ``first`` (below ``start``; ``local`` then required), the members from
+    ``first`` to ``start`` are planned here first, one by one, while the workers start on
+    the others; those before ``first`` are planned elsewhere. The outcomes from ``first``
+    (else ``start``) on come in member order (:func:`outcomes_in_order`, this process
+    planning while the next outcome is not done): closing this generator hands out no more
+    tasks and waits for those running."""
+    first = start if first is None else first
+    if first < start and local is None:
+        raise ValueError(f"members {first} to {start} are to be planned here: local is needed")
     tasks = [[index for index in task if index >= start] for task in
              member_tasks([None] * len(names) if follows is None else follows, names)]
     queue = TaskQueue([task for task in tasks if task])
     spawned = max(1, workers - 1 if local is not None else workers)
     futures: list[Future] = [Future() for _ in names]
 
-    def meanwhile(future: Future) -> None:
-        while local is not None and not future.done():
+    def meanwhile(position: int) -> None:
+        index = first + position
+        if index < start:  # one of this process's own, in order
+            plan_here([index], futures, local)
+            return
+        while local is not None and not futures[index].done():
             task = queue.take()
             if task is None:
                 return
@@ -354,16 +420,21 @@ def plan_in_workers(build: Build, inputs: PlanningInputs, names: Sequence[str],
         inputs_path = os.path.join(folder, "inputs.pickle")
         with open(inputs_path, "wb") as file:
             pickle.dump((build, inputs), file, protocol=pickle.HIGHEST_PROTOCOL)
-        with ProcessPoolExecutor(max_workers=spawned, mp_context=context,
-                                 initializer=_start_worker, initargs=(inputs_path,)) as pool:
-            feeders = [threading.Thread(target=_feed, args=(pool, queue, futures),
-                                        name=f"cupool-auto-feed-{k}", daemon=True)
-                       for k in range(spawned)]
+        workers_started: list[Worker] = []
+        feeders: list[threading.Thread] = []
+        finished = False
+        try:
+            for k in range(spawned):
+                worker = Worker(context, inputs_path, f"cupool-auto-worker-{k}")
+                workers_started.append(worker)
+                feeders.append(threading.Thread(target=_feed, args=(worker, queue, futures),
+                                                name=f"cupool-auto-feed-{k}", daemon=True))
+                feeders[-1].start()
+            yield from outcomes_in_order(futures[first:], names[first:], meanwhile)
+            finished = True
+        finally:
+            queue.close()
+            for worker in workers_started:  # those still planning are not waited for
+                worker.stop(now=not finished)
             for feeder in feeders:
-                feeder.start()
-            try:
-                yield from outcomes_in_order(futures[start:], names[start:], meanwhile)
-            finally:
-                queue.close()
-                for feeder in feeders:
-                    feeder.join()
+                feeder.join()
