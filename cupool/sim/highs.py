@@ -51,7 +51,10 @@ def milp_dual_bound(objective, matrix, rhs, lower, upper, integral,
     coefficient it called 19,872 us optimal where a solution of 13,529 us meets every row
     exactly (solved as stated, HiGHS answers 13,529 us, with that solution). So programs
     are solved as stated, without presolve or scaling, and an infeasible answer gives no
-    bound (the safe reading)."""
+    bound (the safe reading). The slots program (:mod:`cupool.sim.slots`) states its rows
+    of bytes in MiB, which changes no number's value (a power of two) but keeps HiGHS'
+    absolute tolerances meaningful: stated in bytes, its optimum on two near-budget
+    programs was above the waits of a solution meeting every row as stated in bytes."""
     from scipy.optimize import Bounds, LinearConstraint, milp
 
     with _stdout_muted():
