@@ -453,7 +453,7 @@ def member_outcomes(trace, budget_bytes, cost, params: BudgetParams, listed: lis
     by :func:`~.parallel.worker_count` processes when that is over 1 (this one and workers
     it spawns), else here too. The members ``auto`` ranks first often reach the ideal
     iteration, which ends the search, in less time than a worker takes to start: the
-    workers start once they are planned, or ``workers_at_once``, while they are."""
+    workers start once those are planned, or with ``workers_at_once`` while they are."""
 
     def here(index: int) -> MemberOutcome:
         member = listed[index]

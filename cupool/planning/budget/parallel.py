@@ -24,13 +24,12 @@ planner runs inside such programs. An exception a member raises in a worker is r
 in the parent (same class and message; the first in member order, as in process); a worker
 that dies (killed, out of memory, a script without its ``__main__`` guard) raises a
 :class:`~cupool.errors.SolverError` naming the member. The workers always end with the
-search: idle ones are told so, and when the search ends early (a plan at the ideal
-iteration, an error) those still planning are killed, not waited for.
+search, killed: when it ends early (a plan at the ideal iteration, an error), a member a
+worker still plans is not waited for.
 """
 
 from __future__ import annotations
 
-import contextlib
 import multiprocessing
 import os
 import pickle
@@ -174,9 +173,13 @@ def _plan_member(index: int) -> MemberOutcome:
 
 def _serve(connection, inputs_path: str) -> None:
     """A worker process: plans each task it receives (:func:`_plan_task`) and sends back
-    its outcomes, until it receives ``None``."""
+    its outcomes, until it is killed or the parent's end of the pipe closes."""
     _start_worker(inputs_path)
-    while (task := connection.recv()) is not None:
+    while True:
+        try:
+            task = connection.recv()
+        except EOFError:  # the parent has gone
+            return
         out = _plan_task(task)
         try:
             connection.send(out)
@@ -213,14 +216,10 @@ class Worker:
             raise WorkerStopped(f"the worker process stopped before it finished (exit "
                                 f"code {self.process.exitcode})") from exc
 
-    def stop(self, now: bool) -> None:
-        """End the process: ``now``, killed in what it plans; else once it has read that
-        there is no more work (it is idle)."""
-        if now:
-            self.process.terminate()
-        else:
-            with contextlib.suppress(OSError):  # else it has ended already
-                self._connection.send(None)
+    def stop(self) -> None:
+        """End the process, killed whatever it does (planning a member the search no
+        longer needs, waiting for a task, or still starting)."""
+        self.process.terminate()
         self.process.join()
         self._connection.close()
 
@@ -390,8 +389,9 @@ def plan_in_workers(build: Build, inputs: PlanningInputs, names: Sequence[str],
     ``first`` to ``start`` are planned here first, one by one, while the workers start on
     the others; those before ``first`` are planned elsewhere. The outcomes from ``first``
     (else ``start``) on come in member order (:func:`outcomes_in_order`, this process
-    planning while the next outcome is not done): closing this generator hands out no more
-    tasks and waits for those running."""
+    planning while the next outcome is not done). Once they have all come, or this
+    generator is closed, no more tasks are handed out and the workers are killed: a member
+    still planning is not waited for."""
     first = start if first is None else first
     if first < start and local is None:
         raise ValueError(f"members {first} to {start} are to be planned here: local is needed")
@@ -422,7 +422,6 @@ def plan_in_workers(build: Build, inputs: PlanningInputs, names: Sequence[str],
             pickle.dump((build, inputs), file, protocol=pickle.HIGHEST_PROTOCOL)
         workers_started: list[Worker] = []
         feeders: list[threading.Thread] = []
-        finished = False
         try:
             for k in range(spawned):
                 worker = Worker(context, inputs_path, f"cupool-auto-worker-{k}")
@@ -431,10 +430,9 @@ def plan_in_workers(build: Build, inputs: PlanningInputs, names: Sequence[str],
                                                 name=f"cupool-auto-feed-{k}", daemon=True))
                 feeders[-1].start()
             yield from outcomes_in_order(futures[first:], names[first:], meanwhile)
-            finished = True
         finally:
             queue.close()
-            for worker in workers_started:  # those still planning are not waited for
-                worker.stop(now=not finished)
+            for worker in workers_started:  # none is waited for
+                worker.stop()
             for feeder in feeders:
                 feeder.join()
