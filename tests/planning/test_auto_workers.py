@@ -71,7 +71,9 @@ def test_worker_count():
     assert worker_count(BudgetParams(workers=8), small, 3) == 3  # at most one per member
 
 
-def test_member_raising_in_a_worker_raises_the_same_error():
+def test_member_raising_with_two_processes_raises_the_same_error():
+    """The first member raises (it runs in the calling process with two as with one);
+    a member raising in a worker: :func:`test_member_raising_after_the_one_it_follows`."""
     trace = lstm_trace(20, 2, seed=0)
     budget = int(trace.lower_bound_bytes() * 0.7)
     messages = []
