@@ -372,3 +372,53 @@ def test_a_worker_that_dies_names_its_member():
                                           r"worker process stopped before it finished "
                                           r"\(exit code 3\)\)"):
         list(plan_in_workers(_dying_members, inputs, ["a", "b"], 1))
+
+
+def test_no_worker_to_be_had_plans_here(monkeypatch):
+    """Where the system refuses a process, the calling process plans every member."""
+    from cupool.planning.budget import parallel
+    from cupool.planning.budget.parallel import judge
+    from cupool.sim import cost_model
+
+    def refused(self, inputs_path):
+        raise OSError(11, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(parallel.Worker, "__init__", refused)
+    trace = lstm_trace(4, 1, seed=0)
+    cost = cost_model("gen5")
+    inputs = PlanningInputs(trace, trace.lower_bound_bytes(), cost, BudgetParams())
+    listed = _on_demand_members(trace, trace.lower_bound_bytes(), cost, BudgetParams(), None)
+    here = []
+
+    def local(index):
+        here.append(index)
+        return judge(trace, listed[index].name, listed[index].run(0.0), cost, {})
+
+    outcomes = list(plan_in_workers(_on_demand_members, inputs, list("abcd"), 2, None, 0,
+                                    local))
+    assert [o.name for o in outcomes] == list("abcd") and here == [0, 1, 2, 3]
+    with pytest.raises(OSError, match="temporarily unavailable"):  # none may plan here
+        list(plan_in_workers(_on_demand_members, inputs, list("abcd"), 2))
+
+
+def test_a_worker_does_not_run_the_calling_script(tmp_path):
+    """A script without the ``__main__`` guard that plans with two processes runs once:
+    the workers import cupool, not the script."""
+    import subprocess
+    import sys
+
+    marker = tmp_path / "runs.txt"
+    script = tmp_path / "unguarded.py"
+    script.write_text(
+        "from cupool.planning.budget import BudgetParams, plan_with_budget\n"
+        "from cupool.planning.synthetic import lstm_trace\n"
+        f"open({str(marker)!r}, 'a').write('run\\n')\n"
+        "trace = lstm_trace(20, 2, seed=0)\n"
+        "result = plan_with_budget(trace, int(trace.lower_bound_bytes() * 0.5), 'auto', "
+        "None, BudgetParams(workers=2))\n"
+        "print(result.plan.status.value)\n")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "feasible"
+    assert marker.read_text() == "run\n"

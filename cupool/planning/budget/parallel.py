@@ -19,13 +19,16 @@ first (:class:`TaskQueue`), the parent taking one whenever the next outcome it n
 done yet, and a thread per worker keeping that worker busy. A worker is sent one task at a
 time, so none waits in a worker's queue while another process is idle.
 
-Workers are started with ``spawn``: ``fork`` is unsafe in a process that uses CUDA, and the
-planner runs inside such programs. An exception a member raises in a worker is raised again
-in the parent (same class and message; the first in member order, as in process); a worker
-that dies (killed, out of memory, a script without its ``__main__`` guard) raises a
-:class:`~cupool.errors.SolverError` naming the member. The workers always end with the
-search, killed: when it ends early (a plan at the ideal iteration, an error), a member a
-worker still plans is not waited for.
+Workers are fresh interpreters (:class:`Worker`), never forks (``fork`` is unsafe in a
+process that uses CUDA, and the planner runs inside such programs), and they import cupool,
+not the program that plans: a script without the ``if __name__ == "__main__":`` guard is
+not run again in them, as it would be by ``multiprocessing``'s ``spawn``. Where no worker
+can be started (the system refuses a process), the calling process plans every member. An
+exception a member raises in a worker is raised again in the parent (same class and
+message; the first in member order, as in process); a worker that dies (killed, out of
+memory) raises a :class:`~cupool.errors.SolverError` naming the member. The workers
+always end with the search, killed: when it ends early (a plan at the ideal iteration, an
+error), a member a worker still plans is not waited for.
 """
 
 from __future__ import annotations
@@ -33,6 +36,9 @@ from __future__ import annotations
 import multiprocessing
 import os
 import pickle
+import socket
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -40,6 +46,7 @@ import traceback
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass
+from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING
 
 from cupool.check import validate_plan
@@ -171,9 +178,10 @@ def _plan_member(index: int) -> MemberOutcome:
                      _worker["judged"])
 
 
-def _serve(connection, inputs_path: str) -> None:
-    """A worker process: plans each task it receives (:func:`_plan_task`) and sends back
-    its outcomes, until it is killed or the parent's end of the pipe closes."""
+def serve(connection, inputs_path: str) -> None:
+    """A worker process (:mod:`.worker_process`): plans each task it receives
+    (:func:`_plan_task`) and sends back its outcomes, until it is killed or the parent's
+    end of the connection closes."""
     _start_worker(inputs_path)
     while True:
         try:
@@ -195,15 +203,25 @@ class WorkerStopped(Exception):
 
 
 class Worker:
-    """One spawned process planning the tasks it is sent, one at a time
-    (:func:`_serve`)."""
+    """One worker process planning the tasks it is sent, one at a time: a fresh interpreter
+    running :mod:`.worker_process` (:func:`serve`) over a socket, with this process's
+    ``sys.path``. It imports cupool, never the program that started it, so a script
+    without the ``if __name__ == "__main__":`` guard is not run again."""
 
-    def __init__(self, context, inputs_path: str, name: str) -> None:
-        self._connection, child = context.Pipe()
-        self.process = context.Process(target=_serve, args=(child, inputs_path), name=name,
-                                       daemon=True)
-        self.process.start()
-        child.close()
+    def __init__(self, inputs_path: str) -> None:
+        ours, theirs = socket.socketpair()
+        path = os.pathsep.join(entry for entry in sys.path if entry)
+        try:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "cupool.planning.budget.worker_process",
+                 str(theirs.fileno()), inputs_path], pass_fds=(theirs.fileno(),),
+                stdin=subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": path})
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        self._connection = Connection(ours.detach())
 
     def plan(self, task: list[int]) -> list[MemberOutcome | Raised]:
         """The outcomes of ``task``'s members, planned in this worker (:func:`_plan_task`);
@@ -212,15 +230,18 @@ class Worker:
             self._connection.send(task)
             return self._connection.recv()
         except (EOFError, OSError) as exc:
-            self.process.join(1.0)
+            try:
+                code = self.process.wait(1.0)
+            except subprocess.TimeoutExpired:
+                code = None
             raise WorkerStopped(f"the worker process stopped before it finished (exit "
-                                f"code {self.process.exitcode})") from exc
+                                f"code {code})") from exc
 
     def stop(self) -> None:
         """End the process, killed whatever it does (planning a member the search no
         longer needs, waiting for a task, or still starting)."""
         self.process.terminate()
-        self.process.join()
+        self.process.wait()
         self._connection.close()
 
 
@@ -312,9 +333,8 @@ def outcomes_in_order(futures: Sequence[Future], names: Sequence[str],
                 yield future.result()
             except WorkerStopped as exc:
                 raise SolverError(f"auto: the worker process planning member {name!r} stopped "
-                                  f"before it finished ({exc}); a script that plans at its "
-                                  f"top level needs the if __name__ == '__main__': guard, "
-                                  f"or plan with workers=1") from exc
+                                  f"before it finished ({exc}); workers=1 plans every "
+                                  f"member in the calling process") from exc
     except BaseException:
         for future in futures:
             future.cancel()
@@ -412,10 +432,8 @@ def plan_in_workers(build: Build, inputs: PlanningInputs, names: Sequence[str],
                 return
             plan_here(task, futures, local)
 
-    context = multiprocessing.get_context("spawn")
-    # the inputs go through a file: what a spawned process is started with is written to a
-    # pipe it reads while starting, and a write larger than the pipe holds would wait
-    # forever on a process that died before reading it
+    # the inputs go through a file that each worker reads when it starts: nothing it
+    # needs waits in a pipe that a worker dying while starting would never read
     with tempfile.TemporaryDirectory(prefix="cupool-auto-") as folder:
         inputs_path = os.path.join(folder, "inputs.pickle")
         with open(inputs_path, "wb") as file:
@@ -424,7 +442,12 @@ def plan_in_workers(build: Build, inputs: PlanningInputs, names: Sequence[str],
         feeders: list[threading.Thread] = []
         try:
             for k in range(spawned):
-                worker = Worker(context, inputs_path, f"cupool-auto-worker-{k}")
+                try:
+                    worker = Worker(inputs_path)
+                except OSError:  # no process to be had: this one plans what is left
+                    if local is None and not workers_started:
+                        raise
+                    break
                 workers_started.append(worker)
                 feeders.append(threading.Thread(target=_feed, args=(worker, queue, futures),
                                                 name=f"cupool-auto-feed-{k}", daemon=True))

@@ -71,9 +71,9 @@ class BudgetParams:
       (they often end the search at once); the rest, where the search goes on, go to
       whichever process is free first. Workers pay on large traces with idle cores (each
       costs about a second to start and redoes the placements the members would share in
-      one process). They are started with ``spawn`` (safe in a CUDA program): a script
-      that plans at its top level needs the ``if __name__ == "__main__":`` guard, as any
-      script using ``multiprocessing`` does.
+      one process). Each is a fresh interpreter that imports cupool, not the calling
+      program (safe in a CUDA program, and a script without the ``__main__`` guard is not
+      run again); the default stays 1, as a library should not start processes unasked.
     """
 
     seed: int = 0
