@@ -209,6 +209,9 @@ class Worker:
     without the ``if __name__ == "__main__":`` guard is not run again."""
 
     def __init__(self, inputs_path: str) -> None:
+        if not sys.executable:  # an embedded interpreter may not know its own
+            raise OSError("no Python executable to start a worker process with "
+                          "(sys.executable is empty)")
         ours, theirs = socket.socketpair()
         path = os.pathsep.join(entry for entry in sys.path if entry)
         try:
