@@ -3,7 +3,7 @@
 Each worker (:class:`Worker`) gets the planning inputs once (:class:`PlanningInputs`, with
 the function that lists the members, pickled once to a temporary file it reads when it
 starts); it lists the members itself (a member is a closure, which does not pickle) and
-plans and simulates the members it is sent over its pipe, each named by its index in that
+plans and simulates the members it is sent over its socket, each named by its index in that
 list. What comes back is plain data (:class:`MemberOutcome`: the plan, why there is none
 and the simulation; not the trace, which the parent already holds), and the parent combines
 the outcomes in member order exactly as it combines those of members planned in its own
@@ -191,6 +191,8 @@ def serve(connection, inputs_path: str) -> None:
         out = _plan_task(task)
         try:
             connection.send(out)
+        except (BrokenPipeError, ConnectionResetError):  # the parent has gone
+            return
         except Exception as exc:  # an outcome or error that does not pickle
             error = SolverError(f"auto: the outcome of members {task} could not be sent "
                                 f"back from their worker process ({exc})")
