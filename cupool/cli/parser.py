@@ -56,6 +56,11 @@ def policy_names() -> tuple[str, ...]:
     return POLICY_NAMES
 
 
+WORKERS_HELP = ("processes the auto budget policy plans its members in (default 0: one per "
+                "CPU on traces of 2000+ buffers, else 1: this one only; the plan is the same)")
+"""``--workers`` of ``plan`` and ``simulate``."""
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="cupool", description="Planned GPU memory for repeating workloads.")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
@@ -68,9 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--time-limit", type=positive_seconds, help="seconds for search solvers")
     p.add_argument("--seed", type=non_negative_int, default=0)
     p.add_argument("--workers", type=non_negative_int, default=0,
-                   help="processes the auto budget policy plans its members in (default "
-                   "0: one per CPU on traces of 2000+ buffers, else 1: this one only; "
-                   "the plan is the same)")
+                   help=WORKERS_HELP)
     p.add_argument("--out", help="write the plan: PLAN.json (plan format) or PLAN.csv")
     p.add_argument("--read-only-state", action="store_true",
                    help="the step never writes persistent buffers (inference): those "
@@ -94,9 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "whose writes the trace does not say are read-only")
     s.add_argument("--seed", type=non_negative_int, default=0)
     s.add_argument("--workers", type=non_negative_int, default=0,
-                   help="processes the auto budget policy plans its members in (default "
-                   "0: one per CPU on traces of 2000+ buffers, else 1: this one only; "
-                   "the plan is the same)")
+                   help=WORKERS_HELP)
     s.add_argument("--json", action="store_true")
 
     r = commands.add_parser("replay", help="run the swap runtime for a trace on a device and "

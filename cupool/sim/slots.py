@@ -190,10 +190,10 @@ class _Slots:
         if terms:
             self.p.row(terms, bound)
 
-    def off_column(self, op: int, size: float, k: int) -> int:
-        """Buffer ``k`` (``size`` bytes) off at ``tau_op``."""
+    def off_column(self, op: int, k: int) -> int:
+        """Buffer ``k`` off at ``tau_op``."""
         column = self.p.column(1.0, False)
-        self.off[op].append((column, size))
+        self.off[op].append((column, float(self.arrays.size[k])))
         self.off_of[k, op] = column
         return column
 
@@ -351,7 +351,7 @@ class _Slots:
                 self.timed(column, a_out, p + 1, e, self.d2h)
             self.one_of(outs)
         for i in range(p + 1, u):
-            off = self.off_column(i, size, k)
+            off = self.off_column(i, k)
             self.link(off, copies, recomputes, i, size)
             if dirty:
                 self.saved_by(off, outs, i, tuple(recomputes.values()))
@@ -386,12 +386,12 @@ class _Slots:
                 self.timed(column, a_out, 0, e, self.d2h)
             self.one_of(head_out)
         for i in range(first):
-            off = self.off_column(i, size, k)
+            off = self.off_column(i, k)
             self.link(off, head_in, {}, i, size)
             if written:
                 self.saved_by(off, head_out, i, (began,))
         for i in range(last + 1, n):
-            off = self.off_column(i, size, k)
+            off = self.off_column(i, k)
             self.link(off, tail_in, {}, i, size, (began,))
             if last_write is not None:
                 self.saved_by(off, tail_out, i)

@@ -460,20 +460,16 @@ def member_outcomes(trace, budget_bytes, cost, params: BudgetParams, listed: lis
         return judge(trace, member.name, member.run(time.perf_counter()), cost, judged)
 
     workers = worker_count(params, trace, len(listed) - in_process)
-    if workers > 1 and workers_at_once:
-        yield from plan_in_workers(batch, PlanningInputs(trace, budget_bytes, cost, params),
-                                   [member.name for member in listed], workers,
-                                   [member.follows for member in listed], in_process, here, 0)
+    if workers <= 1:
+        for index in range(len(listed)):
+            yield here(index)
         return
-    for index in range(min(in_process, len(listed))):
+    first = 0 if workers_at_once else in_process  # planned here by plan_in_workers from it
+    for index in range(first):
         yield here(index)
-    if workers > 1:
-        yield from plan_in_workers(batch, PlanningInputs(trace, budget_bytes, cost, params),
-                                   [member.name for member in listed], workers,
-                                   [member.follows for member in listed], in_process, here)
-        return
-    for index in range(in_process, len(listed)):
-        yield here(index)
+    yield from plan_in_workers(batch, PlanningInputs(trace, budget_bytes, cost, params),
+                               [member.name for member in listed], workers,
+                               [member.follows for member in listed], in_process, here, first)
 
 
 def plan_auto(trace, budget_bytes, cost, params: BudgetParams, started: float) -> BudgetResult:

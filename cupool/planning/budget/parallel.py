@@ -298,19 +298,17 @@ def member_tasks(follows: Sequence[str | None], names: Sequence[str]) -> list[li
     return tasks
 
 
-def _settle(task: list[int], futures: Sequence[Future], done: Future) -> None:
-    """Hand the outcomes of ``task`` (its future ``done``) to its members' ``futures``,
-    those not cancelled meanwhile (the caller stopped early)."""
-    if done.cancelled():
-        for index in task:
-            futures[index].cancel()
-        return
-    error = done.exception()
-    outcomes = [error] * len(task) if error is not None else done.result()
+def _settle(task: list[int], futures: Sequence[Future],
+            outcomes: list[MemberOutcome | Raised] | WorkerStopped) -> None:
+    """Hand the ``outcomes`` of ``task`` (a worker's, or the :class:`WorkerStopped` of one
+    that died planning it) to its members' ``futures``, those not cancelled meanwhile (the
+    caller stopped early)."""
+    if isinstance(outcomes, WorkerStopped):  # the worker died: the task's fate
+        outcomes = [outcomes] * len(task)
     for index, outcome in zip(task, outcomes, strict=True):
         member = futures[index]
         try:
-            if isinstance(outcome, BaseException):  # the worker died: the task's fate
+            if isinstance(outcome, BaseException):
                 member.set_exception(outcome)
             elif isinstance(outcome, Raised):
                 outcome.error.__cause__ = WorkerTraceback(outcome.traceback)
@@ -374,14 +372,12 @@ def _feed(worker: Worker, queue: TaskQueue, futures: Sequence[Future]) -> None:
     outcomes handed to its members' ``futures``, until none is left or the worker stopped
     (the members of the task it was planning then fail with :class:`WorkerStopped`)."""
     while (task := queue.take()) is not None:
-        done = Future()
         try:
-            done.set_result(worker.plan(task))
+            outcomes = worker.plan(task)
         except WorkerStopped as exc:
-            done.set_exception(exc)
-        _settle(task, futures, done)
-        if done.exception() is not None:
+            _settle(task, futures, exc)
             return
+        _settle(task, futures, outcomes)
 
 
 def plan_here(task: list[int], futures: Sequence[Future],
