@@ -303,7 +303,7 @@ def test_members_ranked_first_are_planned_in_the_calling_process(monkeypatch):
 
 
 def _sleeping_members(trace, budget_bytes, cost, params, cache):
-    """Members for :func:`test_stopping_early_kills_a_busy_worker`: ``b`` sleeps 6 s, then
+    """Members for :func:`test_stopping_early_kills_a_busy_worker`: ``b`` sleeps 60 s, then
     writes the file ``CUPOOL_TEST_MARKER`` names."""
     def on_demand(started):
         return plan_with_budget(trace, budget_bytes, "on-demand", cost)
@@ -312,7 +312,7 @@ def _sleeping_members(trace, budget_bytes, cost, params, cache):
         import os
         import time as clock
 
-        clock.sleep(6)
+        clock.sleep(60)
         with open(os.environ["CUPOOL_TEST_MARKER"], "w") as marker:
             marker.write("b finished")
         return on_demand(started)
@@ -324,6 +324,8 @@ def test_stopping_early_kills_a_busy_worker(tmp_path, monkeypatch):
     """Closing the outcomes (``auto`` found a plan at the ideal iteration) does not wait for
     a member a worker is still planning: the worker is killed, and the member never ends."""
     import time as clock
+
+    import psutil
 
     marker = tmp_path / "b-finished"
     monkeypatch.setenv("CUPOOL_TEST_MARKER", str(marker))
@@ -344,9 +346,10 @@ def test_stopping_early_kills_a_busy_worker(tmp_path, monkeypatch):
     outcomes = plan_in_workers(_sleeping_members, inputs, ["a", "b", "c"], 2, None, 1,
                                local, 0)
     assert next(outcomes).name == "a"  # planned here, "b" went to the worker
-    outcomes.close()
-    clock.sleep(8)  # "b" would have written its marker by now, had its worker lived
+    outcomes.close()  # had it waited for "b", "b" would have written its marker by now
     assert not marker.exists()
+    assert not any("worker_process" in " ".join(child.cmdline())
+                   for child in psutil.Process().children(recursive=True))
 
 
 def _dying_members(trace, budget_bytes, cost, params, cache):
