@@ -33,6 +33,9 @@ highest is taken (``details["method"]`` names it) and the overhead bound is
   ``k`` and used again by op ``m`` cross the link between the two ops (those written after
   ``k`` and off the device at ``m`` likewise), what the ops between cannot hide of it is
   stalled, and the stalls of disjoint windows add up;
+- refilling a peak (:mod:`cupool.sim.refill`, ``"refill"``): the buffers off the device at
+  one op come back whole over one link after it, the first only once room frees for it
+  (a copy out, a death, a clean buffer leaving, or more bytes off the device);
 - on short steps, the whole iteration at once (:mod:`cupool.sim.slots`, ``"slots"``, with
   SciPy): the slot between two ops each copy and recompute starts in, whole, the copies
   sharing the engines and the waits between ops.
@@ -70,6 +73,7 @@ from cupool.sim.op_alone_lp import (
     lp_value,
 )
 from cupool.sim.peaks import Peak, choose_peaks, several_peaks_bound_us
+from cupool.sim.refill import refill_bound
 from cupool.sim.slots import slots_bound_us
 from cupool.sim.windows import windows_bound
 
@@ -173,6 +177,10 @@ def overhead_lower_bound(trace: Trace, budget_bytes: int, cost: CostModel | None
     if ideal + windows.stall_us > best[0]:
         best = (ideal + windows.stall_us, None, None, None, None)
         method = "windows"
+    refill = refill_bound(trace, arrays, op_us, excess, candidates_at, cost)
+    if ideal + refill.stall_us > best[0]:
+        best = (ideal + refill.stall_us, None, None, None, None)
+        method = "refill"
     slots = slots_bound_us(trace, arrays, op_us, cost.copy_engines_per_direction,
                            budget_bytes, excess)
     if slots is not None and slots > best[0]:
@@ -196,6 +204,11 @@ def overhead_lower_bound(trace: Trace, budget_bytes: int, cost: CostModel | None
         reason = (f"between {len(windows.windows)} pairs of ops, bytes off the device at one "
                   f"and used by the other (or written by one and off at the other) must "
                   f"cross the link: at least {bound_us - ideal:.1f} us beyond the ideal "
+                  f"{ideal:.1f} us")
+    elif method == "refill":
+        reason = (f"the buffers off the device at op {refill.op} come back whole over one "
+                  f"link before op {refill.until_op}, the first once it has room "
+                  f"({refill.room}): at least {bound_us - ideal:.1f} us beyond the ideal "
                   f"{ideal:.1f} us")
     elif method == "slots":
         reason = (f"the {n} ops' copies and recomputes, each started in one slot between two "

@@ -152,7 +152,7 @@ def _copies_us(byte_us: float, latency_us: float, sizes, member, need) -> np.nda
     return copies * latency_us + need * byte_us
 
 
-class _Writes:
+class LastWrites:
     """Every (buffer, write) of the trace as one sorted key, for each candidate's last
     write before an op (a temporary's producer writes it)."""
 
@@ -317,7 +317,7 @@ def windows_bound(trace: Trace, arrays: BufferArrays, op_us, excess, candidates_
     prefix = np.concatenate([[0.0], np.cumsum(np.asarray(op_us, dtype=np.float64))])
     copy_in, copy_out = _Link.of(cost, H2D, arrays.size), _Link.of(cost, D2H, arrays.size)
     free_recipe = np.isfinite(arrays.recompute)
-    writes = _Writes(trace, arrays)
+    writes = LastWrites(trace, arrays)
     ending: dict[int, list[Window]] = {}
     for i in range(n):
         if excess[i] <= 0:
@@ -343,4 +343,4 @@ def windows_bound(trace: Trace, arrays: BufferArrays, op_us, excess, candidates_
     return WindowsBound(float(best[n]), chosen[n])
 
 
-__all__ = ["D2H_WINDOW", "H2D_WINDOW", "Window", "WindowsBound", "windows_bound"]
+__all__ = ["D2H_WINDOW", "H2D_WINDOW", "LastWrites", "Window", "WindowsBound", "windows_bound"]

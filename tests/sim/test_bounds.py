@@ -26,6 +26,7 @@ from cupool.errors import InputError
 from cupool.io import load_trace
 from cupool.planning import plan
 from cupool.sim import cost_model, overhead_lower_bound, simulate
+from cupool.sim.refill import Refill
 from tests.conftest import TRACES
 from tests.swap_cases import (
     streaming_trace_and_plan,
@@ -560,6 +561,11 @@ def test_a_whole_copy_waits_where_a_fraction_would_fit(monkeypatch):
     assert overhead_lower_bound(trace, 2250, link).details["bound_us"] == pytest.approx(
         50.0, rel=1e-5)
     monkeypatch.setattr(bounds, "slots_bound_us", lambda *args: None)
+    # W is off the device at op 0 and comes back whole after it: the refill finds it too
+    refill = overhead_lower_bound(trace, 2250, link)
+    assert refill.details["method"] == "refill"
+    assert refill.details["bound_us"] == pytest.approx(50.0, rel=1e-5)
+    monkeypatch.setattr(bounds, "refill_bound", lambda *args: Refill(0.0))
     whole = overhead_lower_bound(trace, 2250, link)
     assert whole.details["method"] == "lp"
     assert whole.details["bound_us"] == pytest.approx(50.0, rel=1e-5)

@@ -1,0 +1,237 @@
+"""The overhead lower bound of refilling a peak: the buffers off the device at op ``k`` come
+back whole, one link, after op ``k`` ended, and the first of them needs room to land in.
+
+At op ``k`` at least ``X_k`` bytes (its excess, :mod:`cupool.sim.bounds`) belong to
+buffers ``S`` that no residency covers at ``k``. A candidate ``j`` of ``S`` (pending at
+``k``, not used or born there) without a recipe and used again in this iteration, at op
+``u_j``, is *charged*: its data comes back only by a swap-in triggered at an op in ``(k,
+u_j]``, handed to an H2D engine no earlier than op ``k``'s end, landed before op ``u_j``
+starts. For a horizon ``H`` (the next use of a charged candidate), the candidates not
+charged or used after ``H`` hold ``U`` bytes at most, so the charged ones used by ``H``
+that are off hold ``R = X_k - U`` bytes or more, copied in within the window from op
+``k``'s end to op ``H``'s start, which holds ``C`` µs of ops (as in
+:mod:`cupool.sim.windows`). Whole buffers: at least ``c = ceil(R / largest)`` copies,
+carrying at least ``max(R, c * smallest)`` bytes of those candidates.
+
+**Room.** Let ``f`` be the first of those copies handed over, ``Z`` the bytes it lands
+in. At op ``k`` the resident buffers fit the budget, and the simulator hands ``f`` over
+only once nothing still holds ``Z`` (no residency, no copy out still reading it). So
+either
+
+- ``A``: no resident buffer overlaps ``Z`` at ``k`` (or only one whose data is dead there
+  and that a plan kept): the budget held ``|Z|`` bytes beside the residents, so ``S``
+  holds ``X_k + |Z|`` bytes and the charged copies carry ``R + s`` (``s`` the smallest
+  such size);
+- ``B``: a resident buffer ``b`` overlapping ``Z`` leaves without a copy out after op
+  ``k``: it dies (a temporary after its last use ``l``: ``f`` waits for op ``l``'s end), it
+  has a recipe (dropped, made again later: no wait), or it is clean -- entered by a
+  swap-in since its last write ``w`` and not written at ``k``. A clean ``b`` used again
+  by ``H`` comes back by one more copy in (``c + 1`` copies, ``s`` more bytes); otherwise
+  its cleanness costs what it took: if ``b`` is used at ``k``, its copy out after op
+  ``w`` and its copy in both ran before op ``k`` started, a stall before op ``k`` of
+  ``end(w) + out + in - start(k)`` (if positive; a window before this one, the two add
+  up);
+- ``C``: every resident buffer overlapping ``Z`` leaves by a copy out issued after op
+  ``k`` ended: ``f`` waits for one whole copy out of at least the smallest pending buffer.
+
+The plan stalls or recomputes at least the least of these (the delay before ``f``, plus
+the copies' engine time, less ``C``), in one period; the bound is the largest over the ops
+of most excess and their horizons. Candidates without a later use in this iteration
+(offloaded across the boundary) and those with a recipe are never charged, which can only
+lower the bound.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from cupool.core.vocabulary import HOST_LEVELS, Trace
+from cupool.sim.bound_inputs import BufferArrays
+from cupool.sim.cost import D2H, H2D
+from cupool.sim.windows import LastWrites
+
+REFILL_OPS = 512
+"""The ops of most excess the refill bound examines (every op with an excess on traces of
+at most this many)."""
+
+ROUNDING = 1e-9
+"""Each deficit is lowered by this share of the times it compares, so that a plan which
+meets the bound exactly (the sums taken in another order) is not found below it."""
+
+ROOM_SLACK = "slack"
+ROOM_CLEAN = "clean"
+ROOM_FREE = "free"
+ROOM_COPY_OUT = "copy out"
+
+
+@dataclass(frozen=True)
+class Refill:
+    """``stall_us``: the least stall and recompute time every valid plan has after op
+    ``op`` (``None``: no op forces any) and before op ``until_op``, its charged buffers
+    copied in; ``room`` names the way of making room for the first copy that was
+    cheapest there (:data:`ROOM_SLACK`, :data:`ROOM_CLEAN`, :data:`ROOM_FREE`,
+    :data:`ROOM_COPY_OUT`)."""
+
+    stall_us: float
+    op: int | None = None
+    until_op: int | None = None
+    room: str | None = None
+
+
+@dataclass(frozen=True)
+class _Copies:
+    """One direction's whole copies: ``latency_us`` and ``byte_us`` the least fixed cost
+    and per-byte cost over the host levels, divided by ``engines`` (engine time shared
+    by the engines of the direction); ``fastest_us[j]`` buffer ``j``'s whole copy at its
+    fastest level, on one engine."""
+
+    latency_us: float
+    byte_us: float
+    fastest_us: np.ndarray
+
+    @classmethod
+    def of(cls, cost, direction: str, sizes) -> _Copies:
+        engines = cost.copy_engines_per_direction
+        fastest = np.min([cost.level_latency_us(level)
+                          + sizes / (cost.level_gbps(direction, level) * 1e3)
+                          for level in HOST_LEVELS], axis=0)
+        latency = min(cost.level_latency_us(level) for level in HOST_LEVELS)
+        gbps = max(cost.level_gbps(direction, level) for level in HOST_LEVELS)
+        return cls(latency / engines, 1.0 / (gbps * 1e3) / engines, fastest)
+
+
+class _Context:
+    """What every op's refill reads: the arrays, op times, the links both ways, each
+    buffer's last write before an op, which buffers each op writes."""
+
+    def __init__(self, trace: Trace, arrays: BufferArrays, op_us, cost):
+        self.arrays = arrays
+        self.n = trace.num_ops
+        self.prefix = np.concatenate([[0.0], np.cumsum(np.asarray(op_us, dtype=np.float64))])
+        self.copy_in = _Copies.of(cost, H2D, arrays.size)
+        self.copy_out = _Copies.of(cost, D2H, arrays.size)
+        self.writes = LastWrites(trace, arrays)
+        self.recipe = np.isfinite(arrays.recompute)
+        self.written_at = [set() for _ in range(self.n)]
+        for index, b in enumerate(trace.buffers):
+            for w in b.write_ops:
+                self.written_at[w].add(index)
+
+
+def _room_free_us(ctx: _Context, k: int, held, deadline_of) -> tuple[np.ndarray, np.ndarray]:
+    """The ways room for the first copy in after op ``k`` frees without a copy out and
+    without another copy in, one per way a buffer of ``held`` (those pending at ``k``)
+    leaves: the horizon up to which it holds (window length, ``inf``: any) and its cost
+    (µs of delay after op ``k``, or of stall before it). ``deadline_of(held)`` is the
+    window length to each one's next use (``inf``: none in this iteration)."""
+    a, prefix = ctx.arrays, ctx.prefix
+    recipe = ctx.recipe[held]
+    # a temporary dies after its last use: free then, nothing to copy in
+    dying = held[~a.persistent[held]]
+    dies = prefix[a.pend_last[dying] + 1] - prefix[k + 1]
+    # a buffer with a recipe is dropped and made again: free at op k's end
+    remade = np.zeros(int(recipe.sum()))
+    # a clean buffer not used again by the horizon: free at op k's end, once clean; clean
+    # and used at op k, its copy out after its last write and its copy in ran before op k
+    written = np.fromiter(ctx.written_at[k], dtype=np.int64, count=len(ctx.written_at[k]))
+    clean = held[~recipe & ~np.isin(held, written)]
+    last_write = ctx.writes.last_before(clean, k)
+    trip = (prefix[np.maximum(last_write, 0) + 1] + ctx.copy_out.fastest_us[clean]
+            + ctx.copy_in.fastest_us[clean] - prefix[k])
+    used_here = np.isin(clean, np.fromiter(a.must[k], dtype=np.int64, count=len(a.must[k])))
+    stall = np.where(used_here & (last_write >= 0), np.maximum(trip, 0.0), 0.0)
+    horizon = np.concatenate([np.full(len(dies) + len(remade), np.inf), deadline_of(clean)])
+    return horizon, np.concatenate([dies, remade, stall])
+
+
+def _op_refill(ctx: _Context, k: int, excess: float, candidates) -> Refill:
+    """The refill bound after op ``k`` (see the module docstring)."""
+    a, prefix, n = ctx.arrays, ctx.prefix, ctx.n
+    candidates = np.asarray(candidates, dtype=np.int64)
+    if not len(candidates):
+        return Refill(0.0)
+    next_use = a.next_uses(candidates, k)
+    charged = (next_use < n) & ~ctx.recipe[candidates]
+    uncharged_bytes = float(a.size[candidates[~charged]].sum())
+    chosen = candidates[charged]
+    if not len(chosen):
+        return Refill(0.0)
+    order = np.argsort(next_use[charged], kind="stable")
+    chosen, uses = chosen[order], next_use[charged][order]
+    sizes = a.size[chosen]
+    cum = np.cumsum(sizes)
+    ends = np.flatnonzero(np.append(uses[1:] != uses[:-1], True))
+    need = excess - uncharged_bytes - (cum[-1] - cum[ends])
+    compute = prefix[uses[ends]] - prefix[k + 1]
+    largest = np.maximum.accumulate(sizes)[ends]
+    smallest = np.minimum.accumulate(sizes)[ends]
+    tried = need > 0
+    if not tried.any():
+        return Refill(0.0)
+    ends, need, compute = ends[tried], need[tried], compute[tried]
+    largest, smallest = largest[tried], smallest[tried]
+    # room held off the device beside the excess must come from the candidates too
+    spare = need + smallest <= cum[ends] * (1 + 1e-12)
+    lat, byte = ctx.copy_in.latency_us, ctx.copy_in.byte_us
+    copies = np.ceil(need / largest * (1 - 1e-12))
+    carried = np.maximum(need, copies * smallest)
+    engine_us = copies * lat + carried * byte
+    pending = np.flatnonzero((a.pend_first <= k) & (k <= a.pend_last))
+    # A: the room was free at op k (or held by dead data): the charged copies carry more
+    slack_copies = np.ceil((need + smallest) / largest * (1 - 1e-12))
+    slack = np.where(spare, slack_copies * lat
+                     + np.maximum(need + smallest, slack_copies * smallest) * byte, np.inf)
+    # B: a clean buffer used again by the horizon leaves and comes back: one copy more
+    must = np.fromiter(a.must[k], dtype=np.int64, count=len(a.must[k]))
+    must_clean = must[~ctx.recipe[must]
+                      & ~np.isin(must, np.fromiter(ctx.written_at[k], dtype=np.int64,
+                                                   count=len(ctx.written_at[k])))]
+    clean_size = float(a.size[must_clean].min()) if len(must_clean) else np.inf
+    clean = (copies + 1) * lat + (carried + np.where(spare, np.minimum(smallest, clean_size),
+                                                      clean_size)) * byte
+
+    def deadline_of(held):
+        uses_after = a.next_uses(held, k)
+        return np.where(uses_after < n, prefix[np.minimum(uses_after, n)] - prefix[k + 1],
+                        np.inf)
+
+    # B: room freed by a death, a recipe or a clean buffer not needed by the horizon
+    horizon, free_cost = _room_free_us(ctx, k, pending, deadline_of)
+    by_horizon = np.argsort(horizon, kind="stable")
+    suffix_min = np.minimum.accumulate(free_cost[by_horizon][::-1])[::-1]
+    first_past = np.searchsorted(horizon[by_horizon], compute, side="right")
+    free = np.where(first_past < len(by_horizon),
+                    suffix_min[np.minimum(first_past, len(by_horizon) - 1)], np.inf)
+    # C: a copy out of a pending buffer frees it
+    copy_out = float(ctx.copy_out.fastest_us[pending].min()) if len(pending) else np.inf
+    ways = np.stack([slack, clean, free + engine_us, copy_out + engine_us])
+    least = ways.min(axis=0)
+    deficit = least - compute - ROUNDING * (least + compute)
+    best = int(np.argmax(deficit))
+    if deficit[best] <= 0:
+        return Refill(0.0)
+    names = (ROOM_SLACK, ROOM_CLEAN, ROOM_FREE, ROOM_COPY_OUT)
+    return Refill(float(deficit[best]), k, int(uses[ends[best]]),
+                  names[int(np.argmin(ways[:, best]))])
+
+
+def refill_bound(trace: Trace, arrays: BufferArrays, op_us, excess, candidates_at,
+                 cost) -> Refill:
+    """The largest refill stall (µs) over the :data:`REFILL_OPS` ops of most excess (see
+    the module docstring); ``candidates_at(k)`` are the buffers that may be off the
+    device at op ``k``."""
+    ctx = _Context(trace, arrays, op_us, cost)
+    ops = [int(i) for i in np.argsort(-np.asarray(excess), kind="stable")[:REFILL_OPS]
+           if excess[i] > 0]
+    best = Refill(0.0)
+    for k in ops:
+        found = _op_refill(ctx, k, float(excess[k]), candidates_at(k))
+        if found.stall_us > best.stall_us:
+            best = found
+    return best
+
+
+__all__ = ["REFILL_OPS", "ROOM_CLEAN", "ROOM_COPY_OUT", "ROOM_FREE", "ROOM_SLACK", "Refill",
+           "refill_bound"]
