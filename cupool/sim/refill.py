@@ -24,13 +24,17 @@ either
   such size);
 - ``B``: a resident buffer ``b`` overlapping ``Z`` leaves without a copy out after op
   ``k``: it dies (a temporary after its last use ``l``: ``f`` waits for op ``l``'s end), it
-  has a recipe (dropped, made again later: no wait), or it is clean -- entered by a
-  swap-in since its last write ``w`` and not written at ``k``. A clean ``b`` used again
-  by ``H`` comes back by one more copy in (``c + 1`` copies, ``s`` more bytes); otherwise
-  its cleanness costs what it took: if ``b`` is used at ``k``, its copy out after op
-  ``w`` and its copy in both ran before op ``k`` started, a stall before op ``k`` of
-  ``end(w) + out + in - start(k)`` (if positive; a window before this one, the two add
-  up);
+  has a recipe (dropped, made again later: no wait), or it is clean: not written at ``k``
+  and, where an op ``w`` before ``k`` wrote it, entered by a copy in since, after the copy
+  out of ``w``'s data. Used at ``k``, ``b`` had that copy in land before op ``k`` started:
+  a stall before op ``k`` of ``end(w) + out + in - start(k)`` where positive (a window
+  before this one: the two add up); not used there, what of that copy ran after op ``k``
+  ended is engine time in the window. A clean ``b`` used again by ``H``, at op ``v``
+  first, either leaves before ``v`` and comes back (one more copy in: ``c + 1`` copies,
+  ``s`` more bytes) or stays for ``v`` (``f`` waits for op ``v``'s end, and for a copy
+  out after it where ``v`` writes ``b``); one not used again by ``H`` leaves when op ``k``
+  ends. A ``b`` not used at ``k`` is held there only where the other candidates can hold
+  the excess;
 - ``C``: every resident buffer overlapping ``Z`` leaves by a copy out issued after op
   ``k`` ended: ``f`` waits for one whole copy out of at least the smallest pending buffer.
 
@@ -112,6 +116,7 @@ class _Context:
         self.prefix = np.concatenate([[0.0], np.cumsum(np.asarray(op_us, dtype=np.float64))])
         self.copy_in = _Copies.of(cost, H2D, arrays.size)
         self.copy_out = _Copies.of(cost, D2H, arrays.size)
+        self.copy_in_engines = cost.copy_engines_per_direction
         self.writes = LastWrites(trace, arrays)
         self.recipe = np.isfinite(arrays.recompute)
         self.written_at = [set() for _ in range(self.n)]
@@ -120,30 +125,51 @@ class _Context:
                 self.written_at[w].add(index)
 
 
-def _room_free_us(ctx: _Context, k: int, held, deadline_of) -> tuple[np.ndarray, np.ndarray]:
-    """The ways room for the first copy in after op ``k`` frees without a copy out and
-    without another copy in, one per way a buffer of ``held`` (those pending at ``k``)
-    leaves: the horizon up to which it holds (window length, ``inf``: any) and its cost
-    (µs of delay after op ``k``, or of stall before it). ``deadline_of(held)`` is the
-    window length to each one's next use (``inf``: none in this iteration)."""
+def _room_free_us(ctx: _Context, k: int, excess: float, candidate_bytes: float, held,
+                  next_use_of) -> tuple[np.ndarray, np.ndarray]:
+    """The ways room for the first copy in after op ``k`` frees without a copy out of a
+    buffer left dirty there and without coming back: per way a buffer of ``held`` (those
+    pending at ``k``) leaves, the op its horizon must end before (``inf``: any) and what it
+    costs: µs of delay after op ``k`` (or of stall before it) plus the engine time of the
+    copies it adds to the window (over the engines). ``next_use_of(held)`` is each one's
+    next use after ``k`` (``inf``: none in this iteration)."""
     a, prefix = ctx.arrays, ctx.prefix
+    must = np.fromiter(a.must[k], dtype=np.int64, count=len(a.must[k]))
+    # a candidate held at op k leaves the others to hold the excess
+    held = held[np.isin(held, must) | (excess + a.size[held] <= candidate_bytes * (1 + 1e-12))]
+    used_here = np.isin(held, must)
     recipe = ctx.recipe[held]
     # a temporary dies after its last use: free then, nothing to copy in
-    dying = held[~a.persistent[held]]
-    dies = prefix[a.pend_last[dying] + 1] - prefix[k + 1]
+    dying = ~a.persistent[held]
+    dies = prefix[a.pend_last[held[dying]] + 1] - prefix[k + 1]
     # a buffer with a recipe is dropped and made again: free at op k's end
     remade = np.zeros(int(recipe.sum()))
-    # a clean buffer not used again by the horizon: free at op k's end, once clean; clean
-    # and used at op k, its copy out after its last write and its copy in ran before op k
+    # a clean buffer: not written at op k, entered by a copy in since its last write before
+    # it (if any in this iteration): that copy ran before op k (used there: a stall before
+    # it) or partly in the window (its engine time there)
     written = np.fromiter(ctx.written_at[k], dtype=np.int64, count=len(ctx.written_at[k]))
-    clean = held[~recipe & ~np.isin(held, written)]
+    is_clean = ~recipe & ~np.isin(held, written)
+    clean, clean_here = held[is_clean], used_here[is_clean]
     last_write = ctx.writes.last_before(clean, k)
-    trip = (prefix[np.maximum(last_write, 0) + 1] + ctx.copy_out.fastest_us[clean]
-            + ctx.copy_in.fastest_us[clean] - prefix[k])
-    used_here = np.isin(clean, np.fromiter(a.must[k], dtype=np.int64, count=len(a.must[k])))
-    stall = np.where(used_here & (last_write >= 0), np.maximum(trip, 0.0), 0.0)
-    horizon = np.concatenate([np.full(len(dies) + len(remade), np.inf), deadline_of(clean)])
-    return horizon, np.concatenate([dies, remade, stall])
+    landed = np.where(last_write >= 0, prefix[np.maximum(last_write, 0) + 1]
+                      + ctx.copy_out.fastest_us[clean] + ctx.copy_in.fastest_us[clean], -np.inf)
+    before = np.where(clean_here, np.maximum(landed - prefix[k], 0.0), 0.0)
+    inside = np.where(clean_here, 0.0, np.maximum(landed - prefix[k + 1], 0.0))
+    cleaned = before + inside / ctx.copy_in_engines
+    # not used again by the horizon: it leaves at op k's end
+    next_use = next_use_of(clean)
+    # used again by the horizon, at op v, and staying for it: it leaves after v (copied out
+    # then if v writes it)
+    later = np.isfinite(next_use)
+    v = next_use[later].astype(np.int64)
+    after_v = prefix[v + 1] - prefix[k + 1]
+    rewritten = np.array([j in ctx.written_at[u] for j, u in zip(clean[later], v, strict=True)],
+                         dtype=bool)
+    stays = cleaned[later] + after_v + np.where(rewritten, ctx.copy_out.fastest_us[clean[later]],
+                                                0.0)
+    horizon = np.concatenate([np.full(len(dies) + len(remade), np.inf), next_use,
+                              np.full(len(stays), np.inf)])
+    return horizon, np.concatenate([dies, remade, cleaned, stays])
 
 
 def _op_refill(ctx: _Context, k: int, excess: float, candidates) -> Refill:
@@ -192,18 +218,17 @@ def _op_refill(ctx: _Context, k: int, excess: float, candidates) -> Refill:
     clean = (copies + 1) * lat + (carried + np.where(spare, np.minimum(smallest, clean_size),
                                                       clean_size)) * byte
 
-    def deadline_of(held):
+    def next_use_of(held):
         uses_after = a.next_uses(held, k)
-        return np.where(uses_after < n, prefix[np.minimum(uses_after, n)] - prefix[k + 1],
-                        np.inf)
+        return np.where(uses_after < n, uses_after.astype(np.float64), np.inf)
 
-    # B: room freed by a death, a recipe or a clean buffer not needed by the horizon
-    horizon, free_cost = _room_free_us(ctx, k, pending, deadline_of)
+    # B: room freed by a death, a recipe or a clean buffer not needed by the horizon (its
+    # next use after the horizon's op)
+    horizon, free_cost = _room_free_us(ctx, k, excess, float(a.size[candidates].sum()),
+                                       pending, next_use_of)
     by_horizon = np.argsort(horizon, kind="stable")
-    suffix_min = np.minimum.accumulate(free_cost[by_horizon][::-1])[::-1]
-    first_past = np.searchsorted(horizon[by_horizon], compute, side="right")
-    free = np.where(first_past < len(by_horizon),
-                    suffix_min[np.minimum(first_past, len(by_horizon) - 1)], np.inf)
+    suffix_min = np.append(np.minimum.accumulate(free_cost[by_horizon][::-1])[::-1], np.inf)
+    free = suffix_min[np.searchsorted(horizon[by_horizon], uses[ends], side="right")]
     # C: a copy out of a pending buffer frees it
     copy_out = float(ctx.copy_out.fastest_us[pending].min()) if len(pending) else np.inf
     ways = np.stack([slack, clean, free + engine_us, copy_out + engine_us])

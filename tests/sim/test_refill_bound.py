@@ -13,7 +13,7 @@ from cupool.planning.budget.recipes import with_recompute_recipes
 from cupool.planning.shapes import persistent_heavy
 from cupool.sim import cost_model, overhead_lower_bound, simulate
 from cupool.sim.bound_inputs import BufferArrays
-from cupool.sim.refill import ROOM_COPY_OUT, ROOM_FREE, ROOM_SLACK, refill_bound
+from cupool.sim.refill import ROOM_COPY_OUT, ROOM_FREE, refill_bound
 from tests.swap_cases import swap_plan, trace_of
 
 LINK = cost_model(0.05, latency_us=0.0)
@@ -124,11 +124,21 @@ def test_room_beside_the_excess_is_one_whole_buffer_more():
     written = trace_of([10.0] * 4, Buffer(0, 1000, 0, 4, (0,), PERSISTENT),
                        *(Buffer(j, 1000, 0, 4, (j,), PERSISTENT, writes=())
                          for j in range(1, 4)))
-    # W0 written at op 0: room is a copy out of it (20 us) or all three off at op 0 (a
-    # copy in more, 20 us): 60 us against 20 us of ops
+    # W0 written at op 0: its room comes by a copy out (20 us), but W1 may be held at op
+    # 0, clean, and leave after op 1: W2's copy starts when op 1 ends, W3's once W0's copy
+    # out is done, one after the other: 10 + 40 us against ops 1 and 2 (20 us)
     refill = _refill(written, 2000)
-    assert refill.stall_us == pytest.approx(40.0)
-    assert refill.room in (ROOM_SLACK, ROOM_COPY_OUT)
+    assert refill.stall_us == pytest.approx(30.0)
+    assert refill.room == ROOM_FREE
+    plan = swap_plan(written, [Residency(0, 0, 1, 0), Residency(1, 0, 2, 1000),
+                               Residency(2, 2, 3, 1000), Residency(3, 2, 4, 0)],
+                     [SwapIn(0, 0, 0), SwapIn(1, 0, 1), SwapOut(0, 0), SwapOut(1, 1, drop=True),
+                      SwapIn(2, 2, 2), SwapIn(3, 2, 3), SwapOut(2, 2, drop=True),
+                      SwapOut(3, 3, drop=True)], budget=2000)
+    report = validate_plan(written, plan)
+    assert report.valid, report.message
+    simulated = simulate(written, plan, LINK)
+    assert overhead_lower_bound(written, 2000, LINK).overhead <= simulated.overhead + 1e-9
 
 
 def test_persistent_heavy_adam_phase():
@@ -146,3 +156,36 @@ def test_persistent_heavy_adam_phase():
     copy = cost.copy_us(16 * 2**20, "h2d")
     between = sum(op_us[refill.op + 1:refill.until_op])
     assert refill.stall_us == pytest.approx(5 * copy - between, rel=1e-6)
+
+
+def test_a_clean_buffer_used_after_the_horizon_frees_room_even_across_empty_ops():
+    """op:  0 (10 us)  1 (0 us)  2 (0 us)  3 (10 us); P, Q: read-only weights of 1000 B,
+    P used at ops 0 and 3, Q at op 2; budget 1000. Q is off at op 0 and P leaves clean
+    after it, used again only after Q's op: Q's 20 us copy starts when op 0 ends. Ops 1
+    and 2 take no time, so P's next use and Q's lie at the same instant; the refill tells
+    them apart by op, not by time (P is not needed by op 2)."""
+    trace = trace_of([10.0, 0.0, 0.0, 10.0],
+                     Buffer(0, 1000, 0, 4, (0, 3), PERSISTENT, writes=()),
+                     Buffer(1, 1000, 0, 4, (2,), PERSISTENT, writes=()))
+    refill = _refill(trace, 1000)
+    assert refill.room == ROOM_FREE
+    assert refill.stall_us == pytest.approx(20.0)
+
+
+def test_a_clean_buffer_used_again_may_stay_for_that_use_and_leave_after_it():
+    """op:  0 (20 us)  1  2  3 (10 us each); P: read-only weight of 1000 B used at op 3, Q
+    one used at ops 1 and 2; budget 1000. At op 1, Q is held and P off. Room for P's copy
+    comes from Q, which stays for its use at op 2 and leaves clean after it: 20 us of copy
+    after op 2 ends, the plan's 20 us of stall (Q's copy hides behind op 0). Were Q to
+    leave after op 1 it would come back for op 2: a second copy, not the only way."""
+    trace = trace_of([20.0, 10.0, 10.0, 10.0], Buffer(0, 1000, 0, 4, (3,), PERSISTENT, writes=()),
+                     Buffer(1, 1000, 0, 4, (1, 2), PERSISTENT, writes=()))
+    plan = swap_plan(trace, [Residency(1, 0, 3, 0), Residency(0, 3, 4, 0)],
+                     [SwapIn(1, 0, 1), SwapOut(1, 2, drop=True), SwapIn(0, 3, 3),
+                      SwapOut(0, 3, drop=True)], budget=1000)
+    report = validate_plan(trace, plan)
+    assert report.valid, report.message
+    simulated = simulate(trace, plan, LINK)
+    assert simulated.stall_us == pytest.approx(20.0)
+    assert _refill(trace, 1000).stall_us == pytest.approx(20.0)
+    assert overhead_lower_bound(trace, 1000, LINK).overhead <= simulated.overhead + 1e-9
