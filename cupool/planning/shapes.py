@@ -16,6 +16,7 @@ generator                  shape
                            each read in forward and backward and written by its update
 :func:`inference_trace`    a forward pass over read-only-in-fact weights whose ``writes`` are
                            unknown (``None``), as PyTorch snapshots and CuPy hook logs give
+:func:`tiny_trace`         a few ops and buffers of one size: every plan can be tried
 =========================  =====================================================================
 """
 
@@ -244,3 +245,35 @@ def inference_trace(seed: int = 0, *, layers: int = 40, weight_bytes: tuple[int,
             residual = out
         x = out
     return g.trace(f"inference-{layers}-seed{seed}")
+
+
+TINY_BYTES = 1000
+"""The size of every buffer of :func:`tiny_trace`."""
+
+
+def tiny_trace(seed: int = 0) -> Trace:
+    """A step small enough to try every plan of (:mod:`cupool.sim.exhaustive`): three to
+    five ops of 0-30 µs, two to four persistent buffers (read-only, or written at some of
+    their uses) and up to two temporaries, every buffer :data:`TINY_BYTES` bytes::
+
+        op:    0   1   2   3
+        P_0        r       w      (uses drawn; writes among them, or none)
+        T_4    [=======)          (made by its first op, read by some later ones)
+    """
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(3, 6))
+    buffers = []
+    for j in range(int(rng.integers(2, 5))):
+        uses = tuple(sorted(int(u) for u in rng.choice(n, size=int(rng.integers(1, min(n, 3) + 1)),
+                                                       replace=False)))
+        writes = (() if rng.random() < 0.4
+                  else tuple(u for u in uses if rng.random() < 0.6))
+        buffers.append(Buffer(j, TINY_BYTES, 0, n, uses, PERSISTENT, writes=writes))
+    for j in range(len(buffers), len(buffers) + int(rng.integers(0, 3))):
+        start = int(rng.integers(0, n))
+        uses = (start, *[u for u in range(start + 1, n) if rng.random() < 0.5])
+        writes = tuple(u for u in uses if u == start or rng.random() < 0.3)
+        buffers.append(Buffer(j, TINY_BYTES, start, uses[-1] + 1, uses, writes=writes))
+    durations = [float(rng.choice([0.0, 5.0, 10.0, 20.0, 30.0])) for _ in range(n)]
+    return Trace(f"tiny-seed{seed}", tuple(Op(f"op{i}", d) for i, d in enumerate(durations)),
+                 tuple(buffers))
