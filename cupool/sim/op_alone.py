@@ -2,13 +2,16 @@
 excess delays the iteration.
 
 At op ``i``, ``X`` bytes (its excess: pending bytes beyond the budget, module
-:mod:`cupool.sim.bounds`) belong to buffers that are off the device. A buffer ``j``
-(``s_j`` bytes) off the device at ``i`` is
+:mod:`cupool.sim.bounds`) belong to buffers whose data is off the device when op ``i``
+starts (neither there nor being copied in). A buffer ``j`` (``s_j`` bytes) off the device
+then is
 
-- used again after ``i``: then its residency holding that use starts after ``i`` and is
-  entered by a swap-in (an H2D copy of ``s_j`` bytes, issued at a dispatch after op ``i``
-  ended) or a recompute (``r_j`` = its producer's duration on the compute stream, run
-  after op ``i`` ended);
+- used again after ``i``: then its data comes back by a swap-in (an H2D copy of ``s_j``
+  bytes that starts after op ``i`` started; while op ``i`` runs only where ``s_j`` fits
+  beside what op ``i`` holds, ``room``: a swap-in whose residency began at op ``i`` may
+  have waited for the copy out of the bytes it lands in, which is how its data can be
+  off the device then, else after op ``i`` ended) or a recompute (``r_j`` = its
+  producer's duration on the compute stream, run after op ``i`` ended);
 - not used again (only a persistent buffer offloaded across the iteration boundary, or
   one swapped back into a residency without uses): its H2D copy landed before its first
   use, so before op ``i`` started, or is issued after op ``i`` ended.
@@ -36,6 +39,11 @@ engines per direction, ``Hb`` the H2D time before op ``i`` starts, ``Ha`` after 
 ``Db`` the D2H time before op ``i`` starts and ``R`` the recompute time after it::
 
     T >= max(P, Hb / k, Db / k) + d + max(S + R, Ha / k)
+
+(where a copy in may start while op ``i`` runs, ``T - start(i) >= max(d + S + R,
+d + Ha' / k, (Ha' + Hd) / k)``, ``Ha'`` the copies that cannot and ``Hd`` those that do:
+weighted ``lam``, ``(1 - lam)(1 - theta)`` and ``(1 - lam) theta``, ``theta`` in
+:data:`THETAS`; the LP states the three rows)
 
 (the compute stream cannot start op ``i`` before its predecessors ran nor before copies
 that had to finish earlier -- every engine starts the iteration idle; after op ``i`` the
@@ -102,6 +110,9 @@ import numpy as np
 
 _GOLDEN = (math.sqrt(5.0) - 1.0) / 2.0
 
+THETAS = (0.0, 1.0)
+"""Weights tried for the copies in that may start while op ``i`` runs (each a valid
+bound, :meth:`OpBound._here`)."""
 THRESHOLD_QUANTILES = (0.25, 0.5, 0.75)
 TAIL_QUANTILES = (0.0, 0.5, 0.9)
 """Release thresholds tried for the copies out (byte quantiles of when the candidates were
@@ -203,6 +214,10 @@ class OpBound:
         self.recompute = self.recompute_own + self.recompute_chain
         self.used_later = arrays.last_use[candidates] > i
         self.has_early = bool((~self.used_later).any())
+        # a copy in of a buffer whose bytes fit beside what op i holds may start while op
+        # i runs (its data off the device when op i started: the copy started after)
+        self.during = self.sizes <= room
+        self.theta = 0.0
         self.before, self.here = prefix[i], op_us[i]
         self.after = prefix[-1] - prefix[i + 1]
         self.need = need
@@ -216,13 +231,27 @@ class OpBound:
         redo = np.where(self.used_later & self.can_redo,
                         lam * self.recompute_own + min(mu, lam) * self.recompute_chain, np.inf)
         early = np.where(self.used_later, np.inf, nu * self.copy + out)
-        late = (1.0 - lam) * self.copy + out
+        late = self._late(lam) * self.copy + out
         return redo, early, late
+
+    def _late(self, lam):
+        """Each candidate's weight on its copy in after op i starts: ``1 - lam`` where it
+        cannot start before op i ends; ``theta (1 - lam)`` where it may start while op i
+        runs (the weight ``(1 - lam)(1 - theta)`` of those copies is moved onto op i's own
+        time, :meth:`_here`)."""
+        return np.where(self.during, self.theta * (1.0 - lam), 1.0 - lam)
+
+    def _here(self, lam):
+        """Op i's weight: all of it, unless some copy in may start while it runs: then
+        ``1 - theta (1 - lam)`` (``T - start(i) >= max(d + S + R, d + Ha_after / k,
+        (Ha_after + Ha_during) / k)``, weighted ``lam``, ``(1 - lam)(1 - theta)`` and
+        ``(1 - lam) theta``)."""
+        return 1.0 - self.theta * (1.0 - lam) if self.during.any() else 1.0
 
     def value(self, mu, lam, split=1.0):
         redo, early, late = self._costs(mu, lam, split)
         rho = (1.0 - mu) * (1.0 - split)
-        main = (mu * self.before + self.here + lam * self.after
+        main = (mu * self.before + self._here(lam) * self.here + lam * self.after
                 + rho * self.prefix[self.threshold])
         kappa = self.kappa
         if kappa == 1.0:
@@ -242,7 +271,7 @@ class OpBound:
         # iteration, after op 0 and before op i: the start of op i pays, the tail does not
         rho = (1.0 - mu) * (1.0 - split)
         head_out = rho * self.tail if self.threshold <= 1 else 0.0
-        head = np.where(self.head_ok, kappa * ((1.0 - lam) * self.copy + head_out), np.inf)
+        head = np.where(self.head_ok, kappa * (self._late(lam) * self.copy + head_out), np.inf)
         costs = np.minimum.reduce((options[0] + before_t, options[1] + tail,
                                    options[2] + tail, head))
         return (kappa * main + (1.0 - kappa) * self.prefix[self.tail_threshold]
@@ -271,13 +300,15 @@ class OpBound:
     def search(self):
         """The best ``(value, mu, lam, split)`` found: ``split`` 0 charges the start of op
         i to the D2H engines only, 1 to the H2D ones only (each a valid bound)."""
-        best = (-np.inf, 1.0, 0.5, 0.0, 0)
+        best = (-np.inf, 1.0, 0.5, 0.0, 0, 0.0)
         tries = [(0.0, t) for t in self.thresholds] + ([(1.0, 0)] if self.has_early else [])
-        for split, threshold in tries:
-            self.threshold = threshold
-            best = max(best, (*self._search(split), split, threshold))
-        self.threshold = best[4]
-        _value, mu, lam, split, _threshold = best
+        for theta in THETAS if self.during.any() else (0.0,):
+            self.theta = theta
+            for split, threshold in tries:
+                self.threshold = threshold
+                best = max(best, (*self._search(split), split, threshold, theta))
+        self.threshold, self.theta = best[4], best[5]
+        _value, mu, lam, split, _threshold, _theta = best
         for tail_threshold in self.tail_thresholds:
             self.tail_threshold = tail_threshold
 
@@ -286,9 +317,9 @@ class OpBound:
                 return self.value(mu, lam, split)
 
             value, _kappa = _golden_max(weighted, 20)
-            best = max(best, (value, mu, lam, split, self.threshold))
+            best = max(best, (value, mu, lam, split, self.threshold, self.theta))
         self.kappa = 1.0
-        return best
+        return best[:5]
 
     def _search(self, split):
         """``(value, mu, lam)``: nested golden sections over ``mu`` and ``lam``."""

@@ -18,6 +18,9 @@ ended lands before the op that uses the buffer next starts, and the ops from the
 after it; a copy out in the tail is issued only once the buffer's last write ended::
 
     start(u) >= end(i) + (H2D time of the copies in after op i due at u or before) / k
+
+(a copy in whose bytes fit beside what op ``i`` holds may start while op ``i`` runs: it
+is left out of the rows from ``end(i)`` and counted in the same rows from ``start(i)``)
     T        >= start(u) + (op time from u to the end)
     end(t-1) >= start(u) + (op time from u to t - 1)                 for u < t
     end(t-1) >= end(i) + (op time from i + 1 to t - 1) + (recomputes due before t)
@@ -157,7 +160,12 @@ def lp_value(ob: OpBound, prefix, whole: int = 0) -> float | None:
     add([*j, cb_col, ca_col], [*chain, -1.0, -1.0], 0.0)
     add([cb_col, a_col], [1.0, -1.0], -ob.before)  # compute before op i
     add([*j, ca_col, b_col], [*rec, 1.0, -1.0], -ob.after)  # compute after op i
-    add([*(l_ + j), *(h_ + j), b_col], [*ob.copy, *ob.copy, -1.0], 0.0)  # copies in after op i
+    # copies in after op i: those that cannot start while it runs wait for its end, the
+    # others (their bytes fit beside what op i holds) for its start
+    after = j[~ob.during]
+    add([*(l_ + after), *(h_ + after), b_col], [*ob.copy[after], *ob.copy[after], -1.0], 0.0)
+    if ob.during.any():
+        add([*(l_ + j), *(h_ + j), b_col], [*ob.copy, *ob.copy, -1.0], ob.here)
     add([a_col, b_col, t_col], [1.0, 1.0, -1.0], -ob.here)
     # after op i, in order: op u starts (F_u) only once the copies in that ops up to u
     # wait for have landed, issued after op i ended; the ops from u on follow it
@@ -169,8 +177,12 @@ def lp_value(ob: OpBound, prefix, whole: int = 0) -> float | None:
         f_cols[u] = 4 * m + 3 + extra
         extra += 1
         due = j[later & (ob.next_use <= u)]
-        add([*(l_ + due), *(h_ + due), a_col, f_cols[u]],
-            [*ob.copy[due], *ob.copy[due], 1.0, -1.0], -ob.here)
+        waiting = due[~ob.during[due]]
+        add([*(l_ + waiting), *(h_ + waiting), a_col, f_cols[u]],
+            [*ob.copy[waiting], *ob.copy[waiting], 1.0, -1.0], -ob.here)
+        if ob.during[due].any():
+            add([*(l_ + due), *(h_ + due), a_col, f_cols[u]],
+                [*ob.copy[due], *ob.copy[due], 1.0, -1.0], 0.0)
         add([f_cols[u], t_col], [1.0, -1.0], -float(prefix[-1] - prefix[u]))
     for t in sorted({int(x) for x in ob.tail_released[tails]}):
         sel = j[tails & (ob.tail_released >= t)]

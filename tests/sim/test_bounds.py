@@ -393,11 +393,12 @@ def test_recomputes_before_the_last_use_delay_the_copy_out_of_offloaded_state(mo
     from cupool.sim.op_alone_lp import lp_value
     arrays = BufferArrays(trace, link)
     prefix = [0.0, 2.0, 12.0, 22.0, 32.0, 42.0]
+    # each op holds 1000 bytes of its own: no copy in fits beside it while it runs
     at_op_2 = OpBound(arrays, prefix, [2.0, 10.0, 10.0, 10.0, 10.0], 1, 2, [0], 1000.0,
-                       arrays.next_uses([0], 2))
+                       arrays.next_uses([0], 2), room=0.0)
     assert lp_value(at_op_2, prefix) == pytest.approx(84.0, rel=1e-5)
     at_op_1 = OpBound(arrays, prefix, [2.0, 10.0, 10.0, 10.0, 10.0], 1, 1, [0, 1], 2000.0,
-                       arrays.next_uses([0, 1], 1))
+                       arrays.next_uses([0, 1], 1), room=0.0)
     assert lp_value(at_op_1, prefix) == pytest.approx(74.0, rel=1e-5)
     plan_ = swap_plan(trace, [Residency(0, 3, 5, 0), Residency(1, 0, 1, 0),
                               Residency(1, 2, 3, 0), Residency(2, 1, 2, 0)],
