@@ -51,10 +51,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cupool.core.vocabulary import HOST_LEVELS, Trace
+from cupool.core.vocabulary import Trace
 from cupool.sim.bound_inputs import BufferArrays
 from cupool.sim.cost import D2H, H2D
-from cupool.sim.windows import LastWrites
+from cupool.sim.windows import CopyLink, LastWrites
 
 REFILL_OPS = 512
 """The ops of most excess the refill bound examines (every op with an excess on traces of
@@ -84,28 +84,6 @@ class Refill:
     room: str | None = None
 
 
-@dataclass(frozen=True)
-class _Copies:
-    """One direction's whole copies: ``latency_us`` and ``byte_us`` the least fixed cost
-    and per-byte cost over the host levels, divided by ``engines`` (engine time shared
-    by the engines of the direction); ``fastest_us[j]`` buffer ``j``'s whole copy at its
-    fastest level, on one engine."""
-
-    latency_us: float
-    byte_us: float
-    fastest_us: np.ndarray
-
-    @classmethod
-    def of(cls, cost, direction: str, sizes) -> _Copies:
-        engines = cost.copy_engines_per_direction
-        fastest = np.min([cost.level_latency_us(level)
-                          + sizes / (cost.level_gbps(direction, level) * 1e3)
-                          for level in HOST_LEVELS], axis=0)
-        latency = min(cost.level_latency_us(level) for level in HOST_LEVELS)
-        gbps = max(cost.level_gbps(direction, level) for level in HOST_LEVELS)
-        return cls(latency / engines, 1.0 / (gbps * 1e3) / engines, fastest)
-
-
 class _Context:
     """What every op's refill reads: the arrays, op times, the links both ways, each
     buffer's last write before an op, which buffers each op writes."""
@@ -114,9 +92,11 @@ class _Context:
         self.arrays = arrays
         self.n = trace.num_ops
         self.prefix = np.concatenate([[0.0], np.cumsum(np.asarray(op_us, dtype=np.float64))])
-        self.copy_in = _Copies.of(cost, H2D, arrays.size)
-        self.copy_out = _Copies.of(cost, D2H, arrays.size)
-        self.copy_in_engines = cost.copy_engines_per_direction
+        self.engines = cost.copy_engines_per_direction
+        self.copy_in = CopyLink.of(cost, H2D, arrays.size)
+        # each buffer's whole copy at its fastest level, on one engine, each way
+        self.in_us = self.copy_in.fastest_pb * arrays.size * self.engines
+        self.out_us = CopyLink.of(cost, D2H, arrays.size).fastest_pb * arrays.size * self.engines
         self.writes = LastWrites(trace, arrays)
         self.recipe = np.isfinite(arrays.recompute)
         self.written_at = [set() for _ in range(self.n)]
@@ -152,10 +132,10 @@ def _room_free_us(ctx: _Context, k: int, excess: float, candidate_bytes: float, 
     clean, clean_here = held[is_clean], used_here[is_clean]
     last_write = ctx.writes.last_before(clean, k)
     landed = np.where(last_write >= 0, prefix[np.maximum(last_write, 0) + 1]
-                      + ctx.copy_out.fastest_us[clean] + ctx.copy_in.fastest_us[clean], -np.inf)
+                      + ctx.out_us[clean] + ctx.in_us[clean], -np.inf)
     before = np.where(clean_here, np.maximum(landed - prefix[k], 0.0), 0.0)
     inside = np.where(clean_here, 0.0, np.maximum(landed - prefix[k + 1], 0.0))
-    cleaned = before + inside / ctx.copy_in_engines
+    cleaned = before + inside / ctx.engines
     # not used again by the horizon: it leaves at op k's end
     next_use = next_use_of(clean)
     # used again by the horizon, at op v, and staying for it: it leaves after v (copied out
@@ -165,7 +145,7 @@ def _room_free_us(ctx: _Context, k: int, excess: float, candidate_bytes: float, 
     after_v = prefix[v + 1] - prefix[k + 1]
     rewritten = np.array([j in ctx.written_at[u] for j, u in zip(clean[later], v, strict=True)],
                          dtype=bool)
-    stays = cleaned[later] + after_v + np.where(rewritten, ctx.copy_out.fastest_us[clean[later]],
+    stays = cleaned[later] + after_v + np.where(rewritten, ctx.out_us[clean[later]],
                                                 0.0)
     horizon = np.concatenate([np.full(len(dies) + len(remade), np.inf), next_use,
                               np.full(len(stays), np.inf)])
@@ -230,7 +210,7 @@ def _op_refill(ctx: _Context, k: int, excess: float, candidates) -> Refill:
     suffix_min = np.append(np.minimum.accumulate(free_cost[by_horizon][::-1])[::-1], np.inf)
     free = suffix_min[np.searchsorted(horizon[by_horizon], uses[ends], side="right")]
     # C: a copy out of a pending buffer frees it
-    copy_out = float(ctx.copy_out.fastest_us[pending].min()) if len(pending) else np.inf
+    copy_out = float(ctx.out_us[pending].min()) if len(pending) else np.inf
     ways = np.stack([slack, clean, free + engine_us, copy_out + engine_us])
     least = ways.min(axis=0)
     deficit = least - compute - ROUNDING * (least + compute)

@@ -103,7 +103,7 @@ class WindowsBound:
 
 
 @dataclass(frozen=True)
-class _Link:
+class CopyLink:
     """One direction's copies as the windows price them, on ``e`` engines (every time
     divided by ``e``): no copy costs less than ``latency_us`` (the least of the host
     levels') plus ``byte_us`` a byte (the fastest level's), and buffer ``j``'s copy no
@@ -114,7 +114,7 @@ class _Link:
     fastest_pb: np.ndarray
 
     @classmethod
-    def of(cls, cost, direction: str, sizes) -> _Link:
+    def of(cls, cost, direction: str, sizes) -> CopyLink:
         engines = cost.copy_engines_per_direction
         fastest = np.min([cost.level_latency_us(level)
                           + sizes / (cost.level_gbps(direction, level) * 1e3)
@@ -202,7 +202,7 @@ def _copied_bytes(byte_us: float, latency_us: float, held, spend: float) -> floa
     return float(max(0.0, np.max(np.minimum(held, (spend - counts * latency_us) / byte_us))))
 
 
-def _with_recomputes(link: _Link, fastest_pb, recompute_pb, sizes, need: float,
+def _with_recomputes(link: CopyLink, fastest_pb, recompute_pb, sizes, need: float,
                      compute: float, stall: float) -> float:
     """The least ``s`` in ``[0, stall]`` such that copies in of ``compute + s`` µs and
     recomputes of ``s`` µs (on the compute stream, within the window) cover ``need``
@@ -228,7 +228,7 @@ def _with_recomputes(link: _Link, fastest_pb, recompute_pb, sizes, need: float,
     return low
 
 
-def _forced_windows(bounds_at, sizes, fastest_pb, link: _Link, slack: float, compute_of,
+def _forced_windows(bounds_at, sizes, fastest_pb, link: CopyLink, slack: float, compute_of,
                     direction: str, fixed_op: int, other_first: bool,
                     recompute_pb=None) -> list[Window]:
     """The windows of one op's candidates: ``bounds_at`` is each forcible candidate's far
@@ -315,7 +315,7 @@ def windows_bound(trace: Trace, arrays: BufferArrays, op_us, excess, candidates_
     latency and bandwidth)."""
     n = trace.num_ops
     prefix = np.concatenate([[0.0], np.cumsum(np.asarray(op_us, dtype=np.float64))])
-    copy_in, copy_out = _Link.of(cost, H2D, arrays.size), _Link.of(cost, D2H, arrays.size)
+    copy_in, copy_out = CopyLink.of(cost, H2D, arrays.size), CopyLink.of(cost, D2H, arrays.size)
     free_recipe = np.isfinite(arrays.recompute)
     writes = LastWrites(trace, arrays)
     ending: dict[int, list[Window]] = {}
@@ -343,4 +343,5 @@ def windows_bound(trace: Trace, arrays: BufferArrays, op_us, excess, candidates_
     return WindowsBound(float(best[n]), chosen[n])
 
 
-__all__ = ["D2H_WINDOW", "H2D_WINDOW", "LastWrites", "Window", "WindowsBound", "windows_bound"]
+__all__ = ["D2H_WINDOW", "H2D_WINDOW", "CopyLink", "LastWrites", "Window", "WindowsBound",
+           "windows_bound"]
