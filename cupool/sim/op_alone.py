@@ -40,14 +40,12 @@ engines per direction, ``Hb`` the H2D time before op ``i`` starts, ``Ha`` after 
 
     T >= max(P, Hb / k, Db / k) + d + max(S + R, Ha / k)
 
-(where a copy in may start while op ``i`` runs, ``T - start(i) >= max(d + S + R,
-d + Ha' / k, (Ha' + Hd) / k)``, ``Ha'`` the copies that cannot and ``Hd`` those that do:
-weighted ``lam``, ``(1 - lam)(1 - theta)`` and ``(1 - lam) theta``, ``theta`` in
-:data:`THETAS`; the LP states the three rows)
-
 (the compute stream cannot start op ``i`` before its predecessors ran nor before copies
 that had to finish earlier -- every engine starts the iteration idle; after op ``i`` the
-compute stream still has ``S + R`` to run and the H2D engines ``Ha``). A copy of ``s``
+compute stream still has ``S + R`` to run and the H2D engines ``Ha``; where a copy in may
+start while op ``i`` runs, ``T - start(i) >= max(d + S + R, d + Ha' / k, (Ha' + Hd) /
+k)``, ``Ha'`` the copies that cannot and ``Hd`` those that do, weighted ``lam``, ``(1 -
+lam)(1 - theta)`` and ``(1 - lam) theta`` below, ``theta`` in :data:`THETAS`). A copy of ``s``
 bytes costs ``a = latency + s / bandwidth``, so ``Ha``, ``Hb`` and ``Db`` are sums of
 ``a_j`` over the chosen buffers, ``R`` a sum of ``r_j``, and the chosen buffers must cover
 ``X`` bytes. The minimum of the right-hand side over all such choices, relaxed to

@@ -18,13 +18,13 @@ ended lands before the op that uses the buffer next starts, and the ops from the
 after it; a copy out in the tail is issued only once the buffer's last write ended::
 
     start(u) >= end(i) + (H2D time of the copies in after op i due at u or before) / k
-
-(a copy in whose bytes fit beside what op ``i`` holds may start while op ``i`` runs: it
-is left out of the rows from ``end(i)`` and counted in the same rows from ``start(i)``)
     T        >= start(u) + (op time from u to the end)
     end(t-1) >= start(u) + (op time from u to t - 1)                 for u < t
     end(t-1) >= end(i) + (op time from i + 1 to t - 1) + (recomputes due before t)
     T        >= end(t-1) + (tail D2H time released at t or later) / k
+
+(a copy in whose bytes fit beside what op ``i`` holds may start while op ``i`` runs: it
+is left out of the rows from ``end(i)`` and counted in the same rows from ``start(i)``)
 
 for ``u`` among :data:`LP_DUE_OPS` byte quantiles of the candidates' next uses (of those
 offloaded across the boundary, and of all) and ``t`` among the tail copies' releases
