@@ -125,8 +125,9 @@ def _room_free_us(ctx: _Context, k: int, excess: float, candidate_bytes: float, 
     # a buffer with a recipe is dropped and made again: free at op k's end
     remade = np.zeros(int(recipe.sum()))
     # a clean buffer: not written at op k, entered by a copy in since its last write before
-    # it (if any in this iteration): that copy ran before op k (used there: a stall before
-    # it) or partly in the window (its engine time there)
+    # it (if any in this iteration), after that write's copy out: both ran before op k
+    # (used there: a stall before it), or the copy in ran partly in the window (what of
+    # it ends after op k ends, at most the whole copy, is engine time there)
     written = np.fromiter(ctx.written_at[k], dtype=np.int64, count=len(ctx.written_at[k]))
     is_clean = ~recipe & ~np.isin(held, written)
     clean, clean_here = held[is_clean], used_here[is_clean]
@@ -134,7 +135,8 @@ def _room_free_us(ctx: _Context, k: int, excess: float, candidate_bytes: float, 
     landed = np.where(last_write >= 0, prefix[np.maximum(last_write, 0) + 1]
                       + ctx.out_us[clean] + ctx.in_us[clean], -np.inf)
     before = np.where(clean_here, np.maximum(landed - prefix[k], 0.0), 0.0)
-    inside = np.where(clean_here, 0.0, np.maximum(landed - prefix[k + 1], 0.0))
+    inside = np.where(clean_here, 0.0, np.minimum(np.maximum(landed - prefix[k + 1], 0.0),
+                                                  ctx.in_us[clean]))
     cleaned = before + inside / ctx.engines
     # not used again by the horizon: it leaves at op k's end
     next_use = next_use_of(clean)
