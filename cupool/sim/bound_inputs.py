@@ -147,6 +147,13 @@ class BufferArrays:
         np.add.at(pending, self.pend_last + 1, -self.size)
         return np.cumsum(pending)[:self.n]
 
+    def candidates_at(self, i: int) -> np.ndarray:
+        """The buffers that may be off the device at op ``i``: pending there, neither used
+        nor born there (``must``)."""
+        alive = (self.pend_first <= i) & (i <= self.pend_last)
+        alive[list(self.must[i])] = False
+        return np.flatnonzero(alive)
+
     def next_uses(self, candidates, i: int) -> np.ndarray:
         """Each candidate's first use after op ``i`` (``n`` when none)."""
         stride = self.n + 1

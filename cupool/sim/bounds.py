@@ -113,7 +113,6 @@ def overhead_lower_bound(trace: Trace, budget_bytes: int, cost: CostModel | None
                                 f"no overhead", details)
     arrays = BufferArrays(trace, cost)
     pending = arrays.pending_bytes()
-    must = arrays.must
     for i in range(n):
         needed = int(arrays.must_bytes[i])
         if needed > budget_bytes:
@@ -129,14 +128,8 @@ def overhead_lower_bound(trace: Trace, budget_bytes: int, cost: CostModel | None
     prefix = np.concatenate([[0.0], np.cumsum(op_us)])
     best = (ideal, None, 1.0, 0.5, 0.0)
 
-    def candidates_at(i):
-        """The buffers that may be off the device at op ``i``: pending, not needed there."""
-        alive = (arrays.pend_first <= i) & (i <= arrays.pend_last)
-        alive[list(must[i])] = False
-        return np.flatnonzero(alive)
-
     def op_bound(i):
-        candidates = candidates_at(i)
+        candidates = arrays.candidates_at(i)
         return OpBound(arrays, prefix, op_us, cost.copy_engines_per_direction, i,
                         candidates, float(excess[i]), arrays.next_uses(candidates, i),
                         head_room, float(budget_bytes - arrays.must_bytes[i]))
@@ -166,18 +159,18 @@ def overhead_lower_bound(trace: Trace, budget_bytes: int, cost: CostModel | None
         method = "memory-time"
     peaks = []
     for i in choose_peaks(excess):
-        candidates = candidates_at(i)
+        candidates = arrays.candidates_at(i)
         peaks.append(Peak(int(i), float(excess[i]), candidates,
                           arrays.next_uses(candidates, int(i))))
     several = several_peaks_bound_us(trace, cost, op_us, arrays.recompute, peaks, best[0])
     if several is not None and several > best[0]:
         best = (several, None, None, None, None)
         method = "several-peaks"
-    windows = windows_bound(trace, arrays, op_us, excess, candidates_at, cost)
+    windows = windows_bound(trace, arrays, op_us, excess, cost)
     if ideal + windows.stall_us > best[0]:
         best = (ideal + windows.stall_us, None, None, None, None)
         method = "windows"
-    refill = refill_bound(trace, arrays, op_us, excess, candidates_at, cost)
+    refill = refill_bound(trace, arrays, op_us, excess, cost)
     if ideal + refill.stall_us > best[0]:
         best = (ideal + refill.stall_us, None, None, None, None)
         method = "refill"

@@ -105,19 +105,40 @@ class _Context:
                 self.written_at[w].add(index)
 
 
+@dataclass(frozen=True)
+class _Kept:
+    """What op ``k`` holds (``must``: the buffers it uses and makes) and writes
+    (``written``), as index arrays, with the buffers of ``ctx`` that have a recipe."""
+
+    must: np.ndarray
+    written: np.ndarray
+    recipe: np.ndarray
+
+    @classmethod
+    def at(cls, ctx: _Context, k: int) -> _Kept:
+        must, written = ctx.arrays.must[k], ctx.written_at[k]
+        return cls(np.fromiter(must, dtype=np.int64, count=len(must)),
+                   np.fromiter(written, dtype=np.int64, count=len(written)), ctx.recipe)
+
+    def clean(self, buffers) -> np.ndarray:
+        """Which of ``buffers`` can leave op ``k`` clean: no recipe, not written there."""
+        return ~self.recipe[buffers] & ~np.isin(buffers, self.written)
+
+
 def _room_free_us(ctx: _Context, k: int, excess: float, candidate_bytes: float, held,
-                  next_use_of) -> tuple[np.ndarray, np.ndarray]:
+                  kept: _Kept, next_use_of) -> tuple[np.ndarray, np.ndarray]:
     """The ways room for the first copy in after op ``k`` frees without a copy out of a
     buffer left dirty there and without coming back: per way a buffer of ``held`` (those
     pending at ``k``) leaves, the op its horizon must end before (``inf``: any) and what it
     costs: µs of delay after op ``k`` (or of stall before it) plus the engine time of the
     copies it adds to the window (over the engines). ``next_use_of(held)`` is each one's
-    next use after ``k`` (``inf``: none in this iteration)."""
+    next use after ``k`` (``inf``: none in this iteration); ``kept`` what op ``k`` holds
+    and writes."""
     a, prefix = ctx.arrays, ctx.prefix
-    must = np.fromiter(a.must[k], dtype=np.int64, count=len(a.must[k]))
     # a candidate held at op k leaves the others to hold the excess
-    held = held[np.isin(held, must) | (excess + a.size[held] <= candidate_bytes * (1 + 1e-12))]
-    used_here = np.isin(held, must)
+    held = held[np.isin(held, kept.must)
+                | (excess + a.size[held] <= candidate_bytes * (1 + 1e-12))]
+    used_here = np.isin(held, kept.must)
     recipe = ctx.recipe[held]
     # a temporary dies after its last use: free then, nothing to copy in
     dying = ~a.persistent[held]
@@ -128,8 +149,7 @@ def _room_free_us(ctx: _Context, k: int, excess: float, candidate_bytes: float, 
     # it (if any in this iteration), after that write's copy out: both ran before op k
     # (used there: a stall before it), or the copy in ran partly in the window (what of
     # it ends after op k ends, at most the whole copy, is engine time there)
-    written = np.fromiter(ctx.written_at[k], dtype=np.int64, count=len(ctx.written_at[k]))
-    is_clean = ~recipe & ~np.isin(held, written)
+    is_clean = kept.clean(held)
     clean, clean_here = held[is_clean], used_here[is_clean]
     last_write = ctx.writes.last_before(clean, k)
     landed = np.where(last_write >= 0, prefix[np.maximum(last_write, 0) + 1]
@@ -192,10 +212,8 @@ def _op_refill(ctx: _Context, k: int, excess: float, candidates) -> Refill:
     slack = np.where(spare, slack_copies * lat
                      + np.maximum(need + smallest, slack_copies * smallest) * byte, np.inf)
     # B: a clean buffer used again by the horizon leaves and comes back: one copy more
-    must = np.fromiter(a.must[k], dtype=np.int64, count=len(a.must[k]))
-    must_clean = must[~ctx.recipe[must]
-                      & ~np.isin(must, np.fromiter(ctx.written_at[k], dtype=np.int64,
-                                                   count=len(ctx.written_at[k])))]
+    kept = _Kept.at(ctx, k)
+    must_clean = kept.must[kept.clean(kept.must)]
     clean_size = float(a.size[must_clean].min()) if len(must_clean) else np.inf
     clean = (copies + 1) * lat + (carried + np.where(spare, np.minimum(smallest, clean_size),
                                                       clean_size)) * byte
@@ -207,7 +225,7 @@ def _op_refill(ctx: _Context, k: int, excess: float, candidates) -> Refill:
     # B: room freed by a death, a recipe or a clean buffer not needed by the horizon (its
     # next use after the horizon's op)
     horizon, free_cost = _room_free_us(ctx, k, excess, float(a.size[candidates].sum()),
-                                       pending, next_use_of)
+                                       pending, kept, next_use_of)
     by_horizon = np.argsort(horizon, kind="stable")
     suffix_min = np.append(np.minimum.accumulate(free_cost[by_horizon][::-1])[::-1], np.inf)
     free = suffix_min[np.searchsorted(horizon[by_horizon], uses[ends], side="right")]
@@ -224,17 +242,16 @@ def _op_refill(ctx: _Context, k: int, excess: float, candidates) -> Refill:
                   names[int(np.argmin(ways[:, best]))])
 
 
-def refill_bound(trace: Trace, arrays: BufferArrays, op_us, excess, candidates_at,
-                 cost) -> Refill:
+def refill_bound(trace: Trace, arrays: BufferArrays, op_us, excess, cost) -> Refill:
     """The largest refill stall (µs) over the :data:`REFILL_OPS` ops of most excess (see
-    the module docstring); ``candidates_at(k)`` are the buffers that may be off the
-    device at op ``k``."""
+    the module docstring); the buffers that may be off the device at op ``k`` are
+    ``arrays.candidates_at(k)``."""
     ctx = _Context(trace, arrays, op_us, cost)
     ops = [int(i) for i in np.argsort(-np.asarray(excess), kind="stable")[:REFILL_OPS]
            if excess[i] > 0]
     best = Refill(0.0)
     for k in ops:
-        found = _op_refill(ctx, k, float(excess[k]), candidates_at(k))
+        found = _op_refill(ctx, k, float(excess[k]), arrays.candidates_at(k))
         if found.stall_us > best.stall_us:
             best = found
     return best

@@ -306,11 +306,10 @@ def _windows_out(writes, arrays, prefix, excess, candidates, m, link, free_recip
                            lambda k: prefix[m] - prefix[k + 1], D2H_WINDOW, m, True)
 
 
-def windows_bound(trace: Trace, arrays: BufferArrays, op_us, excess, candidates_at,
-                  cost) -> WindowsBound:
+def windows_bound(trace: Trace, arrays: BufferArrays, op_us, excess, cost) -> WindowsBound:
     """The least stall and recompute time (µs) every valid plan has within disjoint
     windows of ops (see the module docstring). ``excess[i]`` is op ``i``'s excess in bytes,
-    ``candidates_at(i)`` the buffer indices that may be off the device at ``i``; ``cost``
+    the buffers that may be off the device at ``i`` are ``arrays.candidates_at(i)``; ``cost``
     the :class:`~cupool.sim.cost.CostModel` (copies priced at the fastest host level's
     latency and bandwidth)."""
     n = trace.num_ops
@@ -322,7 +321,7 @@ def windows_bound(trace: Trace, arrays: BufferArrays, op_us, excess, candidates_
     for i in range(n):
         if excess[i] <= 0:
             continue
-        candidates = np.asarray(candidates_at(i), dtype=np.int64)
+        candidates = arrays.candidates_at(i)
         if not len(candidates):
             continue
         for window in (_windows_in(arrays, prefix, excess, candidates, i, copy_in)

@@ -4,7 +4,6 @@ the simulator runs, and the persistent-heavy shape whose Adam phase it bounds.""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from cupool.check import validate_plan
@@ -23,13 +22,7 @@ LINK = cost_model(0.05, latency_us=0.0)
 def _refill(trace, budget, cost=LINK):
     arrays = BufferArrays(trace, cost)
     excess = arrays.pending_bytes() - budget
-
-    def candidates_at(i):
-        alive = (arrays.pend_first <= i) & (i <= arrays.pend_last)
-        alive[list(arrays.must[i])] = False
-        return np.flatnonzero(alive)
-
-    return refill_bound(trace, arrays, cost.op_times(trace), excess, candidates_at, cost)
+    return refill_bound(trace, arrays, cost.op_times(trace), excess, cost)
 
 
 def _two_weights(writes):

@@ -31,17 +31,9 @@ from tests.swap_cases import swap_plan, trace_of
 
 def _windows_stall_us(trace, budget, cost):
     """The windows part alone: its stall (µs) and its windows."""
-    import numpy as np
-
     arrays = BufferArrays(trace, cost)
     excess = arrays.pending_bytes() - budget
-
-    def candidates_at(i):
-        alive = (arrays.pend_first <= i) & (i <= arrays.pend_last)
-        alive[list(set(arrays.used_at[i]) | set(arrays.born_temporary[i]))] = False
-        return np.flatnonzero(alive)
-
-    return windows_bound(trace, arrays, cost.op_times(trace), excess, candidates_at, cost)
+    return windows_bound(trace, arrays, cost.op_times(trace), excess, cost)
 
 
 def test_two_windows_of_a_short_step_add_up_and_are_tight():
