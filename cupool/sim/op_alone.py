@@ -103,6 +103,7 @@ as above.
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 
@@ -118,16 +119,37 @@ produced, besides op 0): each gives a valid bound, the best is kept."""
 
 
 def _knapsack(costs, sizes, need):
-    """Cheapest way to cover ``need`` bytes with fractions of items at ``costs`` per byte."""
+    """Cheapest way to cover ``need`` bytes with fractions of items at ``costs`` per byte
+    (the costs of the whole items taken summed in order, as :func:`_knapsacks` does)."""
     order = np.argsort(costs, kind="stable")
     c, s = costs[order], sizes[order]
     filled = np.cumsum(s)
     whole = int(np.searchsorted(filled, need, side="left"))
-    total = float(np.dot(c[:whole], s[:whole])) if whole else 0.0
+    total = float(np.cumsum(c[:whole] * s[:whole])[-1]) if whole else 0.0
     before = float(filled[whole - 1]) if whole else 0.0
     if whole < len(c) and need > before:
         total += (need - before) * float(c[whole])
     return total
+
+
+def _knapsacks(costs, sizes, need):
+    """:func:`_knapsack` of each row of ``costs`` (lanes by items), to the last bit."""
+    lanes, items = costs.shape
+    if items == 0:
+        return np.zeros(lanes)
+    order = np.argsort(costs, axis=1, kind="stable")
+    c, s = np.take_along_axis(costs, order, axis=1), sizes[order]
+    filled = np.cumsum(s, axis=1)
+    whole = (filled < need).sum(axis=1)
+    rows, last = np.arange(lanes), np.maximum(whole - 1, 0)
+    some = whole > 0
+    with np.errstate(invalid="ignore"):  # an item past the whole ones at inf per byte
+        spent = np.cumsum(c * s, axis=1)
+    total = np.where(some, spent[rows, last], 0.0)
+    before = np.where(some, filled[rows, last], 0.0)
+    partial = (whole < items) & (need > before)
+    rest = (need - before) * c[rows, np.minimum(whole, items - 1)]
+    return np.where(partial, total + rest, total)
 
 
 def _golden_max(function, evaluations=40):
@@ -148,6 +170,34 @@ def _golden_max(function, evaluations=40):
             a = high - _GOLDEN * (high - low)
             fa = function(a)
     return max(best, (fa, a), (fb, b))
+
+
+def _golden_max_lanes(function, lanes, evaluations=40):
+    """:func:`_golden_max` of ``lanes`` functions at once: ``function`` maps one argument
+    per lane to one value per lane; each lane visits the points and keeps the best
+    ``(value, argument)`` that :func:`_golden_max` would, to the last bit."""
+    def keep(best_f, best_x, f, x):
+        better = (f > best_f) | ((f == best_f) & (x > best_x))
+        return np.where(better, f, best_f), np.where(better, x, best_x)
+
+    zero, one = np.zeros(lanes), np.ones(lanes)
+    best_f, best_x = keep(function(zero), zero, function(one), one)
+    low, high = zero.copy(), one.copy()
+    a, b = high - _GOLDEN * (high - low), low + _GOLDEN * (high - low)
+    fa, fb = function(a), function(b)
+    for _ in range(evaluations):
+        best_f, best_x = keep(best_f, best_x, fa, a)
+        best_f, best_x = keep(best_f, best_x, fb, b)
+        up = fa < fb
+        low, high = np.where(up, a, low), np.where(up, high, b)
+        # the better inner point moves to the other's place; a fresh one fills the gap
+        kept_x, kept_f = np.where(up, b, a), np.where(up, fb, fa)
+        fresh = np.where(up, low + _GOLDEN * (high - low), high - _GOLDEN * (high - low))
+        f_fresh = function(fresh)
+        a, fa = np.where(up, kept_x, fresh), np.where(up, kept_f, f_fresh)
+        b, fb = np.where(up, fresh, kept_x), np.where(up, f_fresh, kept_f)
+    best_f, best_x = keep(best_f, best_x, fa, a)
+    return keep(best_f, best_x, fb, b)
 
 
 class OpBound:
@@ -300,11 +350,11 @@ class OpBound:
         i to the D2H engines only, 1 to the H2D ones only (each a valid bound)."""
         best = (-np.inf, 1.0, 0.5, 0.0, 0, 0.0)
         tries = [(0.0, t) for t in self.thresholds] + ([(1.0, 0)] if self.has_early else [])
-        for theta in THETAS if self.during.any() else (0.0,):
-            self.theta = theta
-            for split, threshold in tries:
-                self.threshold = threshold
-                best = max(best, (*self._search(split), split, threshold, theta))
+        lanes = [_Lane(theta, split, threshold)
+                 for theta in (THETAS if self.during.any() else (0.0,))
+                 for split, threshold in tries]
+        for lane, (value, mu, lam) in zip(lanes, self._search(lanes), strict=True):
+            best = max(best, (value, mu, lam, lane.split, lane.threshold, lane.theta))
         self.threshold, self.theta = best[4], best[5]
         _value, mu, lam, split, _threshold, _theta = best
         for tail_threshold in self.tail_thresholds:
@@ -319,14 +369,54 @@ class OpBound:
         self.kappa = 1.0
         return best[:5]
 
-    def _search(self, split):
-        """``(value, mu, lam)``: nested golden sections over ``mu`` and ``lam``."""
-        def over_lam(mu, evaluations=12):
-            return _golden_max(lambda lam: self.value(mu, lam, split), evaluations)
+    def _search(self, lanes):
+        """``(value, mu, lam)`` of each lane: nested golden sections over ``mu`` and
+        ``lam``, all lanes at once."""
+        values = self._lane_values(lanes)
+        count = len(lanes)
 
-        value, mu = _golden_max(lambda mu: over_lam(mu)[0], 12)
+        def over_lam(mu, evaluations=12):
+            return _golden_max_lanes(lambda lam: values(mu, lam), count, evaluations)
+
+        value, mu = _golden_max_lanes(lambda mu: over_lam(mu)[0], count, 12)
         more, lam = over_lam(mu, 40)
-        return max(value, more), mu, lam
+        value = np.where(more > value, more, value)
+        return [(float(v), float(m), float(x)) for v, m, x in zip(value, mu, lam, strict=True)]
+
+    def _lane_values(self, lanes):
+        """The function ``(mu, lam) -> value`` of every lane at once (one ``mu`` and one
+        ``lam`` per lane): :meth:`value` at ``kappa`` 1 with the lane's ``theta``, ``split``
+        and ``threshold``, to the last bit."""
+        theta = np.array([lane.theta for lane in lanes])
+        split = np.array([lane.split for lane in lanes])
+        threshold = np.array([lane.threshold for lane in lanes], dtype=np.int64)
+        out_on = self.released[None, :] >= threshold[:, None]
+        started = self.prefix[threshold]
+        redo_on = self.used_later & self.can_redo
+        some_during = bool(self.during.any())
+
+        def values(mu, lam):
+            nu, rho = (1.0 - mu) * split, (1.0 - mu) * (1.0 - split)
+            out = np.where(out_on, rho[:, None] * self.out, 0.0)
+            redo = np.where(redo_on, lam[:, None] * self.recompute_own
+                            + np.minimum(mu, lam)[:, None] * self.recompute_chain, np.inf)
+            early = np.where(self.used_later, np.inf, nu[:, None] * self.copy + out)
+            late = np.where(self.during, (theta * (1.0 - lam))[:, None],
+                            (1.0 - lam)[:, None]) * self.copy + out
+            here = 1.0 - theta * (1.0 - lam) if some_during else 1.0
+            main = mu * self.before + here * self.here + lam * self.after + rho * started
+            costs = np.minimum(np.minimum(redo, early), late)
+            return main + _knapsacks(costs, self.sizes, self.need)
+
+        return values
+
+
+class _Lane(NamedTuple):
+    """One setting of the dual search's discrete choices (:meth:`OpBound.search`)."""
+
+    theta: float
+    split: float
+    threshold: int
 
 
 __all__ = ["TAIL_QUANTILES", "THRESHOLD_QUANTILES", "OpBound"]
