@@ -179,27 +179,41 @@ class LastWrites:
         return np.maximum(out, np.where(mine, found % self.stride, -1))
 
 
-def _covered_bytes(per_byte, sizes, spend: float) -> float:
-    """The most bytes ``spend`` µs buys from buffers costing ``per_byte`` µs each byte
-    (sorted ascending), ``sizes`` bytes each, fractions allowed."""
-    if spend <= 0 or not len(sizes):
-        return 0.0
-    spent = np.cumsum(sizes * per_byte)
-    whole = int(np.searchsorted(spent, spend, side="right"))
-    if whole >= len(sizes):
-        return float(sizes.sum())
-    before = float(spent[whole - 1]) if whole else 0.0
-    return float(sizes[:whole].sum()) + (spend - before) / float(per_byte[whole])
+class _Covered:
+    """The most bytes a spend of µs buys from buffers costing ``per_byte`` µs each byte
+    (sorted ascending), ``sizes`` bytes each, fractions allowed; the running sums are
+    made once for the many spends a bisection asks about."""
+
+    def __init__(self, per_byte, sizes):
+        self.per_byte, self.sizes = per_byte, sizes
+        self.spent = np.cumsum(sizes * per_byte)
+        self.held = np.cumsum(sizes)  # whole numbers of bytes: exact in any order
+
+    def __call__(self, spend: float) -> float:
+        if spend <= 0 or not len(self.sizes):
+            return 0.0
+        whole = int(np.searchsorted(self.spent, spend, side="right"))
+        if whole >= len(self.sizes):
+            return float(self.held[-1])
+        before = float(self.spent[whole - 1]) if whole else 0.0
+        held = float(self.held[whole - 1]) if whole else 0.0
+        return held + (spend - before) / float(self.per_byte[whole])
 
 
-def _copied_bytes(byte_us: float, latency_us: float, held, spend: float) -> float:
-    """The most bytes copies of ``spend`` µs can carry: ``k`` copies carry at most the
+class _Copied:
+    """The most bytes copies of a spend of µs can carry: ``k`` copies carry at most the
     ``k`` largest buffers (``held[k - 1]``, their running sum) and ``(spend - k latency) /
     byte_us`` bytes."""
-    if spend <= 0 or not len(held):
-        return 0.0
-    counts = np.arange(1, len(held) + 1)
-    return float(max(0.0, np.max(np.minimum(held, (spend - counts * latency_us) / byte_us))))
+
+    def __init__(self, byte_us: float, latency_us: float, held):
+        self.byte_us, self.held = byte_us, held
+        self.latencies = np.arange(1, len(held) + 1) * latency_us
+
+    def __call__(self, spend: float) -> float:
+        if spend <= 0 or not len(self.held):
+            return 0.0
+        carried = np.minimum(self.held, (spend - self.latencies) / self.byte_us)
+        return float(max(0.0, np.max(carried)))
 
 
 def _with_recomputes(link: CopyLink, fastest_pb, recompute_pb, sizes, need: float,
@@ -208,20 +222,18 @@ def _with_recomputes(link: CopyLink, fastest_pb, recompute_pb, sizes, need: floa
     recomputes of ``s`` µs (on the compute stream, within the window) cover ``need``
     bytes, a buffer counted by both at once (a relaxation: only lowers ``s``); ``stall``
     is the answer with copies alone. ``sizes`` are sorted largest first; the copies carry
-    no more than :func:`_copied_bytes` nor than a fractional knapsack of each buffer's
-    fastest copy (``fastest_pb`` µs a byte) would."""
-    held = np.cumsum(sizes)
+    no more than :class:`_Copied` nor than a fractional knapsack of each buffer's fastest
+    copy (``fastest_pb`` µs a byte, :class:`_Covered`) would."""
+    copied = _Copied(link.byte_us, link.latency_us, np.cumsum(sizes))
     fast_order = np.argsort(fastest_pb, kind="stable")
-    fast_pb, fast_sizes = fastest_pb[fast_order], sizes[fast_order]
+    fastest = _Covered(fastest_pb[fast_order], sizes[fast_order])
     can = np.isfinite(recompute_pb)
     rec_order = np.argsort(recompute_pb[can], kind="stable")
-    rec_pb, rec_sizes = recompute_pb[can][rec_order], sizes[can][rec_order]
+    recomputed = _Covered(recompute_pb[can][rec_order], sizes[can][rec_order])
     low, high = 0.0, stall
     for _ in range(40):  # bisection to 1e-12 of the copies-alone stall
         mid = 0.5 * (low + high)
-        copied = min(_copied_bytes(link.byte_us, link.latency_us, held, compute + mid),
-                     _covered_bytes(fast_pb, fast_sizes, compute + mid))
-        if copied + _covered_bytes(rec_pb, rec_sizes, mid) >= need:
+        if min(copied(compute + mid), fastest(compute + mid)) + recomputed(mid) >= need:
             high = mid
         else:
             low = mid
