@@ -126,3 +126,49 @@ def test_state_copied_out_in_the_head_or_back_in_the_tail_reads_back_and_is_sear
     if searched.result is not None:
         assert validate_plan(trace, searched.result.plan).valid
         assert searched.simulation.iteration_us < start.iteration_us
+
+
+def test_a_wrap_gap_is_offered_in_the_head_and_makes_the_later_gap_a_drop():
+    """A weight written by the update is dirty when the step begins: its wrap gap taken in
+    the head (copied out after op 0, back by a trigger up to its first use) is offered
+    beside the one copied out at the end; with it, the weight's next gap leaves clean."""
+    from cupool.core.vocabulary import SwapOut
+    from cupool.planning.budget.engine.placement import Decision, PlacementParams, place_schedule
+    from cupool.planning.budget.engine.schedule import SWAP, Gap, IdleGap, Schedule
+    from cupool.planning.budget.searched_schedule import HEAD_TRIGGERS, _new_gaps
+
+    trace = near_budget_trace(1)
+    weight = trace.buffer(70)  # used by ops 7, 18 and the update, 26
+    assert weight.uses == (7, 18, 26)
+    offered = _new_gaps(IdleGap(70, 26, 7), trace.num_ops, {}, heads=True)
+    assert not any(g.head for g in _new_gaps(IdleGap(70, 26, 7), trace.num_ops, {}))
+    heads = [g for g in offered if g.head]
+    assert [g.resident_from for g in heads] == list(range(8 - HEAD_TRIGGERS, 8))
+    assert all(g.resident_until == 1 for g in heads)
+    assert [g for g in offered if not g.head] == [Gap(70, 26, 7, SWAP, 27, 0)]
+    schedule = Schedule({70: [Gap(70, 26, 7, SWAP, 1, 5), Gap(70, 7, 18, SWAP, 8, 16)]})
+    placed = place_schedule(trace, trace.lower_bound_bytes(),
+                            lambda internal: Decision(schedule), "hand", PlacementParams(), 0.0)
+    assert placed.feasible and validate_plan(trace, placed.plan).valid
+    outs = [a for a in placed.plan.actions if isinstance(a, SwapOut)]
+    assert [(a.after_op, a.drop) for a in outs] == [(0, False), (7, True)]
+
+
+def test_auto_takes_a_weight_off_in_the_head_where_a_forward_copy_out_stalls():
+    """near-budget-1 at 90% on Gen4: without head gaps every weight's first gap is copied
+    out after its forward use, queued on the one D2H engine, and the last of them (weight
+    70, 44 MiB after op 7) lands after op 9 must start (the bytes op 9 writes are its).
+    With them, a weight is copied out while the step begins and its later gap is a drop
+    (weight 70: out after op 0, back from op 4)."""
+    from cupool.planning.budget import searched_schedule
+
+    trace = near_budget_trace(1)
+    budget = int(0.9 * trace.lower_bound_bytes())
+    result = plan_with_budget(trace, budget, "auto", GEN4)
+    assert validate_plan(result.trace, result.plan).valid
+    schedule = schedule_of(result.trace, result.plan)
+    assert any(g.head for gaps in schedule.gaps.values() for g in gaps)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(searched_schedule, "HEAD_TRIGGERS", 0)
+        without = plan_with_budget(trace, budget, "auto", GEN4)
+    assert result.simulation.iteration_us < without.simulation.iteration_us

@@ -59,7 +59,11 @@ from cupool.core.vocabulary import (
     Trace,
 )
 from cupool.planning.budget.engine.placement import Decision, PlacementParams, place_schedule
-from cupool.planning.budget.engine.residency import residency_intervals, resident_bytes
+from cupool.planning.budget.engine.residency import (
+    HEAD_OUT_OP,
+    residency_intervals,
+    resident_bytes,
+)
 from cupool.planning.budget.engine.schedule import (
     RECOMPUTE,
     SWAP,
@@ -98,6 +102,9 @@ REPAIR_STEPS = 40
 """Gaps a repair may take or widen before the move is dropped."""
 IMPROVEMENT_US = 1e-6
 """A candidate replaces the current schedule only when faster by more than this."""
+HEAD_TRIGGERS = 6
+"""Swap-in triggers offered for a wrap gap newly taken in the iteration's head: the ops
+up to its first use (the search's moves re-time it further)."""
 
 
 def schedule_of(trace: Trace, plan: Plan) -> Schedule | None:
@@ -257,21 +264,24 @@ def _taken(schedule: Schedule) -> dict[tuple[int, int, int], Gap]:
             for gaps in schedule.gaps.values() for g in gaps}
 
 
-def _moves(trace: Trace, schedule: Schedule) -> list[_Move]:
-    """Every move of one gap (module docstring), in a fixed order."""
+def _moves(trace: Trace, schedule: Schedule, heads: bool = False) -> list[_Move]:
+    """Every move of one gap (module docstring), in a fixed order; with ``heads``, also
+    wrap gaps newly taken in the iteration's head (:func:`_new_gaps`)."""
     index, taken = trace_index(trace), _taken(schedule)
     out: list[_Move] = []
     for idle in index.gaps:
-        out.extend(_gap_moves(trace, idle, taken.get(tuple(idle))))
+        out.extend(_gap_moves(trace, idle, taken.get(tuple(idle)), heads))
     return out
 
 
-def _gap_moves(trace: Trace, idle: IdleGap, gap: Gap | None) -> list[_Move]:
+def _gap_moves(trace: Trace, idle: IdleGap, gap: Gap | None, heads: bool = False
+               ) -> list[_Move]:
     """The moves of one idle gap: taken off the device (``gap`` is ``None``), else put
     back or re-timed."""
     n = trace.num_ops
     if gap is None:
-        return [_Move(None, new) for new in _new_gaps(idle, n, trace_index(trace).recipes)]
+        return [_Move(None, new)
+                for new in _new_gaps(idle, n, trace_index(trace).recipes, heads)]
     out = [_Move(gap, None)]
     if gap.mode != SWAP:
         return out
@@ -293,13 +303,21 @@ def _gap_moves(trace: Trace, idle: IdleGap, gap: Gap | None) -> list[_Move]:
     return out
 
 
-def _new_gaps(idle: IdleGap, n: int, recipes) -> list[Gap]:
+def _new_gaps(idle: IdleGap, n: int, recipes, heads: bool = False) -> list[Gap]:
     """The ways to take an idle gap off the device: a swap whose bytes free after its
-    previous use, at each trigger op (across the boundary: triggered at op 0); a recompute
-    where the buffer has a recipe."""
+    previous use, at each trigger op; a recompute where the buffer has a recipe. Across
+    the boundary: copied out after the last use and back at op 0, and with ``heads`` in
+    the iteration's head too (copied out after op 0, back at one of the
+    :data:`HEAD_TRIGGERS` ops up to its first use). A persistent buffer written by the
+    update at the end of the step is dirty when the step begins, so its first gap in the
+    step needs a copy out after a forward use, when the link may be busiest; taken in the
+    head, its copy runs while the step begins instead and that gap is a drop."""
     buffer_id, prev_use, next_use = idle
     if idle.wraps:
-        return [Gap(buffer_id, prev_use, next_use, SWAP, prev_use + 1, 0)]
+        triggers = range(max(HEAD_OUT_OP + 2, next_use - HEAD_TRIGGERS + 1), next_use + 1)
+        return [Gap(buffer_id, prev_use, next_use, SWAP, prev_use + 1, 0),
+                *(Gap(buffer_id, prev_use, next_use, SWAP, HEAD_OUT_OP + 1, f)
+                  for f in (triggers if heads else ()))]
     out = [Gap(buffer_id, prev_use, next_use, SWAP, prev_use + 1, f)
            for f in range(prev_use + 1, next_use + 1)]
     if buffer_id in recipes:
@@ -448,6 +466,10 @@ def search_schedule(trace: Trace, plan: Plan, iteration_us: float, budget_bytes:
         best.offer(run.schedule, run.value, run.result, run.simulation)
         if len(evaluate.seen) == placed:
             break
+    # then from the best schedule found, wrap gaps may also be taken in the head: a
+    # climb of its own, so that the ones before find what they found without them
+    if len(_moves(trace, best.schedule, heads=True)) > len(_moves(trace, best.schedule)):
+        _climb(trace, evaluate, best, rng, limit, stall, heads=True)
     return Searched(best.result, best.simulation, len(evaluate.seen))
 
 
@@ -471,10 +493,11 @@ class _Best:
 
 
 def _climb(trace: Trace, evaluate: _Evaluator, best: _Best, rng: random.Random, limit: int,
-           stall: int) -> None:
-    """First improvement from the best schedule, every move in a seeded random order,
-    restarted by :func:`_kicked` at a local optimum, until ``limit`` schedules are placed,
-    ``stall`` without a faster one, or :data:`IDLE_ROUNDS` rounds none."""
+           stall: int, heads: bool = False) -> None:
+    """First improvement from the best schedule, every move (``heads``: :func:`_moves`)
+    in a seeded random order, restarted by :func:`_kicked` at a local optimum, until
+    ``limit`` schedules are placed, ``stall`` without a faster one, or
+    :data:`IDLE_ROUNDS` rounds none."""
     current, current_value = best.schedule, best.value
     found_at = len(evaluate.seen)  # placements when the best was last improved
 
@@ -488,7 +511,7 @@ def _climb(trace: Trace, evaluate: _Evaluator, best: _Best, rng: random.Random, 
         if spent() or idle >= IDLE_ROUNDS:
             return
         placed = len(evaluate.seen)
-        moves = _moves(trace, current)
+        moves = _moves(trace, current, heads)
         rng.shuffle(moves)
         improved = False
         for move in moves:
@@ -507,18 +530,18 @@ def _climb(trace: Trace, evaluate: _Evaluator, best: _Best, rng: random.Random, 
             idle = 0
             continue
         idle = idle + 1 if len(evaluate.seen) == placed else 0
-        current = _kicked(trace, best.schedule, evaluate, rng)
+        current = _kicked(trace, best.schedule, evaluate, rng, heads)
         if current is None or spent():
             return
         current_value = evaluate(current)[0]
 
 
 def _kicked(trace: Trace, schedule: Schedule, evaluate: _Evaluator,
-            rng: random.Random) -> Schedule | None:
+            rng: random.Random, heads: bool = False) -> Schedule | None:
     """``schedule`` after :data:`KICK_MOVES` random moves, each repaired (``None``: no move
     could be repaired)."""
     for _kick in range(KICK_MOVES):
-        moves = _moves(trace, schedule)
+        moves = _moves(trace, schedule, heads)
         rng.shuffle(moves)
         for move in moves:
             candidate = evaluate.repaired(_with(schedule, move))
