@@ -12,11 +12,8 @@ import pytest
 from cupool.check import validate_plan
 from cupool.planning.budget import BudgetParams, plan_with_budget
 from cupool.planning.budget.engine.residency import residency_intervals
-from cupool.planning.budget.searched_schedule import (
-    SCHEDULE_SEARCHED,
-    schedule_of,
-    search_schedule,
-)
+from cupool.planning.budget.read_schedule import schedule_of
+from cupool.planning.budget.searched_schedule import SCHEDULE_SEARCHED, search_schedule
 from cupool.planning.shapes import near_budget_trace
 from cupool.sim import cost_model, simulate
 

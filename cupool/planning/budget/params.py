@@ -87,7 +87,7 @@ class BudgetParams:
     search_evaluations: int = 160
     schedule_max_buffers: int = 200
     schedule_max_gaps: int = 100
-    schedule_evaluations: int = 1000
+    schedule_evaluations: int = 2000
     refine_evaluations: int = 240
     max_chain: int = 6
     recompute_chain: int = 30

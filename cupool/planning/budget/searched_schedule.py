@@ -8,7 +8,7 @@ one gap taken elsewhere, or a swap-in triggered two ops earlier, would not. This
 works on the plan itself: the plan's :class:`~.engine.schedule.Schedule` (each buffer's
 gaps off the device, with the op its bytes are freed at, ``resident_until``, and the op
 its swap-in is triggered at, ``resident_from``), read back from its residencies and
-actions (:func:`schedule_of`), and every candidate placed
+actions (:func:`~.read_schedule.schedule_of`), and every candidate placed
 (:func:`~.engine.placement.place_schedule`) and simulated: the simulator has the last
 word, not an estimate. A *move* changes one gap:
 
@@ -31,12 +31,12 @@ The search climbs: moves in a seeded random order, the first that simulates fast
 taken (first improvement); at a local optimum it restarts from its best schedule with
 :data:`KICK_MOVES` random moves, and a climb ends after :data:`STALL_PLACEMENTS`
 placements without a faster plan; a second climb (:data:`CLIMBS`) starts from the plan's
-own schedule again, the moves in another order, within
-``BudgetParams.schedule_evaluations`` placed schedules in all (and, capped,
+own schedule again, the moves in another order, and a last one from the best schedule
+found, where a wrap gap may also be newly taken in the iteration's head (:func:`_new_gaps`),
+within ``BudgetParams.schedule_evaluations`` placed schedules in all (and, capped,
 :data:`REPAIRS_PER_PLACEMENT` times as many repaired candidates; deterministic: bounded by
-counts, not the clock). Each evaluation is
-a placement and a simulation, so ``auto`` runs it only on traces of at most
-``BudgetParams.schedule_max_buffers`` buffers.
+counts, not the clock). Each evaluation is a placement and a simulation, so ``auto`` runs
+it only on traces of at most ``BudgetParams.schedule_max_buffers`` buffers.
 """
 
 from __future__ import annotations
@@ -49,15 +49,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from cupool.core.vocabulary import (
-    PERSISTENT,
-    PINNED,
-    Plan,
-    RecomputeAction,
-    SwapIn,
-    SwapOut,
-    Trace,
-)
+from cupool.core.vocabulary import Plan, Trace
 from cupool.planning.budget.engine.placement import Decision, PlacementParams, place_schedule
 from cupool.planning.budget.engine.residency import (
     HEAD_OUT_OP,
@@ -74,6 +66,7 @@ from cupool.planning.budget.engine.schedule import (
     trace_index,
 )
 from cupool.planning.budget.params import BudgetParams
+from cupool.planning.budget.read_schedule import schedule_of
 from cupool.planning.budget.result import BudgetResult
 
 POLICY = "schedule-search"
@@ -96,6 +89,8 @@ small traces such plans were never made faster, at 1-8 s each)."""
 CLIMBS = 2
 """Climbs from the plan's schedule at most (the second in another order of moves: on
 near-budget-1 at 70% on Gen5 it found 49.0% where the first stalled at 57.2%)."""
+CLIMBS_SHARE = 0.5
+"""The part of the placements those climbs may make; the last climb has the rest."""
 KICK_MOVES = 3
 """Random moves that restart the climb from the best schedule at a local optimum."""
 REPAIR_STEPS = 40
@@ -107,86 +102,16 @@ HEAD_TRIGGERS = 6
 up to its first use (the search's moves re-time it further)."""
 
 
-def schedule_of(trace: Trace, plan: Plan) -> Schedule | None:
-    """The schedule that gives ``plan``'s residencies and actions back
-    (:func:`~.engine.residency.residency_intervals`, the triggers of its swap-ins), or
-    ``None`` for a plan no schedule makes here: a static plan, copies through another host
-    level than pinned memory, ephemeral residencies. Persistent state taken off in the
-    iteration's head or brought back in its tail is a wrap gap of those forms
-    (:class:`~.engine.schedule.Gap`)."""
-    if not plan.residencies or any(getattr(a, "level", PINNED) != PINNED for a in plan.actions):
-        return None
-    if any(r.end <= r.start for r in plan.residencies):
-        return None
-    spans: dict[int, list] = {}
-    for r in plan.residencies:
-        spans.setdefault(r.buffer_id, []).append(r)
-    remade = {(a.buffer_id, a.before_op) for a in plan.actions
-              if isinstance(a, RecomputeAction)}
-    triggered = {(a.buffer_id, a.trigger_op) for a in plan.actions if isinstance(a, SwapIn)}
-    schedule = Schedule()
-    for buffer_id, held in spans.items():
-        buffer = trace.buffer(buffer_id)
-        held.sort(key=lambda r: r.start)
-        uses = [[u for u in buffer.uses if r.start <= u < r.end] for r in held]
-        boundary = _boundary_form(trace, buffer, held, uses)
-        if boundary is not None:  # its unused stay at either end is the wrap gap's
-            gap, keep = boundary
-            schedule.add(gap)
-            held, uses = [held[k] for k in keep], [uses[k] for k in keep]
-        for r, used in zip(held, uses, strict=True):
-            if not used:  # a chain recompute: re-made for one op that reads it
-                if r.end - r.start != 1 or (buffer_id, r.start) not in remade:
-                    return None
-                schedule.chains.append(ChainRecompute(buffer_id, r.start, 1))
-        held = [r for r, used in zip(held, uses, strict=True) if used]
-        uses = [used for used in uses if used]
-        if not held:
-            continue
-        if buffer.kind == PERSISTENT and boundary is None and (
-                held[0].start > 0 or (buffer_id, 0) in triggered):
-            schedule.add(Gap(buffer_id, uses[-1][-1], uses[0][0], SWAP, held[-1].end,
-                             held[0].start))
-        for k in range(1, len(held)):
-            mode = RECOMPUTE if (buffer_id, held[k].start) in remade else SWAP
-            schedule.add(Gap(buffer_id, uses[k - 1][-1], uses[k][0], mode, held[k - 1].end,
-                             held[k].start))
-    rebuilt = sorted(residency_intervals(trace, schedule))
-    if rebuilt != sorted((r.buffer_id, r.start, r.end) for r in plan.residencies):
-        return None
-    triggers = {(g.buffer_id, g.resident_from) for gaps in schedule.gaps.values()
-                for g in gaps if g.mode == SWAP}
-    outs = sum(isinstance(a, SwapOut) for a in plan.actions)
-    if (triggers != triggered or outs != len(triggered)
-            or len(remade) != schedule.count(RECOMPUTE) + len(schedule.chains)):
-        return None
-    return schedule
-
-
-def _boundary_form(trace: Trace, buffer, held: list, uses: list) -> tuple[Gap, list] | None:
-    """A persistent buffer's wrap gap taken in the iteration's head (a first stay from op 0
-    without uses: copied out after op 0, back for its first use) or brought back in its
-    tail (a last stay to the iteration's end without uses), with the indices of the stays
-    that remain; ``None`` for neither."""
-    if buffer.kind != PERSISTENT or len(held) < 2 or not buffer.uses:
-        return None
-    first, last = min(buffer.uses), max(buffer.uses)
-    if not uses[0] and held[0].start == 0 and uses[1]:  # the head
-        return (Gap(buffer.id, last, first, SWAP, held[0].end, held[1].start),
-                list(range(1, len(held))))
-    if not uses[-1] and held[-1].end == trace.num_ops and uses[-2]:  # the tail
-        return (Gap(buffer.id, last, first, SWAP, held[-2].end, held[-1].start),
-                list(range(len(held) - 1)))
-    return None
-
-
 class Searched(NamedTuple):
     """The search's outcome: the fastest plan it placed (``None``: none beat the start),
-    its simulation, and the schedules it placed."""
+    its simulation, and the schedules it placed; ``climbed``: the fastest before the last
+    climb (with wrap gaps in the head) made it faster, else ``None`` (each may refine
+    further than the other)."""
 
     result: BudgetResult | None
     simulation: object
     evaluations: int
+    climbed: Searched | None = None
 
 
 @dataclass(frozen=True)
@@ -445,7 +370,8 @@ def search_schedule(trace: Trace, plan: Plan, iteration_us: float, budget_bytes:
                     params: BudgetParams, capped: bool = False) -> Searched:
     """The fastest plan the search finds from ``plan`` (simulated at ``iteration_us``), or
     ``Searched(None, ...)`` when none beats it or no schedule gives ``plan`` back
-    (:func:`schedule_of`). The plan is placed, not validated: the caller validates it."""
+    (:func:`~.read_schedule.schedule_of`). The plan is placed, not validated: the caller
+    validates it."""
     start = schedule_of(trace, plan)
     if start is None:
         return Searched(None, None, 0)
@@ -457,20 +383,28 @@ def search_schedule(trace: Trace, plan: Plan, iteration_us: float, budget_bytes:
     if not value < iteration_us:  # the start is the plan itself, as it was placed
         value, result, sim = iteration_us, None, None
     best = _Best(start, value, result, sim)
+    share = math.ceil(CLIMBS_SHARE * limit)
+    if capped:
+        evaluate.repair_limit = REPAIRS_PER_PLACEMENT * share
     for _climb_run in range(CLIMBS):  # each from the plan's own schedule
         placed = len(evaluate.seen)
-        if placed >= limit:
+        if placed >= share:
             break
         run = _Best(start, value, result, sim)
-        _climb(trace, evaluate, run, rng, limit, stall)
+        _climb(trace, evaluate, run, rng, share, stall)
         best.offer(run.schedule, run.value, run.result, run.simulation)
         if len(evaluate.seen) == placed:
             break
     # then from the best schedule found, wrap gaps may also be taken in the head: a
-    # climb of its own, so that the ones before find what they found without them
+    # climb of its own, after the others, so that they find what they found without them
+    climbed = Searched(best.result, best.simulation, len(evaluate.seen))
     if len(_moves(trace, best.schedule, heads=True)) > len(_moves(trace, best.schedule)):
+        if capped:
+            evaluate.repair_limit = REPAIRS_PER_PLACEMENT * limit
         _climb(trace, evaluate, best, rng, limit, stall, heads=True)
-    return Searched(best.result, best.simulation, len(evaluate.seen))
+    if best.result is climbed.result:
+        return climbed._replace(evaluations=len(evaluate.seen))
+    return Searched(best.result, best.simulation, len(evaluate.seen), climbed)
 
 
 @dataclass
@@ -581,17 +515,19 @@ def schedule_searched(trace: Trace, best: BudgetResult, refined, budget_bytes: i
 
     searched = search_schedule(trace, refined.plan, refined.simulation.iteration_us,
                                budget_bytes, cost, params, capped)
-    if searched.result is None or not validate_plan(trace, searched.result.plan).valid:
-        return best, refined
-    entry = BudgetResult(searched.result.plan, trace, best.policy,
-                         simulation=searched.simulation,
-                         member=f"{best.member}, {SCHEDULE_SEARCHED}")
-    again = refine(trace, entry, cost, params)
-    if again.simulation.iteration_us >= refined.simulation.iteration_us:
-        return best, refined
-    return entry, again._replace(stats={**again.stats,
-                                        "schedule_evaluations": searched.evaluations})
+    chosen = (best, refined)
+    for found in (searched.climbed, searched):
+        if (found is None or found.result is None
+                or not validate_plan(trace, found.result.plan).valid):
+            continue
+        entry = BudgetResult(found.result.plan, trace, best.policy,
+                             simulation=found.simulation,
+                             member=f"{best.member}, {SCHEDULE_SEARCHED}")
+        again = refine(trace, entry, cost, params)
+        if again.simulation.iteration_us < chosen[1].simulation.iteration_us:
+            chosen = (entry, again._replace(stats={
+                **again.stats, "schedule_evaluations": searched.evaluations}))
+    return chosen
 
 
-__all__ = ["POLICY", "SCHEDULE_SEARCHED", "Searched", "schedule_of", "schedule_searched",
-           "search_schedule"]
+__all__ = ["POLICY", "SCHEDULE_SEARCHED", "Searched", "schedule_searched", "search_schedule"]
