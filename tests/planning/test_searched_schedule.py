@@ -169,3 +169,39 @@ def test_auto_takes_a_weight_off_in_the_head_where_a_forward_copy_out_stalls():
         patch.setattr(searched_schedule, "HEAD_TRIGGERS", 0)
         without = plan_with_budget(trace, budget, "auto", GEN4)
     assert result.simulation.iteration_us < without.simulation.iteration_us
+
+
+@pytest.mark.parametrize(("climbed_us", "last_us", "kept"), [
+    (90.0, 95.0, "climbed"), (95.0, 90.0, "last"), (101.0, 102.0, "start")])
+def test_the_climbs_best_and_the_last_climbs_are_both_refined_and_the_faster_kept(
+        monkeypatch, climbed_us, last_us, kept):
+    """The last climb (wrap gaps in the head) starts from the climbs' best and only keeps
+    a faster schedule, but refined, the climbs' best may still be faster: both are
+    refined and the fastest of them and the plan searched from is kept."""
+    from types import SimpleNamespace
+
+    from cupool.planning.budget import searched_schedule
+    from cupool.planning.budget.auto import Refined
+    from cupool.planning.budget.searched_schedule import Searched, schedule_searched
+
+    trace = small_step(0)
+    budget = int(0.75 * trace.lower_bound_bytes())
+    start = plan_with_budget(trace, budget, "auto", GEN4, SMALL)
+    climbed, last = replace(start.plan, solver="climbed"), replace(start.plan, solver="last")
+    searched = Searched(replace(start, plan=last), start.simulation, 9,
+                        Searched(replace(start, plan=climbed), start.simulation, 5))
+    monkeypatch.setattr(searched_schedule, "search_schedule", lambda *a, **k: searched)
+    times = {"climbed": climbed_us, "last": last_us}
+
+    def refine(trace_, entry, cost, params):
+        return Refined(entry.plan, SimpleNamespace(iteration_us=times[entry.plan.solver]), {})
+
+    refined = Refined(start.plan, SimpleNamespace(iteration_us=100.0, overhead=0.5), {})
+    best, chosen = schedule_searched(start.trace, start, refined, budget, GEN4,
+                                     BudgetParams(), refine)
+    if kept == "start":
+        assert (best, chosen) == (start, refined)
+    else:
+        assert chosen.plan.solver == kept and best.plan.solver == kept
+        assert chosen.simulation.iteration_us == times[kept]
+        assert SCHEDULE_SEARCHED in best.member and chosen.stats["schedule_evaluations"] == 9
