@@ -143,9 +143,7 @@ def _knapsacks(costs, sizes, need):
     whole = (filled < need).sum(axis=1)
     rows, last = np.arange(lanes), np.maximum(whole - 1, 0)
     some = whole > 0
-    with np.errstate(invalid="ignore"):  # an item past the whole ones at inf per byte
-        spent = np.cumsum(c * s, axis=1)
-    total = np.where(some, spent[rows, last], 0.0)
+    total = np.where(some, np.cumsum(c * s, axis=1)[rows, last], 0.0)
     before = np.where(some, filled[rows, last], 0.0)
     partial = (whole < items) & (need > before)
     rest = (need - before) * c[rows, np.minimum(whole, items - 1)]
