@@ -111,7 +111,7 @@ _GOLDEN = (math.sqrt(5.0) - 1.0) / 2.0
 
 THETAS = (0.0, 1.0)
 """Weights tried for the copies in that may start while op ``i`` runs (each a valid
-bound, :meth:`OpBound._here`)."""
+bound, :meth:`OpBound._parts`)."""
 THRESHOLD_QUANTILES = (0.25, 0.5, 0.75)
 TAIL_QUANTILES = (0.0, 0.5, 0.9)
 """Release thresholds tried for the copies out (byte quantiles of when the candidates were
@@ -268,37 +268,42 @@ class OpBound:
         self.after = prefix[-1] - prefix[i + 1]
         self.need = need
 
-    def _costs(self, mu, lam, split=1.0):
-        """Per-byte cost of each option: recompute after, copy before, copy after. The
-        ``1 - mu`` weight of the start of op i is split between the H2D engines
-        (``split``) and the D2H engines (the rest)."""
+    def _parts(self, mu, lam, theta, split, threshold):
+        """For lanes of weights (one ``mu``, ``lam``, ``theta``, ``split`` and release
+        ``threshold`` each): the weighted op time of each, and each candidate's per-byte
+        cost of each option -- recompute after, copy before, copy after. The ``1 - mu``
+        weight of the start of op i is split between the H2D engines (``split``) and the
+        D2H engines (the rest)."""
         nu, rho = (1.0 - mu) * split, (1.0 - mu) * (1.0 - split)
-        out = np.where(self.released >= self.threshold, rho * self.out, 0.0)
-        redo = np.where(self.used_later & self.can_redo,
-                        lam * self.recompute_own + min(mu, lam) * self.recompute_chain, np.inf)
-        early = np.where(self.used_later, np.inf, nu * self.copy + out)
-        late = self._late(lam) * self.copy + out
-        return redo, early, late
+        out = np.where(self.released[None, :] >= threshold[:, None],
+                       rho[:, None] * self.out, 0.0)
+        redo = np.where(self.used_later & self.can_redo, lam[:, None] * self.recompute_own
+                        + np.minimum(mu, lam)[:, None] * self.recompute_chain, np.inf)
+        early = np.where(self.used_later, np.inf, nu[:, None] * self.copy + out)
+        late = self._late(lam, theta) * self.copy + out
+        # op i's weight: all of it, unless some copy in may start while it runs: then
+        # 1 - theta (1 - lam) (T - start(i) >= max(d + S + R, d + Ha_after / k,
+        # (Ha_after + Ha_during) / k), weighted lam, (1 - lam)(1 - theta), (1 - lam) theta)
+        here = 1.0 - theta * (1.0 - lam) if self.during.any() else 1.0
+        main = (mu * self.before + here * self.here + lam * self.after
+                + rho * self.prefix[threshold])
+        return main, redo, early, late
 
-    def _late(self, lam):
-        """Each candidate's weight on its copy in after op i starts: ``1 - lam`` where it
-        cannot start before op i ends; ``theta (1 - lam)`` where it may start while op i
-        runs (the weight ``(1 - lam)(1 - theta)`` of those copies is moved onto op i's own
-        time, :meth:`_here`)."""
-        return np.where(self.during, self.theta * (1.0 - lam), 1.0 - lam)
+    def _one_lane(self, mu, lam, split=1.0):
+        """:meth:`_parts` of one lane, at this op's ``theta`` and ``threshold``."""
+        return tuple(part[0] for part in self._parts(
+            np.array([mu]), np.array([lam]), np.array([self.theta]), np.array([split]),
+            np.array([self.threshold])))
 
-    def _here(self, lam):
-        """Op i's weight: all of it, unless some copy in may start while it runs: then
-        ``1 - theta (1 - lam)`` (``T - start(i) >= max(d + S + R, d + Ha_after / k,
-        (Ha_after + Ha_during) / k)``, weighted ``lam``, ``(1 - lam)(1 - theta)`` and
-        ``(1 - lam) theta``)."""
-        return 1.0 - self.theta * (1.0 - lam) if self.during.any() else 1.0
+    def _late(self, lam, theta):
+        """Each candidate's weight on its copy in after op i starts, per lane: ``1 - lam``
+        where it cannot start before op i ends; ``theta (1 - lam)`` where it may start
+        while op i runs (the weight ``(1 - lam)(1 - theta)`` of those copies is moved onto
+        op i's own time, :meth:`_parts`)."""
+        return np.where(self.during, (theta * (1.0 - lam))[:, None], (1.0 - lam)[:, None])
 
     def value(self, mu, lam, split=1.0):
-        redo, early, late = self._costs(mu, lam, split)
-        rho = (1.0 - mu) * (1.0 - split)
-        main = (mu * self.before + self._here(lam) * self.here + lam * self.after
-                + rho * self.prefix[self.threshold])
+        main, redo, early, late = self._one_lane(mu, lam, split)
         kappa = self.kappa
         if kappa == 1.0:
             costs = np.minimum.reduce((redo, early, late))
@@ -317,7 +322,8 @@ class OpBound:
         # iteration, after op 0 and before op i: the start of op i pays, the tail does not
         rho = (1.0 - mu) * (1.0 - split)
         head_out = rho * self.tail if self.threshold <= 1 else 0.0
-        head = np.where(self.head_ok, kappa * (self._late(lam) * self.copy + head_out), np.inf)
+        late_in = self._late(np.array([lam]), np.array([self.theta]))[0]
+        head = np.where(self.head_ok, kappa * (late_in * self.copy + head_out), np.inf)
         costs = np.minimum.reduce((options[0] + before_t, options[1] + tail,
                                    options[2] + tail, head))
         return (kappa * main + (1.0 - kappa) * self.prefix[self.tail_threshold]
@@ -326,7 +332,7 @@ class OpBound:
     def primal(self, mu, lam, split=1.0):
         """The iteration-time bound of the fractional choice the knapsack at (mu, lam,
         split) makes: an upper bound on every dual value of this op."""
-        options = np.stack(self._costs(mu, lam, split))
+        options = np.stack(self._one_lane(mu, lam, split)[1:])
         choice = np.argmin(options, axis=0)
         order = np.argsort(options.min(axis=0), kind="stable")
         taken = np.zeros_like(self.sizes)
@@ -388,21 +394,9 @@ class OpBound:
         theta = np.array([lane.theta for lane in lanes])
         split = np.array([lane.split for lane in lanes])
         threshold = np.array([lane.threshold for lane in lanes], dtype=np.int64)
-        out_on = self.released[None, :] >= threshold[:, None]
-        started = self.prefix[threshold]
-        redo_on = self.used_later & self.can_redo
-        some_during = bool(self.during.any())
 
         def values(mu, lam):
-            nu, rho = (1.0 - mu) * split, (1.0 - mu) * (1.0 - split)
-            out = np.where(out_on, rho[:, None] * self.out, 0.0)
-            redo = np.where(redo_on, lam[:, None] * self.recompute_own
-                            + np.minimum(mu, lam)[:, None] * self.recompute_chain, np.inf)
-            early = np.where(self.used_later, np.inf, nu[:, None] * self.copy + out)
-            late = np.where(self.during, (theta * (1.0 - lam))[:, None],
-                            (1.0 - lam)[:, None]) * self.copy + out
-            here = 1.0 - theta * (1.0 - lam) if some_during else 1.0
-            main = mu * self.before + here * self.here + lam * self.after + rho * started
+            main, redo, early, late = self._parts(mu, lam, theta, split, threshold)
             costs = np.minimum(np.minimum(redo, early), late)
             return main + _knapsacks(costs, self.sizes, self.need)
 
